@@ -1,0 +1,498 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"reflect"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/reprieve-dev/reprieve/providers"
+	"github.com/reprieve-dev/reprieve/providers/none"
+)
+
+// Version is the build's version, set by main from its ldflags.
+var Version = "dev"
+
+// Deps are the agent's collaborators, injected so that tests can replace each one.
+type Deps struct {
+	Client kubernetes.Interface
+	// Provider reports the cloud's notices. Nil with --provider none: the agent then reads the
+	// deadline annotation of its own node.
+	Provider providers.Provider
+	Clock    clock.WithTicker
+	// Registerer and Gatherer are the agent's private metrics registry.
+	Registerer prometheus.Registerer
+	Gatherer   prometheus.Gatherer
+}
+
+// Agent watches one node and its pods.
+type Agent struct {
+	cfg      Config
+	client   kubernetes.Interface
+	provider providers.Provider
+	clock    clock.WithTicker
+	metrics  *Metrics
+	gatherer prometheus.Gatherer
+	taints   TaintSet
+	filter   PodFilter
+
+	nodeFactory, podFactory informers.SharedInformerFactory
+	nodeLister              corelisters.NodeLister
+	podLister               corelisters.PodLister
+	queue                   workqueue.TypedDelayingInterface[string]
+	writer                  *nodeWriter
+	nodeChanged             chan struct{}
+	ready                   atomic.Bool
+
+	mu       sync.Mutex
+	notices  []providers.Notice
+	polled   bool
+	view     planView
+	addedAt  map[string]time.Time
+	seenAt   map[string]time.Time
+	pods     map[string]*podState
+	noticeID map[string]bool
+}
+
+// planView is what every pod's plan is computed from.
+type planView struct {
+	taints []v1.Taint // the node's NoExecute taints, each with TimeAdded set
+	window Window
+}
+
+func (v planView) equal(o planView) bool {
+	return v.window == o.window && slices.EqualFunc(v.taints, o.taints, func(a, b v1.Taint) bool {
+		return a.Key == b.Key && a.Value == b.Value && a.Effect == b.Effect && a.TimeAdded.Equal(b.TimeAdded)
+	})
+}
+
+// New builds an agent from a validated configuration.
+func New(cfg Config, deps Deps) (*Agent, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if deps.Client == nil {
+		return nil, errors.New("agent: no Kubernetes client")
+	}
+	if deps.Clock == nil {
+		deps.Clock = clock.RealClock{}
+	}
+	if (deps.Registerer == nil) != (deps.Gatherer == nil) {
+		return nil, errors.New("agent: give both a metrics Registerer and its Gatherer, or neither")
+	}
+	if deps.Registerer == nil {
+		reg := prometheus.NewRegistry()
+		deps.Registerer, deps.Gatherer = reg, reg
+	}
+	var ts TaintSet
+	var err error
+	// Validate has checked all three parse.
+	ts.Interruption, _ = ParseTaint(cfg.InterruptionTaint)
+	ts.Rebalance, _ = ParseTaint(cfg.RebalanceTaint)
+	ts.Maintenance, _ = ParseTaint(cfg.MaintenanceTaint)
+
+	a := &Agent{
+		cfg:         cfg,
+		client:      deps.Client,
+		provider:    deps.Provider,
+		clock:       deps.Clock,
+		gatherer:    deps.Gatherer,
+		taints:      ts,
+		filter:      PodFilter{EvictDaemonSetPods: cfg.EvictDaemonSetPods, SelfNamespace: cfg.PodNamespace, SelfName: cfg.PodName},
+		nodeChanged: make(chan struct{}, 1),
+		addedAt:     map[string]time.Time{},
+		seenAt:      map[string]time.Time{},
+		pods:        map[string]*podState{},
+		noticeID:    map[string]bool{},
+	}
+	if a.provider == nil {
+		a.provider = none.New(a.deadlineAnnotation)
+	}
+	if a.metrics, err = NewMetrics(deps.Registerer, a.provider.Name()); err != nil {
+		return nil, fmt.Errorf("registering metrics: %w", err)
+	}
+	a.metrics.BuildInfo.WithLabelValues(Version, runtime.Version()).Set(1)
+
+	// Watch only this node and only its pods: the agent must stay cheap for the API server at
+	// thousands of nodes.
+	a.nodeFactory = informers.NewSharedInformerFactoryWithOptions(deps.Client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector(metav1.ObjectNameField, cfg.NodeName).String()
+		}))
+	a.podFactory = informers.NewSharedInformerFactoryWithOptions(deps.Client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
+		}))
+	a.nodeLister = a.nodeFactory.Core().V1().Nodes().Lister()
+	a.podLister = a.podFactory.Core().V1().Pods().Lister()
+	a.queue = workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{
+		Clock: deps.Clock, Name: "",
+	})
+	a.writer = &nodeWriter{client: deps.Client, nodeName: cfg.NodeName, dryRun: cfg.DryRun, cached: a.cachedNode}
+	return a, nil
+}
+
+// Run runs every loop of the agent until ctx ends. It returns nil on a clean stop.
+func (a *Agent) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	logger.Info("Starting reprieve", "version", Version, "node", a.cfg.NodeName, "provider", a.provider.Name(),
+		"interruptionTaint", a.cfg.InterruptionTaint, "safetyMargin", a.cfg.SafetyMargin, "dryRun", a.cfg.DryRun)
+
+	if _, err := a.nodeFactory.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { a.signalNode() },
+		UpdateFunc: func(any, any) { a.signalNode() },
+		DeleteFunc: func(any) { a.signalNode() },
+	}); err != nil {
+		return fmt.Errorf("watching node: %w", err)
+	}
+	if _, err := a.podFactory.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    a.enqueuePod,
+		UpdateFunc: func(_, obj any) { a.enqueuePod(obj) },
+		DeleteFunc: a.enqueuePod,
+	}); err != nil {
+		return fmt.Errorf("watching pods: %w", err)
+	}
+
+	g, ctx := errgroup.WithContext(ctx)
+	if srv := a.metricsServer(); srv != nil {
+		ln, err := net.Listen("tcp", a.cfg.MetricsBindAddress)
+		if err != nil {
+			return fmt.Errorf("listening on --metrics-bind-address %s: %w", a.cfg.MetricsBindAddress, err)
+		}
+		logger.Info("Serving metrics", "address", ln.Addr().String())
+		g.Go(func() error {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("serving metrics: %w", err)
+			}
+			return nil
+		})
+		g.Go(func() error {
+			<-ctx.Done()
+			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			return srv.Shutdown(sctx)
+		})
+	}
+
+	a.nodeFactory.Start(ctx.Done())
+	a.podFactory.Start(ctx.Done())
+	defer a.nodeFactory.Shutdown()
+	defer a.podFactory.Shutdown()
+	for _, synced := range []map[reflect.Type]bool{a.nodeFactory.WaitForCacheSync(ctx.Done()), a.podFactory.WaitForCacheSync(ctx.Done())} {
+		for typ, ok := range synced {
+			if !ok {
+				_ = g.Wait()
+				return fmt.Errorf("waiting for the %v cache to sync: %w", typ, ctx.Err())
+			}
+		}
+	}
+
+	// Learn the cloud's state before planning anything, so that a restarted agent re-plans with
+	// the deadline it had rather than evicting on the taints alone.
+	a.pollOnce(ctx)
+	a.reconcile(ctx)
+	a.ready.Store(true)
+
+	g.Go(func() error { a.nodeLoop(ctx); return nil })
+	for range a.cfg.EvictionWorkers {
+		g.Go(func() error { a.worker(ctx); return nil })
+	}
+	g.Go(func() error { <-ctx.Done(); a.queue.ShutDown(); return nil })
+	err := g.Wait()
+	logger.Info("Stopped reprieve")
+	return err
+}
+
+// nodeLoop polls the provider and reconciles the node on every poll and every node change.
+func (a *Agent) nodeLoop(ctx context.Context) {
+	fails := 0
+	// Jitter the first tick so that a fleet started together does not poll in unison.
+	timer := a.clock.NewTimer(time.Duration(rand.Int64N(int64(a.cfg.PollInterval))))
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.nodeChanged:
+			a.reconcile(ctx)
+		case <-timer.C():
+			if a.pollOnce(ctx) {
+				fails = 0
+			} else {
+				fails++
+			}
+			a.reconcile(ctx)
+			timer.Reset(a.pollDelay(fails))
+		}
+	}
+}
+
+// pollDelay is the wait before the next poll: the poll interval, or after failures an
+// exponential backoff with jitter, capped at twice the interval so that a notice posted once
+// the endpoint recovers is still caught within two intervals.
+func (a *Agent) pollDelay(fails int) time.Duration {
+	d := a.cfg.PollInterval
+	if fails == 0 {
+		return d
+	}
+	backoff := d << min(fails, 4)
+	if cap := 2 * d; backoff > cap {
+		backoff = cap
+	}
+	// Full-range jitter between 80% and 100% keeps the worst case within the cap.
+	return time.Duration(float64(backoff) * (0.8 + 0.2*rand.Float64()))
+}
+
+// pollOnce asks the provider for its notices and records them. It reports success.
+func (a *Agent) pollOnce(ctx context.Context) bool {
+	logger := klog.FromContext(ctx)
+	pctx, cancel := context.WithTimeout(ctx, max(2*a.cfg.PollInterval, 3*time.Second))
+	defer cancel()
+	notices, err := a.provider.Poll(pctx)
+	name := a.provider.Name()
+	if err != nil {
+		a.metrics.PollsTotal.WithLabelValues(name, "error").Inc()
+		if ctx.Err() == nil {
+			logger.Error(err, "Polling the metadata service failed; keeping the last known notices", "provider", name)
+		}
+	} else {
+		a.metrics.PollsTotal.WithLabelValues(name, "ok").Inc()
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err != nil && notices == nil && a.polled {
+		// Nothing better known: keep the previous state rather than withdraw it.
+		return false
+	}
+	seen := map[string]bool{}
+	for _, n := range notices {
+		seen[n.ID] = true
+		if !a.noticeID[n.ID] {
+			a.metrics.NoticesTotal.WithLabelValues(n.Provider, string(n.Kind)).Inc()
+			logger.Info("Notice received", "provider", n.Provider, "kind", n.Kind, "id", n.ID, "action", n.Action,
+				"deadline", n.Deadline, "noticeTime", n.NoticeTime, "description", n.Description)
+		}
+	}
+	for id := range a.noticeID {
+		if !seen[id] {
+			logger.Info("Notice withdrawn", "id", id)
+		}
+	}
+	a.noticeID = seen
+	a.notices = notices
+	a.polled = true
+	return err == nil
+}
+
+// reconcile brings the node to what the notices ask for and re-plans the pods when the plan's
+// inputs changed.
+func (a *Agent) reconcile(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	now := a.clock.Now()
+	a.mu.Lock()
+	intent := Intend(a.notices, now, a.cfg.MaintenanceLead, a.taints)
+	a.mu.Unlock()
+
+	desire := NodeDesire{
+		Intent:        intent,
+		Taints:        a.taints,
+		WriteDeadline: a.provider.Name() != none.Name,
+		AddedAt:       a.addedAtFunc(now),
+	}
+	node := a.cachedNode()
+	if node == nil {
+		logger.Error(nil, "Node not found; waiting for it", "node", a.cfg.NodeName)
+		return
+	}
+	// Plan on the node as it is about to be: an API outage delays the taint write but must not
+	// delay the countdowns that the deadline sets.
+	planned := ComputeNodeChange(node, desire).Taints
+	if _, err := a.writer.ensure(ctx, desire); err != nil {
+		logger.Error(err, "Updating the node failed; will retry", "node", a.cfg.NodeName)
+	}
+	a.pruneAddedAt(intent)
+	a.recordTaintMetrics(intent)
+	if intent.Interrupting() {
+		a.metrics.ReclaimDeadline.Set(float64(intent.Deadline.Unix()))
+	} else {
+		a.metrics.ReclaimDeadline.Set(0)
+	}
+
+	view := planView{taints: a.noExecuteTaints(planned, now), window: Window{SafetyMargin: a.cfg.SafetyMargin}}
+	if intent.Interrupting() {
+		view.window.Deadline = intent.Deadline
+	}
+	a.mu.Lock()
+	changed := !a.view.equal(view)
+	a.view = view
+	a.mu.Unlock()
+	if changed {
+		logger.V(2).Info("Re-planning every pod", "deadline", view.window.Deadline, "noExecuteTaints", len(view.taints))
+		a.enqueueAll()
+	}
+}
+
+// addedAtFunc returns the timeAdded for each taint reprieve adds: the moment it first wanted it,
+// truncated to whole seconds because that is what the API stores, so that the plan made before
+// the write equals the plan made from the written taint (and after a restart).
+func (a *Agent) addedAtFunc(now time.Time) func(string) time.Time {
+	return func(id string) time.Time {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		t, ok := a.addedAt[id]
+		if !ok {
+			t = now.Truncate(time.Second)
+			a.addedAt[id] = t
+		}
+		return t
+	}
+}
+
+func (a *Agent) pruneAddedAt(intent Intent) {
+	want := map[string]bool{}
+	if intent.Interrupting() {
+		want[taintID(a.taints.Interruption)] = true
+	}
+	for _, t := range intent.SoftTaints {
+		want[taintID(t)] = true
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for id := range a.addedAt {
+		if !want[id] {
+			delete(a.addedAt, id)
+		}
+	}
+}
+
+func (a *Agent) recordTaintMetrics(intent Intent) {
+	a.metrics.TaintActive.WithLabelValues(a.taints.Interruption.Key).Set(b2f(intent.Interrupting()))
+	for _, t := range []v1.Taint{a.taints.Rebalance, a.taints.Maintenance} {
+		a.metrics.TaintActive.WithLabelValues(t.Key).Set(b2f(hasTaint(intent.SoftTaints, t)))
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// noExecuteTaints returns the NoExecute taints with TimeAdded filled: a taint written without
+// one (kubectl never sets it) is anchored on when this agent first saw it, as upstream anchors
+// every taint.
+func (a *Agent) noExecuteTaints(taints []v1.Taint, now time.Time) []v1.Taint {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []v1.Taint
+	seen := map[string]bool{}
+	for _, t := range taints {
+		if t.Effect != v1.TaintEffectNoExecute {
+			continue
+		}
+		if t.TimeAdded == nil {
+			id := taintID(t) + "=" + t.Value
+			seen[id] = true
+			at, ok := a.seenAt[id]
+			if !ok {
+				at = now.Truncate(time.Second)
+				a.seenAt[id] = at
+			}
+			t.TimeAdded = &metav1.Time{Time: at}
+		}
+		out = append(out, t)
+	}
+	for id := range a.seenAt {
+		if !seen[id] {
+			delete(a.seenAt, id)
+		}
+	}
+	return out
+}
+
+func (a *Agent) cachedNode() *v1.Node {
+	n, err := a.nodeLister.Get(a.cfg.NodeName)
+	if err != nil {
+		return nil
+	}
+	return n
+}
+
+// deadlineAnnotation is the none provider's input.
+func (a *Agent) deadlineAnnotation() (string, bool) {
+	n := a.cachedNode()
+	if n == nil {
+		return "", false
+	}
+	v, ok := n.Annotations[AnnotationReclaimDeadline]
+	return v, ok
+}
+
+func (a *Agent) signalNode() {
+	select {
+	case a.nodeChanged <- struct{}{}:
+	default:
+	}
+}
+
+func (a *Agent) enqueuePod(obj any) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err == nil {
+		a.queue.Add(key)
+	}
+}
+
+func (a *Agent) enqueueAll() {
+	pods, err := a.podLister.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, p := range pods {
+		a.enqueuePod(p)
+	}
+}
+
+// Ready reports whether the caches have synced and the provider has been asked once.
+func (a *Agent) Ready() bool { return a.ready.Load() }
+
+func (a *Agent) metricsServer() *http.Server {
+	addr := a.cfg.MetricsBindAddress
+	if addr == "" || addr == "0" {
+		return nil
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(a.gatherer, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !a.Ready() {
+			http.Error(w, "not ready: caches syncing or provider not yet polled", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	return &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+}

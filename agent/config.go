@@ -1,0 +1,219 @@
+// Package agent is reprieve's node agent: it turns a cloud's notices into taints on its own node
+// and evicts the node's pods at the time upstream Kubernetes semantics give them, clamped so that
+// every evicted pod has finished terminating before the machine is reclaimed.
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Annotation, label and taint keys that reprieve writes.
+const (
+	// AnnotationReclaimDeadline holds the reclaim deadline (RFC 3339) while an interruption is
+	// pending. With --provider none it is the input: an operator sets it to start the handling.
+	AnnotationReclaimDeadline = "reprieve.io/reclaim-deadline"
+	// AnnotationOwned records which taints, labels and annotations reprieve added, so that it
+	// removes only those when a notice goes away.
+	AnnotationOwned = "reprieve.io/owned"
+	// LabelExcludeFromLB takes the node out of external load balancers while it is going away.
+	LabelExcludeFromLB = v1.LabelNodeExcludeBalancers
+)
+
+// Config is everything the agent is told on its command line.
+type Config struct {
+	Kubeconfig string
+	NodeName   string
+	// PodName and PodNamespace identify reprieve's own pod (downward API), never evicted.
+	PodName, PodNamespace string
+
+	Provider        string
+	AWSIMDSEndpoint string
+	PollInterval    time.Duration
+	// MaintenanceLead is how long before a scheduled event's start the interruption taint goes
+	// on; before that the node only gets MaintenanceTaint.
+	MaintenanceLead time.Duration
+
+	InterruptionTaint string
+	RebalanceTaint    string
+	MaintenanceTaint  string
+	SafetyMargin      time.Duration
+
+	EvictDaemonSetPods bool
+	// TolerationComparisonOperators matches the cluster's TaintTolerationComparisonOperators
+	// feature gate (alpha in 1.35, off by default): Lt/Gt tolerations match only when it is on.
+	TolerationComparisonOperators bool
+	EvictionWorkers               int
+	KubeAPIQPS                    float32
+	KubeAPIBurst                  int
+
+	MetricsBindAddress string
+	DryRun             bool
+}
+
+// Provider names accepted by --provider.
+var providerNames = []string{"aws", "gcp", "azure", "auto", "none"}
+
+// DefaultConfig returns the defaults that the flags show.
+func DefaultConfig() Config {
+	return Config{
+		Provider:          "auto",
+		AWSIMDSEndpoint:   "http://169.254.169.254",
+		PollInterval:      time.Second,
+		MaintenanceLead:   10 * time.Minute,
+		InterruptionTaint: "cloud=spot:NoExecute",
+		RebalanceTaint:    "reprieve.io/rebalance-recommended=true:PreferNoSchedule",
+		MaintenanceTaint:  "reprieve.io/scheduled-maintenance=true:NoSchedule",
+		SafetyMargin:      5 * time.Second,
+		EvictionWorkers:   64,
+		// 110 pods (the default max per node) must all be evicted within a second of their
+		// planned time: the burst covers them; the idle agent makes no requests but watches.
+		KubeAPIQPS:         50,
+		KubeAPIBurst:       300,
+		MetricsBindAddress: ":8080",
+	}
+}
+
+// AddFlags registers every flag on fs, with c's current values as defaults.
+func (c *Config) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "Path to a kubeconfig file (else $KUBECONFIG, else the in-cluster config).")
+	fs.StringVar(&c.NodeName, "node-name", c.NodeName, "Name of the node this agent runs on (else $NODE_NAME). Required.")
+	fs.StringVar(&c.PodName, "pod-name", c.PodName, "Name of reprieve's own pod, never evicted (else $POD_NAME).")
+	fs.StringVar(&c.PodNamespace, "pod-namespace", c.PodNamespace, "Namespace of reprieve's own pod (else $POD_NAMESPACE).")
+	fs.StringVar(&c.Provider, "provider", c.Provider, "Cloud to watch: "+strings.Join(providerNames, "|")+". 'none' takes the deadline from the node annotation "+AnnotationReclaimDeadline+".")
+	fs.StringVar(&c.AWSIMDSEndpoint, "aws-imds-endpoint", c.AWSIMDSEndpoint, "Base URL of the EC2 instance metadata service.")
+	fs.DurationVar(&c.PollInterval, "poll-interval", c.PollInterval, "How often to poll the metadata service.")
+	fs.DurationVar(&c.MaintenanceLead, "maintenance-lead", c.MaintenanceLead, "How long before a scheduled maintenance event the interruption taint goes on; before that the node only gets --maintenance-taint.")
+	fs.StringVar(&c.InterruptionTaint, "interruption-taint", c.InterruptionTaint, "Taint for a pending interruption, key=value:NoExecute.")
+	fs.StringVar(&c.RebalanceTaint, "rebalance-taint", c.RebalanceTaint, "Soft taint for a rebalance recommendation, key=value:Effect; its key must be in reprieve.io/.")
+	fs.StringVar(&c.MaintenanceTaint, "maintenance-taint", c.MaintenanceTaint, "Taint for scheduled maintenance further away than --maintenance-lead, key=value:Effect; its key must be in reprieve.io/.")
+	fs.DurationVar(&c.SafetyMargin, "safety-margin", c.SafetyMargin, "Every evicted pod must have finished terminating this long before the reclaim deadline.")
+	fs.BoolVar(&c.EvictDaemonSetPods, "evict-daemonset-pods", c.EvictDaemonSetPods, "Evict DaemonSet pods too (kubectl drain does not).")
+	fs.BoolVar(&c.TolerationComparisonOperators, "toleration-comparison-operators", c.TolerationComparisonOperators, "Match Lt/Gt tolerations, as with the cluster's TaintTolerationComparisonOperators feature gate.")
+	fs.IntVar(&c.EvictionWorkers, "eviction-workers", c.EvictionWorkers, "How many evictions may be in flight at once.")
+	fs.Float32Var(&c.KubeAPIQPS, "kube-api-qps", c.KubeAPIQPS, "Sustained requests per second to the API server.")
+	fs.IntVar(&c.KubeAPIBurst, "kube-api-burst", c.KubeAPIBurst, "Burst of requests to the API server (evictions due at the same instant).")
+	fs.StringVar(&c.MetricsBindAddress, "metrics-bind-address", c.MetricsBindAddress, "Address to serve /metrics, /healthz and /readyz on; empty or 0 to disable.")
+	fs.BoolVar(&c.DryRun, "dry-run", c.DryRun, "Log what would be done; change nothing on the cluster.")
+}
+
+// ApplyEnv gives every flag that was not set on the command line the value of the environment
+// variable prefix + FLAG_IN_CAPS (dashes become underscores), for example REPRIEVE_NODE_NAME.
+// A value that does not parse is an error naming both the variable and the flag.
+func ApplyEnv(fs *pflag.FlagSet, prefix string, lookup func(string) (string, bool)) error {
+	var errs []error
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Changed {
+			return
+		}
+		name := prefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		v, ok := lookup(name)
+		if !ok {
+			return
+		}
+		if err := fs.Set(f.Name, v); err != nil {
+			errs = append(errs, fmt.Errorf("invalid value %q for flag --%s (from $%s): %w", v, f.Name, name, err))
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// ApplyFallbacks fills unset values from the conventional variables that Kubernetes tooling and
+// the downward API use: KUBECONFIG, NODE_NAME, POD_NAME, POD_NAMESPACE.
+func (c *Config) ApplyFallbacks(lookup func(string) (string, bool)) {
+	fill := func(dst *string, name string) {
+		if *dst == "" {
+			if v, ok := lookup(name); ok {
+				*dst = v
+			}
+		}
+	}
+	fill(&c.Kubeconfig, "KUBECONFIG")
+	fill(&c.NodeName, "NODE_NAME")
+	fill(&c.PodName, "POD_NAME")
+	fill(&c.PodNamespace, "POD_NAMESPACE")
+}
+
+// Validate reports every problem with the configuration at once.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.NodeName == "" {
+		errs = append(errs, errors.New("--node-name (or $NODE_NAME) is required"))
+	}
+	known := false
+	for _, p := range providerNames {
+		known = known || c.Provider == p
+	}
+	if !known {
+		errs = append(errs, fmt.Errorf("--provider %q: must be one of %s", c.Provider, strings.Join(providerNames, ", ")))
+	}
+	if c.PollInterval < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("--poll-interval %s: must be at least 100ms (IMDS throttles faster clients)", c.PollInterval))
+	}
+	if c.MaintenanceLead < 0 {
+		errs = append(errs, fmt.Errorf("--maintenance-lead %s: must not be negative", c.MaintenanceLead))
+	}
+	if c.SafetyMargin < 0 {
+		errs = append(errs, fmt.Errorf("--safety-margin %s: must not be negative", c.SafetyMargin))
+	}
+	if t, err := ParseTaint(c.InterruptionTaint); err != nil {
+		errs = append(errs, fmt.Errorf("--interruption-taint: %w", err))
+	} else if t.Effect != v1.TaintEffectNoExecute {
+		// The eviction schedule is the upstream NoExecute schedule: with another effect no pod
+		// would be due and kube-controller-manager would not act either.
+		errs = append(errs, fmt.Errorf("--interruption-taint %q: effect must be NoExecute", c.InterruptionTaint))
+	}
+	for _, f := range []struct{ name, value string }{{"rebalance-taint", c.RebalanceTaint}, {"maintenance-taint", c.MaintenanceTaint}} {
+		t, err := ParseTaint(f.value)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--%s: %w", f.name, err))
+			continue
+		}
+		if !strings.HasPrefix(t.Key, "reprieve.io/") {
+			errs = append(errs, fmt.Errorf("--%s %q: key must be in the reprieve.io/ domain, which only reprieve writes", f.name, f.value))
+		}
+		if t.Effect == v1.TaintEffectNoExecute {
+			errs = append(errs, fmt.Errorf("--%s %q: a soft notice must not evict; use NoSchedule or PreferNoSchedule", f.name, f.value))
+		}
+	}
+	if c.EvictionWorkers < 1 {
+		errs = append(errs, fmt.Errorf("--eviction-workers %d: must be at least 1", c.EvictionWorkers))
+	}
+	if c.KubeAPIQPS <= 0 || c.KubeAPIBurst < 1 {
+		errs = append(errs, fmt.Errorf("--kube-api-qps %v, --kube-api-burst %d: must be positive", c.KubeAPIQPS, c.KubeAPIBurst))
+	}
+	return errors.Join(errs...)
+}
+
+// ParseTaint parses a taint in kubectl's syntax, key[=value]:Effect, and validates its parts as
+// the API server would.
+func ParseTaint(s string) (v1.Taint, error) {
+	var t v1.Taint
+	kv, effect, ok := strings.Cut(s, ":")
+	if !ok {
+		return t, fmt.Errorf("taint %q: want key[=value]:Effect", s)
+	}
+	key, value, _ := strings.Cut(kv, "=")
+	t.Key, t.Value, t.Effect = key, value, v1.TaintEffect(effect)
+	var errs []error
+	for _, msg := range validation.IsQualifiedName(key) {
+		errs = append(errs, fmt.Errorf("taint %q: key: %s", s, msg))
+	}
+	if value != "" {
+		for _, msg := range validation.IsValidLabelValue(value) {
+			errs = append(errs, fmt.Errorf("taint %q: value: %s", s, msg))
+		}
+	}
+	switch t.Effect {
+	case v1.TaintEffectNoExecute, v1.TaintEffectNoSchedule, v1.TaintEffectPreferNoSchedule:
+	default:
+		errs = append(errs, fmt.Errorf("taint %q: effect %q must be NoSchedule, PreferNoSchedule or NoExecute", s, effect))
+	}
+	return t, errors.Join(errs...)
+}

@@ -1,0 +1,252 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	policyv1 "k8s.io/api/policy/v1"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+)
+
+// evictionLead is how much earlier than Latest a deadline-bound eviction is sent, so that the
+// request's own latency does not push the pod's end past the window and cost it a second of
+// grace (graces are whole seconds, rounded down).
+const evictionLead = 250 * time.Millisecond
+
+// Backoff for evictions that a PodDisruptionBudget blocks (429) or that fail, as karpenter's
+// eviction queue does: 100 ms doubling to 10 s, never past the point where the deadline forces
+// a delete.
+const (
+	evictionBackoffBase = 100 * time.Millisecond
+	evictionBackoffMax  = 10 * time.Second
+)
+
+// podState is what the eviction loop remembers about one pod (by namespace/name, reset when the
+// UID changes: a new pod of the same name starts afresh).
+type podState struct {
+	uid       types.UID
+	attempts  int
+	nextTry   time.Time
+	done      bool          // an eviction or delete was accepted (or, in a dry run, logged)
+	lastGrace time.Duration // the last grace reprieve asked for; later deletes only shorten
+	logged    SkipReason
+}
+
+func (a *Agent) worker(ctx context.Context) {
+	for {
+		key, shutdown := a.queue.Get()
+		if shutdown {
+			return
+		}
+		after := a.syncPod(ctx, key)
+		a.queue.Done(key)
+		if after > 0 {
+			a.queue.AddAfter(key, after)
+		}
+	}
+}
+
+func (a *Agent) podStateFor(key string, uid types.UID) *podState {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st, ok := a.pods[key]
+	if !ok || st.uid != uid {
+		st = &podState{uid: uid}
+		a.pods[key] = st
+	}
+	return st
+}
+
+func (a *Agent) currentView() planView {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.view
+}
+
+// syncPod does what is due for one pod now and returns when to look at it again (0: only on
+// the next change).
+func (a *Agent) syncPod(ctx context.Context, key string) time.Duration {
+	logger := klog.FromContext(ctx)
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return 0
+	}
+	pod, err := a.podLister.Pods(ns).Get(name)
+	if err != nil {
+		a.mu.Lock()
+		delete(a.pods, key)
+		a.mu.Unlock()
+		return 0
+	}
+	st := a.podStateFor(key, pod.UID)
+	view := a.currentView()
+	now := a.clock.Now()
+	plan := PlanPod(pod, view.taints, view.window, a.filter, a.cfg.TolerationComparisonOperators)
+	if plan.Skip != SkipNone {
+		if st.logged != plan.Skip && (view.window.HasDeadline() || plan.Skip == SkipTolerateForever) {
+			st.logged = plan.Skip
+			logger.Info("Leaving pod alone", "pod", klog.KObj(pod), "reason", plan.Skip, "deadline", view.window.Deadline)
+		}
+		return 0
+	}
+	if pod.DeletionTimestamp != nil {
+		return a.shorten(ctx, pod, st, view.window, now)
+	}
+	if st.done {
+		return 0
+	}
+
+	fireAt := plan.EvictAt
+	if plan.ByDeadline {
+		fireAt = fireAt.Add(-evictionLead)
+	}
+	forceAt := plan.Latest.Add(-evictionLead)
+	if st.nextTry.After(fireAt) {
+		fireAt = st.nextTry
+	}
+	if now.Before(fireAt) {
+		return fireAt.Sub(now)
+	}
+	grace := GraceAt(plan.Grace, view.window, now)
+	if view.window.HasDeadline() && st.attempts > 0 && !now.Before(forceAt) {
+		return a.forceDelete(ctx, pod, st, plan, grace)
+	}
+	logger.Info("Evicting pod", "pod", klog.KObj(pod), "grace", grace, "podGrace", plan.Grace,
+		"planned", plan.EvictAt, "due", plan.Due, "latest", plan.Latest, "byDeadline", plan.ByDeadline, "attempt", st.attempts+1)
+	if st.attempts == 0 {
+		a.metrics.EvictionLateness.Observe(max(0, now.Sub(plan.EvictAt).Seconds()))
+	}
+	err = a.evict(ctx, pod, grace)
+	switch {
+	case err == nil:
+		st.done, st.lastGrace = true, grace
+		a.metrics.EvictionRequestsTotal.WithLabelValues(ResultEvicted).Inc()
+		if grace < plan.Grace {
+			a.metrics.EvictionRequestsTotal.WithLabelValues(ResultGraceShortened).Inc()
+		}
+		return 0
+	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		// Gone already, or a new pod of the same name (the UID precondition failed): done.
+		a.metrics.EvictionRequestsTotal.WithLabelValues(ResultGone).Inc()
+		st.done = true
+		return 0
+	}
+	st.attempts++
+	if apierrors.IsTooManyRequests(err) {
+		a.metrics.EvictionRequestsTotal.WithLabelValues(ResultPDBBlocked).Inc()
+		logger.Info("Eviction blocked by a PodDisruptionBudget; retrying", "pod", klog.KObj(pod), "attempt", st.attempts, "forceAt", plan.Latest, "err", err.Error())
+	} else {
+		a.metrics.EvictionRequestsTotal.WithLabelValues(ResultFailed).Inc()
+		logger.Error(err, "Evicting pod failed; retrying", "pod", klog.KObj(pod), "attempt", st.attempts)
+	}
+	if view.window.HasDeadline() && !now.Before(forceAt) {
+		// The machine is going away: a graceful delete now beats a hard stop at the deadline.
+		return a.forceDelete(ctx, pod, st, plan, grace)
+	}
+	backoff := min(evictionBackoffBase<<min(st.attempts-1, 10), evictionBackoffMax)
+	st.nextTry = now.Add(backoff)
+	if view.window.HasDeadline() && st.nextTry.After(forceAt) {
+		st.nextTry = forceAt
+	}
+	return st.nextTry.Sub(now)
+}
+
+// evict asks the Eviction API to evict pod with grace, on the condition that it is still the
+// same pod (UID precondition), so that a pod recreated under the same name is never evicted by
+// a plan made for its predecessor.
+func (a *Agent) evict(ctx context.Context, pod *v1.Pod, grace time.Duration) error {
+	if a.cfg.DryRun {
+		klog.FromContext(ctx).Info("Dry run: would evict pod", "pod", klog.KObj(pod), "grace", grace)
+		return nil
+	}
+	secs := int64(grace / time.Second)
+	uid := pod.UID
+	ev := &policyv1.Eviction{
+		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
+		DeleteOptions: &metav1.DeleteOptions{
+			GracePeriodSeconds: &secs,
+			Preconditions:      &metav1.Preconditions{UID: &uid},
+		},
+	}
+	if err := a.client.CoreV1().Pods(pod.Namespace).EvictV1(ctx, ev); err != nil {
+		return fmt.Errorf("evicting pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return nil
+}
+
+// deletePod deletes pod with grace and a UID precondition. On a pod that is already terminating
+// a DELETE can only shorten its grace, never lengthen it.
+func (a *Agent) deletePod(ctx context.Context, pod *v1.Pod, grace time.Duration) error {
+	if a.cfg.DryRun {
+		klog.FromContext(ctx).Info("Dry run: would delete pod", "pod", klog.KObj(pod), "grace", grace)
+		return nil
+	}
+	secs := int64(grace / time.Second)
+	uid := pod.UID
+	err := a.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: &secs,
+		Preconditions:      &metav1.Preconditions{UID: &uid},
+	})
+	if err != nil {
+		return fmt.Errorf("deleting pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return nil
+}
+
+// forceDelete deletes a pod whose eviction could not happen in time (a PodDisruptionBudget
+// kept refusing, or the API failed) once the deadline leaves no more room, as karpenter's
+// eviction queue does once now > deadline - grace.
+func (a *Agent) forceDelete(ctx context.Context, pod *v1.Pod, st *podState, plan Plan, grace time.Duration) time.Duration {
+	logger := klog.FromContext(ctx)
+	logger.Info("Deleting pod: the reclaim deadline leaves no time for a blocked eviction", "pod", klog.KObj(pod), "grace", grace, "attempts", st.attempts)
+	err := a.deletePod(ctx, pod, grace)
+	switch {
+	case err == nil:
+		st.done, st.lastGrace = true, grace
+		a.metrics.EvictionRequestsTotal.WithLabelValues(ResultForcedDelete).Inc()
+		return 0
+	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		a.metrics.EvictionRequestsTotal.WithLabelValues(ResultGone).Inc()
+		st.done = true
+		return 0
+	}
+	a.metrics.EvictionRequestsTotal.WithLabelValues(ResultFailed).Inc()
+	logger.Error(err, "Deleting pod failed; retrying", "pod", klog.KObj(pod))
+	st.attempts++
+	return evictionBackoffBase
+}
+
+// shorten handles a pod that is already terminating: when its deletionTimestamp falls after the
+// window's end (for example, kube-controller-manager deleted it with its full grace), a DELETE
+// with the grace that is left brings its end forward.
+func (a *Agent) shorten(ctx context.Context, pod *v1.Pod, st *podState, w Window, now time.Time) time.Duration {
+	if !NeedsShortening(pod, w) {
+		return 0
+	}
+	grace := GraceAt(pod.DeletionTimestamp.Sub(now), w, now)
+	if st.lastGrace > 0 && grace >= st.lastGrace {
+		// Asked already; a second DELETE could not shorten it further.
+		return 0
+	}
+	logger := klog.FromContext(ctx)
+	logger.Info("Shortening the grace of a terminating pod to meet the reclaim deadline", "pod", klog.KObj(pod),
+		"deletionTimestamp", pod.DeletionTimestamp.Time, "grace", grace, "windowEnd", w.End())
+	err := a.deletePod(ctx, pod, grace)
+	switch {
+	case err == nil:
+		st.lastGrace = grace
+		a.metrics.EvictionRequestsTotal.WithLabelValues(ResultGraceShortened).Inc()
+		return 0
+	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		return 0
+	}
+	a.metrics.EvictionRequestsTotal.WithLabelValues(ResultFailed).Inc()
+	logger.Error(err, "Shortening grace failed; retrying", "pod", klog.KObj(pod))
+	return evictionBackoffBase
+}

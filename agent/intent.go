@@ -1,0 +1,59 @@
+package agent
+
+import (
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/reprieve-dev/reprieve/providers"
+)
+
+// Intent is what reprieve wants on its node, derived from the notices in force.
+type Intent struct {
+	// Deadline is the earliest reclaim deadline of the interrupting notices; zero when none.
+	Deadline time.Time
+	// Interruption is the notice that decides Deadline.
+	Interruption *providers.Notice
+	// SoftTaints are reprieve's own non-evicting taints (rebalance, far-ahead maintenance).
+	SoftTaints []v1.Taint
+}
+
+// Interrupting reports whether an interruption is pending.
+func (i Intent) Interrupting() bool { return !i.Deadline.IsZero() }
+
+// TaintSet is the parsed form of the taint flags.
+type TaintSet struct {
+	Interruption, Rebalance, Maintenance v1.Taint
+}
+
+// Intend turns notices into an intent. A rebalance recommendation only adds its soft taint. A
+// scheduled maintenance event further away than lead only adds the maintenance taint: a
+// NoExecute taint days ahead would empty the node days early; from lead on it interrupts.
+func Intend(notices []providers.Notice, now time.Time, lead time.Duration, ts TaintSet) Intent {
+	var in Intent
+	rebalance, maintenance := false, false
+	for i := range notices {
+		n := notices[i]
+		switch {
+		case n.Kind == providers.KindRebalanceRecommendation:
+			rebalance = true
+			continue
+		case n.Deadline.IsZero():
+			continue
+		case n.Kind == providers.KindScheduledMaintenance && n.Deadline.Sub(now) > lead:
+			maintenance = true
+			continue
+		}
+		if in.Deadline.IsZero() || n.Deadline.Before(in.Deadline) {
+			in.Deadline = n.Deadline
+			in.Interruption = &notices[i]
+		}
+	}
+	if rebalance {
+		in.SoftTaints = append(in.SoftTaints, ts.Rebalance)
+	}
+	if maintenance {
+		in.SoftTaints = append(in.SoftTaints, ts.Maintenance)
+	}
+	return in
+}

@@ -1,0 +1,87 @@
+package agent
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/reprieve-dev/reprieve/providers"
+)
+
+const namespace = "reprieve"
+
+// Eviction results, the bounded label set of reprieve_eviction_requests_total.
+const (
+	ResultEvicted        = "evicted"
+	ResultPDBBlocked     = "pdb_blocked"
+	ResultForcedDelete   = "forced_delete"
+	ResultGraceShortened = "grace_shortened"
+	ResultFailed         = "failed"
+	ResultGone           = "gone"
+)
+
+var evictionResults = []string{ResultEvicted, ResultPDBBlocked, ResultForcedDelete, ResultGraceShortened, ResultFailed, ResultGone}
+
+var noticeKinds = []providers.Kind{providers.KindSpotInterruption, providers.KindRebalanceRecommendation, providers.KindScheduledMaintenance}
+
+// Metrics holds every collector of the agent. Labels are bounded: never pod names or event IDs
+// (the scrape adds the node).
+type Metrics struct {
+	NoticesTotal          *prometheus.CounterVec
+	ReclaimDeadline       prometheus.Gauge
+	PollsTotal            *prometheus.CounterVec
+	TaintActive           *prometheus.GaugeVec
+	EvictionRequestsTotal *prometheus.CounterVec
+	EvictionLateness      prometheus.Histogram
+	BuildInfo             *prometheus.GaugeVec
+}
+
+// NewMetrics creates the collectors and registers them on reg. Counters are created at zero
+// for every label value so that rates and alerts see them before the first event.
+func NewMetrics(reg prometheus.Registerer, provider string) (*Metrics, error) {
+	m := &Metrics{
+		NoticesTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "notices", Name: "received_total",
+			Help: "Notices received from the cloud, by provider and kind.",
+		}, []string{"provider", "kind"}),
+		ReclaimDeadline: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Subsystem: "notices", Name: "reclaim_deadline_timestamp_seconds",
+			Help: "The pending reclaim deadline as a Unix timestamp; 0 when none.",
+		}),
+		PollsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "metadata", Name: "polls_total",
+			Help: "Polls of the cloud's metadata service, by provider and outcome (ok, error).",
+		}, []string{"provider", "outcome"}),
+		TaintActive: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Subsystem: "taints", Name: "active",
+			Help: "1 while reprieve wants its taint on the node, by taint key.",
+		}, []string{"key"}),
+		EvictionRequestsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "evictions", Name: "requests_total",
+			Help: "Eviction and delete requests, by result.",
+		}, []string{"result"}),
+		EvictionLateness: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Subsystem: "evictions", Name: "lateness_seconds",
+			Help:    "How long after its planned time each eviction request was sent.",
+			Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
+		}),
+		BuildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "build_info",
+			Help: "Always 1; the labels say which build is running.",
+		}, []string{"version", "goversion"}),
+	}
+	for _, k := range noticeKinds {
+		m.NoticesTotal.WithLabelValues(provider, string(k))
+	}
+	for _, o := range []string{"ok", "error"} {
+		m.PollsTotal.WithLabelValues(provider, o)
+	}
+	for _, r := range evictionResults {
+		m.EvictionRequestsTotal.WithLabelValues(r)
+	}
+	for _, c := range []prometheus.Collector{m.NoticesTotal, m.ReclaimDeadline, m.PollsTotal, m.TaintActive,
+		m.EvictionRequestsTotal, m.EvictionLateness, m.BuildInfo} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,213 @@
+package agent
+
+import (
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+)
+
+// DefaultGracePeriod is what the API server defaults terminationGracePeriodSeconds to.
+const DefaultGracePeriod = 30 * time.Second
+
+// minGrace is the shortest grace reprieve ever asks for: 0 would force-remove a running pod
+// without the kubelet's confirmation, which is never what a graceful handler wants.
+const minGrace = time.Second
+
+// SkipReason says why a pod is left alone. The empty reason means the pod is planned.
+type SkipReason string
+
+// Reasons a pod is not evicted.
+const (
+	SkipNone             SkipReason = ""
+	SkipFinished         SkipReason = "finished"
+	SkipMirror           SkipReason = "mirror-pod"
+	SkipDaemonSet        SkipReason = "daemonset-pod"
+	SkipSelf             SkipReason = "reprieve-itself"
+	SkipTolerateForever  SkipReason = "tolerates-forever"
+	SkipNoNoExecuteTaint SkipReason = "no-noexecute-taint"
+)
+
+// PodFilter says which pods the eviction loop leaves alone whatever the taints.
+type PodFilter struct {
+	// EvictDaemonSetPods evicts DaemonSet pods too (their controller recreates them on the
+	// tainted node unless they lack a toleration; kubectl drain skips them, and so do we by
+	// default).
+	EvictDaemonSetPods bool
+	// SelfNamespace and SelfName identify reprieve's own pod, which is never evicted.
+	SelfNamespace, SelfName string
+}
+
+// Skip returns why pod is left alone, or SkipNone.
+func (f PodFilter) Skip(pod *v1.Pod) SkipReason {
+	switch {
+	case pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed:
+		return SkipFinished
+	case isMirrorPod(pod):
+		// Deleting a mirror pod does not stop its static pod: the kubelet recreates it.
+		return SkipMirror
+	case !f.EvictDaemonSetPods && isDaemonSetPod(pod):
+		return SkipDaemonSet
+	case f.SelfName != "" && pod.Name == f.SelfName && pod.Namespace == f.SelfNamespace:
+		return SkipSelf
+	}
+	return SkipNone
+}
+
+func isMirrorPod(pod *v1.Pod) bool {
+	_, ok := pod.Annotations[v1.MirrorPodAnnotationKey]
+	return ok
+}
+
+func isDaemonSetPod(pod *v1.Pod) bool {
+	for _, ref := range pod.OwnerReferences {
+		if ref.Controller != nil && *ref.Controller && ref.Kind == "DaemonSet" {
+			return true
+		}
+	}
+	return false
+}
+
+// Window is the reclaim deadline and the margin every evicted pod must finish before it.
+type Window struct {
+	// Deadline is when the machine is reclaimed; zero when no interruption is pending.
+	Deadline time.Time
+	// SafetyMargin is how long before Deadline every evicted pod must be gone.
+	SafetyMargin time.Duration
+}
+
+// End is the moment by which every evicted pod must have finished terminating.
+func (w Window) End() time.Time { return w.Deadline.Add(-w.SafetyMargin) }
+
+// HasDeadline reports whether an interruption deadline is pending.
+func (w Window) HasDeadline() bool { return !w.Deadline.IsZero() }
+
+// Plan is what the eviction loop intends for one pod.
+type Plan struct {
+	// Skip is set when the pod is left alone; the other fields are then meaningless except
+	// for Due (zero).
+	Skip SkipReason
+	// Due is the upstream NoExecute time: when kube-controller-manager's taint eviction would
+	// delete the pod, anchored on each taint's timeAdded. Zero when it tolerates forever.
+	Due time.Time
+	// DueTaint is the taint that decides Due (for logs and `reprieve plan`).
+	DueTaint *v1.Taint
+	// Grace is the pod's own termination grace period.
+	Grace time.Duration
+	// Latest is the last moment the pod can be evicted with its full grace and still be gone
+	// by the window's end; zero without a deadline.
+	Latest time.Time
+	// EvictAt is when the eviction is due: min(Due, Latest).
+	EvictAt time.Time
+	// ByDeadline is true when Latest, not Due, decides EvictAt.
+	ByDeadline bool
+}
+
+// PlanPod computes when pod is to be evicted, from the node's NoExecute taints (each with
+// TimeAdded set, see FillTimeAdded) and the reclaim window. It is pure: the same inputs give the
+// same plan, so a restarted agent re-plans to the same times.
+func PlanPod(pod *v1.Pod, taints []v1.Taint, w Window, filter PodFilter, comparisonOperators bool) Plan {
+	if r := filter.Skip(pod); r != SkipNone {
+		return Plan{Skip: r}
+	}
+	due, dueTaint, anyNoExecute := NoExecuteDue(pod.Spec.Tolerations, taints, comparisonOperators)
+	if !anyNoExecute {
+		return Plan{Skip: SkipNoNoExecuteTaint}
+	}
+	if due.IsZero() {
+		// Upstream semantics: a pod that tolerates every NoExecute taint forever stays, even
+		// when the machine is going away (it chose to; DaemonSet-like agents rely on it).
+		return Plan{Skip: SkipTolerateForever}
+	}
+	p := Plan{Due: due, DueTaint: dueTaint, Grace: PodGrace(pod), EvictAt: due}
+	if w.HasDeadline() {
+		p.Latest = w.End().Add(-p.Grace)
+		if p.Latest.Before(p.Due) {
+			p.EvictAt = p.Latest
+			p.ByDeadline = true
+		}
+	}
+	return p
+}
+
+// NoExecuteDue mirrors kube-controller-manager's taint eviction (processPodOnNode and
+// getMinTolerationTime in pkg/controller/tainteviction/taint_eviction.go), with one change:
+// each taint's time is anchored on its timeAdded instead of on when a controller happened to
+// observe it, as the DRA device-taint controller does, so that restarts reset nothing.
+//
+// For every NoExecute taint the first toleration in spec order that tolerates it is used:
+// none tolerates it: timeAdded; tolerationSeconds <= 0: timeAdded; finite: timeAdded + s;
+// unset: never. due is the earliest of these (zero when all are never), taint the one that
+// decides it, and anyNoExecute whether the node has a NoExecute taint at all.
+func NoExecuteDue(tolerations []v1.Toleration, taints []v1.Taint, comparisonOperators bool) (due time.Time, taint *v1.Taint, anyNoExecute bool) {
+	logger := klog.Background()
+	for i := range taints {
+		t := &taints[i]
+		if t.Effect != v1.TaintEffectNoExecute {
+			continue
+		}
+		anyNoExecute = true
+		var anchor time.Time
+		if t.TimeAdded != nil {
+			anchor = t.TimeAdded.Time
+		}
+		var tol *v1.Toleration
+		for j := range tolerations {
+			if tolerations[j].ToleratesTaint(logger, t, comparisonOperators) {
+				tol = &tolerations[j]
+				break
+			}
+		}
+		at := anchor
+		switch {
+		case tol == nil:
+		case tol.TolerationSeconds == nil:
+			continue
+		case *tol.TolerationSeconds > 0:
+			at = anchor.Add(time.Duration(*tol.TolerationSeconds) * time.Second)
+		}
+		if due.IsZero() || at.Before(due) {
+			due, taint = at, t
+		}
+	}
+	return due, taint, anyNoExecute
+}
+
+// PodGrace is the pod's termination grace period as the kubelet would use it.
+func PodGrace(pod *v1.Pod) time.Duration {
+	if pod.Spec.TerminationGracePeriodSeconds == nil {
+		return DefaultGracePeriod
+	}
+	g := time.Duration(*pod.Spec.TerminationGracePeriodSeconds) * time.Second
+	if g < 0 {
+		return 0
+	}
+	return g
+}
+
+// GraceAt is the grace to give a pod evicted at now: its own grace, shortened so that it is
+// gone by the window's end, and never below one second. Without a deadline it is the pod's own.
+// The result is whole seconds, rounded down, because the API takes whole seconds and rounding
+// up would overshoot the window.
+func GraceAt(grace time.Duration, w Window, now time.Time) time.Duration {
+	if w.HasDeadline() {
+		if left := w.End().Sub(now); left < grace {
+			grace = left
+		}
+	}
+	grace = grace.Truncate(time.Second)
+	if grace < minGrace {
+		grace = minGrace
+	}
+	return grace
+}
+
+// NeedsShortening reports whether a pod that is already terminating (deleted by someone else,
+// for example kube-controller-manager with the pod's full grace) would outlive the window, and
+// so needs a DELETE with a shorter grace. Later DELETEs can only shorten a pod's grace.
+func NeedsShortening(pod *v1.Pod, w Window) bool {
+	if pod.DeletionTimestamp == nil || !w.HasDeadline() {
+		return false
+	}
+	return pod.DeletionTimestamp.After(w.End())
+}

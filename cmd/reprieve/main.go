@@ -1,0 +1,130 @@
+// Command reprieve is the node agent: it turns cloud interruption notices into taints on its own
+// node and graceful, deadline-clamped evictions of the node's pods.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/providers"
+	"github.com/reprieve-dev/reprieve/providers/aws"
+)
+
+// version is set at build time: -ldflags "-X main.version=v0.1.0".
+var version = "dev"
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+// run returns the process's exit status: 0 on a clean stop, 1 on a failure while running, 2 on
+// bad usage (a flag or variable that does not parse, an invalid configuration).
+func run(args []string) int {
+	agent.Version = version
+	if len(args) > 0 && args[0] == "version" {
+		fmt.Printf("reprieve %s (%s)\n", version, runtime.Version())
+		return 0
+	}
+
+	cfg := agent.DefaultConfig()
+	fs := pflag.NewFlagSet("reprieve", pflag.ContinueOnError)
+	cfg.AddFlags(fs)
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	fs.AddGoFlag(klogFlags.Lookup("v"))
+	fs.Usage = func() {
+		fmt.Fprintf(os.Stderr, "Usage: reprieve [flags]\n       reprieve version\n\nEvery flag also reads $REPRIEVE_<FLAG> (dashes as underscores).\n\n%s", fs.FlagUsages())
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(os.Stderr, "reprieve: %v\n", err)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "reprieve: unknown command %q (want no argument, or version)\n", fs.Arg(0))
+		return 2
+	}
+	if err := agent.ApplyEnv(fs, "REPRIEVE_", os.LookupEnv); err != nil {
+		fmt.Fprintf(os.Stderr, "reprieve: %v\n", err)
+		return 2
+	}
+	cfg.ApplyFallbacks(os.LookupEnv)
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(os.Stderr, "reprieve: invalid configuration:\n%v\n", err)
+		return 2
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	logger := klog.Background()
+	ctx = klog.NewContext(ctx, logger)
+
+	if err := start(ctx, cfg); err != nil {
+		logger.Error(err, "reprieve failed")
+		klog.Flush()
+		return 1
+	}
+	klog.Flush()
+	return 0
+}
+
+// start wires the dependencies and runs the agent until ctx ends.
+func start(ctx context.Context, cfg agent.Config) error {
+	restCfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+		&clientcmd.ClientConfigLoadingRules{ExplicitPath: cfg.Kubeconfig}, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return fmt.Errorf("loading the Kubernetes client configuration: %w", err)
+	}
+	restCfg.QPS, restCfg.Burst = cfg.KubeAPIQPS, cfg.KubeAPIBurst
+	restCfg.UserAgent = "reprieve/" + version
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("creating the Kubernetes client: %w", err)
+	}
+	provider, err := newProvider(cfg)
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	a, err := agent.New(cfg, agent.Deps{Client: client, Provider: provider, Clock: clock.RealClock{}, Registerer: reg, Gatherer: reg})
+	if err != nil {
+		return fmt.Errorf("creating the agent: %w", err)
+	}
+	return a.Run(ctx)
+}
+
+// newProvider returns the provider the flags name; nil for none (the agent reads its node's
+// deadline annotation).
+func newProvider(cfg agent.Config) (providers.Provider, error) {
+	switch cfg.Provider {
+	case "aws", "auto":
+		// Only AWS is implemented so far: auto means AWS until the other clouds land.
+		p, err := aws.New(aws.Options{Endpoint: cfg.AWSIMDSEndpoint})
+		if err != nil {
+			return nil, fmt.Errorf("creating the AWS provider: %w", err)
+		}
+		return p, nil
+	case "none":
+		return nil, nil
+	default:
+		return nil, fmt.Errorf("--provider %s: not implemented yet (use aws or none)", cfg.Provider)
+	}
+}

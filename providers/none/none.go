@@ -1,0 +1,51 @@
+// Package none is the provider for machines without a cloud to watch: the reclaim deadline is
+// whatever an operator (or another tool) writes into the node annotation
+// reprieve.io/reclaim-deadline, and removing the annotation withdraws it.
+package none
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/reprieve-dev/reprieve/providers"
+)
+
+// Name is the provider's flag value.
+const Name = "none"
+
+// Provider reads the deadline from a node annotation through lookup. It is used by one poller
+// at a time.
+type Provider struct {
+	lookup func() (value string, ok bool)
+	last   []providers.Notice
+}
+
+// New returns a provider that calls lookup for the annotation's current value.
+func New(lookup func() (string, bool)) *Provider { return &Provider{lookup: lookup} }
+
+// Name implements providers.Provider.
+func (p *Provider) Name() string { return Name }
+
+// Poll returns one interruption notice while the annotation holds an RFC 3339 time. A value
+// that does not parse is an error (the caller keeps its previous state), not a withdrawal.
+func (p *Provider) Poll(context.Context) ([]providers.Notice, error) {
+	v, ok := p.lookup()
+	if !ok {
+		p.last = nil
+		return nil, nil
+	}
+	d, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return p.last, fmt.Errorf("parsing node annotation reprieve.io/reclaim-deadline %q: want RFC 3339 (2006-01-02T15:04:05Z): %w", v, err)
+	}
+	p.last = []providers.Notice{{
+		Provider:    Name,
+		Kind:        providers.KindSpotInterruption,
+		ID:          providers.HashID(Name, v),
+		Deadline:    d,
+		Action:      "terminate",
+		Description: "reclaim deadline set on the node annotation",
+	}}
+	return p.last, nil
+}

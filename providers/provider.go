@@ -1,0 +1,89 @@
+// Package providers defines what reprieve learns from a cloud: notices that a machine is going
+// away (with a reclaim deadline) or that it should be avoided (soft notices without one).
+package providers
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"sort"
+	"time"
+)
+
+// Kind says what a notice announces.
+type Kind string
+
+// The kinds of notice reprieve understands. Each cloud maps its own vocabulary onto these.
+const (
+	// KindSpotInterruption: the cloud reclaims a spot or preemptible machine at the deadline.
+	KindSpotInterruption Kind = "spot-interruption"
+	// KindRebalanceRecommendation: the machine is at elevated risk of interruption; no deadline.
+	KindRebalanceRecommendation Kind = "rebalance-recommendation"
+	// KindScheduledMaintenance: a scheduled stop, reboot or retirement starting at the deadline.
+	KindScheduledMaintenance Kind = "scheduled-maintenance"
+)
+
+// Notice is one thing the cloud says about this machine, as long as it says it. Providers
+// report the complete set of notices in force at every poll; a notice that is no longer
+// reported has been withdrawn (a cancelled or completed event).
+type Notice struct {
+	// Provider names the cloud that gave the notice ("aws").
+	Provider string
+	// Kind says what the notice announces.
+	Kind Kind
+	// ID is stable for the life of the notice: the cloud's event ID, or a hash of the payload
+	// when the cloud gives none.
+	ID string
+	// NoticeTime is when the cloud posted the notice, or when reprieve first saw it.
+	NoticeTime time.Time
+	// Deadline is when the machine is reclaimed or the event starts; zero when there is none.
+	Deadline time.Time
+	// Action is the cloud's word for what happens ("terminate", "stop", "system-reboot").
+	Action string
+	// Description is free text from the cloud, for logs and events.
+	Description string
+}
+
+// Interrupts reports whether the notice ends the machine's pods at its deadline.
+func (n Notice) Interrupts() bool {
+	return !n.Deadline.IsZero() && n.Kind != KindRebalanceRecommendation
+}
+
+// Provider reports the notices a cloud currently has for this machine.
+type Provider interface {
+	// Name is the provider's flag value ("aws", "none").
+	Name() string
+	// Poll returns every notice in force now. When one of the provider's sources fails, Poll
+	// returns an error together with the best knowledge it has: the last answer that source
+	// gave, never an invented notice and never a silently dropped one.
+	Poll(ctx context.Context) ([]Notice, error)
+}
+
+// HashID derives a stable notice ID from the parts of a payload that identify it, for clouds
+// that give none (AWS's spot notice). The same parts always give the same ID.
+func HashID(parts ...string) string {
+	h := sha256.New()
+	for _, p := range parts {
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// Sort orders notices by deadline (none last), then kind and ID, so that logs and decisions do
+// not depend on the order a cloud listed them in.
+func Sort(ns []Notice) {
+	sort.SliceStable(ns, func(i, j int) bool {
+		a, b := ns[i], ns[j]
+		if a.Deadline.IsZero() != b.Deadline.IsZero() {
+			return !a.Deadline.IsZero()
+		}
+		if !a.Deadline.Equal(b.Deadline) {
+			return a.Deadline.Before(b.Deadline)
+		}
+		if a.Kind != b.Kind {
+			return a.Kind < b.Kind
+		}
+		return a.ID < b.ID
+	})
+}
