@@ -18,9 +18,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -64,6 +65,7 @@ type Agent struct {
 	podLister               corelisters.PodLister
 	queue                   workqueue.TypedDelayingInterface[string]
 	writer                  *nodeWriter
+	evictFn                 func(context.Context, *policyv1.Eviction) error
 	nodeChanged             chan struct{}
 	ready                   atomic.Bool
 
@@ -151,6 +153,7 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	a.queue = workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{
 		Clock: deps.Clock, Name: "",
 	})
+	a.evictFn = postEviction(deps.Client)
 	a.writer = &nodeWriter{client: deps.Client, nodeName: cfg.NodeName, dryRun: cfg.DryRun, cached: a.cachedNode}
 	return a, nil
 }

@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"time"
 
-	policyv1 "k8s.io/api/policy/v1"
 	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 )
@@ -18,6 +19,10 @@ import (
 // request's own latency does not push the pod's end past the window and cost it a second of
 // grace (graces are whole seconds, rounded down).
 const evictionLead = 250 * time.Millisecond
+
+// requestTimeout bounds one eviction or delete request, so that a hanging API server holds a
+// worker for seconds, not for the whole window.
+const requestTimeout = 5 * time.Second
 
 // Backoff for evictions that a PodDisruptionBudget blocks (429) or that fail, as karpenter's
 // eviction queue does: 100 ms doubling to 10 s, never past the point where the deadline forces
@@ -174,10 +179,24 @@ func (a *Agent) evict(ctx context.Context, pod *v1.Pod, grace time.Duration) err
 			Preconditions:      &metav1.Preconditions{UID: &uid},
 		},
 	}
-	if err := a.client.CoreV1().Pods(pod.Namespace).EvictV1(ctx, ev); err != nil {
+	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	if err := a.evictFn(rctx, ev); err != nil {
 		return fmt.Errorf("evicting pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	return nil
+}
+
+// postEviction creates the eviction without client-go's own retries. Not EvictV1: client-go
+// retries a 429 that carries Retry-After up to ten times inside the call, which hid a
+// PodDisruptionBudget refusal for most of a reclaim window. The eviction loop does its own
+// backoff, bounded by the deadline, so the request must return at once.
+func postEviction(client kubernetes.Interface) func(context.Context, *policyv1.Eviction) error {
+	return func(ctx context.Context, ev *policyv1.Eviction) error {
+		return client.CoreV1().RESTClient().Post().
+			Namespace(ev.Namespace).Resource("pods").Name(ev.Name).SubResource("eviction").
+			MaxRetries(0).Body(ev).Do(ctx).Error()
+	}
 }
 
 // deletePod deletes pod with grace and a UID precondition. On a pod that is already terminating
@@ -189,7 +208,9 @@ func (a *Agent) deletePod(ctx context.Context, pod *v1.Pod, grace time.Duration)
 	}
 	secs := int64(grace / time.Second)
 	uid := pod.UID
-	err := a.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	err := a.client.CoreV1().Pods(pod.Namespace).Delete(rctx, pod.Name, metav1.DeleteOptions{
 		GracePeriodSeconds: &secs,
 		Preconditions:      &metav1.Preconditions{UID: &uid},
 	})

@@ -82,6 +82,9 @@ func New(opts Options) (*Provider, error) {
 			o.MaxAttempts = 2
 			o.MaxBackoff = 100 * time.Millisecond
 		}),
+		// Without this, imds.New wraps the Retryer in retry.AddWithMaxBackoffDelay(1s),
+		// whose backoff replaces the 100 ms above.
+		DisableDefaultMaxBackoff: true,
 	})
 	return &Provider{
 		client:    client,
@@ -112,7 +115,7 @@ func (p *Provider) Poll(ctx context.Context) ([]providers.Notice, error) {
 				results[i] = result{err: err}
 				return
 			}
-			ns, err := p.parse(src, body, found)
+			ns, err := parse(src, body, found)
 			results[i] = result{notices: ns, err: err}
 		}()
 	}
@@ -120,12 +123,16 @@ func (p *Provider) Poll(ctx context.Context) ([]providers.Notice, error) {
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	now := p.clock.Now()
 	var all []providers.Notice
 	var errs []error
 	for i, src := range sources {
 		if results[i].err != nil {
 			errs = append(errs, results[i].err)
 		} else {
+			// Stamped here, under p.mu, not in the goroutines: they run concurrently and
+			// firstSeen is shared.
+			p.stampFirstSeen(results[i].notices, now)
 			p.last[src] = results[i].notices
 		}
 		all = append(all, p.last[src]...)
@@ -171,7 +178,7 @@ func (e *SourceError) StatusCode() int {
 	return 0
 }
 
-func (p *Provider) parse(src string, body []byte, found bool) ([]providers.Notice, error) {
+func parse(src string, body []byte, found bool) ([]providers.Notice, error) {
 	if !found {
 		return nil, nil
 	}
@@ -190,7 +197,12 @@ func (p *Provider) parse(src string, body []byte, found bool) ([]providers.Notic
 	if err != nil {
 		return nil, &SourceError{Path: src, Err: err}
 	}
-	now := p.clock.Now()
+	return ns, nil
+}
+
+// stampFirstSeen gives notices without a time of their own the time reprieve first saw them.
+// The caller holds p.mu.
+func (p *Provider) stampFirstSeen(ns []providers.Notice, now time.Time) {
 	for i := range ns {
 		if ns[i].NoticeTime.IsZero() {
 			t, ok := p.firstSeen[ns[i].ID]
@@ -201,7 +213,6 @@ func (p *Provider) parse(src string, body []byte, found bool) ([]providers.Notic
 			ns[i].NoticeTime = t
 		}
 	}
-	return ns, nil
 }
 
 // spotInstanceAction is the document at spot/instance-action.

@@ -6,6 +6,7 @@ package none
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/reprieve-dev/reprieve/providers"
@@ -37,7 +38,7 @@ func (p *Provider) Poll(context.Context) ([]providers.Notice, error) {
 	}
 	d, err := time.Parse(time.RFC3339, v)
 	if err != nil {
-		return p.last, fmt.Errorf("parsing node annotation reprieve.io/reclaim-deadline %q: want RFC 3339 (2006-01-02T15:04:05Z): %w", v, err)
+		return slices.Clone(p.last), fmt.Errorf("parsing node annotation reprieve.io/reclaim-deadline %q: want RFC 3339 (2006-01-02T15:04:05Z): %w", v, err)
 	}
 	p.last = []providers.Notice{{
 		Provider:    Name,
@@ -47,5 +48,7 @@ func (p *Provider) Poll(context.Context) ([]providers.Notice, error) {
 		Action:      "terminate",
 		Description: "reclaim deadline set on the node annotation",
 	}}
-	return p.last, nil
+	// A copy, so that a caller that sorts or edits what it got cannot change what the next
+	// failed poll reports.
+	return slices.Clone(p.last), nil
 }

@@ -1,0 +1,112 @@
+package agent
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+	v1 "k8s.io/api/core/v1"
+)
+
+func parse(t *testing.T, args []string, env map[string]string) (Config, error) {
+	t.Helper()
+	cfg := DefaultConfig()
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	cfg.AddFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	if err := ApplyEnv(fs, "REPRIEVE_", lookup); err != nil {
+		return cfg, err
+	}
+	cfg.ApplyFallbacks(lookup)
+	return cfg, cfg.Validate()
+}
+
+func TestConfigDefaultsAndEnv(t *testing.T) {
+	cfg, err := parse(t, []string{"--node-name=n1"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Provider != "auto" || cfg.PollInterval != time.Second || cfg.SafetyMargin != 5*time.Second ||
+		cfg.InterruptionTaint != "cloud=spot:NoExecute" || cfg.AWSIMDSEndpoint != "http://169.254.169.254" || cfg.MaintenanceLead != 10*time.Minute {
+		t.Errorf("defaults = %+v", cfg)
+	}
+
+	cfg, err = parse(t, nil, map[string]string{
+		"REPRIEVE_NODE_NAME": "from-env", "REPRIEVE_POLL_INTERVAL": "2s", "REPRIEVE_DRY_RUN": "true",
+		"REPRIEVE_SAFETY_MARGIN": "10s", "NODE_NAME": "ignored",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.NodeName != "from-env" || cfg.PollInterval != 2*time.Second || !cfg.DryRun || cfg.SafetyMargin != 10*time.Second {
+		t.Errorf("env values not applied: %+v", cfg)
+	}
+
+	// A flag on the command line wins over its variable.
+	cfg, err = parse(t, []string{"--node-name=flag"}, map[string]string{"REPRIEVE_NODE_NAME": "env"})
+	if err != nil || cfg.NodeName != "flag" {
+		t.Errorf("flag should win: %q, %v", cfg.NodeName, err)
+	}
+	// The downward API's NODE_NAME and KUBECONFIG are fallbacks.
+	cfg, err = parse(t, nil, map[string]string{"NODE_NAME": "dn", "KUBECONFIG": "/k", "POD_NAME": "p", "POD_NAMESPACE": "ns"})
+	if err != nil || cfg.NodeName != "dn" || cfg.Kubeconfig != "/k" || cfg.PodName != "p" || cfg.PodNamespace != "ns" {
+		t.Errorf("fallbacks: %+v, %v", cfg, err)
+	}
+}
+
+func TestConfigErrorsNameTheFlag(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want []string
+	}{
+		{"missing node name", nil, nil, []string{"--node-name"}},
+		{"bad env duration", []string{"--node-name=n"}, map[string]string{"REPRIEVE_POLL_INTERVAL": "soon"}, []string{"--poll-interval", "REPRIEVE_POLL_INTERVAL", "soon"}},
+		{"bad env bool", []string{"--node-name=n"}, map[string]string{"REPRIEVE_DRY_RUN": "maybe"}, []string{"--dry-run"}},
+		{"unknown provider", []string{"--node-name=n", "--provider=oracle"}, nil, []string{"--provider", "oracle"}},
+		{"taint syntax", []string{"--node-name=n", "--interruption-taint=cloud"}, nil, []string{"--interruption-taint", "key[=value]:Effect"}},
+		{"taint effect", []string{"--node-name=n", "--interruption-taint=cloud=spot:Sometimes"}, nil, []string{"--interruption-taint", "Sometimes"}},
+		{"interruption taint must evict", []string{"--node-name=n", "--interruption-taint=cloud=spot:NoSchedule"}, nil, []string{"--interruption-taint", "NoExecute"}},
+		{"bad taint key", []string{"--node-name=n", "--interruption-taint=-bad-=x:NoExecute"}, nil, []string{"--interruption-taint", "key"}},
+		{"soft taint outside reprieve.io", []string{"--node-name=n", "--rebalance-taint=foo=bar:PreferNoSchedule"}, nil, []string{"--rebalance-taint", "reprieve.io/"}},
+		{"soft taint must not evict", []string{"--node-name=n", "--maintenance-taint=reprieve.io/m=x:NoExecute"}, nil, []string{"--maintenance-taint"}},
+		{"negative margin", []string{"--node-name=n", "--safety-margin=-1s"}, nil, []string{"--safety-margin"}},
+		{"poll too fast", []string{"--node-name=n", "--poll-interval=10ms"}, nil, []string{"--poll-interval"}},
+		{"every problem at once", []string{"--provider=x", "--safety-margin=-1s"}, nil, []string{"--node-name", "--provider", "--safety-margin"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parse(t, tc.args, tc.env)
+			if err == nil {
+				t.Fatal("want an error")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestParseTaint(t *testing.T) {
+	got, err := ParseTaint("example.com/key=value:PreferNoSchedule")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := v1.Taint{Key: "example.com/key", Value: "value", Effect: v1.TaintEffectPreferNoSchedule}
+	if got != want {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+	if got, err := ParseTaint("k:NoExecute"); err != nil || got.Value != "" {
+		t.Errorf("key without value: %+v, %v", got, err)
+	}
+	if _, err := ParseTaint("k=" + strings.Repeat("v", 64) + ":NoExecute"); err == nil {
+		t.Error("a value over 63 characters must be refused")
+	}
+}

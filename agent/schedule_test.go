@@ -1,0 +1,274 @@
+package agent
+
+import (
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+func taint(key, value string, effect v1.TaintEffect, added time.Time) v1.Taint {
+	t := v1.Taint{Key: key, Value: value, Effect: effect}
+	if !added.IsZero() {
+		t.TimeAdded = &metav1.Time{Time: added}
+	}
+	return t
+}
+
+func tol(key string, op v1.TolerationOperator, value string, effect v1.TaintEffect, secs *int64) v1.Toleration {
+	return v1.Toleration{Key: key, Operator: op, Value: value, Effect: effect, TolerationSeconds: secs}
+}
+
+func secs(s int64) *int64 { return &s }
+
+func pod(tolerations ...v1.Toleration) *v1.Pod {
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "uid-1"},
+		Spec:       v1.PodSpec{Tolerations: tolerations},
+		Status:     v1.PodStatus{Phase: v1.PodRunning},
+	}
+}
+
+func withGrace(p *v1.Pod, s int64) *v1.Pod { p.Spec.TerminationGracePeriodSeconds = &s; return p }
+
+// TestNoExecuteDue covers the upstream semantics of getMinTolerationTime and ToleratesTaint
+// (pkg/controller/tainteviction, k8s.io/api core/v1 toleration.go), anchored on timeAdded.
+func TestNoExecuteDue(t *testing.T) {
+	spot := taint("cloud", "spot", v1.TaintEffectNoExecute, t0)
+	later := taint("other", "", v1.TaintEffectNoExecute, t0.Add(20*time.Second))
+	noSched := taint("cloud", "spot", v1.TaintEffectNoSchedule, t0)
+	tests := []struct {
+		name        string
+		tolerations []v1.Toleration
+		taints      []v1.Taint
+		wantDue     time.Time // zero: never
+		wantAny     bool
+		wantTaint   string
+	}{
+		{name: "no taints", wantAny: false},
+		{name: "only NoSchedule taints do not evict", taints: []v1.Taint{noSched}, wantAny: false},
+		{name: "not tolerated: timeAdded", taints: []v1.Taint{spot}, wantDue: t0, wantAny: true, wantTaint: "cloud"},
+		{name: "finite toleration: timeAdded + s", taints: []v1.Taint{spot},
+			tolerations: []v1.Toleration{tol("cloud", v1.TolerationOpEqual, "spot", v1.TaintEffectNoExecute, secs(30))},
+			wantDue:     t0.Add(30 * time.Second), wantAny: true, wantTaint: "cloud"},
+		{name: "unset tolerationSeconds: never", taints: []v1.Taint{spot},
+			tolerations: []v1.Toleration{tol("cloud", v1.TolerationOpExists, "", v1.TaintEffectNoExecute, nil)},
+			wantAny:     true},
+		{name: "zero tolerationSeconds: timeAdded", taints: []v1.Taint{spot},
+			tolerations: []v1.Toleration{tol("cloud", v1.TolerationOpExists, "", v1.TaintEffectNoExecute, secs(0))},
+			wantDue:     t0, wantAny: true, wantTaint: "cloud"},
+		{name: "negative tolerationSeconds: timeAdded", taints: []v1.Taint{spot},
+			tolerations: []v1.Toleration{tol("cloud", v1.TolerationOpExists, "", v1.TaintEffectNoExecute, secs(-5))},
+			wantDue:     t0, wantAny: true, wantTaint: "cloud"},
+		{name: "first matching toleration in spec order wins (finite before forever)", taints: []v1.Taint{spot},
+			tolerations: []v1.Toleration{
+				tol("cloud", v1.TolerationOpExists, "", v1.TaintEffectNoExecute, secs(10)),
+				tol("cloud", v1.TolerationOpExists, "", v1.TaintEffectNoExecute, nil),
+			},
+			wantDue: t0.Add(10 * time.Second), wantAny: true, wantTaint: "cloud"},
+		{name: "first matching toleration in spec order wins (forever before finite)", taints: []v1.Taint{spot},
+			tolerations: []v1.Toleration{
+				tol("cloud", v1.TolerationOpExists, "", v1.TaintEffectNoExecute, nil),
+				tol("cloud", v1.TolerationOpExists, "", v1.TaintEffectNoExecute, secs(10)),
+			},
+			wantAny: true},
+		{name: "empty effect matches NoExecute", taints: []v1.Taint{spot},
+			tolerations: []v1.Toleration{tol("cloud", v1.TolerationOpEqual, "spot", "", nil)},
+			wantAny:     true},
+		{name: "empty key with Exists tolerates every taint", taints: []v1.Taint{spot, later},
+			tolerations: []v1.Toleration{tol("", v1.TolerationOpExists, "", "", nil)},
+			wantAny:     true},
+		{name: "Equal with empty value does not match a non-empty value", taints: []v1.Taint{spot},
+			tolerations: []v1.Toleration{tol("cloud", v1.TolerationOpEqual, "", v1.TaintEffectNoExecute, nil)},
+			wantDue:     t0, wantAny: true, wantTaint: "cloud"},
+		{name: "empty operator means Equal", taints: []v1.Taint{spot},
+			tolerations: []v1.Toleration{tol("cloud", "", "spot", v1.TaintEffectNoExecute, secs(7))},
+			wantDue:     t0.Add(7 * time.Second), wantAny: true, wantTaint: "cloud"},
+		{name: "NoSchedule toleration does not tolerate NoExecute", taints: []v1.Taint{spot},
+			tolerations: []v1.Toleration{tol("cloud", v1.TolerationOpExists, "", v1.TaintEffectNoSchedule, nil)},
+			wantDue:     t0, wantAny: true, wantTaint: "cloud"},
+		{name: "one of two taints untolerated: that taint's timeAdded", taints: []v1.Taint{spot, later},
+			tolerations: []v1.Toleration{tol("cloud", v1.TolerationOpExists, "", v1.TaintEffectNoExecute, nil)},
+			wantDue:     later.TimeAdded.Time, wantAny: true, wantTaint: "other"},
+		{name: "minimum over taints, each anchored on its own timeAdded", taints: []v1.Taint{spot, later},
+			tolerations: []v1.Toleration{
+				tol("cloud", v1.TolerationOpExists, "", v1.TaintEffectNoExecute, secs(60)),
+				tol("other", v1.TolerationOpExists, "", v1.TaintEffectNoExecute, secs(5)),
+			},
+			wantDue: t0.Add(25 * time.Second), wantAny: true, wantTaint: "other"},
+		{name: "Lt/Gt do not match while the feature gate is off", taints: []v1.Taint{taint("gen", "5", v1.TaintEffectNoExecute, t0)},
+			tolerations: []v1.Toleration{tol("gen", v1.TolerationOpGt, "3", v1.TaintEffectNoExecute, nil)},
+			wantDue:     t0, wantAny: true, wantTaint: "gen"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			due, dt, anyNE := NoExecuteDue(tc.tolerations, tc.taints, false)
+			if !due.Equal(tc.wantDue) {
+				t.Errorf("due = %v, want %v", due, tc.wantDue)
+			}
+			if anyNE != tc.wantAny {
+				t.Errorf("anyNoExecute = %v, want %v", anyNE, tc.wantAny)
+			}
+			gotKey := ""
+			if dt != nil {
+				gotKey = dt.Key
+			}
+			if gotKey != tc.wantTaint {
+				t.Errorf("deciding taint = %q, want %q", gotKey, tc.wantTaint)
+			}
+		})
+	}
+}
+
+func TestNoExecuteDueComparisonOperators(t *testing.T) {
+	taints := []v1.Taint{taint("gen", "5", v1.TaintEffectNoExecute, t0)}
+	tols := []v1.Toleration{tol("gen", v1.TolerationOpGt, "3", v1.TaintEffectNoExecute, nil)}
+	if due, _, _ := NoExecuteDue(tols, taints, true); !due.IsZero() {
+		t.Errorf("with the gate on, Gt 3 should tolerate 5 forever; due = %v", due)
+	}
+}
+
+func TestPlanPod(t *testing.T) {
+	spot := []v1.Taint{taint("cloud", "spot", v1.TaintEffectNoExecute, t0)}
+	deadline := t0.Add(120 * time.Second)
+	w := Window{Deadline: deadline, SafetyMargin: 5 * time.Second}
+	tolSpot := func(s *int64) v1.Toleration {
+		return tol("cloud", v1.TolerationOpEqual, "spot", v1.TaintEffectNoExecute, s)
+	}
+	tests := []struct {
+		name           string
+		pod            *v1.Pod
+		window         Window
+		wantSkip       SkipReason
+		wantEvictAt    time.Time
+		wantLatest     time.Time
+		wantByDeadline bool
+		wantGrace      time.Duration
+	}{
+		{name: "untolerated: at timeAdded", pod: withGrace(pod(), 10), window: w,
+			wantEvictAt: t0, wantLatest: deadline.Add(-15 * time.Second), wantGrace: 10 * time.Second},
+		{name: "unset grace defaults to 30s", pod: pod(), window: w,
+			wantEvictAt: t0, wantLatest: deadline.Add(-35 * time.Second), wantGrace: 30 * time.Second},
+		{name: "short toleration: at timeAdded + s", pod: withGrace(pod(tolSpot(secs(20))), 10), window: w,
+			wantEvictAt: t0.Add(20 * time.Second), wantLatest: deadline.Add(-15 * time.Second), wantGrace: 10 * time.Second},
+		{name: "long toleration: clamped to latest", pod: withGrace(pod(tolSpot(secs(600))), 30), window: w,
+			wantEvictAt: deadline.Add(-35 * time.Second), wantLatest: deadline.Add(-35 * time.Second), wantByDeadline: true, wantGrace: 30 * time.Second},
+		{name: "grace longer than the window: latest is already past", pod: withGrace(pod(), 300), window: w,
+			wantEvictAt: deadline.Add(-305 * time.Second), wantLatest: deadline.Add(-305 * time.Second), wantByDeadline: true, wantGrace: 300 * time.Second},
+		{name: "without a deadline: upstream time only", pod: withGrace(pod(tolSpot(secs(600))), 30), window: Window{SafetyMargin: 5 * time.Second},
+			wantEvictAt: t0.Add(600 * time.Second), wantGrace: 30 * time.Second},
+		{name: "tolerates forever: left alone even with a deadline", pod: pod(tolSpot(nil)), window: w, wantSkip: SkipTolerateForever},
+		{name: "finished pod", pod: func() *v1.Pod { p := pod(); p.Status.Phase = v1.PodSucceeded; return p }(), window: w, wantSkip: SkipFinished},
+		{name: "failed pod", pod: func() *v1.Pod { p := pod(); p.Status.Phase = v1.PodFailed; return p }(), window: w, wantSkip: SkipFinished},
+		{name: "mirror pod", pod: func() *v1.Pod {
+			p := pod()
+			p.Annotations = map[string]string{v1.MirrorPodAnnotationKey: "x"}
+			return p
+		}(), window: w, wantSkip: SkipMirror},
+		{name: "DaemonSet pod", pod: func() *v1.Pod {
+			p := pod()
+			p.OwnerReferences = []metav1.OwnerReference{{Kind: "DaemonSet", Name: "ds", Controller: ptr(true)}}
+			return p
+		}(), window: w, wantSkip: SkipDaemonSet},
+		{name: "non-controller DaemonSet reference is not a DaemonSet pod", pod: func() *v1.Pod {
+			p := withGrace(pod(), 1)
+			p.OwnerReferences = []metav1.OwnerReference{{Kind: "DaemonSet", Name: "ds"}}
+			return p
+		}(), window: w, wantEvictAt: t0, wantLatest: deadline.Add(-6 * time.Second), wantGrace: time.Second},
+		{name: "reprieve's own pod", pod: func() *v1.Pod { p := pod(); p.Name = "reprieve-abc"; p.Namespace = "kube-system"; return p }(),
+			window: w, wantSkip: SkipSelf},
+	}
+	filter := PodFilter{SelfNamespace: "kube-system", SelfName: "reprieve-abc"}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := PlanPod(tc.pod, spot, tc.window, filter, false)
+			if p.Skip != tc.wantSkip {
+				t.Fatalf("skip = %q, want %q", p.Skip, tc.wantSkip)
+			}
+			if tc.wantSkip != SkipNone {
+				return
+			}
+			if !p.EvictAt.Equal(tc.wantEvictAt) {
+				t.Errorf("evictAt = %v, want %v", p.EvictAt, tc.wantEvictAt)
+			}
+			if !p.Latest.Equal(tc.wantLatest) {
+				t.Errorf("latest = %v, want %v", p.Latest, tc.wantLatest)
+			}
+			if p.ByDeadline != tc.wantByDeadline {
+				t.Errorf("byDeadline = %v, want %v", p.ByDeadline, tc.wantByDeadline)
+			}
+			if p.Grace != tc.wantGrace {
+				t.Errorf("grace = %v, want %v", p.Grace, tc.wantGrace)
+			}
+		})
+	}
+}
+
+func TestPlanPodDaemonSetOptIn(t *testing.T) {
+	p := pod()
+	p.OwnerReferences = []metav1.OwnerReference{{Kind: "DaemonSet", Name: "ds", Controller: ptr(true)}}
+	plan := PlanPod(p, []v1.Taint{taint("cloud", "spot", v1.TaintEffectNoExecute, t0)}, Window{}, PodFilter{EvictDaemonSetPods: true}, false)
+	if plan.Skip != SkipNone || !plan.EvictAt.Equal(t0) {
+		t.Fatalf("with --evict-daemonset-pods the pod is planned at timeAdded; got skip %q at %v", plan.Skip, plan.EvictAt)
+	}
+}
+
+func TestGraceAt(t *testing.T) {
+	w := Window{Deadline: t0.Add(60 * time.Second), SafetyMargin: 5 * time.Second} // end t0+55s
+	tests := []struct {
+		name  string
+		grace time.Duration
+		w     Window
+		now   time.Time
+		want  time.Duration
+	}{
+		{"full grace fits", 30 * time.Second, w, t0, 30 * time.Second},
+		{"exactly fits", 55 * time.Second, w, t0, 55 * time.Second},
+		{"shortened to what is left", 300 * time.Second, w, t0.Add(10 * time.Second), 45 * time.Second},
+		{"rounded down, never up past the window", 300 * time.Second, w, t0.Add(10*time.Second + 300*time.Millisecond), 44 * time.Second},
+		{"at least one second", 30 * time.Second, w, t0.Add(55 * time.Second), time.Second},
+		{"past the deadline: still one second, never zero", 30 * time.Second, w, t0.Add(90 * time.Second), time.Second},
+		{"zero grace becomes one second", 0, w, t0, time.Second},
+		{"no deadline: own grace", 300 * time.Second, Window{}, t0, 300 * time.Second},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := GraceAt(tc.grace, tc.w, tc.now); got != tc.want {
+				t.Errorf("GraceAt = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestNeedsShortening(t *testing.T) {
+	w := Window{Deadline: t0.Add(60 * time.Second), SafetyMargin: 5 * time.Second}
+	at := func(d time.Duration) *v1.Pod {
+		p := pod()
+		p.DeletionTimestamp = &metav1.Time{Time: t0.Add(d)}
+		return p
+	}
+	if NeedsShortening(pod(), w) {
+		t.Error("a running pod needs no shortening")
+	}
+	if NeedsShortening(at(55*time.Second), w) {
+		t.Error("a pod ending exactly at the window's end needs no shortening")
+	}
+	if !NeedsShortening(at(56*time.Second), w) {
+		t.Error("a pod ending after the window's end needs shortening")
+	}
+	if NeedsShortening(at(600*time.Second), Window{}) {
+		t.Error("without a deadline nothing is shortened")
+	}
+}
+
+func TestPodGrace(t *testing.T) {
+	if g := PodGrace(withGrace(pod(), -3)); g != 0 {
+		t.Errorf("negative grace = %v, want 0", g)
+	}
+	if g := PodGrace(withGrace(pod(), 45)); g != 45*time.Second {
+		t.Errorf("grace = %v, want 45s", g)
+	}
+}

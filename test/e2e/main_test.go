@@ -1,0 +1,60 @@
+// Package e2e runs the real reprieve binary against a real kube-apiserver on a real etcd, kwok
+// for kubelets, kube-controller-manager where upstream behaviour matters, and
+// amazon-ec2-metadata-mock for the cloud.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/reprieve-dev/reprieve/test/scenario"
+	"github.com/reprieve-dev/reprieve/test/testenv"
+)
+
+var (
+	env         *testenv.Env
+	reprieveBin string
+	logDir      string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	if _, err := testenv.ToolsBin(); err != nil {
+		if os.Getenv("REPRIEVE_E2E_REQUIRED") == "1" {
+			fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(os.Stderr, "e2e: skipping, the control plane is not built: %v\n", err)
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var err error
+	if logDir, err = os.MkdirTemp("", "reprieve-e2e-"); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
+		return 1
+	}
+	if reprieveBin, err = scenario.BuildReprieve(ctx, logDir); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
+		return 1
+	}
+	env, err = testenv.Start(ctx, testenv.Options{LogDir: logDir})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: starting the control plane: %v\n", err)
+		return 1
+	}
+	code := m.Run()
+	env.Stop()
+	if code != 0 {
+		fmt.Fprintf(os.Stderr, "e2e: logs kept in %s\n", logDir)
+	} else {
+		_ = os.RemoveAll(logDir)
+	}
+	return code
+}

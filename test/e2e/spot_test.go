@@ -1,0 +1,220 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/test/scenario"
+)
+
+const (
+	window = 45 * time.Second
+	margin = 5 * time.Second
+	// slack is how far an eviction may stray from its plan: the issue's 1 s, which covers the
+	// poll interval for pods due the moment the notice arrives.
+	slack = time.Second
+)
+
+// expectation is the hand-computed plan for a pod of scenario.Mixed, relative to the taint's
+// timeAdded (T), the reclaim deadline (D) and the window's end (E = D - margin).
+type expectation struct {
+	plan func(T, E time.Time) time.Time // nil: left alone
+	// acted is when the eviction or delete should land, when it differs from the plan.
+	acted func(T, E time.Time) time.Time
+	grace func(at, E time.Time) int64
+}
+
+func atT(T, _ time.Time) time.Time { return T }
+
+func fixed(g int64) func(time.Time, time.Time) int64 {
+	return func(time.Time, time.Time) int64 { return g }
+}
+
+var expected = map[string]expectation{
+	"no-toleration": {plan: atT, grace: fixed(5)},
+	"tolerate-0s":   {plan: atT, grace: fixed(3)},
+	"tolerate-10s":  {plan: func(T, E time.Time) time.Time { return T.Add(10 * time.Second) }, grace: fixed(5)},
+	"tolerate-600s": {plan: func(T, E time.Time) time.Time { return E.Add(-10 * time.Second) }, grace: fixed(10)},
+	"default-grace": {plan: atT, grace: fixed(30)},
+	// Latest (E - 300 s) is long past when the notice comes: evicted at once, grace shortened
+	// to what is left of the window.
+	"grace-longer-than-window": {plan: func(T, E time.Time) time.Time { return E.Add(-300 * time.Second) },
+		grace: func(at, E time.Time) int64 { return int64(E.Sub(at) / time.Second) }},
+	// A PDB that allows nothing: due at T, retried until E - grace, then deleted with its grace.
+	"pdb-blocked":      {plan: atT, acted: func(T, E time.Time) time.Time { return E.Add(-5 * time.Second) }, grace: fixed(5)},
+	"tolerate-forever": {},
+	"daemonset":        {},
+	"mirror":           {},
+}
+
+func TestSpotInterruption(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	res := run(ctx, t, "spot")
+
+	// The node: the taint with timeAdded, the deadline annotation, the load-balancer label.
+	if d := res.TaintSeenAt.Sub(res.TimeAdded); d < 0 || d > 3*time.Second {
+		t.Errorf("timeAdded %v is %v before the taint was seen; want within 3s", res.TimeAdded, d)
+	}
+	if got := res.Node.Annotations[agent.AnnotationReclaimDeadline]; got != res.Deadline.UTC().Format(time.RFC3339) {
+		t.Errorf("annotation %s = %q, want %s", agent.AnnotationReclaimDeadline, got, res.Deadline.UTC().Format(time.RFC3339))
+	}
+	if res.Node.Labels[v1.LabelNodeExcludeBalancers] != "true" {
+		t.Errorf("label %s missing: %v", v1.LabelNodeExcludeBalancers, res.Node.Labels)
+	}
+	// amazon-ec2-metadata-mock serves a rebalance recommendation from the start: its soft taint.
+	if !hasTaint(res.Node, "reprieve.io/rebalance-recommended", v1.TaintEffectPreferNoSchedule) {
+		t.Errorf("rebalance taint missing: %+v", res.Node.Spec.Taints)
+	}
+
+	end := res.Window.End()
+	for name, exp := range expected {
+		row, ok := res.Row(name)
+		if !ok {
+			t.Errorf("pod %s: no row", name)
+			continue
+		}
+		rec := row.Record
+		if exp.plan == nil {
+			if !rec.DeletedAt.IsZero() {
+				t.Errorf("pod %s: must be left alone, was deleted at %v", name, rec.DeletedAt)
+			}
+			if !row.Planned.IsZero() {
+				t.Errorf("pod %s: planned at %v, want left alone", name, row.Planned)
+			}
+			continue
+		}
+		plan := exp.plan(res.TimeAdded, end)
+		if !row.Planned.Equal(plan) {
+			t.Errorf("pod %s: agent plan %v, hand-computed plan %v", name, row.Planned, plan)
+		}
+		want := plan
+		if exp.acted != nil {
+			want = exp.acted(res.TimeAdded, end)
+		}
+		// A pod due before reprieve could know (timeAdded is truncated to the second; a latest
+		// already past) is evicted when the notice is seen.
+		earliest := want
+		if earliest.Before(res.TimeAdded) {
+			earliest = res.TimeAdded
+		}
+		if rec.DeletedAt.IsZero() {
+			t.Errorf("pod %s: never evicted (plan %v)", name, want)
+			continue
+		}
+		if rec.DeletedAt.Before(earliest.Add(-slack)) || rec.DeletedAt.After(later(want, res.TaintSeenAt).Add(slack)) {
+			t.Errorf("pod %s: evicted at T%+.2fs, planned T%+.2fs (taint seen T%+.2fs)", name,
+				rec.DeletedAt.Sub(res.TimeAdded).Seconds(), want.Sub(res.TimeAdded).Seconds(), res.TaintSeenAt.Sub(res.TimeAdded).Seconds())
+		}
+		if g := exp.grace(rec.DeletedAt, end); absDiff(rec.Grace, g) > 1 {
+			t.Errorf("pod %s: grace %ds, want %ds (±1)", name, rec.Grace, g)
+		}
+		assertInTime(t, name, row, end)
+	}
+	for _, m := range []string{
+		`reprieve_evictions_requests_total{result="evicted"} 6`,
+		`reprieve_evictions_requests_total{result="forced_delete"} 1`,
+		`reprieve_notices_received_total{kind="spot-interruption",provider="aws"} 1`,
+	} {
+		if !strings.Contains(res.Metrics, m) {
+			t.Errorf("metrics lack %q", m)
+		}
+	}
+	if res.ExitCode != 0 {
+		t.Errorf("reprieve exited %d after SIGTERM, want 0", res.ExitCode)
+	}
+}
+
+// TestSpotInterruptionWithTaintEvictionController runs the same scenario with
+// kube-controller-manager's taint-eviction-controller acting on the same NoExecute taint, as in
+// every real cluster: it deletes untolerating pods at once with their full grace and without a
+// PDB check. The deadline must still hold for every pod.
+func TestSpotInterruptionWithTaintEvictionController(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := env.StartControllerManager(ctx, "taint-eviction-controller", "nodelifecycle", "disruption"); err != nil {
+		t.Fatal(err)
+	}
+	defer env.StopControllerManager()
+	res := run(ctx, t, "spot-kcm")
+	end := res.Window.End()
+	for name, exp := range expected {
+		row, _ := res.Row(name)
+		if exp.plan == nil {
+			continue // kube-controller-manager deletes DaemonSet and mirror pods it finds untolerating
+		}
+		assertInTime(t, name, row, end)
+	}
+	if row, _ := res.Row("tolerate-forever"); !row.Record.DeletedAt.IsZero() {
+		t.Errorf("pod tolerate-forever: deleted at %v, want left alone", row.Record.DeletedAt)
+	}
+	// The pod with a 300 s grace was deleted by the controller with its full grace, ending
+	// far past the deadline; reprieve must have shortened it.
+	if row, _ := res.Row("grace-longer-than-window"); row.Record.LastGrace >= 300 {
+		t.Errorf("grace-longer-than-window: grace %ds, want shortened to fit the window", row.Record.LastGrace)
+	}
+}
+
+func run(ctx context.Context, t *testing.T, name string) *scenario.SpotResult {
+	t.Helper()
+	res, err := scenario.RunSpot(ctx, scenario.SpotOptions{
+		Env: env, ReprieveBin: reprieveBin,
+		Namespace: name, Node: name + "-node",
+		Pods:        scenario.Mixed(),
+		NoticeDelay: 3 * time.Second, Window: window, SafetyMargin: margin,
+		LogDir: logDir,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	_ = scenario.PrintTable(&buf, res.TimeAdded, res.Rows)
+	t.Logf("deadline T%+.1fs, window end T%+.1fs\n%s", res.Deadline.Sub(res.TimeAdded).Seconds(), res.Window.End().Sub(res.TimeAdded).Seconds(), buf.String())
+	return res
+}
+
+// assertInTime checks that an evicted pod was gone by the window's end, both as kwok ended it
+// and as a kubelet would: the request (seen by the watcher, so no earlier than sent) plus the
+// grace the pod was finally given must not pass the end either. The second check does not
+// depend on kwok's timing, which follows deletionTimestamp, stored in whole seconds.
+func assertInTime(t *testing.T, name string, row scenario.Row, end time.Time) {
+	t.Helper()
+	rec := row.Record
+	if rec.GoneAt.IsZero() || rec.GoneAt.After(end) {
+		t.Errorf("pod %s: gone at %v, after the window's end %v", name, rec.GoneAt, end)
+	}
+	if rec.LastGrace > 0 {
+		if kubeletEnd := rec.DeletedAt.Add(time.Duration(rec.LastGrace) * time.Second); kubeletEnd.After(end) {
+			t.Errorf("pod %s: deleted at %v with grace %ds would end at %v, after the window's end %v", name, rec.DeletedAt, rec.LastGrace, kubeletEnd, end)
+		}
+	}
+}
+
+func hasTaint(n *v1.Node, key string, effect v1.TaintEffect) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == key && t.Effect == effect {
+			return true
+		}
+	}
+	return false
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func absDiff(a, b int64) int64 {
+	if a > b {
+		return a - b
+	}
+	return b - a
+}

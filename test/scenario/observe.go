@@ -1,0 +1,179 @@
+package scenario
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Record is what the API server showed of one pod, stamped with when the watcher saw it.
+type Record struct {
+	Name string
+	UID  string
+	// DeletedAt is when the pod was first seen with a deletionTimestamp (the eviction or delete
+	// request); Grace is its deletionGracePeriodSeconds then, and LastGrace the last value seen
+	// non-zero value seen (a later DELETE can shorten it).
+	DeletedAt        time.Time
+	Grace, LastGrace int64
+	// DeletionTimestamp is the end the API server promised, as last seen.
+	DeletionTimestamp time.Time
+	// GoneAt is when the pod disappeared.
+	GoneAt time.Time
+}
+
+// Observer watches the pods of one namespace.
+type Observer struct {
+	mu      sync.Mutex
+	records map[string]*Record
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// Observe starts watching namespace ns. Stop it with Stop.
+func Observe(ctx context.Context, c kubernetes.Interface, ns string) (*Observer, error) {
+	list, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing pods in %s: %w", ns, err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	o := &Observer{records: map[string]*Record{}, cancel: cancel, done: make(chan struct{})}
+	now := time.Now()
+	for i := range list.Items {
+		o.update(&list.Items[i], now, false)
+	}
+	w, err := c.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("watching pods in %s: %w", ns, err)
+	}
+	go func() {
+		defer close(o.done)
+		defer w.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case ev, ok := <-w.ResultChan():
+				if !ok {
+					return
+				}
+				pod, isPod := ev.Object.(*v1.Pod)
+				if !isPod {
+					continue
+				}
+				o.update(pod, time.Now(), ev.Type == watch.Deleted)
+			}
+		}
+	}()
+	return o, nil
+}
+
+func (o *Observer) update(pod *v1.Pod, now time.Time, deleted bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	r, ok := o.records[pod.Name]
+	if !ok || r.UID != string(pod.UID) {
+		r = &Record{Name: pod.Name, UID: string(pod.UID)}
+		o.records[pod.Name] = r
+	}
+	if pod.DeletionTimestamp != nil {
+		if r.DeletedAt.IsZero() {
+			r.DeletedAt = now
+			if pod.DeletionGracePeriodSeconds != nil {
+				r.Grace = *pod.DeletionGracePeriodSeconds
+			}
+		}
+		// The final removal carries grace 0; the last grace a pod was given is the last
+		// non-zero one.
+		if g := pod.DeletionGracePeriodSeconds; g != nil && *g > 0 {
+			r.LastGrace = *g
+		}
+		r.DeletionTimestamp = pod.DeletionTimestamp.Time
+	}
+	if deleted && r.GoneAt.IsZero() {
+		r.GoneAt = now
+		if r.DeletedAt.IsZero() {
+			r.DeletedAt = now
+		}
+	}
+}
+
+// Records returns a copy of every record, by pod name.
+func (o *Observer) Records() map[string]Record {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make(map[string]Record, len(o.records))
+	for k, r := range o.records {
+		out[k] = *r
+	}
+	return out
+}
+
+// Stop ends the watch.
+func (o *Observer) Stop() {
+	o.cancel()
+	<-o.done
+}
+
+// Row is one line of the outcome table.
+type Row struct {
+	Pod, Toleration string
+	Grace           int64
+	// Planned is when reprieve's plan had the eviction (zero: left alone).
+	Planned time.Time
+	Note    string
+	Record  Record
+	// End is when every evicted pod must be gone (deadline - safety margin).
+	End time.Time
+}
+
+// InTime reports whether an evicted pod was gone by the end of the window.
+func (r Row) InTime() bool { return !r.Record.GoneAt.IsZero() && !r.Record.GoneAt.After(r.End) }
+
+// PrintTable writes the outcome as a table, times relative to origin (the taint's timeAdded).
+func PrintTable(w io.Writer, origin time.Time, rows []Row) error {
+	sort.SliceStable(rows, func(i, j int) bool {
+		a, b := rows[i].Planned, rows[j].Planned
+		if a.IsZero() != b.IsZero() {
+			return !a.IsZero()
+		}
+		return a.Before(b)
+	})
+	rel := func(t time.Time) string {
+		if t.IsZero() {
+			return "-"
+		}
+		return fmt.Sprintf("%+.2fs", t.Sub(origin).Seconds())
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "POD\tTOLERATION\tGRACE\tPLANNED\tACTUAL\tGRACE GIVEN\tGONE AT\tBEFORE DEADLINE")
+	for _, r := range rows {
+		before := "-"
+		given := "-"
+		if !r.Planned.IsZero() {
+			before = "no"
+			if r.InTime() {
+				before = "yes"
+			}
+		}
+		if !r.Record.DeletedAt.IsZero() {
+			given = fmt.Sprintf("%ds", r.Record.LastGrace)
+		}
+		planned := rel(r.Planned)
+		if r.Planned.IsZero() {
+			planned = r.Note
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%ds\t%s\t%s\t%s\t%s\t%s\n", r.Pod, r.Toleration, r.Grace, planned,
+			rel(r.Record.DeletedAt), given, rel(r.Record.GoneAt), before)
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,220 @@
+package scenario
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/test/testenv"
+)
+
+// BuildReprieve builds the reprieve binary into dir and returns its path.
+func BuildReprieve(ctx context.Context, dir string) (string, error) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "reprieve")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/reprieve")
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building reprieve: %w\n%s", err, b)
+	}
+	return out, nil
+}
+
+// SpotOptions describes one spot-interruption run.
+type SpotOptions struct {
+	Env         *testenv.Env
+	ReprieveBin string
+	// Namespace and Node are created by the run.
+	Namespace, Node string
+	Pods            []Pod
+	// NoticeDelay is how long after the mock starts the notice appears; Window how long after
+	// that the machine is reclaimed.
+	NoticeDelay, Window time.Duration
+	SafetyMargin        time.Duration
+	LogDir              string
+	// ExtraArgs go to reprieve after the standard flags.
+	ExtraArgs []string
+}
+
+// SpotResult is what happened.
+type SpotResult struct {
+	// TimeAdded is the interruption taint's timeAdded; TaintSeenAt when the watcher saw it.
+	TimeAdded, TaintSeenAt time.Time
+	Deadline               time.Time
+	Window                 agent.Window
+	// Node is the node as it was right after the taint appeared.
+	Node *v1.Node
+	Rows []Row
+	// Metrics is reprieve's /metrics text, scraped at the end.
+	Metrics string
+	// ExitCode is reprieve's exit status after SIGTERM.
+	ExitCode int
+}
+
+// Row returns the row of pod name.
+func (r *SpotResult) Row(name string) (Row, bool) {
+	for _, row := range r.Rows {
+		if row.Pod == name {
+			return row, true
+		}
+	}
+	return Row{}, false
+}
+
+// RunSpot creates the workload, starts amazon-ec2-metadata-mock with a spot notice and the
+// reprieve binary against it, waits until every pod reprieve plans to evict is gone (or the
+// deadline passed), then stops reprieve with SIGTERM and reports.
+func RunSpot(ctx context.Context, o SpotOptions) (*SpotResult, error) {
+	c := o.Env.Client
+	taint, err := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	if err != nil {
+		return nil, err
+	}
+	if err := o.Env.CreateNamespace(ctx, o.Namespace); err != nil {
+		return nil, err
+	}
+	if _, err := o.Env.CreateNode(ctx, o.Node, nil); err != nil {
+		return nil, err
+	}
+	if err := Create(ctx, c, o.Namespace, o.Node, taint, o.Pods); err != nil {
+		return nil, err
+	}
+	obs, err := Observe(ctx, c, o.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	defer obs.Stop()
+
+	// The deadline is fixed up front (the mock's default recomputes it on every request).
+	deadline := time.Now().Add(o.NoticeDelay + o.Window).Truncate(time.Second).Add(time.Second)
+	mock, endpoint, err := testenv.StartIMDSMock(ctx, o.LogDir,
+		"--imdsv2", "--mock-delay-sec="+strconv.Itoa(int(o.NoticeDelay/time.Second)),
+		"spot", "--action=terminate", "--time="+deadline.UTC().Format(time.RFC3339))
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = mock.Stop() }()
+
+	metricsPort, err := testenv.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	metricsAddr := "127.0.0.1:" + strconv.Itoa(metricsPort)
+	args := append([]string{
+		"--kubeconfig=" + o.Env.Kubeconfig,
+		"--node-name=" + o.Node,
+		"--provider=aws",
+		"--aws-imds-endpoint=" + endpoint,
+		"--poll-interval=1s",
+		"--safety-margin=" + o.SafetyMargin.String(),
+		"--metrics-bind-address=" + metricsAddr,
+		"-v=2",
+	}, o.ExtraArgs...)
+	logPath := filepath.Join(o.LogDir, "reprieve-"+o.Node+".log")
+	rp, err := testenv.StartProcess(ctx, "reprieve", logPath, o.ReprieveBin, args, os.Environ())
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rp.Stop() }()
+	fail := func(err error) (*SpotResult, error) {
+		return nil, fmt.Errorf("%w\nreprieve log (%s):\n%s", err, logPath, rp.LogTail(40))
+	}
+
+	res := &SpotResult{Deadline: deadline, Window: agent.Window{Deadline: deadline, SafetyMargin: o.SafetyMargin}}
+	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, o.NoticeDelay+30*time.Second, true, func(ctx context.Context) (bool, error) {
+		n, err := c.CoreV1().Nodes().Get(ctx, o.Node, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, t := range n.Spec.Taints {
+			if t.Key == taint.Key && t.Effect == taint.Effect && t.TimeAdded != nil {
+				res.TaintSeenAt, res.TimeAdded, res.Node = time.Now(), t.TimeAdded.Time, n
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fail(fmt.Errorf("waiting for the interruption taint on %s: %w", o.Node, err))
+	}
+
+	// Plan every pod as the agent does, from the node as written.
+	pods, err := c.CoreV1().Pods(o.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fail(fmt.Errorf("listing pods: %w", err))
+	}
+	var noExec []v1.Taint
+	for _, t := range res.Node.Spec.Taints {
+		if t.Effect == v1.TaintEffectNoExecute {
+			noExec = append(noExec, t)
+		}
+	}
+	specs := map[string]Pod{}
+	for _, p := range o.Pods {
+		specs[p.Name] = p
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		spec := specs[p.Name]
+		plan := agent.PlanPod(p, noExec, res.Window, agent.PodFilter{}, false)
+		row := Row{Pod: p.Name, Toleration: spec.Toleration(), Grace: spec.GraceSeconds(), End: res.Window.End()}
+		if plan.Skip != agent.SkipNone {
+			row.Note = "left alone: " + string(plan.Skip)
+		} else {
+			row.Planned = plan.EvictAt
+		}
+		res.Rows = append(res.Rows, row)
+	}
+
+	// Wait until every planned pod is gone, or until a little after the deadline.
+	_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Until(deadline)+5*time.Second, true, func(context.Context) (bool, error) {
+		recs := obs.Records()
+		for _, row := range res.Rows {
+			if !row.Planned.IsZero() && recs[row.Pod].GoneAt.IsZero() {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	recs := obs.Records()
+	for i := range res.Rows {
+		res.Rows[i].Record = recs[res.Rows[i].Pod]
+	}
+	if res.Metrics, err = scrape("http://" + metricsAddr + "/metrics"); err != nil {
+		return fail(err)
+	}
+	if err := rp.Stop(); err != nil {
+		return fail(err)
+	}
+	if res.ExitCode, err = rp.Wait(time.Second); err != nil {
+		return fail(fmt.Errorf("waiting for reprieve to exit: %w", err))
+	}
+	return res, nil
+}
+
+func scrape(url string) (string, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return "", fmt.Errorf("scraping %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("scraping %s: status %d: %v", url, resp.StatusCode, err)
+	}
+	return string(b), nil
+}

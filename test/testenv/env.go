@@ -1,0 +1,539 @@
+// Package testenv runs a real Kubernetes control plane on loopback for end-to-end tests,
+// demos and benchmarks: etcd, kube-apiserver, kwok (fake kubelets) and, on request,
+// kube-controller-manager, all built by test/tools/build.sh. It also starts helper programs
+// such as amazon-ec2-metadata-mock.
+//
+// A control plane costs a few seconds and about 300 MB, so start one per test package (for
+// example in TestMain) and give each test its own namespace and node names.
+package testenv
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// DefaultControllers are the kube-controller-manager controllers started when Options or
+// StartControllerManager name none: taint-based eviction (which in v1.37 does nothing
+// unless the node-lifecycle controller runs too, as that one registers the pod index it
+// needs), node lifecycle (not-ready taints) and the disruption controller that computes PDB
+// status. kube-controller-manager also accepts the old short names (nodelifecycle,
+// disruption).
+var DefaultControllers = []string{"taint-eviction-controller", "node-lifecycle-controller", "disruption-controller"}
+
+// controllerAliases maps kube-controller-manager's old short controller names to the
+// current ones.
+var controllerAliases = map[string]string{
+	"nodelifecycle":        "node-lifecycle-controller",
+	"disruption":           "disruption-controller",
+	"serviceaccount":       "serviceaccount-controller",
+	"serviceaccount-token": "serviceaccount-token-controller",
+	"podgc":                "pod-garbage-collector-controller",
+	"garbagecollector":     "garbage-collector-controller",
+	"namespace":            "namespace-controller",
+	"replicaset":           "replicaset-controller",
+	"deployment":           "deployment-controller",
+	"daemonset":            "daemonset-controller",
+	"statefulset":          "statefulset-controller",
+	"job":                  "job-controller",
+}
+
+// canonicalController returns the current name of a kube-controller-manager controller.
+func canonicalController(name string) string {
+	if c, ok := controllerAliases[name]; ok {
+		return c
+	}
+	return name
+}
+
+// Admin identity written to the static token file.
+const (
+	adminUser  = "testenv-admin"
+	adminGroup = "system:masters"
+)
+
+// Readiness deadlines for each program.
+const (
+	etcdReadyTimeout      = 30 * time.Second
+	apiserverReadyTimeout = 60 * time.Second
+	kwokReadyTimeout      = 30 * time.Second
+	kcmReadyTimeout       = 60 * time.Second
+)
+
+// Options configure Start.
+type Options struct {
+	// ControllerManager also starts kube-controller-manager with Controllers.
+	ControllerManager bool
+	// Controllers lists the kube-controller-manager controllers to run; DefaultControllers
+	// when empty.
+	Controllers []string
+	// FastPods makes kwok turn pods Running and Ready as soon as it sees them (its
+	// pod/fast stages) instead of going through Pending with kwok's general stages, which
+	// take 2-12 s per pod. Deletion works the same either way (see PodDeleteStage).
+	FastPods bool
+	// LogDir receives one log file per program. When empty a new temporary folder is made.
+	// Logs are kept after Stop for debugging; errors from Start name the folder.
+	LogDir string
+	// Logf, when set, receives progress messages (for example t.Logf).
+	Logf func(format string, args ...any)
+}
+
+// Env is a running control plane. Its exported fields are read-only.
+type Env struct {
+	// Kubeconfig is the path of an admin kubeconfig file (bearer token, serving CA).
+	Kubeconfig string
+	// Config is the admin REST config (QPS 200, Burst 400). Copy it with rest.CopyConfig
+	// before changing it.
+	Config *rest.Config
+	// Client is an admin clientset built from Config.
+	Client kubernetes.Interface
+	// LogDir holds one log file per program.
+	LogDir string
+	// Host is the API server's URL, https://127.0.0.1:<port>.
+	Host string
+	// Token is the admin bearer token (user testenv-admin, group system:masters).
+	Token string
+	// CAData is the PEM CA that signed the API server's serving certificate.
+	CAData []byte
+	// EtcdURL is etcd's client URL, http://127.0.0.1:<port>.
+	EtcdURL string
+
+	toolsBin string
+	dataDir  string // removed by Stop
+	pki      *pkiFiles
+	logf     func(format string, args ...any)
+
+	kcmMu          sync.Mutex // serialises StartControllerManager and StopControllerManager
+	mu             sync.Mutex // guards the fields below
+	stopped        bool
+	etcd           *Process
+	apiserver      *Process
+	kwok           *Process
+	kcm            *Process
+	kcmControllers []string
+}
+
+// Start starts etcd, kube-apiserver, kwok and, when opts.ControllerManager is set,
+// kube-controller-manager, waiting until each is ready. On failure it stops whatever it
+// started and returns an error that carries the tail of the failing program's log and the
+// log folder. Call Stop when done.
+func Start(ctx context.Context, opts Options) (_ *Env, err error) {
+	begin := time.Now()
+	bin, err := ToolsBin()
+	if err != nil {
+		return nil, fmt.Errorf("starting the control plane: %w", err)
+	}
+	e := &Env{toolsBin: bin, logf: opts.Logf, LogDir: opts.LogDir}
+	if e.logf == nil {
+		e.logf = func(string, ...any) {}
+	}
+	defer func() {
+		if err != nil {
+			e.Stop()
+			err = fmt.Errorf("starting the control plane: %w (logs in %s)", err, e.LogDir)
+		}
+	}()
+	if e.LogDir == "" {
+		if e.LogDir, err = os.MkdirTemp("", "reprieve-testenv-logs-"); err != nil {
+			return nil, fmt.Errorf("creating the log folder: %w", err)
+		}
+	} else if err := os.MkdirAll(e.LogDir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating the log folder: %w", err)
+	}
+	if e.dataDir, err = os.MkdirTemp("", "reprieve-testenv-data-"); err != nil {
+		return nil, fmt.Errorf("creating the data folder: %w", err)
+	}
+	if e.pki, err = writePKI(e.dataDir); err != nil {
+		return nil, fmt.Errorf("writing certificates and keys: %w", err)
+	}
+	e.CAData = e.pki.caPEM
+
+	if err := e.startEtcd(ctx); err != nil {
+		return nil, fmt.Errorf("starting etcd: %w", err)
+	}
+	if err := e.startAPIServer(ctx); err != nil {
+		return nil, fmt.Errorf("starting kube-apiserver: %w", err)
+	}
+	if err := e.startKwok(ctx, opts.FastPods); err != nil {
+		return nil, fmt.Errorf("starting kwok: %w", err)
+	}
+	if opts.ControllerManager {
+		if err := e.StartControllerManager(ctx, opts.Controllers...); err != nil {
+			return nil, err
+		}
+	}
+	e.logf("testenv: control plane at %s ready in %s (logs in %s)", e.Host, time.Since(begin).Round(time.Millisecond), e.LogDir)
+	return e, nil
+}
+
+// Stop stops every program the Env started (SIGTERM, then SIGKILL after 5 s) and removes
+// its data folder; the logs stay. It is safe to call more than once and on a nil Env.
+func (e *Env) Stop() {
+	if e == nil {
+		return
+	}
+	e.mu.Lock()
+	if e.stopped {
+		e.mu.Unlock()
+		return
+	}
+	e.stopped = true
+	kcm, kwok, apiserver, etcd := e.kcm, e.kwok, e.apiserver, e.etcd
+	e.kcm = nil
+	e.mu.Unlock()
+
+	// The clients of the API server go first, in parallel, then the API server, then etcd.
+	var wg sync.WaitGroup
+	for _, p := range []*Process{kcm, kwok} {
+		if p != nil {
+			wg.Go(func() { e.stopProcess(p) })
+		}
+	}
+	wg.Wait()
+	for _, p := range []*Process{apiserver, etcd} {
+		if p != nil {
+			e.stopProcess(p)
+		}
+	}
+	if e.dataDir != "" {
+		if err := os.RemoveAll(e.dataDir); err != nil {
+			e.logf("testenv: removing %s: %v", e.dataDir, err)
+		}
+	}
+}
+
+func (e *Env) stopProcess(p *Process) {
+	if err := p.Stop(); err != nil {
+		e.logf("testenv: %v", err)
+	}
+}
+
+// StartControllerManager starts kube-controller-manager with the given controllers
+// (DefaultControllers when none) and waits until it answers /healthz. It fails when one is
+// already running.
+func (e *Env) StartControllerManager(ctx context.Context, controllers ...string) error {
+	if len(controllers) == 0 {
+		controllers = DefaultControllers
+	}
+	e.kcmMu.Lock()
+	defer e.kcmMu.Unlock()
+	e.mu.Lock()
+	stopped, running := e.stopped, e.kcm != nil && !e.kcm.Exited()
+	e.mu.Unlock()
+	if stopped {
+		return errors.New("starting kube-controller-manager: the environment is stopped")
+	}
+	if running {
+		return errors.New("starting kube-controller-manager: already running")
+	}
+	ports, err := freePorts(1)
+	if err != nil {
+		return fmt.Errorf("starting kube-controller-manager: %w", err)
+	}
+	args := []string{
+		"--kubeconfig=" + e.Kubeconfig,
+		"--controllers=" + strings.Join(controllers, ","),
+		"--leader-elect=false",
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(ports[0]),
+		"--tls-cert-file=" + e.pki.servingCert,
+		"--tls-private-key-file=" + e.pki.servingKey,
+		"--service-account-private-key-file=" + e.pki.saKey,
+		"--root-ca-file=" + e.pki.caCert,
+		"--use-service-account-credentials=false",
+		"--v=2",
+	}
+	begin := time.Now()
+	p, err := StartProcess(ctx, "kube-controller-manager", filepath.Join(e.LogDir, "kube-controller-manager.log"),
+		filepath.Join(e.toolsBin, KubeControllerMgrBin), args, nil)
+	if err != nil {
+		return err
+	}
+	client := e.httpClient()
+	url := fmt.Sprintf("https://127.0.0.1:%d/healthz", ports[0])
+	if err := waitReady(ctx, p, kcmReadyTimeout, func(ctx context.Context) error {
+		return httpOK(ctx, client, url, "")
+	}); err != nil {
+		_ = p.Stop()
+		return fmt.Errorf("starting kube-controller-manager: %w", err)
+	}
+	e.mu.Lock()
+	stopped = e.stopped
+	if !stopped {
+		e.kcm = p
+		e.kcmControllers = slices.Clone(controllers)
+	}
+	e.mu.Unlock()
+	if stopped {
+		_ = p.Stop()
+		return errors.New("starting kube-controller-manager: the environment was stopped meanwhile")
+	}
+	e.logf("testenv: kube-controller-manager (%s) ready in %s", strings.Join(controllers, ","), time.Since(begin).Round(time.Millisecond))
+	return nil
+}
+
+// StopControllerManager stops kube-controller-manager if it runs.
+func (e *Env) StopControllerManager() {
+	e.kcmMu.Lock()
+	defer e.kcmMu.Unlock()
+	e.mu.Lock()
+	p := e.kcm
+	e.kcm = nil
+	e.kcmControllers = nil
+	e.mu.Unlock()
+	if p != nil {
+		e.stopProcess(p)
+	}
+}
+
+// ControllerManagerRunning reports whether kube-controller-manager runs with the named
+// controller (current or old short name; any controller when name is empty). "*" in the
+// controller list counts as every controller not disabled with "-name".
+func (e *Env) ControllerManagerRunning(name string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.kcm == nil || e.kcm.Exited() {
+		return false
+	}
+	if name == "" {
+		return true
+	}
+	name = canonicalController(name)
+	enabled := false
+	for _, c := range e.kcmControllers {
+		switch {
+		case c == "*":
+			enabled = true
+		case strings.HasPrefix(c, "-") && canonicalController(c[1:]) == name:
+			return false
+		case canonicalController(c) == name:
+			enabled = true
+		}
+	}
+	return enabled
+}
+
+// Processes returns the control-plane programs that run now, for example to check their
+// logs.
+func (e *Env) Processes() []*Process {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var ps []*Process
+	for _, p := range []*Process{e.etcd, e.apiserver, e.kwok, e.kcm} {
+		if p != nil {
+			ps = append(ps, p)
+		}
+	}
+	return ps
+}
+
+func (e *Env) startEtcd(ctx context.Context) error {
+	ports, err := freePorts(2)
+	if err != nil {
+		return err
+	}
+	client := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	peer := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
+	args := []string{
+		"--name=default",
+		"--data-dir=" + filepath.Join(e.dataDir, "etcd"),
+		"--listen-client-urls=" + client,
+		"--advertise-client-urls=" + client,
+		"--listen-peer-urls=" + peer,
+		"--initial-advertise-peer-urls=" + peer,
+		"--initial-cluster=default=" + peer,
+		"--initial-cluster-state=new",
+		"--unsafe-no-fsync",
+		"--quota-backend-bytes=" + strconv.Itoa(4<<30),
+		"--log-level=warn",
+	}
+	begin := time.Now()
+	p, err := StartProcess(ctx, "etcd", filepath.Join(e.LogDir, "etcd.log"), filepath.Join(e.toolsBin, EtcdBin), args, nil)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	e.etcd = p
+	e.mu.Unlock()
+	e.EtcdURL = client
+	httpc := &http.Client{Timeout: 2 * time.Second}
+	if err := waitReady(ctx, p, etcdReadyTimeout, func(ctx context.Context) error {
+		body, err := httpGet(ctx, httpc, client+"/health", "")
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(body, `"health":"true"`) {
+			return fmt.Errorf("unhealthy: %s", body)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	e.logf("testenv: etcd ready at %s in %s", client, time.Since(begin).Round(time.Millisecond))
+	return nil
+}
+
+func (e *Env) startAPIServer(ctx context.Context) error {
+	ports, err := freePorts(1)
+	if err != nil {
+		return err
+	}
+	if e.Token, err = randomToken(); err != nil {
+		return err
+	}
+	tokenFile := filepath.Join(e.dataDir, "tokens.csv")
+	if err := os.WriteFile(tokenFile, fmt.Appendf(nil, "%s,%s,%s,%s\n", e.Token, adminUser, adminUser, adminGroup), 0o600); err != nil {
+		return fmt.Errorf("writing the token file: %w", err)
+	}
+	e.Host = fmt.Sprintf("https://127.0.0.1:%d", ports[0])
+	args := []string{
+		"--etcd-servers=" + e.EtcdURL,
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(ports[0]),
+		"--cert-dir=" + filepath.Join(e.dataDir, "apiserver-certs"),
+		"--tls-cert-file=" + e.pki.servingCert,
+		"--tls-private-key-file=" + e.pki.servingKey,
+		"--client-ca-file=" + e.pki.caCert,
+		"--token-auth-file=" + tokenFile,
+		"--authorization-mode=RBAC,Node",
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + e.pki.saKey,
+		"--service-account-signing-key-file=" + e.pki.saKey,
+		"--service-cluster-ip-range=10.0.0.0/24",
+		"--endpoint-reconciler-type=none",
+		"--enable-priority-and-fairness=false",
+		"--allow-privileged=true",
+		"--profiling=false",
+	}
+	begin := time.Now()
+	p, err := StartProcess(ctx, "kube-apiserver", filepath.Join(e.LogDir, "kube-apiserver.log"),
+		filepath.Join(e.toolsBin, KubeAPIServerBin), args, nil)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	e.apiserver = p
+	e.mu.Unlock()
+	client := e.httpClient()
+	if err := waitReady(ctx, p, apiserverReadyTimeout, func(ctx context.Context) error {
+		return httpOK(ctx, client, e.Host+"/readyz", e.Token)
+	}); err != nil {
+		return err
+	}
+	e.logf("testenv: kube-apiserver ready at %s in %s", e.Host, time.Since(begin).Round(time.Millisecond))
+
+	e.Config = &rest.Config{
+		Host:            e.Host,
+		BearerToken:     e.Token,
+		TLSClientConfig: rest.TLSClientConfig{CAData: e.CAData},
+		QPS:             200,
+		Burst:           400,
+	}
+	if e.Client, err = kubernetes.NewForConfig(e.Config); err != nil {
+		return fmt.Errorf("creating the admin client: %w", err)
+	}
+	e.Kubeconfig = filepath.Join(e.dataDir, "admin.kubeconfig")
+	if err := writeKubeconfig(e.Kubeconfig, e.Host, e.CAData, adminUser, e.Token); err != nil {
+		return err
+	}
+	return nil
+}
+
+// WriteKubeconfig writes a kubeconfig file at path for this API server that authenticates
+// with the bearer token. user names the credentials entry.
+func (e *Env) WriteKubeconfig(path, user, token string) error {
+	return writeKubeconfig(path, e.Host, e.CAData, user, token)
+}
+
+func writeKubeconfig(path, host string, caData []byte, user, token string) error {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["testenv"] = &clientcmdapi.Cluster{Server: host, CertificateAuthorityData: caData}
+	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: token}
+	cfg.Contexts["testenv"] = &clientcmdapi.Context{Cluster: "testenv", AuthInfo: user}
+	cfg.CurrentContext = "testenv"
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		return fmt.Errorf("writing kubeconfig %s: %w", path, err)
+	}
+	return nil
+}
+
+// httpClient returns an HTTP client that trusts the environment's CA.
+func (e *Env) httpClient() *http.Client {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(e.CAData)
+	return &http.Client{
+		Timeout: 5 * time.Second,
+		Transport: &http.Transport{
+			TLSClientConfig:   &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+			DisableKeepAlives: true,
+		},
+	}
+}
+
+// waitReady polls check every 100 ms until it succeeds, p exits, timeout passes or ctx ends.
+// Errors carry the tail of p's log.
+func waitReady(ctx context.Context, p *Process, timeout time.Duration, check func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var last error
+	for {
+		if p.Exited() {
+			return p.failure(fmt.Errorf("%s exited before it was ready", p.Name()))
+		}
+		if last = check(ctx); last == nil {
+			return nil
+		}
+		select {
+		case <-p.Done():
+		case <-ctx.Done():
+			return p.failure(fmt.Errorf("waiting for %s to be ready: %w (last check: %v)", p.Name(), ctx.Err(), last))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// httpGet returns the body of a GET that answered 200, with an optional bearer token.
+func httpGet(ctx context.Context, c *http.Client, url, token string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET %s: %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return string(body), nil
+}
+
+func httpOK(ctx context.Context, c *http.Client, url, token string) error {
+	_, err := httpGet(ctx, c, url, token)
+	return err
+}

@@ -1,0 +1,104 @@
+package testenv
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// modulePath is the module whose root holds .cache/bin.
+const modulePath = "github.com/reprieve-dev/reprieve"
+
+// ToolsBinEnv names the environment variable that overrides where the tools live.
+const ToolsBinEnv = "REPRIEVE_TOOLS_BIN"
+
+// Names of the programs test/tools/build.sh builds, relative to ToolsBin.
+const (
+	EtcdBin              = "etcd"
+	KubeAPIServerBin     = "kube-apiserver"
+	KubeControllerMgrBin = "kube-controller-manager"
+	KwokBin              = "kwok"
+	IMDSMockBin          = "ec2-metadata-mock"
+	KwokStagesDir        = "kwok-stages"
+)
+
+// requiredTools lists every file ToolsBin checks, relative to the tools folder.
+var requiredTools = []string{
+	EtcdBin,
+	KubeAPIServerBin,
+	KubeControllerMgrBin,
+	KwokBin,
+	IMDSMockBin,
+}
+
+// ToolsBin returns the folder holding the built tools: $REPRIEVE_TOOLS_BIN if set, else
+// <repository root>/.cache/bin, where the repository root is the nearest folder at or above
+// the working directory whose go.mod declares module github.com/reprieve-dev/reprieve. It
+// returns an error naming the first missing program (or stage file) when the folder is
+// incomplete.
+func ToolsBin() (string, error) {
+	dir := os.Getenv(ToolsBinEnv)
+	if dir == "" {
+		root, err := RepoRoot()
+		if err != nil {
+			return "", fmt.Errorf("finding the tools folder: %w (or set %s)", err, ToolsBinEnv)
+		}
+		dir = filepath.Join(root, ".cache", "bin")
+	}
+	for _, name := range requiredTools {
+		st, err := os.Stat(filepath.Join(dir, name))
+		if err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+			return "", fmt.Errorf("%s is missing from %s: run `make tools` (test/tools/build.sh)", name, dir)
+		}
+	}
+	for _, f := range kwokStockStages {
+		if _, err := os.Stat(filepath.Join(dir, KwokStagesDir, f)); err != nil {
+			return "", fmt.Errorf("kwok stage %s is missing from %s: run `make tools` (test/tools/build.sh)",
+				f, filepath.Join(dir, KwokStagesDir))
+		}
+	}
+	return dir, nil
+}
+
+// RepoRoot returns the nearest folder at or above the working directory whose go.mod
+// declares module github.com/reprieve-dev/reprieve.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("getting the working directory: %w", err)
+	}
+	for {
+		mod, err := moduleOf(filepath.Join(dir, "go.mod"))
+		if err == nil && mod == modulePath {
+			return dir, nil
+		}
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return "", fmt.Errorf("reading %s: %w", filepath.Join(dir, "go.mod"), err)
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no go.mod of module %s at or above the working directory", modulePath)
+		}
+		dir = parent
+	}
+}
+
+// moduleOf returns the module path that the go.mod file at path declares.
+func moduleOf(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if rest, ok := strings.CutPrefix(line, "module"); ok && (rest == "" || rest[0] == ' ' || rest[0] == '\t') {
+			return strings.Trim(strings.TrimSpace(rest), `"`), nil
+		}
+	}
+	return "", sc.Err()
+}
