@@ -13,6 +13,7 @@ import (
 	"time"
 
 	awssdk "github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
@@ -33,7 +34,8 @@ const (
 
 // scheduledTimeLayout is the date format of NotBefore in events/maintenance/scheduled
 // ("21 Jan 2019 09:00:43 GMT"), which is not RFC 3339 like the spot notice's.
-const scheduledTimeLayout = "2 Jan 2006 15:04:05 MST"
+// AWS always writes GMT; a literal zone keeps a date in any other zone from being read as UTC.
+const scheduledTimeLayout = "2 Jan 2006 15:04:05 GMT"
 
 // sources lists what one poll reads, in a fixed order so that results are deterministic.
 var sources = []string{PathSpotInstanceAction, PathRebalance, PathScheduledEvents}
@@ -81,6 +83,9 @@ func New(opts Options) (*Provider, error) {
 		Retryer: retry.NewStandard(func(o *retry.StandardOptions) {
 			o.MaxAttempts = 2
 			o.MaxBackoff = 100 * time.Millisecond
+			// The standard retryer's token bucket would run dry during a long IMDS outage and
+			// then refuse even the one retry after a 401; the poll loop bounds retries instead.
+			o.RateLimiter = ratelimit.None
 		}),
 		// Without this, imds.New wraps the Retryer in retry.AddWithMaxBackoffDelay(1s),
 		// whose backoff replaces the 100 ms above.
@@ -136,6 +141,16 @@ func (p *Provider) Poll(ctx context.Context) ([]providers.Notice, error) {
 			p.last[src] = results[i].notices
 		}
 		all = append(all, p.last[src]...)
+	}
+	// Forget first-seen times of notices that are gone, so the map does not grow forever.
+	live := map[string]bool{}
+	for _, n := range all {
+		live[n.ID] = true
+	}
+	for id := range p.firstSeen {
+		if !live[id] {
+			delete(p.firstSeen, id)
+		}
 	}
 	providers.Sort(all)
 	return all, errors.Join(errs...)

@@ -50,29 +50,20 @@ func errPaths(err error) []string {
 	var paths []string
 	var walk func(error)
 	walk = func(err error) {
-		if err == nil {
-			return
-		}
-		var se *SourceError
-		if errors.As(err, &se) {
-			paths = append(paths, se.Path)
-			return
-		}
 		if j, ok := err.(interface{ Unwrap() []error }); ok {
 			for _, e := range j.Unwrap() {
 				walk(e)
 			}
 			return
 		}
-		paths = append(paths, "not a SourceError: "+err.Error())
-	}
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		for _, e := range j.Unwrap() {
-			walk(e)
+		var se *SourceError
+		if errors.As(err, &se) {
+			paths = append(paths, se.Path)
+		} else if err != nil {
+			paths = append(paths, "not a SourceError: "+err.Error())
 		}
-	} else {
-		walk(err)
 	}
+	walk(err)
 	slices.Sort(paths)
 	return paths
 }

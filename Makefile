@@ -1,0 +1,43 @@
+# reprieve: the two commands of the README are `make demo` and `make test`.
+SHELL := /bin/bash
+.DEFAULT_GOAL := build
+
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -s -w -X main.version=$(VERSION)
+TOOLS_BIN := $(CURDIR)/.cache/bin
+export REPRIEVE_TOOLS_BIN ?= $(TOOLS_BIN)
+
+.PHONY: build tools test unit e2e lint demo clean
+
+## build: the static binary the Dockerfile builds (CGO off, trimmed paths, version baked in)
+build:
+	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o bin/reprieve ./cmd/reprieve
+
+## tools: build the real control plane and peers from the Go module proxy (cached)
+tools:
+	bash test/tools/build.sh
+
+## lint: formatting and vet
+lint:
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
+	  if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	go vet ./...
+
+## unit: unit tests only (no control plane)
+unit:
+	go test -race -count=1 ./agent/... ./providers/... ./cmd/... ./kubelet/...
+
+## e2e: end-to-end tests on the real control plane
+e2e: tools
+	REPRIEVE_E2E_REQUIRED=1 go test -race -count=1 -timeout 20m ./test/...
+
+## test: everything CI runs: lint, unit and end-to-end tests
+test: tools lint
+	REPRIEVE_E2E_REQUIRED=1 go test -race -count=1 -timeout 25m ./...
+
+## demo: a spot interruption on a local control plane with a simulated AWS, with a table
+demo: tools
+	go run ./test/demo
+
+clean:
+	rm -rf bin

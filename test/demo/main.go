@@ -1,0 +1,83 @@
+// Command demo shows reprieve handling a spot interruption end to end on a laptop: it starts a
+// local control plane (etcd, kube-apiserver, kwok), amazon-ec2-metadata-mock posting a spot
+// notice with a short reclaim window, and the reprieve binary, then prints what happened to
+// every pod. Run it with `make demo`.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"time"
+
+	"github.com/reprieve-dev/reprieve/test/scenario"
+	"github.com/reprieve-dev/reprieve/test/testenv"
+)
+
+func main() {
+	window := flag.Duration("window", 40*time.Second, "time from the spot notice to the reclaim deadline")
+	margin := flag.Duration("safety-margin", 5*time.Second, "reprieve's --safety-margin")
+	flag.Parse()
+	if err := run(*window, *margin); err != nil {
+		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(window, margin time.Duration) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, window+2*time.Minute)
+	defer cancel()
+
+	logDir, err := os.MkdirTemp("", "reprieve-demo-")
+	if err != nil {
+		return err
+	}
+	step := func(format string, args ...any) {
+		fmt.Printf("%s  "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+	}
+	step("building reprieve")
+	bin, err := scenario.BuildReprieve(ctx, logDir)
+	if err != nil {
+		return err
+	}
+	step("starting etcd, kube-apiserver and kwok on 127.0.0.1 (logs in %s)", logDir)
+	env, err := testenv.Start(ctx, testenv.Options{LogDir: logDir})
+	if err != nil {
+		return err
+	}
+	defer env.Stop()
+
+	pods := scenario.Mixed()
+	step("creating node demo-node with %d pods; amazon-ec2-metadata-mock will post a spot notice in 3s with a %s window", len(pods), window)
+	res, err := scenario.RunSpot(ctx, scenario.SpotOptions{
+		Env: env, ReprieveBin: bin, Namespace: "demo", Node: "demo-node", Pods: pods,
+		NoticeDelay: 3 * time.Second, Window: window, SafetyMargin: margin, LogDir: logDir,
+	})
+	if err != nil {
+		return err
+	}
+	step("done; times are relative to the taint's timeAdded (T)")
+	fmt.Printf("\nnotice seen and node tainted cloud=spot:NoExecute at T%+.2fs; reclaim deadline T%+.0fs; every evicted pod must be gone by T%+.0fs (deadline - %s margin)\n\n",
+		res.TaintSeenAt.Sub(res.TimeAdded).Seconds(), res.Deadline.Sub(res.TimeAdded).Seconds(), res.Window.End().Sub(res.TimeAdded).Seconds(), margin)
+	if err := scenario.PrintTable(os.Stdout, res.TimeAdded, res.Rows); err != nil {
+		return err
+	}
+	planned, inTime := 0, 0
+	for _, r := range res.Rows {
+		if !r.Planned.IsZero() {
+			planned++
+			if r.InTime() {
+				inTime++
+			}
+		}
+	}
+	fmt.Printf("\n%d of %d scheduled pods gone before the deadline; reprieve log: %s/reprieve-demo-node.log\n", inTime, planned, logDir)
+	if inTime != planned {
+		return fmt.Errorf("%d pods were still there at the deadline", planned-inTime)
+	}
+	return nil
+}
