@@ -1,0 +1,403 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/reprieve-dev/reprieve/providers"
+	"github.com/reprieve-dev/reprieve/providers/providertest"
+)
+
+// harness drives one agent without running its loops: each test calls the one-iteration
+// functions (pollOnce, reconcile, syncPod) on a fake clock, so nothing sleeps.
+type harness struct {
+	t      *testing.T
+	a      *Agent
+	client *fake.Clientset
+	clock  *clocktesting.FakeClock
+	prov   *providertest.Fake
+	ctx    context.Context
+}
+
+const nodeName = "n1"
+
+func newHarness(t *testing.T, mutate func(*Config), objs ...runtime.Object) *harness {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.NodeName = nodeName
+	cfg.Provider = "aws"
+	cfg.MetricsBindAddress = ""
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	if len(objs) == 0 || objs[0].(*v1.Node) == nil {
+		t.Fatal("the first object must be the node")
+	}
+	client := fake.NewClientset(objs...)
+	clk := clocktesting.NewFakeClock(t0)
+	prov := providertest.New("aws")
+	a, err := New(cfg, Deps{Client: client, Provider: prov, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The fake clientset serves EvictV1 through its reactors (postEviction needs a real REST
+	// client).
+	a.evictFn = func(ctx context.Context, ev *policyv1.Eviction) error {
+		return client.CoreV1().Pods(ev.Namespace).EvictV1(ctx, ev)
+	}
+	h := &harness{t: t, a: a, client: client, clock: clk, prov: prov, ctx: context.Background()}
+	h.syncStores()
+	return h
+}
+
+// syncStores copies the fake API's objects into the informers' stores, as the watches would.
+func (h *harness) syncStores() {
+	h.t.Helper()
+	nodes := h.a.nodeFactory.Core().V1().Nodes().Informer().GetIndexer()
+	pods := h.a.podFactory.Core().V1().Pods().Informer().GetIndexer()
+	n, err := h.client.CoreV1().Nodes().Get(h.ctx, nodeName, metav1.GetOptions{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if err := nodes.Replace([]any{n}, ""); err != nil {
+		h.t.Fatal(err)
+	}
+	list, err := h.client.CoreV1().Pods("").List(h.ctx, metav1.ListOptions{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var objs []any
+	for i := range list.Items {
+		objs = append(objs, &list.Items[i])
+	}
+	if err := pods.Replace(objs, ""); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// notice makes the provider report a spot notice with the given deadline, and runs one poll
+// and reconcile.
+func (h *harness) notice(deadline time.Time) {
+	h.prov.Set(providers.Notice{Provider: "aws", Kind: providers.KindSpotInterruption, ID: "spot-1", Deadline: deadline, Action: "terminate"})
+	h.step()
+}
+
+func (h *harness) step() {
+	h.a.pollOnce(h.ctx)
+	h.a.reconcile(h.ctx)
+	h.syncStores()
+}
+
+func (h *harness) node() *v1.Node {
+	n, err := h.client.CoreV1().Nodes().Get(h.ctx, nodeName, metav1.GetOptions{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return n
+}
+
+// actions returns the recorded actions of verb on resource/subresource, clearing nothing.
+func (h *harness) actions(verb, resource, sub string) []k8stesting.Action {
+	var out []k8stesting.Action
+	for _, a := range h.client.Actions() {
+		if a.GetVerb() == verb && a.GetResource().Resource == resource && a.GetSubresource() == sub {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func (h *harness) evictions() []*policyv1.Eviction {
+	var out []*policyv1.Eviction
+	for _, a := range h.actions("create", "pods", "eviction") {
+		out = append(out, a.(k8stesting.CreateAction).GetObject().(*policyv1.Eviction))
+	}
+	return out
+}
+
+func (h *harness) deletes() []k8stesting.DeleteActionImpl {
+	var out []k8stesting.DeleteActionImpl
+	for _, a := range h.actions("delete", "pods", "") {
+		out = append(out, a.(k8stesting.DeleteActionImpl))
+	}
+	return out
+}
+
+func testNode(taints ...v1.Taint) *v1.Node {
+	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, Labels: map[string]string{"keep": "label"}},
+		Spec: v1.NodeSpec{Taints: taints}}
+}
+
+func testPod(name string, grace int64, tolerations ...v1.Toleration) *v1.Pod {
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID("uid-" + name)},
+		Spec:       v1.PodSpec{NodeName: nodeName, TerminationGracePeriodSeconds: &grace, Tolerations: tolerations},
+		Status:     v1.PodStatus{Phase: v1.PodRunning},
+	}
+}
+
+func spotToleration(s *int64) v1.Toleration {
+	return v1.Toleration{Key: "cloud", Operator: v1.TolerationOpEqual, Value: "spot", Effect: v1.TaintEffectNoExecute, TolerationSeconds: s}
+}
+
+func TestReconcileTaintsThenUndoes(t *testing.T) {
+	other := v1.Taint{Key: "dedicated", Value: "x", Effect: v1.TaintEffectNoSchedule}
+	h := newHarness(t, nil, testNode(other))
+	h.clock.SetTime(t0.Add(300 * time.Millisecond))
+	h.notice(t0.Add(2 * time.Minute))
+
+	n := h.node()
+	if len(n.Spec.Taints) != 2 || n.Spec.Taints[0] != other {
+		t.Fatalf("taints = %+v", n.Spec.Taints)
+	}
+	spot := n.Spec.Taints[1]
+	if spot.Key != "cloud" || spot.Effect != v1.TaintEffectNoExecute || spot.TimeAdded == nil || !spot.TimeAdded.Time.Equal(t0) {
+		t.Fatalf("interruption taint = %+v, want timeAdded %v (truncated to the second)", spot, t0)
+	}
+	if n.Annotations[AnnotationReclaimDeadline] != "2026-11-29T12:02:00Z" || n.Labels[LabelExcludeFromLB] != "true" {
+		t.Fatalf("annotations %v labels %v", n.Annotations, n.Labels)
+	}
+	// Idempotent: another poll with the same notice writes nothing.
+	patches := len(h.actions("patch", "nodes", ""))
+	h.clock.Step(time.Second)
+	h.step()
+	if got := len(h.actions("patch", "nodes", "")); got != patches {
+		t.Errorf("a repeated notice patched the node again (%d patches, was %d)", got, patches)
+	}
+
+	h.prov.Set()
+	h.step()
+	n = h.node()
+	if len(n.Spec.Taints) != 1 || n.Spec.Taints[0] != other {
+		t.Errorf("after the notice went away, taints = %+v", n.Spec.Taints)
+	}
+	if _, ok := n.Labels[LabelExcludeFromLB]; ok || n.Labels["keep"] != "label" {
+		t.Errorf("labels = %v", n.Labels)
+	}
+	if len(n.Annotations) != 0 {
+		t.Errorf("annotations left: %v", n.Annotations)
+	}
+}
+
+func TestPollErrorKeepsState(t *testing.T) {
+	h := newHarness(t, nil, testNode())
+	h.notice(t0.Add(time.Minute))
+	h.a.provider = failing{}
+	h.step()
+	if v := h.a.currentView(); !v.window.Deadline.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("a failed poll lost the deadline: %v", v.window.Deadline)
+	}
+	if len(h.node().Spec.Taints) != 1 {
+		t.Fatalf("a failed poll removed the taint: %+v", h.node().Spec.Taints)
+	}
+}
+
+type failing struct{}
+
+func (failing) Name() string { return "aws" }
+func (failing) Poll(context.Context) ([]providers.Notice, error) {
+	return nil, errors.New("metadata service down")
+}
+
+func TestEvictionSchedule(t *testing.T) {
+	deadline := t0.Add(60 * time.Second) // window end t0+55s with the 5s margin
+	h := newHarness(t, nil, testNode(),
+		testPod("now", 10),
+		testPod("tol20", 5, spotToleration(secs(20))),
+		testPod("tol600", 10, spotToleration(secs(600))),
+		testPod("forever", 10, spotToleration(nil)),
+		testPod("slow", 300),
+	)
+	h.notice(deadline)
+
+	if d := h.a.syncPod(h.ctx, "ns/now"); d != 0 {
+		t.Errorf("untolerated pod: requeue %v, want evicted now", d)
+	}
+	if d := h.a.syncPod(h.ctx, "ns/tol20"); d != 20*time.Second {
+		t.Errorf("tolerating 20s: requeue %v, want 20s", d)
+	}
+	if d := h.a.syncPod(h.ctx, "ns/tol600"); d != 45*time.Second-evictionLead {
+		t.Errorf("tolerating 600s with grace 10: requeue %v, want latest (45s) less the lead", d)
+	}
+	if d := h.a.syncPod(h.ctx, "ns/forever"); d != 0 {
+		t.Errorf("forever: requeue %v", d)
+	}
+	if d := h.a.syncPod(h.ctx, "ns/slow"); d != 0 {
+		t.Errorf("slow: requeue %v", d)
+	}
+	evs := h.evictions()
+	want := map[string]int64{"now": 10, "slow": 55}
+	if len(evs) != len(want) {
+		t.Fatalf("evictions = %d, want %d", len(evs), len(want))
+	}
+	for _, ev := range evs {
+		if g := *ev.DeleteOptions.GracePeriodSeconds; g != want[ev.Name] {
+			t.Errorf("%s: grace %d, want %d", ev.Name, g, want[ev.Name])
+		}
+		if uid := *ev.DeleteOptions.Preconditions.UID; string(uid) != "uid-"+ev.Name {
+			t.Errorf("%s: UID precondition %q", ev.Name, uid)
+		}
+	}
+
+	h.clock.Step(20 * time.Second)
+	if d := h.a.syncPod(h.ctx, "ns/tol20"); d != 0 || len(h.evictions()) != 3 {
+		t.Errorf("tolerating 20s: not evicted at its time (requeue %v, %d evictions)", d, len(h.evictions()))
+	}
+	// An evicted pod is never evicted twice, even before its deletionTimestamp shows up.
+	if h.a.syncPod(h.ctx, "ns/now"); len(h.evictions()) != 3 {
+		t.Errorf("a pod was evicted twice")
+	}
+}
+
+func TestPDBBlockedEvictionFallsBackToDeleteAtLatest(t *testing.T) {
+	deadline := t0.Add(60 * time.Second)
+	h := newHarness(t, nil, testNode(), testPod("pdb", 5))
+	h.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "eviction" {
+			return false, nil, nil
+		}
+		return true, nil, apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 0)
+	})
+	h.notice(deadline)
+	forceAt := deadline.Add(-5*time.Second - 5*time.Second - evictionLead)
+
+	var delays []time.Duration
+	for i := 0; i < 200 && len(h.deletes()) == 0; i++ {
+		d := h.a.syncPod(h.ctx, "ns/pdb")
+		if d == 0 {
+			break
+		}
+		delays = append(delays, d)
+		h.clock.Step(d)
+	}
+	if len(delays) < 4 || delays[0] != 100*time.Millisecond || delays[1] != 200*time.Millisecond || delays[2] != 400*time.Millisecond {
+		t.Errorf("backoff = %v, want 100ms doubling", delays)
+	}
+	for _, d := range delays {
+		if d > evictionBackoffMax {
+			t.Errorf("backoff %v over the cap", d)
+		}
+	}
+	dels := h.deletes()
+	if len(dels) != 1 {
+		t.Fatalf("deletes = %d, want 1", len(dels))
+	}
+	if now := h.clock.Now(); now.Before(forceAt) || now.After(forceAt.Add(time.Millisecond)) {
+		t.Errorf("deleted at %v, want at %v (latest less the lead)", now, forceAt)
+	}
+	opts := dels[0].DeleteOptions
+	if *opts.GracePeriodSeconds != 5 || string(*opts.Preconditions.UID) != "uid-pdb" {
+		t.Errorf("delete options = grace %d uid %s", *opts.GracePeriodSeconds, *opts.Preconditions.UID)
+	}
+}
+
+func TestWithoutDeadlinePDBsAreAlwaysRespected(t *testing.T) {
+	// A NoExecute taint of someone else, no notice: evictions retry, never fall back to DELETE.
+	added := metav1.NewTime(t0)
+	h := newHarness(t, nil, testNode(v1.Taint{Key: "other", Effect: v1.TaintEffectNoExecute, TimeAdded: &added}), testPod("pdb", 5))
+	h.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		return a.GetSubresource() == "eviction", nil, apierrors.NewTooManyRequests("pdb", 0)
+	})
+	h.step()
+	for range 50 {
+		d := h.a.syncPod(h.ctx, "ns/pdb")
+		if d == 0 {
+			t.Fatal("gave up retrying")
+		}
+		h.clock.Step(d)
+	}
+	if len(h.deletes()) != 0 {
+		t.Fatal("deleted a PDB-protected pod without a deadline")
+	}
+}
+
+func TestTerminatingPodIsShortenedOnce(t *testing.T) {
+	p := testPod("kcm-deleted", 300)
+	p.DeletionTimestamp = &metav1.Time{Time: t0.Add(300 * time.Second)}
+	h := newHarness(t, nil, testNode(), p)
+	h.notice(t0.Add(60 * time.Second))
+	h.a.syncPod(h.ctx, "ns/kcm-deleted")
+	h.a.syncPod(h.ctx, "ns/kcm-deleted")
+	dels := h.deletes()
+	if len(dels) != 1 {
+		t.Fatalf("deletes = %d, want exactly 1", len(dels))
+	}
+	if g := *dels[0].DeleteOptions.GracePeriodSeconds; g != 55 {
+		t.Errorf("shortened grace = %d, want 55 (deadline - margin - now)", g)
+	}
+	if len(h.evictions()) != 0 {
+		t.Error("a terminating pod must not be evicted")
+	}
+}
+
+func TestRestartReplansFromTimeAdded(t *testing.T) {
+	// A previous run tainted the node 20 s ago; the new agent must not restart the countdown.
+	added := metav1.NewTime(t0.Add(-20 * time.Second))
+	h := newHarness(t, nil, testNode(v1.Taint{Key: "cloud", Value: "spot", Effect: v1.TaintEffectNoExecute, TimeAdded: &added}),
+		testPod("tol30", 5, spotToleration(secs(30))))
+	h.notice(t0.Add(2 * time.Minute))
+	if d := h.a.syncPod(h.ctx, "ns/tol30"); d != 10*time.Second {
+		t.Errorf("requeue %v, want 10s (30s from the existing timeAdded)", d)
+	}
+	if ta := h.node().Spec.Taints[0].TimeAdded; !ta.Equal(&added) {
+		t.Errorf("timeAdded rewritten to %v", ta)
+	}
+}
+
+func TestTaintWithoutTimeAddedIsAnchoredWhenFirstSeen(t *testing.T) {
+	h := newHarness(t, nil, testNode(v1.Taint{Key: "cloud", Value: "spot", Effect: v1.TaintEffectNoExecute}),
+		testPod("tol30", 5, spotToleration(secs(30))))
+	h.step()
+	h.clock.Step(10 * time.Second)
+	h.step()
+	if d := h.a.syncPod(h.ctx, "ns/tol30"); d != 20*time.Second {
+		t.Errorf("requeue %v, want 20s: the countdown runs from when the taint was first seen", d)
+	}
+}
+
+func TestDryRunChangesNothing(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.DryRun = true }, testNode(), testPod("now", 10))
+	h.notice(t0.Add(time.Minute))
+	h.a.syncPod(h.ctx, "ns/now")
+	for _, a := range h.client.Actions() {
+		if a.GetVerb() != "get" && a.GetVerb() != "list" && a.GetVerb() != "watch" {
+			t.Errorf("dry run wrote: %s %s/%s", a.GetVerb(), a.GetResource().Resource, a.GetSubresource())
+		}
+	}
+	// It still plans as if the taint were there.
+	if v := h.a.currentView(); len(v.taints) != 1 || !v.window.HasDeadline() {
+		t.Errorf("dry-run view = %+v", v)
+	}
+}
+
+func TestNewPodOfTheSameNameStartsAfresh(t *testing.T) {
+	h := newHarness(t, nil, testNode(), testPod("p", 5))
+	h.notice(t0.Add(time.Minute))
+	h.a.syncPod(h.ctx, "ns/p")
+	if len(h.evictions()) != 1 {
+		t.Fatal("not evicted")
+	}
+	// Same name, new UID: the old pod's "done" must not leak onto it.
+	np := testPod("p", 5)
+	np.UID = "uid-new"
+	if err := h.a.podFactory.Core().V1().Pods().Informer().GetIndexer().Update(np); err != nil {
+		t.Fatal(err)
+	}
+	h.a.syncPod(h.ctx, "ns/p")
+	evs := h.evictions()
+	if len(evs) != 2 || *evs[1].DeleteOptions.Preconditions.UID != "uid-new" {
+		t.Fatalf("the new pod was not evicted with its own UID: %d evictions", len(evs))
+	}
+}
