@@ -279,7 +279,7 @@ func (a *Agent) pollOnce(ctx context.Context) bool {
 	if err != nil {
 		a.metrics.PollsTotal.WithLabelValues(name, "error").Inc()
 		if ctx.Err() == nil {
-			logger.Error(err, "Polling the metadata service failed; keeping the last known notices", "provider", name)
+			logger.Error(err, "Polling the provider failed; keeping the last known notices", "provider", name)
 		}
 	} else {
 		a.metrics.PollsTotal.WithLabelValues(name, "ok").Inc()

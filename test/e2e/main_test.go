@@ -18,6 +18,9 @@ var (
 	env         *testenv.Env
 	reprieveBin string
 	logDir      string
+	// agentKubeconfig authenticates as the shipped ServiceAccount with the shipped ClusterRole:
+	// the agent runs with what users grant it, not as cluster admin.
+	agentKubeconfig string
 )
 
 func TestMain(m *testing.M) {
@@ -47,6 +50,11 @@ func runMain(m *testing.M) int {
 	env, err = testenv.Start(ctx, testenv.Options{LogDir: logDir})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: starting the control plane: %v\n", err)
+		return 1
+	}
+	if agentKubeconfig, err = scenario.InstallRBAC(ctx, env); err != nil {
+		env.Stop()
+		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
 		return 1
 	}
 	code := m.Run()

@@ -168,7 +168,7 @@ func run(ctx context.Context, t *testing.T, name string) *scenario.SpotResult {
 		Namespace: name, Node: name + "-node",
 		Pods:        scenario.Mixed(),
 		NoticeDelay: 3 * time.Second, Window: window, SafetyMargin: margin,
-		LogDir: logDir,
+		LogDir: logDir, Kubeconfig: agentKubeconfig,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -48,6 +48,8 @@ type SpotOptions struct {
 	LogDir              string
 	// ExtraArgs go to reprieve after the standard flags.
 	ExtraArgs []string
+	// Kubeconfig is what reprieve runs with; empty means the environment's admin.
+	Kubeconfig string
 }
 
 // SpotResult is what happened.
@@ -109,29 +111,18 @@ func RunSpot(ctx context.Context, o SpotOptions) (*SpotResult, error) {
 	}
 	defer func() { _ = mock.Stop() }()
 
-	metricsPort, err := testenv.FreePort()
-	if err != nil {
-		return nil, err
-	}
-	metricsAddr := "127.0.0.1:" + strconv.Itoa(metricsPort)
-	args := append([]string{
-		"--kubeconfig=" + o.Env.Kubeconfig,
-		"--node-name=" + o.Node,
+	rp, metricsAddr, err := StartReprieve(ctx, o.ReprieveBin, o.LogDir, o.Node, append([]string{
+		"--kubeconfig=" + o.kubeconfig(),
 		"--provider=aws",
 		"--aws-imds-endpoint=" + endpoint,
-		"--poll-interval=1s",
 		"--safety-margin=" + o.SafetyMargin.String(),
-		"--metrics-bind-address=" + metricsAddr,
-		"-v=2",
-	}, o.ExtraArgs...)
-	logPath := filepath.Join(o.LogDir, "reprieve-"+o.Node+".log")
-	rp, err := testenv.StartProcess(ctx, "reprieve", logPath, o.ReprieveBin, args, os.Environ())
+	}, o.ExtraArgs...)...)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = rp.Stop() }()
 	fail := func(err error) (*SpotResult, error) {
-		return nil, fmt.Errorf("%w\nreprieve log (%s):\n%s", err, logPath, rp.LogTail(40))
+		return nil, fmt.Errorf("%w\nreprieve log (%s):\n%s", err, rp.LogPath(), rp.LogTail(40))
 	}
 
 	res := &SpotResult{Deadline: deadline, Window: agent.Window{Deadline: deadline, SafetyMargin: o.SafetyMargin}}
@@ -194,7 +185,7 @@ func RunSpot(ctx context.Context, o SpotOptions) (*SpotResult, error) {
 	for i := range res.Rows {
 		res.Rows[i].Record = recs[res.Rows[i].Pod]
 	}
-	if res.Metrics, err = scrape("http://" + metricsAddr + "/metrics"); err != nil {
+	if res.Metrics, err = Scrape(metricsAddr); err != nil {
 		return fail(err)
 	}
 	if err := rp.Stop(); err != nil {
@@ -205,6 +196,49 @@ func RunSpot(ctx context.Context, o SpotOptions) (*SpotResult, error) {
 	}
 	return res, nil
 }
+
+func (o SpotOptions) kubeconfig() string {
+	if o.Kubeconfig != "" {
+		return o.Kubeconfig
+	}
+	return o.Env.Kubeconfig
+}
+
+// StartReprieve starts the reprieve binary for node with args (which must include
+// --kubeconfig and --provider), a 1 s poll interval, -v=2 and metrics on a free loopback
+// port, and waits until /readyz answers 200. Its log is reprieve-<node>.log in logDir.
+func StartReprieve(ctx context.Context, bin, logDir, node string, args ...string) (*testenv.Process, string, error) {
+	port, err := testenv.FreePort()
+	if err != nil {
+		return nil, "", err
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	all := append([]string{"--node-name=" + node, "--poll-interval=1s", "--metrics-bind-address=" + addr, "-v=2"}, args...)
+	logPath := filepath.Join(logDir, "reprieve-"+node+".log")
+	p, err := testenv.StartProcess(ctx, "reprieve", logPath, bin, all, os.Environ())
+	if err != nil {
+		return nil, "", err
+	}
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		if p.Exited() {
+			return false, fmt.Errorf("reprieve exited: %s", p.ExitDescription())
+		}
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return false, nil
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		_ = p.Stop()
+		return nil, "", fmt.Errorf("waiting for reprieve to be ready: %w\n%s", err, p.LogTail(30))
+	}
+	return p, addr, nil
+}
+
+// Scrape returns the text of a metrics endpoint.
+func Scrape(addr string) (string, error) { return scrape("http://" + addr + "/metrics") }
 
 func scrape(url string) (string, error) {
 	resp, err := http.Get(url)

@@ -1,0 +1,82 @@
+package scenario
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	v1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+
+	"github.com/reprieve-dev/reprieve/test/testenv"
+)
+
+// AgentServiceAccount is the ServiceAccount that deploy/manifests/rbac.yaml binds.
+const AgentServiceAccount = "reprieve"
+
+// AgentNamespace is where the shipped manifests install the agent.
+const AgentNamespace = "kube-system"
+
+// InstallRBAC applies the ServiceAccount, ClusterRole and ClusterRoleBinding shipped in
+// deploy/manifests/rbac.yaml (created, or replaced when present) and returns a kubeconfig for
+// that ServiceAccount, so that tests run the agent with exactly the permissions users get.
+func InstallRBAC(ctx context.Context, env *testenv.Env) (string, error) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(root, "deploy", "manifests", "rbac.yaml")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("reading %s: %w", path, err)
+	}
+	if err := apply(ctx, env.Client, b); err != nil {
+		return "", fmt.Errorf("applying %s: %w", path, err)
+	}
+	return env.ServiceAccountKubeconfig(ctx, AgentNamespace, AgentServiceAccount)
+}
+
+func apply(ctx context.Context, c kubernetes.Interface, manifest []byte) error {
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(manifest)))
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if len(bytes.TrimSpace(doc)) == 0 {
+			continue
+		}
+		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(doc, nil, nil)
+		if err != nil {
+			return fmt.Errorf("decoding: %w", err)
+		}
+		switch o := obj.(type) {
+		case *v1.ServiceAccount:
+			_ = c.CoreV1().ServiceAccounts(o.Namespace).Delete(ctx, o.Name, metav1.DeleteOptions{})
+			_, err = c.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.ClusterRole:
+			_ = c.RbacV1().ClusterRoles().Delete(ctx, o.Name, metav1.DeleteOptions{})
+			_, err = c.RbacV1().ClusterRoles().Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.ClusterRoleBinding:
+			_ = c.RbacV1().ClusterRoleBindings().Delete(ctx, o.Name, metav1.DeleteOptions{})
+			_, err = c.RbacV1().ClusterRoleBindings().Create(ctx, o, metav1.CreateOptions{})
+		default:
+			return fmt.Errorf("unexpected object %T in the RBAC manifest", obj)
+		}
+		if err != nil {
+			return fmt.Errorf("creating %T: %w", obj, err)
+		}
+	}
+}
