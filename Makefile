@@ -7,7 +7,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 TOOLS_BIN := $(CURDIR)/.cache/bin
 export REPRIEVE_TOOLS_BIN ?= $(TOOLS_BIN)
 
-.PHONY: build tools test unit e2e lint demo clean
+.PHONY: build tools test unit e2e lint demo bench clean
 
 ## build: the static binary the Dockerfile builds (CGO off, trimmed paths, version baked in)
 build:
@@ -38,6 +38,10 @@ test: tools lint
 ## demo: a spot interruption on a local control plane with a simulated AWS, with a table
 demo: tools
 	go run ./test/demo
+
+## bench: benchmarks on the real control plane (figures in docs/benchmarks.md)
+bench: tools
+	REPRIEVE_E2E_REQUIRED=1 go test -count=1 -run '^$$' -bench . -benchtime 1x -timeout 20m ./test/e2e/
 
 clean:
 	rm -rf bin

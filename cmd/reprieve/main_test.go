@@ -1,0 +1,36 @@
+package main
+
+import (
+	"testing"
+)
+
+func TestRunExitCodes(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want int
+	}{
+		{"version", []string{"version"}, nil, 0},
+		{"help", []string{"--help"}, nil, 0},
+		{"flag that does not parse", []string{"--poll-interval=often"}, nil, 2},
+		{"unknown flag", []string{"--no-such-flag"}, nil, 2},
+		{"variable that does not parse", []string{"--node-name=n"}, map[string]string{"REPRIEVE_SAFETY_MARGIN": "lots"}, 2},
+		{"missing node name", nil, nil, 2},
+		{"invalid taint", []string{"--node-name=n", "--interruption-taint=cloud"}, nil, 2},
+		{"unknown command", []string{"drain"}, nil, 2},
+		{"provider not implemented yet", []string{"--node-name=n", "--provider=gcp", "--kubeconfig=/nonexistent"}, nil, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("NODE_NAME", "")
+			t.Setenv("KUBECONFIG", "")
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			if got := run(tc.args); got != tc.want {
+				t.Errorf("run(%q) = %d, want %d", tc.args, got, tc.want)
+			}
+		})
+	}
+}
