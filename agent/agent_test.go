@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -399,5 +401,40 @@ func TestNewPodOfTheSameNameStartsAfresh(t *testing.T) {
 	evs := h.evictions()
 	if len(evs) != 2 || *evs[1].DeleteOptions.Preconditions.UID != "uid-new" {
 		t.Fatalf("the new pod was not evicted with its own UID: %d evictions", len(evs))
+	}
+}
+
+func TestNodeWriteRetriesOnConflict(t *testing.T) {
+	h := newHarness(t, nil, testNode())
+	conflicts := 0
+	h.client.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if conflicts < 2 {
+			conflicts++
+			return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "nodes"}, nodeName, errors.New("the object has been modified"))
+		}
+		return false, nil, nil
+	})
+	before := len(h.client.Actions())
+	h.prov.Set(providers.Notice{Provider: "aws", Kind: providers.KindSpotInterruption, ID: "spot-1", Deadline: t0.Add(time.Minute)})
+	h.a.pollOnce(h.ctx)
+	h.a.reconcile(h.ctx)
+	var verbs []string
+	for _, a := range h.client.Actions()[before:] {
+		verbs = append(verbs, a.GetVerb())
+	}
+	// The first attempt uses the informer's copy; after each conflict the writer re-reads the
+	// node from the API rather than retrying on the stale copy.
+	if got, want := strings.Join(verbs, ","), "patch,get,patch,get,patch"; got != want {
+		t.Errorf("requests = %s, want %s", got, want)
+	}
+	h.syncStores()
+	if conflicts != 2 {
+		t.Fatalf("conflicts = %d, want 2", conflicts)
+	}
+	if len(h.actions("patch", "nodes", "")) != 3 {
+		t.Errorf("patches = %d, want 3 (two conflicts, then success)", len(h.actions("patch", "nodes", "")))
+	}
+	if !hasTaint(h.node().Spec.Taints, h.a.taints.Interruption) {
+		t.Error("taint not written after the conflicts")
 	}
 }
