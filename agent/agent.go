@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -47,6 +48,8 @@ type Deps struct {
 	// Registerer and Gatherer are the agent's private metrics registry.
 	Registerer prometheus.Registerer
 	Gatherer   prometheus.Gatherer
+	// Recorder records Kubernetes Events; nil starts client-go's broadcaster in Run.
+	Recorder record.EventRecorder
 }
 
 // Agent watches one node and its pods.
@@ -66,6 +69,7 @@ type Agent struct {
 	queue                   workqueue.TypedDelayingInterface[string]
 	writer                  *nodeWriter
 	evictFn                 func(context.Context, *policyv1.Eviction) error
+	recorder                record.EventRecorder
 	nodeChanged             chan struct{}
 	ready                   atomic.Bool
 
@@ -76,7 +80,16 @@ type Agent struct {
 	addedAt  map[string]time.Time
 	seenAt   map[string]time.Time
 	pods     map[string]*podState
-	noticeID map[string]bool
+	noticeID map[string]providers.Notice
+	// handling tracks the pending interruption, for the summary at the end of its window.
+	handling *handling
+}
+
+// handling is one interruption window: the pods reprieve acted on during it.
+type handling struct {
+	window Window
+	acted  map[string]bool
+	done   bool
 }
 
 // planView is what every pod's plan is computed from.
@@ -86,7 +99,7 @@ type planView struct {
 }
 
 func (v planView) equal(o planView) bool {
-	return v.window == o.window && slices.EqualFunc(v.taints, o.taints, func(a, b v1.Taint) bool {
+	return v.window.Equal(o.window) && slices.EqualFunc(v.taints, o.taints, func(a, b v1.Taint) bool {
 		return a.Key == b.Key && a.Value == b.Value && a.Effect == b.Effect && a.TimeAdded.Equal(b.TimeAdded)
 	})
 }
@@ -128,7 +141,8 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 		addedAt:     map[string]time.Time{},
 		seenAt:      map[string]time.Time{},
 		pods:        map[string]*podState{},
-		noticeID:    map[string]bool{},
+		noticeID:    map[string]providers.Notice{},
+		recorder:    deps.Recorder,
 	}
 	if a.provider == nil {
 		a.provider = none.New(a.deadlineAnnotation)
@@ -200,6 +214,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		})
 	}
 
+	if a.recorder == nil {
+		rec, stop := newRecorder(ctx, a.client, a.cfg.NodeName)
+		defer stop()
+		a.recorder = rec
+	}
 	a.nodeFactory.Start(ctx.Done())
 	a.podFactory.Start(ctx.Done())
 	defer a.nodeFactory.Shutdown()
@@ -290,18 +309,24 @@ func (a *Agent) pollOnce(ctx context.Context) bool {
 		// Nothing better known: keep the previous state rather than withdraw it.
 		return false
 	}
-	seen := map[string]bool{}
+	seen := map[string]providers.Notice{}
 	for _, n := range notices {
-		seen[n.ID] = true
-		if !a.noticeID[n.ID] {
+		seen[n.ID] = n
+		if _, known := a.noticeID[n.ID]; !known {
 			a.metrics.NoticesTotal.WithLabelValues(n.Provider, string(n.Kind)).Inc()
 			logger.Info("Notice received", "provider", n.Provider, "kind", n.Kind, "id", n.ID, "action", n.Action,
 				"deadline", n.Deadline, "noticeTime", n.NoticeTime, "description", n.Description)
+			typ := v1.EventTypeNormal
+			if n.Interrupts() {
+				typ = v1.EventTypeWarning
+			}
+			a.recorder.Eventf(nodeRef(a.cfg.NodeName), typ, ReasonNoticeReceived, "%s", describeNotice(n, a.clock.Now()))
 		}
 	}
-	for id := range a.noticeID {
-		if !seen[id] {
-			logger.Info("Notice withdrawn", "id", id)
+	for id, n := range a.noticeID {
+		if _, ok := seen[id]; !ok {
+			logger.Info("Notice withdrawn", "provider", n.Provider, "kind", n.Kind, "id", id)
+			a.recorder.Eventf(nodeRef(a.cfg.NodeName), v1.EventTypeNormal, ReasonNoticeWithdrawn, "Withdrawn: %s", describeNotice(n, a.clock.Now()))
 		}
 	}
 	a.noticeID = seen
@@ -333,11 +358,15 @@ func (a *Agent) reconcile(ctx context.Context) {
 	// Plan on the node as it is about to be: an API outage delays the taint write but must not
 	// delay the countdowns that the deadline sets.
 	planned := ComputeNodeChange(node, desire).Taints
-	if _, err := a.writer.ensure(ctx, desire); err != nil {
+	done, err := a.writer.ensure(ctx, desire)
+	if err != nil {
 		logger.Error(err, "Updating the node failed; will retry", "node", a.cfg.NodeName)
 	}
+	a.recordTaintChanges(done, intent, now)
 	a.pruneAddedAt(intent)
-	a.recordTaintMetrics(intent)
+	for _, t := range []v1.Taint{a.taints.Interruption, a.taints.Rebalance, a.taints.Maintenance} {
+		a.metrics.TaintActive.WithLabelValues(t.Key).Set(b2f(hasTaint(planned, t)))
+	}
 	if intent.Interrupting() {
 		a.metrics.ReclaimDeadline.Set(float64(intent.Deadline.Unix()))
 	} else {
@@ -351,10 +380,35 @@ func (a *Agent) reconcile(ctx context.Context) {
 	a.mu.Lock()
 	changed := !a.view.equal(view)
 	a.view = view
+	switch {
+	case !view.window.HasDeadline():
+		a.handling = nil // withdrawn: nothing to summarise
+	case a.handling == nil || !a.handling.window.Equal(view.window):
+		a.handling = &handling{window: view.window, acted: map[string]bool{}}
+	}
 	a.mu.Unlock()
 	if changed {
 		logger.V(2).Info("Re-planning every pod", "deadline", view.window.Deadline, "noExecuteTaints", len(view.taints))
 		a.enqueueAll()
+	}
+	a.summarizeWindow(ctx, now)
+}
+
+// recordTaintChanges emits an event for every taint reprieve added or removed, and measures how
+// long the interruption taint took from the notice.
+func (a *Agent) recordTaintChanges(ch NodeChange, intent Intent, now time.Time) {
+	verb := ""
+	if a.cfg.DryRun {
+		verb = "Dry run: would have "
+	}
+	for _, t := range ch.Added {
+		a.recorder.Eventf(nodeRef(a.cfg.NodeName), v1.EventTypeNormal, ReasonTaintApplied, "%sadded taint %s", verb, taintString(t))
+		if t.Key == a.taints.Interruption.Key && t.Effect == a.taints.Interruption.Effect && intent.Interruption != nil && !intent.Interruption.NoticeTime.IsZero() {
+			a.metrics.NoticeToTaint.Observe(max(0, now.Sub(intent.Interruption.NoticeTime).Seconds()))
+		}
+	}
+	for _, t := range ch.Removed {
+		a.recorder.Eventf(nodeRef(a.cfg.NodeName), v1.EventTypeNormal, ReasonTaintRemoved, "%sremoved taint %s", verb, taintString(t))
 	}
 }
 
@@ -388,13 +442,6 @@ func (a *Agent) pruneAddedAt(intent Intent) {
 		if !want[id] {
 			delete(a.addedAt, id)
 		}
-	}
-}
-
-func (a *Agent) recordTaintMetrics(intent Intent) {
-	a.metrics.TaintActive.WithLabelValues(a.taints.Interruption.Key).Set(b2f(intent.Interrupting()))
-	for _, t := range []v1.Taint{a.taints.Rebalance, a.taints.Maintenance} {
-		a.metrics.TaintActive.WithLabelValues(t.Key).Set(b2f(hasTaint(intent.SoftTaints, t)))
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/reprieve-dev/reprieve/providers"
@@ -30,6 +31,7 @@ type harness struct {
 	client *fake.Clientset
 	clock  *clocktesting.FakeClock
 	prov   *providertest.Fake
+	events *record.FakeRecorder
 	ctx    context.Context
 }
 
@@ -50,7 +52,8 @@ func newHarness(t *testing.T, mutate func(*Config), objs ...runtime.Object) *har
 	client := fake.NewClientset(objs...)
 	clk := clocktesting.NewFakeClock(t0)
 	prov := providertest.New("aws")
-	a, err := New(cfg, Deps{Client: client, Provider: prov, Clock: clk})
+	events := record.NewFakeRecorder(1000)
+	a, err := New(cfg, Deps{Client: client, Provider: prov, Clock: clk, Recorder: events})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +62,7 @@ func newHarness(t *testing.T, mutate func(*Config), objs ...runtime.Object) *har
 	a.evictFn = func(ctx context.Context, ev *policyv1.Eviction) error {
 		return client.CoreV1().Pods(ev.Namespace).EvictV1(ctx, ev)
 	}
-	h := &harness{t: t, a: a, client: client, clock: clk, prov: prov, ctx: context.Background()}
+	h := &harness{t: t, a: a, client: client, clock: clk, prov: prov, events: events, ctx: context.Background()}
 	h.syncStores()
 	return h
 }
@@ -135,6 +138,28 @@ func (h *harness) deletes() []k8stesting.DeleteActionImpl {
 		out = append(out, a.(k8stesting.DeleteActionImpl))
 	}
 	return out
+}
+
+// drainEvents returns the events recorded since the last call, as "Type Reason message".
+func (h *harness) drainEvents() []string {
+	var out []string
+	for {
+		select {
+		case e := <-h.events.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
+
+func hasEvent(events []string, prefix string) bool {
+	for _, e := range events {
+		if strings.HasPrefix(e, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 func testNode(taints ...v1.Taint) *v1.Node {

@@ -41,6 +41,8 @@ type podState struct {
 	done      bool          // an eviction or delete was accepted (or, in a dry run, logged)
 	lastGrace time.Duration // the last grace reprieve asked for; later deletes only shorten
 	logged    SkipReason
+	announced time.Time // the eviction time last announced in an EvictionScheduled event
+	blocked   bool      // the last eviction request was refused by a PodDisruptionBudget
 }
 
 func (a *Agent) worker(ctx context.Context) {
@@ -57,15 +59,42 @@ func (a *Agent) worker(ctx context.Context) {
 	}
 }
 
+// setBlocked keeps reprieve_evictions_blocked_pods equal to the number of pods whose last
+// eviction a PodDisruptionBudget refused.
+func (a *Agent) setBlocked(st *podState, blocked bool) {
+	if st.blocked == blocked {
+		return
+	}
+	st.blocked = blocked
+	if blocked {
+		a.metrics.BlockedPods.Inc()
+	} else {
+		a.metrics.BlockedPods.Dec()
+	}
+}
+
 func (a *Agent) podStateFor(key string, uid types.UID) *podState {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	st, ok := a.pods[key]
 	if !ok || st.uid != uid {
+		if ok && st.blocked {
+			a.metrics.BlockedPods.Dec()
+		}
 		st = &podState{uid: uid}
 		a.pods[key] = st
 	}
 	return st
+}
+
+// forget drops what the loop remembers of a pod that is gone.
+func (a *Agent) forget(key string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if st, ok := a.pods[key]; ok && st.blocked {
+		a.metrics.BlockedPods.Dec()
+	}
+	delete(a.pods, key)
 }
 
 func (a *Agent) currentView() planView {
@@ -84,9 +113,7 @@ func (a *Agent) syncPod(ctx context.Context, key string) time.Duration {
 	}
 	pod, err := a.podLister.Pods(ns).Get(name)
 	if err != nil {
-		a.mu.Lock()
-		delete(a.pods, key)
-		a.mu.Unlock()
+		a.forget(key)
 		return 0
 	}
 	st := a.podStateFor(key, pod.UID)
@@ -101,7 +128,7 @@ func (a *Agent) syncPod(ctx context.Context, key string) time.Duration {
 		return 0
 	}
 	if pod.DeletionTimestamp != nil {
-		return a.shorten(ctx, pod, st, view.window, now)
+		return a.shorten(ctx, key, pod, st, view.window, now)
 	}
 	if st.done {
 		return 0
@@ -116,11 +143,16 @@ func (a *Agent) syncPod(ctx context.Context, key string) time.Duration {
 		fireAt = st.nextTry
 	}
 	if now.Before(fireAt) {
+		if st.attempts == 0 && !st.announced.Equal(plan.EvictAt) {
+			st.announced = plan.EvictAt
+			a.podEvent(pod, v1.EventTypeNormal, ReasonEvictionScheduled, "Eviction planned at %s (in %s) with grace %s: %s",
+				plan.EvictAt.UTC().Format(time.RFC3339), plan.EvictAt.Sub(now).Round(time.Second), plan.Grace, why(plan, view.window))
+		}
 		return fireAt.Sub(now)
 	}
 	grace := GraceAt(plan.Grace, view.window, now)
 	if view.window.HasDeadline() && st.attempts > 0 && !now.Before(forceAt) {
-		return a.forceDelete(ctx, pod, st, plan, grace)
+		return a.forceDelete(ctx, key, pod, st, plan, grace)
 	}
 	logger.Info("Evicting pod", "pod", klog.KObj(pod), "grace", grace, "podGrace", plan.Grace,
 		"planned", plan.EvictAt, "due", plan.Due, "latest", plan.Latest, "byDeadline", plan.ByDeadline, "attempt", st.attempts+1)
@@ -131,14 +163,21 @@ func (a *Agent) syncPod(ctx context.Context, key string) time.Duration {
 	switch {
 	case err == nil:
 		st.done, st.lastGrace = true, grace
+		a.setBlocked(st, false)
+		a.markActed(key)
 		a.metrics.EvictionRequestsTotal.WithLabelValues(ResultEvicted).Inc()
+		a.podEvent(pod, v1.EventTypeNormal, ReasonEvicted, "Evicted with grace %s (planned %s: %s)",
+			grace, plan.EvictAt.UTC().Format(time.RFC3339), why(plan, view.window))
 		if grace < plan.Grace {
 			a.metrics.EvictionRequestsTotal.WithLabelValues(ResultGraceShortened).Inc()
+			a.podEvent(pod, v1.EventTypeWarning, ReasonGraceShortened, "Grace shortened from %s to %s to end %s before the reclaim deadline %s",
+				plan.Grace, grace, view.window.SafetyMargin, view.window.Deadline.UTC().Format(time.RFC3339))
 		}
 		return 0
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		// Gone already, or a new pod of the same name (the UID precondition failed): done.
 		a.metrics.EvictionRequestsTotal.WithLabelValues(ResultGone).Inc()
+		a.setBlocked(st, false)
 		st.done = true
 		return 0
 	}
@@ -146,13 +185,22 @@ func (a *Agent) syncPod(ctx context.Context, key string) time.Duration {
 	if apierrors.IsTooManyRequests(err) {
 		a.metrics.EvictionRequestsTotal.WithLabelValues(ResultPDBBlocked).Inc()
 		logger.Info("Eviction blocked by a PodDisruptionBudget; retrying", "pod", klog.KObj(pod), "attempt", st.attempts, "forceAt", plan.Latest, "err", err.Error())
+		if !st.blocked {
+			then := "retrying with backoff"
+			if view.window.HasDeadline() {
+				then = fmt.Sprintf("retrying until %s, then deleting: the reclaim deadline %s leaves no later time",
+					plan.Latest.UTC().Format(time.RFC3339), view.window.Deadline.UTC().Format(time.RFC3339))
+			}
+			a.podEvent(pod, v1.EventTypeWarning, ReasonEvictionBlocked, "Eviction refused by a PodDisruptionBudget; %s", then)
+		}
+		a.setBlocked(st, true)
 	} else {
 		a.metrics.EvictionRequestsTotal.WithLabelValues(ResultFailed).Inc()
 		logger.Error(err, "Evicting pod failed; retrying", "pod", klog.KObj(pod), "attempt", st.attempts)
 	}
 	if view.window.HasDeadline() && !now.Before(forceAt) {
 		// The machine is going away: a graceful delete now beats a hard stop at the deadline.
-		return a.forceDelete(ctx, pod, st, plan, grace)
+		return a.forceDelete(ctx, key, pod, st, plan, grace)
 	}
 	backoff := min(evictionBackoffBase<<min(st.attempts-1, 10), evictionBackoffMax)
 	st.nextTry = now.Add(backoff)
@@ -223,17 +271,22 @@ func (a *Agent) deletePod(ctx context.Context, pod *v1.Pod, grace time.Duration)
 // forceDelete deletes a pod whose eviction could not happen in time (a PodDisruptionBudget
 // kept refusing, or the API failed) once the deadline leaves no more room, as karpenter's
 // eviction queue does once now > deadline - grace.
-func (a *Agent) forceDelete(ctx context.Context, pod *v1.Pod, st *podState, plan Plan, grace time.Duration) time.Duration {
+func (a *Agent) forceDelete(ctx context.Context, key string, pod *v1.Pod, st *podState, plan Plan, grace time.Duration) time.Duration {
 	logger := klog.FromContext(ctx)
 	logger.Info("Deleting pod: the reclaim deadline leaves no time for a blocked eviction", "pod", klog.KObj(pod), "grace", grace, "attempts", st.attempts)
 	err := a.deletePod(ctx, pod, grace)
 	switch {
 	case err == nil:
 		st.done, st.lastGrace = true, grace
+		a.setBlocked(st, false)
+		a.markActed(key)
 		a.metrics.EvictionRequestsTotal.WithLabelValues(ResultForcedDelete).Inc()
+		a.podEvent(pod, v1.EventTypeWarning, ReasonForceDeleted, "Deleted with grace %s after %d refused evictions: the machine is reclaimed at %s",
+			grace, st.attempts, plan.Latest.Add(plan.Grace).Add(a.cfg.SafetyMargin).UTC().Format(time.RFC3339))
 		return 0
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		a.metrics.EvictionRequestsTotal.WithLabelValues(ResultGone).Inc()
+		a.setBlocked(st, false)
 		st.done = true
 		return 0
 	}
@@ -246,7 +299,7 @@ func (a *Agent) forceDelete(ctx context.Context, pod *v1.Pod, st *podState, plan
 // shorten handles a pod that is already terminating: when its deletionTimestamp falls after the
 // window's end (for example, kube-controller-manager deleted it with its full grace), a DELETE
 // with the grace that is left brings its end forward.
-func (a *Agent) shorten(ctx context.Context, pod *v1.Pod, st *podState, w Window, now time.Time) time.Duration {
+func (a *Agent) shorten(ctx context.Context, key string, pod *v1.Pod, st *podState, w Window, now time.Time) time.Duration {
 	if !NeedsShortening(pod, w) {
 		return 0
 	}
@@ -262,7 +315,10 @@ func (a *Agent) shorten(ctx context.Context, pod *v1.Pod, st *podState, w Window
 	switch {
 	case err == nil:
 		st.lastGrace = grace
+		a.markActed(key)
 		a.metrics.EvictionRequestsTotal.WithLabelValues(ResultGraceShortened).Inc()
+		a.podEvent(pod, v1.EventTypeWarning, ReasonGraceShortened, "Terminating pod would end at %s, after %s: grace shortened to %s",
+			pod.DeletionTimestamp.UTC().Format(time.RFC3339), w.End().UTC().Format(time.RFC3339), grace)
 		return 0
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		return 0

@@ -8,7 +8,7 @@ import (
 
 const namespace = "reprieve"
 
-// Eviction results, the bounded label set of reprieve_eviction_requests_total.
+// Eviction results, the bounded label set of reprieve_evictions_requests_total.
 const (
 	ResultEvicted        = "evicted"
 	ResultPDBBlocked     = "pdb_blocked"
@@ -20,6 +20,9 @@ const (
 
 var evictionResults = []string{ResultEvicted, ResultPDBBlocked, ResultForcedDelete, ResultGraceShortened, ResultFailed, ResultGone}
 
+// Poll outcomes, the label set of reprieve_metadata_polls_total.
+var pollOutcomes = []string{"ok", "error"}
+
 var noticeKinds = []providers.Kind{providers.KindSpotInterruption, providers.KindRebalanceRecommendation, providers.KindScheduledMaintenance}
 
 // Metrics holds every collector of the agent. Labels are bounded: never pod names or event IDs
@@ -27,10 +30,13 @@ var noticeKinds = []providers.Kind{providers.KindSpotInterruption, providers.Kin
 type Metrics struct {
 	NoticesTotal          *prometheus.CounterVec
 	ReclaimDeadline       prometheus.Gauge
+	NoticeToTaint         prometheus.Histogram
 	PollsTotal            *prometheus.CounterVec
 	TaintActive           *prometheus.GaugeVec
 	EvictionRequestsTotal *prometheus.CounterVec
 	EvictionLateness      prometheus.Histogram
+	BlockedPods           prometheus.Gauge
+	MissedDeadlineTotal   prometheus.Counter
 	BuildInfo             *prometheus.GaugeVec
 }
 
@@ -46,13 +52,18 @@ func NewMetrics(reg prometheus.Registerer, provider string) (*Metrics, error) {
 			Namespace: namespace, Subsystem: "notices", Name: "reclaim_deadline_timestamp_seconds",
 			Help: "The pending reclaim deadline as a Unix timestamp; 0 when none.",
 		}),
+		NoticeToTaint: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Subsystem: "notices", Name: "taint_latency_seconds",
+			Help:    "Seconds from a notice (its notice time, else when reprieve first saw it) to its taint being on the node.",
+			Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 3, 5, 10, 30},
+		}),
 		PollsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: "metadata", Name: "polls_total",
-			Help: "Polls of the cloud's metadata service, by provider and outcome (ok, error).",
+			Help: "Polls of the provider (all of its metadata sources), by provider and outcome (ok, error).",
 		}, []string{"provider", "outcome"}),
 		TaintActive: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace, Subsystem: "taints", Name: "active",
-			Help: "1 while reprieve wants its taint on the node, by taint key.",
+			Help: "1 while reprieve's taint with this key is on the node (or, in a dry run, would be).",
 		}, []string{"key"}),
 		EvictionRequestsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: "evictions", Name: "requests_total",
@@ -60,8 +71,16 @@ func NewMetrics(reg prometheus.Registerer, provider string) (*Metrics, error) {
 		}, []string{"result"}),
 		EvictionLateness: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace, Subsystem: "evictions", Name: "lateness_seconds",
-			Help:    "How long after its planned time each eviction request was sent.",
+			Help:    "How long after its planned time each pod's first eviction request was sent.",
 			Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
+		}),
+		BlockedPods: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Subsystem: "evictions", Name: "blocked_pods",
+			Help: "Pods whose last eviction request a PodDisruptionBudget refused.",
+		}),
+		MissedDeadlineTotal: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "evictions", Name: "missed_deadline_total",
+			Help: "Pods reprieve planned to evict that were still present at the end of the window (deadline - safety margin). Must stay 0.",
 		}),
 		BuildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "build_info",
@@ -71,14 +90,14 @@ func NewMetrics(reg prometheus.Registerer, provider string) (*Metrics, error) {
 	for _, k := range noticeKinds {
 		m.NoticesTotal.WithLabelValues(provider, string(k))
 	}
-	for _, o := range []string{"ok", "error"} {
+	for _, o := range pollOutcomes {
 		m.PollsTotal.WithLabelValues(provider, o)
 	}
 	for _, r := range evictionResults {
 		m.EvictionRequestsTotal.WithLabelValues(r)
 	}
-	for _, c := range []prometheus.Collector{m.NoticesTotal, m.ReclaimDeadline, m.PollsTotal, m.TaintActive,
-		m.EvictionRequestsTotal, m.EvictionLateness, m.BuildInfo} {
+	for _, c := range []prometheus.Collector{m.NoticesTotal, m.ReclaimDeadline, m.NoticeToTaint, m.PollsTotal, m.TaintActive,
+		m.EvictionRequestsTotal, m.EvictionLateness, m.BlockedPods, m.MissedDeadlineTotal, m.BuildInfo} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -79,6 +79,11 @@ type Window struct {
 // End is the moment by which every evicted pod must have finished terminating.
 func (w Window) End() time.Time { return w.Deadline.Add(-w.SafetyMargin) }
 
+// Equal reports whether two windows are the same instant and margin.
+func (w Window) Equal(o Window) bool {
+	return w.Deadline.Equal(o.Deadline) && w.SafetyMargin == o.SafetyMargin
+}
+
 // HasDeadline reports whether an interruption deadline is pending.
 func (w Window) HasDeadline() bool { return !w.Deadline.IsZero() }
 

@@ -52,6 +52,8 @@ type NodeChange struct {
 	// Labels and Annotations map keys to new values; nil values delete.
 	Labels      map[string]*string
 	Annotations map[string]*string
+	// Added and Removed list reprieve's own taints that the change adds and removes.
+	Added, Removed []v1.Taint
 }
 
 // Empty reports whether the node already is as wanted.
@@ -96,6 +98,7 @@ func ComputeNodeChange(node *v1.Node, d NodeDesire) NodeChange {
 		id := taintID(t)
 		if _, wanted := want[id]; !wanted && ownTaints[id] {
 			ch.TaintsChanged = true
+			ch.Removed = append(ch.Removed, t)
 			delete(ownTaints, id)
 			continue
 		}
@@ -110,6 +113,7 @@ func ComputeNodeChange(node *v1.Node, d NodeDesire) NodeChange {
 		at := metav1.NewTime(d.AddedAt(id))
 		t.TimeAdded = &at
 		taints = append(taints, t)
+		ch.Added = append(ch.Added, t)
 		ownTaints[id] = true
 		ch.TaintsChanged = true
 	}
@@ -197,14 +201,18 @@ type nodeWriter struct {
 	// cached returns the informer's copy of the node (nil when not known); a conflict falls
 	// back to a live GET.
 	cached func() *v1.Node
+	// lastDryRun is the last change a dry run logged.
+	lastDryRun string
 }
 
-// ensure makes the node carry d, retrying on conflict. It returns the node as written (or,
-// in dry-run mode, as it would be) and whether a write was needed.
-func (w *nodeWriter) ensure(ctx context.Context, d NodeDesire) (changed bool, err error) {
+// ensure makes the node carry d, retrying on conflict. It returns the change it made: empty
+// when the node already was as wanted, or (in a dry run) when it already logged the same change.
+func (w *nodeWriter) ensure(ctx context.Context, d NodeDesire) (NodeChange, error) {
 	logger := klog.FromContext(ctx)
 	first := true
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	var done NodeChange
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		done = NodeChange{}
 		var node *v1.Node
 		if first && w.cached != nil {
 			node = w.cached()
@@ -219,25 +227,35 @@ func (w *nodeWriter) ensure(ctx context.Context, d NodeDesire) (changed bool, er
 		}
 		ch := ComputeNodeChange(node, d)
 		if ch.Empty() {
-			changed = false
+			w.lastDryRun = ""
 			return nil
 		}
-		changed = true
 		patch, err := mergePatch(node, ch)
 		if err != nil {
 			return err
 		}
 		if w.dryRun {
-			logger.Info("Dry run: would patch node", "node", klog.KObj(node), "patch", string(patch))
+			// Nothing is written, so the same change comes back at every poll: say it once.
+			b, _ := json.Marshal(struct {
+				T []v1.Taint
+				L map[string]*string
+				A map[string]*string
+			}{ch.Taints, ch.Labels, ch.Annotations})
+			if key := string(b); key != w.lastDryRun {
+				w.lastDryRun = key
+				logger.Info("Dry run: would patch node", "node", klog.KObj(node), "patch", string(patch))
+				done = ch
+			}
 			return nil
 		}
 		logger.V(2).Info("Patching node", "node", klog.KObj(node), "patch", string(patch))
 		if _, err := w.client.CoreV1().Nodes().Patch(ctx, w.nodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			return fmt.Errorf("patching node %s: %w", w.nodeName, err)
 		}
+		done = ch
 		return nil
 	})
-	return changed, err
+	return done, err
 }
 
 func setOf(xs []string) map[string]bool {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"os/signal"
 	"runtime"
@@ -98,12 +99,12 @@ func start(ctx context.Context, cfg agent.Config) error {
 	if err != nil {
 		return fmt.Errorf("creating the Kubernetes client: %w", err)
 	}
-	provider, err := newProvider(cfg)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	provider, err := newProvider(cfg, reg)
 	if err != nil {
 		return err
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a, err := agent.New(cfg, agent.Deps{Client: client, Provider: provider, Clock: clock.RealClock{}, Registerer: reg, Gatherer: reg})
 	if err != nil {
 		return fmt.Errorf("creating the agent: %w", err)
@@ -113,11 +114,15 @@ func start(ctx context.Context, cfg agent.Config) error {
 
 // newProvider returns the provider the flags name; nil for none (the agent reads its node's
 // deadline annotation).
-func newProvider(cfg agent.Config) (providers.Provider, error) {
+func newProvider(cfg agent.Config, reg prometheus.Registerer) (providers.Provider, error) {
 	switch cfg.Provider {
 	case "aws", "auto":
 		// Only AWS is implemented so far: auto means AWS until the other clouds land.
-		p, err := aws.New(aws.Options{Endpoint: cfg.AWSIMDSEndpoint})
+		rm, err := providers.NewRequestMetrics(reg, aws.Name)
+		if err != nil {
+			return nil, fmt.Errorf("registering metadata metrics: %w", err)
+		}
+		p, err := aws.New(aws.Options{Endpoint: cfg.AWSIMDSEndpoint, HTTPClient: &http.Client{Transport: rm.Wrap(nil)}})
 		if err != nil {
 			return nil, fmt.Errorf("creating the AWS provider: %w", err)
 		}

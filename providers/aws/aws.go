@@ -280,7 +280,10 @@ func ParseRebalance(body []byte) ([]providers.Notice, error) {
 	return []providers.Notice{{
 		Provider:    Name,
 		Kind:        providers.KindRebalanceRecommendation,
-		ID:          providers.HashID(Name, PathRebalance, doc.NoticeTime),
+		// An instance has at most one rebalance recommendation, and it is never withdrawn once
+		// posted: a fixed ID keeps a noticeTime that moves (amazon-ec2-metadata-mock recomputes
+		// it on every request) from looking like a new notice at every poll.
+		ID:          providers.HashID(Name, PathRebalance),
 		NoticeTime:  t,
 		Description: "EC2 instance rebalance recommendation",
 	}}, nil

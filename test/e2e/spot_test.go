@@ -117,7 +117,33 @@ func TestSpotInterruption(t *testing.T) {
 		}
 		assertInTime(t, name, row, end)
 	}
+	// Events, as the API server holds them.
+	reasons := res.EventReasons()
+	node := "spot-node"
+	for _, want := range []string{
+		node + " " + agent.ReasonNoticeReceived, node + " " + agent.ReasonTaintApplied, node + " " + agent.ReasonInterruptionHandled,
+		"no-toleration " + agent.ReasonEvicted, "tolerate-10s " + agent.ReasonEvictionScheduled, "tolerate-10s " + agent.ReasonEvicted,
+		"tolerate-600s " + agent.ReasonEvictionScheduled, "grace-longer-than-window " + agent.ReasonGraceShortened,
+		"pdb-blocked " + agent.ReasonEvictionBlocked, "pdb-blocked " + agent.ReasonForceDeleted,
+	} {
+		if reasons[want] == 0 {
+			t.Errorf("no event %q; events: %v", want, reasons)
+		}
+	}
+	for _, e := range res.NodeEvents {
+		if e.Reason == agent.ReasonInterruptionHandled && !strings.Contains(e.Message, "7 pods evicted, 7 gone before") {
+			t.Errorf("summary = %q, want 7 pods evicted, all gone before the window's end", e.Message)
+		}
+	}
+	for _, bad := range []string{"tolerate-forever", "daemonset", "mirror"} {
+		for r := range reasons {
+			if strings.HasPrefix(r, bad+" ") {
+				t.Errorf("event about a pod reprieve leaves alone: %s", r)
+			}
+		}
+	}
 	for _, m := range []string{
+		`reprieve_evictions_missed_deadline_total 0`,
 		`reprieve_evictions_requests_total{result="evicted"} 6`,
 		`reprieve_evictions_requests_total{result="forced_delete"} 1`,
 		`reprieve_notices_received_total{kind="spot-interruption",provider="aws"} 1`,

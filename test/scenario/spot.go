@@ -65,6 +65,22 @@ type SpotResult struct {
 	Metrics string
 	// ExitCode is reprieve's exit status after SIGTERM.
 	ExitCode int
+	// NodeEvents and PodEvents are the Kubernetes Events reprieve recorded, as the API server
+	// holds them.
+	NodeEvents, PodEvents []v1.Event
+}
+
+// EventReasons returns "object reason" for every event that reprieve recorded (kwok records
+// events of its own), for assertions.
+func (r *SpotResult) EventReasons() map[string]int {
+	out := map[string]int{}
+	for _, e := range append(append([]v1.Event{}, r.NodeEvents...), r.PodEvents...) {
+		if e.Source.Component != "reprieve" {
+			continue
+		}
+		out[e.InvolvedObject.Name+" "+e.Reason] += int(max(e.Count, 1))
+	}
+	return out
 }
 
 // Row returns the row of pod name.
@@ -181,6 +197,28 @@ func RunSpot(ctx context.Context, o SpotOptions) (*SpotResult, error) {
 		}
 		return true, nil
 	})
+	// The agent summarises the interruption at the first poll after the window's end.
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Until(res.Window.End())+15*time.Second, true, func(ctx context.Context) (bool, error) {
+		evs, err := c.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + o.Node})
+		if err != nil {
+			return false, nil
+		}
+		res.NodeEvents = evs.Items
+		for _, e := range evs.Items {
+			if e.Reason == agent.ReasonInterruptionHandled {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fail(fmt.Errorf("waiting for the %s event: %w", agent.ReasonInterruptionHandled, err))
+	}
+	podEvents, err := c.CoreV1().Events(o.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fail(fmt.Errorf("listing events: %w", err))
+	}
+	res.PodEvents = podEvents.Items
 	recs := obs.Records()
 	for i := range res.Rows {
 		res.Rows[i].Record = recs[res.Rows[i].Pod]

@@ -1,0 +1,56 @@
+package agent
+
+import (
+	"context"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+)
+
+// Event reasons. Node events: what the cloud said and what reprieve did to the node; pod events:
+// what happened to each pod and why.
+const (
+	ReasonNoticeReceived      = "NoticeReceived"
+	ReasonNoticeWithdrawn     = "NoticeWithdrawn"
+	ReasonTaintApplied        = "TaintApplied"
+	ReasonTaintRemoved        = "TaintRemoved"
+	ReasonInterruptionHandled = "InterruptionHandled"
+	ReasonEvictionScheduled   = "EvictionScheduled"
+	ReasonEvicted             = "Evicted"
+	ReasonEvictionBlocked     = "EvictionBlocked"
+	ReasonForceDeleted        = "ForceDeleted"
+	ReasonGraceShortened      = "GraceShortened"
+	ReasonMissedDeadline      = "MissedDeadline"
+)
+
+// newRecorder starts client-go's event broadcaster for the agent. Its correlator aggregates
+// repeated events and its spam filter allows a burst of 25 events per object and reason, then
+// one per five minutes, so that an eviction storm cannot flood the API server with events.
+// The reason is part of the spam key (client-go's default key leaves it out) so that a flood of
+// one kind of event cannot starve another: a flapping notice must not silence the summary.
+func newRecorder(ctx context.Context, client kubernetes.Interface, node string) (record.EventRecorderLogger, func()) {
+	b := record.NewBroadcaster(record.WithContext(ctx), record.WithCorrelatorOptions(record.CorrelatorOptions{
+		BurstSize:   25,
+		QPS:         1. / 300,
+		SpamKeyFunc: spamKey,
+	}))
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	rec := b.NewRecorder(scheme.Scheme, v1.EventSource{Component: "reprieve", Host: node})
+	return rec, b.Shutdown
+}
+
+func spamKey(e *v1.Event) string {
+	return strings.Join([]string{e.Source.Component, e.Source.Host, e.InvolvedObject.Kind, e.InvolvedObject.Namespace,
+		e.InvolvedObject.Name, string(e.InvolvedObject.UID), e.InvolvedObject.APIVersion, e.Type, e.Reason}, "/")
+}
+
+// nodeRef is the reference events about the node are recorded on, as the kubelet records them:
+// the node's name doubles as its UID so events group under the node in kubectl describe.
+func nodeRef(name string) *v1.ObjectReference {
+	return &v1.ObjectReference{Kind: "Node", Name: name, UID: types.UID(name)}
+}

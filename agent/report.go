@@ -1,0 +1,119 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/reprieve-dev/reprieve/providers"
+)
+
+// describeNotice is the one-line text of a notice for events, logs and webhooks.
+func describeNotice(n providers.Notice, now time.Time) string {
+	s := fmt.Sprintf("%s %s", n.Provider, n.Kind)
+	if n.Action != "" {
+		s += " (" + n.Action + ")"
+	}
+	if !n.Deadline.IsZero() {
+		s += fmt.Sprintf(", deadline %s (in %s)", n.Deadline.UTC().Format(time.RFC3339), n.Deadline.Sub(now).Round(time.Second))
+	}
+	return s
+}
+
+func taintString(t v1.Taint) string {
+	if t.Value == "" {
+		return fmt.Sprintf("%s:%s", t.Key, t.Effect)
+	}
+	return fmt.Sprintf("%s=%s:%s", t.Key, t.Value, t.Effect)
+}
+
+// why says what decides a pod's eviction time, for events and logs.
+func why(p Plan, w Window) string {
+	if p.ByDeadline {
+		return fmt.Sprintf("the latest start that lets its %s grace end %s before the reclaim deadline %s",
+			p.Grace, w.SafetyMargin, w.Deadline.UTC().Format(time.RFC3339))
+	}
+	if p.DueTaint == nil {
+		return "due"
+	}
+	if p.DueTaint.TimeAdded != nil {
+		if tol := p.Due.Sub(p.DueTaint.TimeAdded.Time); tol > 0 {
+			return fmt.Sprintf("taint %s tolerated for %s", taintString(*p.DueTaint), tol)
+		}
+	}
+	return fmt.Sprintf("taint %s not tolerated", taintString(*p.DueTaint))
+}
+
+func (a *Agent) podEvent(pod *v1.Pod, typ, reason, format string, args ...any) {
+	if a.cfg.DryRun {
+		format = "Dry run: " + format
+	}
+	a.recorder.Eventf(pod, typ, reason, format, args...)
+}
+
+// markActed records that reprieve evicted or deleted the pod during the pending window.
+func (a *Agent) markActed(key string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.handling != nil {
+		a.handling.acted[key] = true
+	}
+}
+
+// summarizeWindow runs once the pending interruption's window has ended (deadline - safety
+// margin): every pod reprieve would still evict is one that missed the deadline. It records
+// them, and one event on the node says how the interruption went.
+func (a *Agent) summarizeWindow(ctx context.Context, now time.Time) {
+	a.mu.Lock()
+	h := a.handling
+	if h == nil || h.done || now.Before(h.window.End()) {
+		a.mu.Unlock()
+		return
+	}
+	h.done = true
+	acted := len(h.acted)
+	view := a.view
+	a.mu.Unlock()
+
+	pods, err := a.podLister.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	var missed []*v1.Pod
+	for _, p := range pods {
+		if plan := PlanPod(p, view.taints, h.window, a.filter, a.cfg.TolerationComparisonOperators); plan.Skip == SkipNone {
+			missed = append(missed, p)
+		}
+	}
+	inTime := 0
+	for key := range h.acted {
+		if ns, name, err := cache.SplitMetaNamespaceKey(key); err == nil {
+			if p, err := a.podLister.Pods(ns).Get(name); err != nil || p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
+				inTime++
+			}
+		}
+	}
+	logger := klog.FromContext(ctx)
+	end := h.window.End().UTC().Format(time.RFC3339)
+	logger.Info("Interruption window ended", "evicted", acted, "goneInTime", inTime, "stillPresent", len(missed), "windowEnd", end)
+	typ := v1.EventTypeNormal
+	if len(missed) > 0 {
+		typ = v1.EventTypeWarning
+	}
+	a.recorder.Eventf(nodeRef(a.cfg.NodeName), typ, ReasonInterruptionHandled,
+		"Interruption handled: %d pods evicted, %d gone before %s (deadline %s less %s margin), %d still present",
+		acted, inTime, end, h.window.Deadline.UTC().Format(time.RFC3339), h.window.SafetyMargin, len(missed))
+	if a.cfg.DryRun {
+		return
+	}
+	a.metrics.MissedDeadlineTotal.Add(float64(len(missed)))
+	for _, p := range missed {
+		logger.Error(nil, "Pod still present at the end of the interruption window", "pod", klog.KObj(p), "windowEnd", end)
+		a.recorder.Eventf(p, v1.EventTypeWarning, ReasonMissedDeadline, "Still present at %s, %s before the reclaim deadline", end, h.window.SafetyMargin)
+	}
+}
