@@ -278,8 +278,8 @@ func ParseRebalance(body []byte) ([]providers.Notice, error) {
 		return nil, fmt.Errorf("rebalance recommendation: parsing noticeTime %q: %w", doc.NoticeTime, err)
 	}
 	return []providers.Notice{{
-		Provider:    Name,
-		Kind:        providers.KindRebalanceRecommendation,
+		Provider: Name,
+		Kind:     providers.KindRebalanceRecommendation,
 		// An instance has at most one rebalance recommendation, and it is never withdrawn once
 		// posted: a fixed ID keeps a noticeTime that moves (amazon-ec2-metadata-mock recomputes
 		// it on every request) from looking like a new notice at every poll.

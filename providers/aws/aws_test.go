@@ -762,3 +762,22 @@ func TestPollRetryIsShort(t *testing.T) {
 		}
 	}
 }
+
+// TestRebalanceIDIgnoresNoticeTime: amazon-ec2-metadata-mock recomputes noticeTime on every
+// request; the recommendation must keep one ID so it is not announced anew at every poll.
+func TestRebalanceIDIgnoresNoticeTime(t *testing.T) {
+	a, err := ParseRebalance([]byte(`{"noticeTime": "2026-11-29T12:00:00Z"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := ParseRebalance([]byte(`{"noticeTime": "2026-11-29T12:00:07Z"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a[0].ID != b[0].ID {
+		t.Errorf("IDs differ: %s, %s", a[0].ID, b[0].ID)
+	}
+	if a[0].NoticeTime.Equal(b[0].NoticeTime) {
+		t.Error("noticeTime should still be reported as given")
+	}
+}
