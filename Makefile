@@ -16,6 +16,7 @@ build:
 ## tools: build the real control plane and peers from the Go module proxy (cached)
 tools:
 	bash test/tools/build.sh
+	bash test/tools/prometheus.sh
 
 ## lint: formatting and vet
 lint:
@@ -25,7 +26,7 @@ lint:
 
 ## unit: unit tests only (no control plane)
 unit:
-	go test -race -count=1 ./agent/... ./providers/... ./cmd/... ./kubelet/...
+	go test -race -count=1 ./agent/... ./providers/... ./cmd/... ./kubelet/... ./deploy/...
 
 ## e2e: end-to-end tests on the real control plane
 e2e: tools
