@@ -31,6 +31,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/reprieve-dev/reprieve/agent/notify"
 	"github.com/reprieve-dev/reprieve/providers"
 	"github.com/reprieve-dev/reprieve/providers/none"
 )
@@ -70,6 +71,7 @@ type Agent struct {
 	writer                  *nodeWriter
 	evictFn                 func(context.Context, *policyv1.Eviction) error
 	recorder                record.EventRecorder
+	notifier                *notify.Notifier // nil when webhooks are off
 	nodeChanged             chan struct{}
 	ready                   atomic.Bool
 
@@ -88,6 +90,7 @@ type Agent struct {
 // handling is one interruption window: the pods reprieve acted on during it.
 type handling struct {
 	window Window
+	notice *providers.Notice // the notice that set the deadline
 	acted  map[string]bool
 	done   bool
 }
@@ -151,6 +154,17 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
 	a.metrics.BuildInfo.WithLabelValues(Version, runtime.Version()).Set(1)
+	if ncfg, ok, err := cfg.NotifyConfig(); ok {
+		if err != nil {
+			return nil, fmt.Errorf("configuring the webhook: %w", err)
+		}
+		if a.notifier, err = notify.New(ncfg, notify.WithClock(deps.Clock)); err != nil {
+			return nil, fmt.Errorf("creating the webhook notifier: %w", err)
+		}
+		if err := a.notifier.Register(deps.Registerer); err != nil {
+			return nil, fmt.Errorf("registering webhook metrics: %w", err)
+		}
+	}
 
 	// Watch only this node and only its pods: the agent must stay cheap for the API server at
 	// thousands of nodes.
@@ -238,6 +252,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.reconcile(ctx)
 	a.ready.Store(true)
 
+	if a.notifier != nil {
+		g.Go(func() error { a.notifier.Run(ctx); return nil })
+	}
 	g.Go(func() error { a.nodeLoop(ctx); return nil })
 	for range a.cfg.EvictionWorkers {
 		g.Go(func() error { a.worker(ctx); return nil })
@@ -320,7 +337,11 @@ func (a *Agent) pollOnce(ctx context.Context) bool {
 			if n.Interrupts() {
 				typ = v1.EventTypeWarning
 			}
-			a.recorder.Eventf(nodeRef(a.cfg.NodeName), typ, ReasonNoticeReceived, "%s", describeNotice(n, a.clock.Now()))
+			text := describeNotice(n, a.clock.Now())
+			a.recorder.Eventf(nodeRef(a.cfg.NodeName), typ, ReasonNoticeReceived, "%s", text)
+			a.notifier.Notify(notify.Message{Kind: notify.KindNotice, Node: a.cfg.NodeName, Provider: n.Provider,
+				NoticeKind: string(n.Kind), NoticeID: n.ID, Action: n.Action, Deadline: n.Deadline, NoticeTime: n.NoticeTime,
+				Text: fmt.Sprintf("Node %s: %s", a.cfg.NodeName, text)})
 		}
 	}
 	for id, n := range a.noticeID {
@@ -384,7 +405,7 @@ func (a *Agent) reconcile(ctx context.Context) {
 	case !view.window.HasDeadline():
 		a.handling = nil // withdrawn: nothing to summarise
 	case a.handling == nil || !a.handling.window.Equal(view.window):
-		a.handling = &handling{window: view.window, acted: map[string]bool{}}
+		a.handling = &handling{window: view.window, notice: intent.Interruption, acted: map[string]bool{}}
 	}
 	a.mu.Unlock()
 	if changed {

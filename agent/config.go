@@ -12,6 +12,8 @@ import (
 	"github.com/spf13/pflag"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/reprieve-dev/reprieve/agent/notify"
 )
 
 // Annotation, label and taint keys that reprieve writes.
@@ -55,6 +57,13 @@ type Config struct {
 
 	MetricsBindAddress string
 	DryRun             bool
+
+	// Webhook notifications (off without a URL).
+	WebhookURL         string
+	WebhookTemplate    string
+	WebhookHeaders     []string
+	WebhookTimeout     time.Duration
+	WebhookMaxAttempts int
 }
 
 // Provider names accepted by --provider.
@@ -77,6 +86,8 @@ func DefaultConfig() Config {
 		KubeAPIQPS:         50,
 		KubeAPIBurst:       300,
 		MetricsBindAddress: ":8080",
+		WebhookTimeout:     notify.DefaultTimeout,
+		WebhookMaxAttempts: notify.DefaultMaxAttempts,
 	}
 }
 
@@ -101,6 +112,24 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&c.KubeAPIBurst, "kube-api-burst", c.KubeAPIBurst, "Burst of requests to the API server (evictions due at the same instant).")
 	fs.StringVar(&c.MetricsBindAddress, "metrics-bind-address", c.MetricsBindAddress, "Address to serve /metrics, /healthz and /readyz on; empty or 0 to disable.")
 	fs.BoolVar(&c.DryRun, "dry-run", c.DryRun, "Log what would be done; change nothing on the cluster.")
+	fs.StringVar(&c.WebhookURL, "webhook-url", c.WebhookURL, "POST a message here when a notice arrives and when it has been handled (off when empty).")
+	fs.StringVar(&c.WebhookTemplate, "webhook-template", c.WebhookTemplate, "Go template for the webhook body (default: Slack's {\"text\": ...}).")
+	fs.StringArrayVar(&c.WebhookHeaders, "webhook-header", c.WebhookHeaders, "Header for webhook requests, 'Name: value'; repeatable.")
+	fs.DurationVar(&c.WebhookTimeout, "webhook-timeout", c.WebhookTimeout, "Timeout of one webhook attempt.")
+	fs.IntVar(&c.WebhookMaxAttempts, "webhook-max-attempts", c.WebhookMaxAttempts, "Attempts per webhook message (429, 5xx and connection errors are retried with backoff).")
+}
+
+// NotifyConfig is the webhook configuration the flags describe; ok is false when webhooks are off.
+func (c *Config) NotifyConfig() (cfg notify.Config, ok bool, err error) {
+	if c.WebhookURL == "" {
+		return cfg, false, nil
+	}
+	cfg = notify.DefaultConfig()
+	cfg.URL, cfg.Template, cfg.Timeout, cfg.MaxAttempts = c.WebhookURL, c.WebhookTemplate, c.WebhookTimeout, c.WebhookMaxAttempts
+	if cfg.Headers, err = notify.ParseHeaders(c.WebhookHeaders); err != nil {
+		return cfg, true, err
+	}
+	return cfg, true, cfg.Validate()
 }
 
 // ApplyEnv gives every flag that was not set on the command line the value of the environment
@@ -184,6 +213,9 @@ func (c *Config) Validate() error {
 	}
 	if c.EvictionWorkers < 1 {
 		errs = append(errs, fmt.Errorf("--eviction-workers %d: must be at least 1", c.EvictionWorkers))
+	}
+	if _, _, err := c.NotifyConfig(); err != nil {
+		errs = append(errs, fmt.Errorf("--webhook-*: %w", err))
 	}
 	if c.KubeAPIQPS <= 0 || c.KubeAPIBurst < 1 {
 		errs = append(errs, fmt.Errorf("--kube-api-qps %v, --kube-api-burst %d: must be positive", c.KubeAPIQPS, c.KubeAPIBurst))

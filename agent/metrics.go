@@ -23,8 +23,6 @@ var evictionResults = []string{ResultEvicted, ResultPDBBlocked, ResultForcedDele
 // Poll outcomes, the label set of reprieve_metadata_polls_total.
 var pollOutcomes = []string{"ok", "error"}
 
-var noticeKinds = []providers.Kind{providers.KindSpotInterruption, providers.KindRebalanceRecommendation, providers.KindScheduledMaintenance}
-
 // Metrics holds every collector of the agent. Labels are bounded: never pod names or event IDs
 // (the scrape adds the node).
 type Metrics struct {
@@ -87,7 +85,7 @@ func NewMetrics(reg prometheus.Registerer, provider string) (*Metrics, error) {
 			Help: "Always 1; the labels say which build is running.",
 		}, []string{"version", "goversion"}),
 	}
-	for _, k := range noticeKinds {
+	for _, k := range providers.Kinds {
 		m.NoticesTotal.WithLabelValues(provider, string(k))
 	}
 	for _, o := range pollOutcomes {

@@ -164,9 +164,11 @@ reprieve_metadata_polls_total{outcome="error",provider="aws"} 0
 reprieve_metadata_polls_total{outcome="ok",provider="aws"} 1
 # HELP reprieve_notices_received_total Notices received from the cloud, by provider and kind.
 # TYPE reprieve_notices_received_total counter
+reprieve_notices_received_total{kind="preemption",provider="aws"} 0
 reprieve_notices_received_total{kind="rebalance-recommendation",provider="aws"} 0
 reprieve_notices_received_total{kind="scheduled-maintenance",provider="aws"} 0
 reprieve_notices_received_total{kind="spot-interruption",provider="aws"} 1
+reprieve_notices_received_total{kind="termination",provider="aws"} 0
 # HELP reprieve_notices_reclaim_deadline_timestamp_seconds The pending reclaim deadline as a Unix timestamp; 0 when none.
 # TYPE reprieve_notices_reclaim_deadline_timestamp_seconds gauge
 reprieve_notices_reclaim_deadline_timestamp_seconds 1.79595372e+09

@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/reprieve-dev/reprieve/agent/notify"
 	"github.com/reprieve-dev/reprieve/providers"
 )
 
@@ -105,9 +106,15 @@ func (a *Agent) summarizeWindow(ctx context.Context, now time.Time) {
 	if len(missed) > 0 {
 		typ = v1.EventTypeWarning
 	}
-	a.recorder.Eventf(nodeRef(a.cfg.NodeName), typ, ReasonInterruptionHandled,
-		"Interruption handled: %d pods evicted, %d gone before %s (deadline %s less %s margin), %d still present",
+	summary := fmt.Sprintf("Interruption handled: %d pods evicted, %d gone before %s (deadline %s less %s margin), %d still present",
 		acted, inTime, end, h.window.Deadline.UTC().Format(time.RFC3339), h.window.SafetyMargin, len(missed))
+	a.recorder.Eventf(nodeRef(a.cfg.NodeName), typ, ReasonInterruptionHandled, "%s", summary)
+	msg := notify.Message{Kind: notify.KindHandled, Node: a.cfg.NodeName, Deadline: h.window.Deadline,
+		Pods: acted, PodsInTime: inTime, PodsMissed: len(missed), Text: fmt.Sprintf("Node %s: %s", a.cfg.NodeName, summary)}
+	if n := h.notice; n != nil {
+		msg.Provider, msg.NoticeKind, msg.NoticeID, msg.Action, msg.NoticeTime = n.Provider, string(n.Kind), n.ID, n.Action, n.NoticeTime
+	}
+	a.notifier.Notify(msg)
 	if a.cfg.DryRun {
 		return
 	}

@@ -19,9 +19,20 @@ const (
 	KindSpotInterruption Kind = "spot-interruption"
 	// KindRebalanceRecommendation: the machine is at elevated risk of interruption; no deadline.
 	KindRebalanceRecommendation Kind = "rebalance-recommendation"
-	// KindScheduledMaintenance: a scheduled stop, reboot or retirement starting at the deadline.
+	// KindScheduledMaintenance: a scheduled stop, reboot, redeploy or retirement starting at the
+	// deadline. Further away than --maintenance-lead it only keeps new pods off the node; without
+	// a deadline (GCP live migration, Azure Freeze) it is a soft notice.
 	KindScheduledMaintenance Kind = "scheduled-maintenance"
+	// KindPreemption: a preemptible or Spot VM is being preempted (GCP preempted=TRUE, Azure
+	// Preempt).
+	KindPreemption Kind = "preemption"
+	// KindTermination: the machine is being deleted or stopped at the deadline for another
+	// reason (Azure Terminate, GCP TERMINATE_ON_HOST_MAINTENANCE).
+	KindTermination Kind = "termination"
 )
+
+// Kinds lists every kind, for metrics that must exist from the start.
+var Kinds = []Kind{KindSpotInterruption, KindRebalanceRecommendation, KindScheduledMaintenance, KindPreemption, KindTermination}
 
 // Notice is one thing the cloud says about this machine, as long as it says it. Providers
 // report the complete set of notices in force at every poll; a notice that is no longer
@@ -57,6 +68,23 @@ type Provider interface {
 	// returns an error together with the best knowledge it has: the last answer that source
 	// gave, never an invented notice and never a silently dropped one.
 	Poll(ctx context.Context) ([]Notice, error)
+}
+
+// Watcher is implemented by providers whose cloud pushes changes (GCP's hanging GETs) rather
+// than being polled. The agent then calls Watch instead of Poll.
+type Watcher interface {
+	// Watch calls update with the complete set of notices in force each time it may have
+	// changed, until ctx ends; it returns ctx's error then. A failure is reported through
+	// update's err, with the best knowledge the provider has (as Poll does), and Watch goes on,
+	// retrying with backoff.
+	Watch(ctx context.Context, update func(notices []Notice, err error)) error
+}
+
+// Approver is implemented by providers whose cloud lets a machine that is ready start its event
+// early (Azure Scheduled Events' StartRequests). The agent calls Approve for an interrupting
+// notice once every pod it evicts for it is gone, and only when the operator enabled approval.
+type Approver interface {
+	Approve(ctx context.Context, n Notice) error
 }
 
 // HashID derives a stable notice ID from the parts of a payload that identify it, for clouds

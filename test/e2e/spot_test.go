@@ -3,7 +3,12 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -56,7 +61,32 @@ var expected = map[string]expectation{
 func TestSpotInterruption(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	res := run(ctx, t, "spot")
+	hook := newReceiver(t)
+	res := run(ctx, t, "spot", "--webhook-url="+hook.URL, "--webhook-header=X-Test: spot")
+
+	// The webhook: one message per notice (spot and the mock's rebalance recommendation) and
+	// one when the interruption was handled, in Slack's {"text": ...} shape.
+	msgs := hook.bodies()
+	var texts []string
+	for _, m := range msgs {
+		var body struct{ Text string }
+		if err := json.Unmarshal([]byte(m.body), &body); err != nil || body.Text == "" {
+			t.Errorf("webhook body %q is not {\"text\": ...}: %v", m.body, err)
+		}
+		if m.header.Get("X-Test") != "spot" {
+			t.Errorf("webhook header missing: %v", m.header)
+		}
+		texts = append(texts, body.Text)
+	}
+	for _, want := range []string{"Node spot-node: aws spot-interruption (terminate), deadline", "Node spot-node: Interruption handled: 7 pods evicted, 7 gone before"} {
+		found := false
+		for _, txt := range texts {
+			found = found || strings.HasPrefix(txt, want)
+		}
+		if !found {
+			t.Errorf("no webhook message starting %q in %q", want, texts)
+		}
+	}
 
 	// The node: the taint with timeAdded, the deadline annotation, the load-balancer label.
 	if d := res.TaintSeenAt.Sub(res.TimeAdded); d < 0 || d > 3*time.Second {
@@ -187,14 +217,14 @@ func TestSpotInterruptionWithTaintEvictionController(t *testing.T) {
 	}
 }
 
-func run(ctx context.Context, t *testing.T, name string) *scenario.SpotResult {
+func run(ctx context.Context, t *testing.T, name string, args ...string) *scenario.SpotResult {
 	t.Helper()
 	res, err := scenario.RunSpot(ctx, scenario.SpotOptions{
 		Env: env, ReprieveBin: reprieveBin,
 		Namespace: name, Node: name + "-node",
 		Pods:        scenario.Mixed(),
 		NoticeDelay: 3 * time.Second, Window: window, SafetyMargin: margin,
-		LogDir: logDir, Kubeconfig: agentKubeconfig,
+		LogDir: logDir, Kubeconfig: agentKubeconfig, ExtraArgs: args,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -220,6 +250,36 @@ func assertInTime(t *testing.T, name string, row scenario.Row, end time.Time) {
 			t.Errorf("pod %s: deleted at %v with grace %ds would end at %v, after the window's end %v", name, rec.DeletedAt, rec.LastGrace, kubeletEnd, end)
 		}
 	}
+}
+
+type received struct {
+	body   string
+	header http.Header
+}
+
+type receiver struct {
+	*httptest.Server
+	mu   sync.Mutex
+	msgs []received
+}
+
+// newReceiver is a webhook receiver on loopback that records every request.
+func newReceiver(t *testing.T) *receiver {
+	r := &receiver{}
+	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		b, _ := io.ReadAll(req.Body)
+		r.mu.Lock()
+		r.msgs = append(r.msgs, received{body: string(b), header: req.Header.Clone()})
+		r.mu.Unlock()
+	}))
+	t.Cleanup(r.Close)
+	return r
+}
+
+func (r *receiver) bodies() []received {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]received(nil), r.msgs...)
 }
 
 func hasTaint(n *v1.Node, key string, effect v1.TaintEffect) bool {
