@@ -74,6 +74,7 @@ type Agent struct {
 	notifier                *notify.Notifier // nil when webhooks are off
 	nodeChanged             chan struct{}
 	ready                   atomic.Bool
+	watching                bool // the provider pushes changes; the loop does not poll it
 
 	mu       sync.Mutex
 	notices  []providers.Notice
@@ -89,10 +90,11 @@ type Agent struct {
 
 // handling is one interruption window: the pods reprieve acted on during it.
 type handling struct {
-	window Window
-	notice *providers.Notice // the notice that set the deadline
-	acted  map[string]bool
-	done   bool
+	window   Window
+	notice   *providers.Notice // the notice that set the deadline
+	acted    map[string]bool
+	done     bool
+	approved bool
 }
 
 // planView is what every pod's plan is computed from.
@@ -255,6 +257,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.notifier != nil {
 		g.Go(func() error { a.notifier.Run(ctx); return nil })
 	}
+	if w, ok := a.provider.(providers.Watcher); ok {
+		a.watching = true
+		g.Go(func() error { a.watch(ctx, w); return nil })
+	}
 	g.Go(func() error { a.nodeLoop(ctx); return nil })
 	for range a.cfg.EvictionWorkers {
 		g.Go(func() error { a.worker(ctx); return nil })
@@ -278,14 +284,31 @@ func (a *Agent) nodeLoop(ctx context.Context) {
 		case <-a.nodeChanged:
 			a.reconcile(ctx)
 		case <-timer.C():
-			if a.pollOnce(ctx) {
-				fails = 0
-			} else {
-				fails++
+			// A watching provider pushes its changes (see watch); the tick then only
+			// re-evaluates time-based decisions (the maintenance lead, the window's end).
+			if !a.watching {
+				if a.pollOnce(ctx) {
+					fails = 0
+				} else {
+					fails++
+				}
 			}
 			a.reconcile(ctx)
+			a.maybeApprove(ctx)
 			timer.Reset(a.pollDelay(fails))
 		}
+	}
+}
+
+// watch runs a pushing provider's Watch until ctx ends, applying each update and waking the
+// node loop at once, so that a notice reaches the node without waiting for a tick.
+func (a *Agent) watch(ctx context.Context, w providers.Watcher) {
+	err := w.Watch(ctx, func(notices []providers.Notice, err error) {
+		a.applyNotices(ctx, notices, err)
+		a.signalNode()
+	})
+	if err != nil && ctx.Err() == nil {
+		klog.FromContext(ctx).Error(err, "Watching the provider stopped", "provider", a.provider.Name())
 	}
 }
 
@@ -307,10 +330,16 @@ func (a *Agent) pollDelay(fails int) time.Duration {
 
 // pollOnce asks the provider for its notices and records them. It reports success.
 func (a *Agent) pollOnce(ctx context.Context) bool {
-	logger := klog.FromContext(ctx)
 	pctx, cancel := context.WithTimeout(ctx, max(2*a.cfg.PollInterval, 3*time.Second))
 	defer cancel()
 	notices, err := a.provider.Poll(pctx)
+	return a.applyNotices(ctx, notices, err)
+}
+
+// applyNotices records what the provider reported (by a poll or a watch) and reports whether
+// it was a success.
+func (a *Agent) applyNotices(ctx context.Context, notices []providers.Notice, err error) bool {
+	logger := klog.FromContext(ctx)
 	name := a.provider.Name()
 	if err != nil {
 		a.metrics.PollsTotal.WithLabelValues(name, "error").Inc()

@@ -463,3 +463,90 @@ func TestNodeWriteRetriesOnConflict(t *testing.T) {
 		t.Error("taint not written after the conflicts")
 	}
 }
+
+// watchingProvider pushes notices through Watch, as GCP's hanging GETs do, and records
+// approvals, as Azure's StartRequests does.
+type watchingProvider struct {
+	*providertest.Fake
+	push     chan []providers.Notice
+	approved chan providers.Notice
+}
+
+func (w *watchingProvider) Watch(ctx context.Context, update func([]providers.Notice, error)) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case ns := <-w.push:
+			update(ns, nil)
+		}
+	}
+}
+
+func (w *watchingProvider) Approve(_ context.Context, n providers.Notice) error {
+	w.approved <- n
+	return nil
+}
+
+func TestWatchingProviderReachesTheNodeWithoutATick(t *testing.T) {
+	h := newHarness(t, nil, testNode())
+	wp := &watchingProvider{Fake: h.prov, push: make(chan []providers.Notice), approved: make(chan providers.Notice, 1)}
+	h.a.provider = wp
+	ctx, cancel := context.WithCancel(h.ctx)
+	defer cancel()
+	done := make(chan struct{})
+	go func() { h.a.watch(ctx, wp); close(done) }()
+	wp.push <- []providers.Notice{{Provider: "gcp", Kind: providers.KindPreemption, ID: "p", Deadline: t0.Add(30 * time.Second)}}
+	// The update signals the node loop at once; no clock step is needed.
+	select {
+	case <-h.a.nodeChanged:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch update did not wake the node loop")
+	}
+	h.a.reconcile(h.ctx)
+	if !hasTaint(h.node().Spec.Taints, h.a.taints.Interruption) {
+		t.Fatal("no taint after the watched notice")
+	}
+	cancel()
+	<-done
+}
+
+func TestApproveOnceDrained(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.ApproveEvents = true }, testNode(), testPod("p", 5))
+	wp := &watchingProvider{Fake: h.prov, approved: make(chan providers.Notice, 1)}
+	h.a.provider = wp
+	h.prov.Set(providers.Notice{Provider: "azure", Kind: providers.KindPreemption, ID: "evt-1", Deadline: t0.Add(time.Minute)})
+	h.step()
+	h.a.maybeApprove(h.ctx)
+	if len(wp.approved) != 0 {
+		t.Fatal("approved while a pod is still to be evicted")
+	}
+	h.a.syncPod(h.ctx, "ns/p")
+	if err := h.client.CoreV1().Pods("ns").Delete(h.ctx, "p", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.syncStores()
+	h.a.maybeApprove(h.ctx)
+	h.a.maybeApprove(h.ctx)
+	if len(wp.approved) != 1 {
+		t.Fatalf("approvals = %d, want exactly 1", len(wp.approved))
+	}
+	if n := <-wp.approved; n.ID != "evt-1" {
+		t.Errorf("approved %q", n.ID)
+	}
+	if !hasEvent(h.drainEvents(), "Normal EventApproved") {
+		t.Error("no EventApproved event")
+	}
+}
+
+func TestNoApprovalUnlessEnabled(t *testing.T) {
+	h := newHarness(t, nil, testNode())
+	wp := &watchingProvider{Fake: h.prov, approved: make(chan providers.Notice, 1)}
+	h.a.provider = wp
+	h.prov.Set(providers.Notice{Provider: "azure", Kind: providers.KindPreemption, ID: "evt-1", Deadline: t0.Add(time.Minute)})
+	h.step()
+	h.a.maybeApprove(h.ctx)
+	if len(wp.approved) != 0 {
+		t.Fatal("approved without --azure-approve-events")
+	}
+}

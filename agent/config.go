@@ -47,6 +47,18 @@ type Config struct {
 	MaintenanceTaint  string
 	SafetyMargin      time.Duration
 
+	// ApproveEvents lets a cloud that supports it (Azure) start its event early once the node
+	// is drained.
+	ApproveEvents bool
+
+	// GCP and Azure endpoints and options, and the host root that --provider auto reads DMI
+	// data under.
+	GCPMetadataEndpoint   string
+	AzureIMDSEndpoint     string
+	AzureResourceName     string
+	AzureFreezeInterrupts bool
+	HostRoot              string
+
 	EvictDaemonSetPods bool
 	// TolerationComparisonOperators matches the cluster's TaintTolerationComparisonOperators
 	// feature gate (alpha in 1.35, off by default): Lt/Gt tolerations match only when it is on.
@@ -74,6 +86,8 @@ func DefaultConfig() Config {
 	return Config{
 		Provider:          "auto",
 		AWSIMDSEndpoint:   "http://169.254.169.254",
+		AzureIMDSEndpoint: "http://169.254.169.254",
+		HostRoot:          "/",
 		PollInterval:      time.Second,
 		MaintenanceLead:   10 * time.Minute,
 		InterruptionTaint: "cloud=spot:NoExecute",
@@ -99,6 +113,12 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.PodNamespace, "pod-namespace", c.PodNamespace, "Namespace of reprieve's own pod (else $POD_NAMESPACE).")
 	fs.StringVar(&c.Provider, "provider", c.Provider, "Cloud to watch: "+strings.Join(providerNames, "|")+". 'none' takes the deadline from the node annotation "+AnnotationReclaimDeadline+".")
 	fs.StringVar(&c.AWSIMDSEndpoint, "aws-imds-endpoint", c.AWSIMDSEndpoint, "Base URL of the EC2 instance metadata service.")
+	fs.StringVar(&c.GCPMetadataEndpoint, "gcp-metadata-endpoint", c.GCPMetadataEndpoint, "GCP metadata server, host:port (else $GCE_METADATA_HOST, else metadata.google.internal).")
+	fs.StringVar(&c.AzureIMDSEndpoint, "azure-imds-endpoint", c.AzureIMDSEndpoint, "Base URL of Azure's instance metadata service (Scheduled Events).")
+	fs.StringVar(&c.AzureResourceName, "azure-resource-name", c.AzureResourceName, "This machine's name in Scheduled Events' Resources (else from the node's providerID, else IMDS compute.name).")
+	fs.BoolVar(&c.AzureFreezeInterrupts, "azure-freeze-interrupts", c.AzureFreezeInterrupts, "Treat an Azure Freeze like a Reboot (evict) instead of a soft notice.")
+	fs.BoolVar(&c.ApproveEvents, "azure-approve-events", c.ApproveEvents, "Once the node is drained for an Azure event, approve it (StartRequests) so it starts sooner.")
+	fs.StringVar(&c.HostRoot, "host-root", c.HostRoot, "Where the host's filesystem is mounted (DMI data for --provider auto).")
 	fs.DurationVar(&c.PollInterval, "poll-interval", c.PollInterval, "How often to poll the metadata service.")
 	fs.DurationVar(&c.MaintenanceLead, "maintenance-lead", c.MaintenanceLead, "How long before a scheduled maintenance event the interruption taint goes on; before that the node only gets --maintenance-taint.")
 	fs.StringVar(&c.InterruptionTaint, "interruption-taint", c.InterruptionTaint, "Taint for a pending interruption, key=value:NoExecute.")

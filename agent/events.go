@@ -20,6 +20,7 @@ const (
 	ReasonTaintApplied        = "TaintApplied"
 	ReasonTaintRemoved        = "TaintRemoved"
 	ReasonInterruptionHandled = "InterruptionHandled"
+	ReasonEventApproved       = "EventApproved"
 	ReasonEvictionScheduled   = "EvictionScheduled"
 	ReasonEvicted             = "Evicted"
 	ReasonEvictionBlocked     = "EvictionBlocked"

@@ -27,8 +27,9 @@ type TaintSet struct {
 }
 
 // Intend turns notices into an intent. A rebalance recommendation only adds its soft taint. A
-// scheduled maintenance event further away than lead only adds the maintenance taint: a
-// NoExecute taint days ahead would empty the node days early; from lead on it interrupts.
+// scheduled maintenance event further away than lead, or without a deadline, only adds the
+// maintenance taint: a NoExecute taint days ahead would empty the node days early; from lead on
+// it interrupts. Preemptions and terminations interrupt at once.
 func Intend(notices []providers.Notice, now time.Time, lead time.Duration, ts TaintSet) Intent {
 	var in Intent
 	rebalance, maintenance := false, false
@@ -38,10 +39,12 @@ func Intend(notices []providers.Notice, now time.Time, lead time.Duration, ts Ta
 		case n.Kind == providers.KindRebalanceRecommendation:
 			rebalance = true
 			continue
-		case n.Deadline.IsZero():
-			continue
-		case n.Kind == providers.KindScheduledMaintenance && n.Deadline.Sub(now) > lead:
+		case n.Kind == providers.KindScheduledMaintenance && (n.Deadline.IsZero() || n.Deadline.Sub(now) > lead):
+			// Far ahead, or without a deadline at all (GCP live migration, Azure Freeze): keep
+			// new pods off the node, evict nothing.
 			maintenance = true
+			continue
+		case n.Deadline.IsZero():
 			continue
 		}
 		if in.Deadline.IsZero() || n.Deadline.Before(in.Deadline) {

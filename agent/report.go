@@ -124,3 +124,49 @@ func (a *Agent) summarizeWindow(ctx context.Context, now time.Time) {
 		a.recorder.Eventf(p, v1.EventTypeWarning, ReasonMissedDeadline, "Still present at %s, %s before the reclaim deadline", end, h.window.SafetyMargin)
 	}
 }
+
+// maybeApprove tells a cloud that supports it (Azure's StartRequests) that the machine is ready
+// for its event: once the interruption taint is on the node and every pod reprieve evicts for
+// the event is gone, so maintenance can start sooner. Only with --azure-approve-events.
+func (a *Agent) maybeApprove(ctx context.Context) {
+	if !a.cfg.ApproveEvents {
+		return
+	}
+	ap, ok := a.provider.(providers.Approver)
+	if !ok {
+		return
+	}
+	a.mu.Lock()
+	h, view := a.handling, a.view
+	a.mu.Unlock()
+	if h == nil || h.approved || h.notice == nil {
+		return
+	}
+	if node := a.cachedNode(); node == nil || !hasTaint(node.Spec.Taints, a.taints.Interruption) {
+		return // new pods could still land
+	}
+	pods, err := a.podLister.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, p := range pods {
+		if PlanPod(p, view.taints, view.window, a.filter, a.cfg.TolerationComparisonOperators).Skip == SkipNone {
+			return // still to go
+		}
+	}
+	logger := klog.FromContext(ctx)
+	n := *h.notice
+	if a.cfg.DryRun {
+		logger.Info("Dry run: would approve the event", "provider", n.Provider, "id", n.ID)
+		h.approved = true
+		return
+	}
+	if err := ap.Approve(ctx, n); err != nil {
+		logger.Error(err, "Approving the event failed; will retry", "provider", n.Provider, "id", n.ID)
+		return
+	}
+	h.approved = true
+	logger.Info("Approved the event: the node is drained", "provider", n.Provider, "id", n.ID)
+	a.recorder.Eventf(nodeRef(a.cfg.NodeName), v1.EventTypeNormal, ReasonEventApproved,
+		"Approved %s %s %s early: every pod reprieve evicts for it is gone", n.Provider, n.Kind, n.ID)
+}

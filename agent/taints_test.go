@@ -224,6 +224,14 @@ func TestIntend(t *testing.T) {
 	if in := Intend([]providers.Notice{farMaint}, farMaint.Deadline.Add(-lead), lead, ts); !in.Interrupting() || !in.Deadline.Equal(farMaint.Deadline) {
 		t.Errorf("maintenance at the lead time must interrupt: %+v", in)
 	}
+	soft := providers.Notice{Kind: providers.KindScheduledMaintenance, ID: "freeze"}
+	if in := Intend([]providers.Notice{soft}, t0, lead, ts); in.Interrupting() || len(in.SoftTaints) != 1 {
+		t.Errorf("maintenance without a deadline is a soft notice: %+v", in)
+	}
+	preempt := providers.Notice{Kind: providers.KindPreemption, ID: "p", Deadline: t0.Add(30 * time.Second)}
+	if in := Intend([]providers.Notice{preempt}, t0, lead, ts); !in.Interrupting() || !in.Deadline.Equal(preempt.Deadline) {
+		t.Errorf("a preemption interrupts at once: %+v", in)
+	}
 	in = Intend([]providers.Notice{nearMaint, spot, rebalance}, t0, lead, ts)
 	if !in.Deadline.Equal(spot.Deadline) || in.Interruption.ID != "s" || len(in.SoftTaints) != 1 {
 		t.Errorf("earliest deadline wins: %+v", in)
