@@ -47,8 +47,11 @@ func Intend(notices []providers.Notice, now time.Time, lead time.Duration, ts Ta
 		case n.Deadline.IsZero():
 			continue
 		}
-		if in.Deadline.IsZero() || n.Deadline.Before(in.Deadline) {
-			in.Deadline = n.Deadline
+		// Whole seconds, rounded down: that is what the deadline annotation can hold, so a
+		// restarted agent (or an operator reading the node) plans with the same deadline, and
+		// rounding down only ever leaves more room.
+		if d := n.Deadline.Truncate(time.Second); in.Deadline.IsZero() || d.Before(in.Deadline) {
+			in.Deadline = d
 			in.Interruption = &notices[i]
 		}
 	}

@@ -50,12 +50,53 @@ type SpotOptions struct {
 	ExtraArgs []string
 	// Kubeconfig is what reprieve runs with; empty means the environment's admin.
 	Kubeconfig string
+	// Cloud simulates the cloud; nil is AWS (amazon-ec2-metadata-mock).
+	Cloud Cloud
+}
+
+// Cloud is a simulated cloud that posts one interruption notice for a node.
+type Cloud interface {
+	// Start serves the metadata endpoint and arranges for the notice to appear after delay,
+	// with the machine reclaimed window after it (where the cloud lets the notice say so).
+	Start(ctx context.Context, node, logDir string, delay, window time.Duration) (*Posted, error)
+}
+
+// Posted is a started cloud simulation.
+type Posted struct {
+	// Args are the reprieve flags that point it at this cloud.
+	Args []string
+	// At returns when the notice became visible at the endpoint (zero until then).
+	At func() time.Time
+	// Stop ends the simulation.
+	Stop func()
+}
+
+// AWS is amazon-ec2-metadata-mock posting a spot notice.
+type AWS struct{}
+
+// Start implements Cloud. The deadline is fixed up front (the mock's default recomputes it on
+// every request), and the mock shows the notice delay seconds after it starts.
+func (AWS) Start(ctx context.Context, _, logDir string, delay, window time.Duration) (*Posted, error) {
+	start := time.Now()
+	deadline := start.Add(delay + window).Truncate(time.Second).Add(time.Second)
+	mock, endpoint, err := testenv.StartIMDSMock(ctx, logDir,
+		"--imdsv2", "--mock-delay-sec="+strconv.Itoa(int(delay/time.Second)),
+		"spot", "--action=terminate", "--time="+deadline.UTC().Format(time.RFC3339))
+	if err != nil {
+		return nil, err
+	}
+	return &Posted{
+		Args: []string{"--provider=aws", "--aws-imds-endpoint=" + endpoint},
+		At:   func() time.Time { return start.Add(delay) },
+		Stop: func() { _ = mock.Stop() },
+	}, nil
 }
 
 // SpotResult is what happened.
 type SpotResult struct {
-	// TimeAdded is the interruption taint's timeAdded; TaintSeenAt when the watcher saw it.
-	TimeAdded, TaintSeenAt time.Time
+	// TimeAdded is the interruption taint's timeAdded; TaintSeenAt when the watcher saw it;
+	// NoticePostedAt when the cloud made the notice visible.
+	TimeAdded, TaintSeenAt, NoticePostedAt time.Time
 	Deadline               time.Time
 	Window                 agent.Window
 	// Node is the node as it was right after the taint appeared.
@@ -117,22 +158,20 @@ func RunSpot(ctx context.Context, o SpotOptions) (*SpotResult, error) {
 	}
 	defer obs.Stop()
 
-	// The deadline is fixed up front (the mock's default recomputes it on every request).
-	deadline := time.Now().Add(o.NoticeDelay + o.Window).Truncate(time.Second).Add(time.Second)
-	mock, endpoint, err := testenv.StartIMDSMock(ctx, o.LogDir,
-		"--imdsv2", "--mock-delay-sec="+strconv.Itoa(int(o.NoticeDelay/time.Second)),
-		"spot", "--action=terminate", "--time="+deadline.UTC().Format(time.RFC3339))
+	cloud := o.Cloud
+	if cloud == nil {
+		cloud = AWS{}
+	}
+	posted, err := cloud.Start(ctx, o.Node, o.LogDir, o.NoticeDelay, o.Window)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = mock.Stop() }()
+	defer posted.Stop()
 
-	rp, metricsAddr, err := StartReprieve(ctx, o.ReprieveBin, o.LogDir, o.Node, append([]string{
+	rp, metricsAddr, err := StartReprieve(ctx, o.ReprieveBin, o.LogDir, o.Node, append(append([]string{
 		"--kubeconfig=" + o.kubeconfig(),
-		"--provider=aws",
-		"--aws-imds-endpoint=" + endpoint,
 		"--safety-margin=" + o.SafetyMargin.String(),
-	}, o.ExtraArgs...)...)
+	}, posted.Args...), o.ExtraArgs...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +180,7 @@ func RunSpot(ctx context.Context, o SpotOptions) (*SpotResult, error) {
 		return nil, fmt.Errorf("%w\nreprieve log (%s):\n%s", err, rp.LogPath(), rp.LogTail(40))
 	}
 
-	res := &SpotResult{Deadline: deadline, Window: agent.Window{Deadline: deadline, SafetyMargin: o.SafetyMargin}}
+	res := &SpotResult{}
 	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, o.NoticeDelay+30*time.Second, true, func(ctx context.Context) (bool, error) {
 		n, err := c.CoreV1().Nodes().Get(ctx, o.Node, metav1.GetOptions{})
 		if err != nil {
@@ -158,6 +197,13 @@ func RunSpot(ctx context.Context, o SpotOptions) (*SpotResult, error) {
 	if err != nil {
 		return fail(fmt.Errorf("waiting for the interruption taint on %s: %w", o.Node, err))
 	}
+	res.NoticePostedAt = posted.At()
+	// The deadline as the agent wrote it (whole seconds, as every cloud's deadline is planned).
+	deadline, err := time.Parse(time.RFC3339, res.Node.Annotations[agent.AnnotationReclaimDeadline])
+	if err != nil {
+		return fail(fmt.Errorf("reading the deadline annotation: %w", err))
+	}
+	res.Deadline, res.Window = deadline, agent.Window{Deadline: deadline, SafetyMargin: o.SafetyMargin}
 
 	// Plan every pod as the agent does, from the node as written.
 	pods, err := c.CoreV1().Pods(o.Namespace).List(ctx, metav1.ListOptions{})
