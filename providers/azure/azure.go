@@ -1,0 +1,390 @@
+// Package azure reads interruption notices from Azure Scheduled Events, part of the instance
+// metadata service (IMDS), and approves events early once the node is drained.
+//
+// Which events are this machine's: Scheduled Events reaches every VM of an availability set or
+// of a scale set placement group, and Resources names the affected ones. The name to look for
+// is the VM's resource name, which IMDS serves as compute.name:
+//
+//   - a Uniform scale set instance is "<vmss>_<instance id>" ("aks-nodepool1-38290525-vmss_3"),
+//     the same name ResourceNameFromProviderID derives from an AKS node's spec.providerID
+//     (".../virtualMachineScaleSets/<vmss>/virtualMachines/<instance id>");
+//   - a Flexible scale set instance is a VM of its own, "<vmss>_<8 hex digits>", and its provider
+//     ID has the standalone form ".../virtualMachines/<name>";
+//   - a standalone VM is its name.
+//
+// The node name is not the resource name: on AKS it is the computer name (osProfile.computerName,
+// the hostname), "<prefix><instance id in base 36, 6 digits>" ("aks-nodepool1-38290525-vmss000003"
+// for instance 3), and it can be changed from inside the guest. Never match Resources against it.
+package azure
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/reprieve-dev/reprieve/providers"
+)
+
+// Name is the provider's flag value.
+const Name = "azure"
+
+// DefaultEndpoint is the IMDS address inside every Azure VM.
+const DefaultEndpoint = "http://169.254.169.254"
+
+// The IMDS paths and API versions reprieve uses. 2020-07-01 is the newest Scheduled Events
+// version (it added DurationInSeconds); 2021-02-01 serves compute.name and vmScaleSetName.
+const (
+	ScheduledEventsPath = "/metadata/scheduledevents?api-version=2020-07-01"
+	ComputePath         = "/metadata/instance/compute?api-version=2021-02-01"
+)
+
+const (
+	// maxBody bounds what is read of an answer; a real document is a few kilobytes.
+	maxBody = 1 << 20
+	// defaultRequestTimeout bounds a request whose context has no deadline. The first request
+	// for scheduled events can take up to two minutes while Azure enables the service.
+	defaultRequestTimeout = 2*time.Minute + 10*time.Second
+)
+
+// Options configures the provider.
+type Options struct {
+	// Endpoint is the IMDS base URL; empty means DefaultEndpoint.
+	Endpoint string
+	// ResourceName is this machine's name in Resources. Empty means ask IMDS compute.name once.
+	// ResourceNameFromProviderID derives it from the node's spec.providerID.
+	ResourceName string
+	// FreezeInterrupts makes a Freeze evict like a Reboot, with NotBefore as its deadline. By
+	// default a Freeze is a soft notice: it only keeps new pods off the node.
+	FreezeInterrupts bool
+	// HTTPClient sends the requests (an instrumented one, from main). Nil means a client whose
+	// transport comes from NewTransport. Azure requires that IMDS requests bypass proxies: give
+	// a custom client a transport without Proxy too.
+	HTTPClient *http.Client
+	// Clock stamps first-seen times; nil means the real clock.
+	Clock clock.PassiveClock
+}
+
+// Provider polls Scheduled Events. Poll is meant for one poller; Approve may be called
+// concurrently with it.
+type Provider struct {
+	eventsURL  string
+	computeURL string
+	client     *http.Client
+	clock      clock.PassiveClock
+	freeze     bool
+
+	// pollMu serialises Polls, so that two polls cannot interleave their updates.
+	pollMu sync.Mutex
+
+	mu sync.Mutex
+	// resource is this machine's name in Resources, once known.
+	resource string
+	// parsed is true once a document has been decoded; incarnation, last and lastErr are its
+	// DocumentIncarnation and what Poll made of it, returned again while it does not change.
+	parsed      bool
+	incarnation int
+	last        []providers.Notice
+	lastErr     error
+	// seen remembers each live event naming this machine, by EventId.
+	seen map[string]*seenEvent
+}
+
+// seenEvent is what reprieve remembers of an event between documents.
+type seenEvent struct {
+	first   time.Time // when reprieve first saw the event
+	started time.Time // when it first saw it under way; zero while it is not
+	others  []string  // the other resources the last document listed for it
+}
+
+// NewTransport returns a transport for IMDS: http.DefaultTransport's settings without a proxy.
+// Microsoft requires IMDS clients to bypass proxies, even ones the environment configures.
+func NewTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.Proxy = nil
+	return t
+}
+
+// New returns a provider for the IMDS at opts.Endpoint. It makes no request.
+func New(opts Options) (*Provider, error) {
+	endpoint := strings.TrimRight(strings.TrimSpace(opts.Endpoint), "/")
+	if endpoint == "" {
+		endpoint = DefaultEndpoint
+	}
+	u, err := url.Parse(endpoint)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" {
+		return nil, fmt.Errorf("azure provider: IMDS endpoint %q: want http://host[:port]", opts.Endpoint)
+	}
+	if opts.HTTPClient == nil {
+		opts.HTTPClient = &http.Client{Transport: NewTransport()}
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	return &Provider{
+		eventsURL:  endpoint + ScheduledEventsPath,
+		computeURL: endpoint + ComputePath,
+		client:     opts.HTTPClient,
+		clock:      opts.Clock,
+		freeze:     opts.FreezeInterrupts,
+		resource:   strings.TrimSpace(opts.ResourceName),
+		seen:       map[string]*seenEvent{},
+	}, nil
+}
+
+// Name implements providers.Provider.
+func (p *Provider) Name() string { return Name }
+
+// Poll reads the Scheduled Events document and returns a notice for every event that names this
+// machine. A document whose DocumentIncarnation has not changed is not decoded again.
+//
+// When IMDS fails (transport error, timeout, a status other than 200, a body that is not a
+// document), Poll returns the last good notices with the error. When the document holds events
+// for this machine that cannot be used (an unknown EventType, a NotBefore that does not parse,
+// no EventId), Poll returns the others, keeps the last good notice of such an event if it had
+// one, and reports each problem in the error. Poll makes one request for events, plus one for
+// compute.name until that succeeds; it never retries: the agent's poll loop does, with backoff.
+func (p *Provider) Poll(ctx context.Context) ([]providers.Notice, error) {
+	p.pollMu.Lock()
+	defer p.pollMu.Unlock()
+
+	resource, err := p.resourceName(ctx)
+	if err != nil {
+		return p.lastNotices(), err
+	}
+	body, err := p.do(ctx, http.MethodGet, p.eventsURL, nil, "reading scheduled events")
+	if err != nil {
+		return p.lastNotices(), err
+	}
+	inc, _, err := decodeHeader(body)
+	if err != nil {
+		return p.lastNotices(), err
+	}
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.parsed && inc == p.incarnation {
+		return slices.Clone(p.last), p.lastErr
+	}
+	doc, err := ParseDocument(body)
+	if err != nil {
+		return slices.Clone(p.last), err
+	}
+	notices, err := p.apply(doc, resource, p.clock.Now())
+	p.parsed, p.incarnation, p.last, p.lastErr = true, inc, notices, err
+	// A copy, so that a caller that sorts or edits what it got cannot change what a later poll
+	// of the same incarnation, or a failed one, reports.
+	return slices.Clone(notices), err
+}
+
+// apply turns a new document into notices and updates what the provider remembers of each
+// event. The caller holds p.mu.
+func (p *Provider) apply(doc ScheduledEventsDocument, resource string, now time.Time) ([]providers.Notice, error) {
+	notices := []providers.Notice{} // not nil: a parsed document is an answer, even when empty
+	var errs []error
+	live := map[string]bool{}
+	for _, ev := range doc.Events {
+		if !names(ev.Resources, resource) {
+			continue
+		}
+		id := strings.TrimSpace(ev.EventId)
+		if id == "" {
+			// Nothing could approve or track it; Azure always sends an ID.
+			errs = append(errs, fmt.Errorf("%s event for %s without an EventId", ev.EventType, resource))
+			continue
+		}
+		if live[id] {
+			errs = append(errs, fmt.Errorf("event %q listed twice; using the first", id))
+			continue
+		}
+		live[id] = true
+		st, ok := p.seen[id]
+		if !ok {
+			st = &seenEvent{first: now}
+			p.seen[id] = st
+		}
+		st.others = others(ev.Resources, resource)
+		switch {
+		case !started(ev):
+			st.started = time.Time{}
+		case st.started.IsZero():
+			st.started = now
+		}
+		ev.EventId = id
+		n, err := toNotice(ev, p.freeze, st.first, st.started)
+		if err != nil {
+			errs = append(errs, err)
+			if prev, ok := p.lastNotice(id); ok {
+				notices = append(notices, prev)
+			}
+			continue
+		}
+		notices = append(notices, n)
+	}
+	// Forget events that are gone (finished or cancelled), so the map does not grow forever
+	// and an ID Azure reused would be new again.
+	for id := range p.seen {
+		if !live[id] {
+			delete(p.seen, id)
+		}
+	}
+	providers.Sort(notices)
+	return notices, errors.Join(errs...)
+}
+
+// lastNotice finds the notice the last document gave for an event. The caller holds p.mu.
+func (p *Provider) lastNotice(id string) (providers.Notice, bool) {
+	for _, n := range p.last {
+		if n.ID == id {
+			return n, true
+		}
+	}
+	return providers.Notice{}, false
+}
+
+func (p *Provider) lastNotices() []providers.Notice {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.last)
+}
+
+// resourceName returns this machine's name in Resources, asking IMDS compute.name the first
+// time when Options gave none. A failure is returned, never guessed around: a wrong name would
+// hide every event of this machine.
+func (p *Provider) resourceName(ctx context.Context) (string, error) {
+	p.mu.Lock()
+	name := p.resource
+	p.mu.Unlock()
+	if name != "" {
+		return name, nil
+	}
+	body, err := p.do(ctx, http.MethodGet, p.computeURL, nil, "reading instance compute metadata")
+	if err != nil {
+		return "", err
+	}
+	var compute struct {
+		Name string `json:"name"`
+	}
+	if err := json.Unmarshal(body, &compute); err != nil {
+		return "", fmt.Errorf("decoding instance compute metadata %q: %w", truncate(body), err)
+	}
+	name = strings.TrimSpace(compute.Name)
+	if name == "" {
+		return "", fmt.Errorf("instance compute metadata %q has no name", truncate(body))
+	}
+	p.mu.Lock()
+	p.resource = name
+	p.mu.Unlock()
+	return name, nil
+}
+
+// startRequests is the body of an approval.
+type startRequests struct {
+	StartRequests []startRequest `json:"StartRequests"`
+}
+
+type startRequest struct {
+	EventID string `json:"EventId"`
+}
+
+// ErrSharedEvent marks a refused approval of an event that also names other machines.
+var ErrSharedEvent = errors.New("the event also names other machines")
+
+// Approve implements providers.Approver: it asks Azure to start the notice's event now rather
+// than at NotBefore. Azure then starts it for every VM in its Resources, at once. Approve
+// refuses notices of other providers, events that the last document did not list for this
+// machine, and events that also name other machines (ErrSharedEvent): this node being drained
+// says nothing of theirs, and declining costs only the early start, never the notice.
+func (p *Provider) Approve(ctx context.Context, n providers.Notice) error {
+	if n.Provider != Name {
+		return fmt.Errorf("azure provider: refusing to approve a notice of provider %q", n.Provider)
+	}
+	if n.ID == "" {
+		return errors.New("azure provider: refusing to approve a notice without an ID")
+	}
+	p.mu.Lock()
+	st, ours := p.seen[n.ID]
+	var others []string
+	if ours {
+		others = st.others
+	}
+	resource := p.resource
+	p.mu.Unlock()
+	if !ours {
+		return fmt.Errorf("approving event %q: the last scheduled events document lists no such event for %s", n.ID, resource)
+	}
+	if len(others) > 0 {
+		return fmt.Errorf("approving event %q: refused: %w (%s)", n.ID, ErrSharedEvent, strings.Join(others, ", "))
+	}
+	body, err := json.Marshal(startRequests{StartRequests: []startRequest{{EventID: n.ID}}})
+	if err != nil {
+		return fmt.Errorf("approving event %q: %w", n.ID, err)
+	}
+	_, err = p.do(ctx, http.MethodPost, p.eventsURL, body, fmt.Sprintf("approving event %q", n.ID))
+	return err
+}
+
+// StatusError is an IMDS answer with an unexpected HTTP status: 400 (a missing Metadata header
+// or a malformed request), 429 (more than 5 requests a second), 5xx.
+type StatusError struct {
+	// Op says what failed ("reading scheduled events").
+	Op string
+	// StatusCode is the HTTP status.
+	StatusCode int
+	// Body is the start of the answer's body.
+	Body string
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("%s: HTTP %d %s: %q", e.Op, e.StatusCode, http.StatusText(e.StatusCode), e.Body)
+}
+
+// do sends one request with the Metadata header and returns the body of a 200 answer (any 2xx
+// for a POST).
+func (p *Provider) do(ctx context.Context, method, u string, body []byte, op string) ([]byte, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, defaultRequestTimeout)
+		defer cancel()
+	}
+	var rd io.Reader
+	if body != nil {
+		rd = strings.NewReader(string(body))
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	// Without it IMDS answers 400: the header proves the request was meant for IMDS and not
+	// redirected there.
+	req.Header.Set("Metadata", "true")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	if err != nil {
+		return nil, fmt.Errorf("%s: reading the answer (HTTP %d): %w", op, resp.StatusCode, err)
+	}
+	ok := resp.StatusCode == http.StatusOK
+	if method != http.MethodGet {
+		ok = resp.StatusCode >= 200 && resp.StatusCode < 300
+	}
+	if !ok {
+		return nil, &StatusError{Op: op, StatusCode: resp.StatusCode, Body: truncate(b)}
+	}
+	return b, nil
+}
