@@ -36,9 +36,11 @@ e2e: tools
 test: tools lint
 	REPRIEVE_E2E_REQUIRED=1 go test -race -count=1 -timeout 25m ./...
 
-## demo: a spot interruption on a local control plane with a simulated AWS, with a table
+## demo: a spot interruption on a local control plane with a simulated cloud, with a table
+## (PROVIDER=aws|gcp|azure)
+PROVIDER ?= aws
 demo: tools
-	go run ./test/demo
+	go run ./test/demo -provider=$(PROVIDER)
 
 ## bench: benchmarks on the real control plane (figures in docs/benchmarks.md)
 bench: tools

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -24,6 +25,9 @@ import (
 	"github.com/reprieve-dev/reprieve/agent"
 	"github.com/reprieve-dev/reprieve/providers"
 	"github.com/reprieve-dev/reprieve/providers/aws"
+	"github.com/reprieve-dev/reprieve/providers/azure"
+	"github.com/reprieve-dev/reprieve/providers/detect"
+	"github.com/reprieve-dev/reprieve/providers/gcp"
 )
 
 // version is set at build time: -ldflags "-X main.version=v0.1.0".
@@ -101,7 +105,7 @@ func start(ctx context.Context, cfg agent.Config) error {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	provider, err := newProvider(cfg, reg)
+	provider, err := newProvider(ctx, cfg, client, reg)
 	if err != nil {
 		return err
 	}
@@ -113,23 +117,63 @@ func start(ctx context.Context, cfg agent.Config) error {
 }
 
 // newProvider returns the provider the flags name; nil for none (the agent reads its node's
-// deadline annotation).
-func newProvider(cfg agent.Config, reg prometheus.Registerer) (providers.Provider, error) {
-	switch cfg.Provider {
-	case "aws", "auto":
-		// Only AWS is implemented so far: auto means AWS until the other clouds land.
-		rm, err := providers.NewRequestMetrics(reg, aws.Name)
+// deadline annotation). With auto, and for Azure's resource name, it reads the node once.
+func newProvider(ctx context.Context, cfg agent.Config, client kubernetes.Interface, reg prometheus.Registerer) (providers.Provider, error) {
+	logger := klog.FromContext(ctx)
+	name := cfg.Provider
+	var providerID string
+	if name == "auto" || (name == "azure" && cfg.AzureResourceName == "") {
+		node, err := client.CoreV1().Nodes().Get(ctx, cfg.NodeName, metav1.GetOptions{})
 		if err != nil {
-			return nil, fmt.Errorf("registering metadata metrics: %w", err)
+			return nil, fmt.Errorf("reading node %s to detect its cloud: %w", cfg.NodeName, err)
 		}
-		p, err := aws.New(aws.Options{Endpoint: cfg.AWSIMDSEndpoint, HTTPClient: &http.Client{Transport: rm.Wrap(nil)}})
+		providerID = node.Spec.ProviderID
+	}
+	if name == "auto" {
+		d := detect.Detect(providerID, cfg.HostRoot)
+		logger.Info("Detected the provider", "provider", d.Provider, "reason", d.Reason)
+		name = d.Provider
+	}
+	if name == "none" {
+		return nil, nil
+	}
+	rm, err := providers.NewRequestMetrics(reg, name)
+	if err != nil {
+		return nil, fmt.Errorf("registering metadata metrics: %w", err)
+	}
+	// Metadata services are link-local: never reach them through a proxy the environment
+	// configures for everything else.
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.Proxy = nil
+	metadataClient := &http.Client{Transport: rm.Wrap(transport)}
+	switch name {
+	case aws.Name:
+		p, err := aws.New(aws.Options{Endpoint: cfg.AWSIMDSEndpoint, HTTPClient: metadataClient})
 		if err != nil {
 			return nil, fmt.Errorf("creating the AWS provider: %w", err)
 		}
 		return p, nil
-	case "none":
-		return nil, nil
-	default:
-		return nil, fmt.Errorf("--provider %s: not implemented yet (use aws or none)", cfg.Provider)
+	case gcp.Name:
+		// No client timeout: hanging GETs wait up to a minute (the provider bounds each one).
+		p, err := gcp.New(gcp.Options{Endpoint: cfg.GCPMetadataEndpoint, HTTPClient: metadataClient})
+		if err != nil {
+			return nil, fmt.Errorf("creating the GCP provider: %w", err)
+		}
+		return p, nil
+	case azure.Name:
+		resource := cfg.AzureResourceName
+		if resource == "" && providerID != "" {
+			if resource, err = azure.ResourceNameFromProviderID(providerID); err != nil {
+				logger.Info("Node providerID gives no Azure resource name; asking IMDS", "providerID", providerID, "err", err.Error())
+				resource = ""
+			}
+		}
+		p, err := azure.New(azure.Options{Endpoint: cfg.AzureIMDSEndpoint, ResourceName: resource,
+			FreezeInterrupts: cfg.AzureFreezeInterrupts, HTTPClient: metadataClient})
+		if err != nil {
+			return nil, fmt.Errorf("creating the Azure provider: %w", err)
+		}
+		return p, nil
 	}
+	return nil, fmt.Errorf("--provider %s: unknown provider", name)
 }

@@ -17,16 +17,23 @@ import (
 )
 
 func main() {
-	window := flag.Duration("window", 40*time.Second, "time from the spot notice to the reclaim deadline")
+	provider := flag.String("provider", "aws", "simulated cloud: aws (amazon-ec2-metadata-mock), gcp or azure (the test tree's servers)")
+	window := flag.Duration("window", 40*time.Second, "time from the notice to the reclaim deadline (GCP's is always 30s)")
 	margin := flag.Duration("safety-margin", 5*time.Second, "reprieve's --safety-margin")
 	flag.Parse()
-	if err := run(*window, *margin); err != nil {
+	clouds := map[string]scenario.Cloud{"aws": scenario.AWS{}, "gcp": scenario.GCP{}, "azure": scenario.Azure{}}
+	cloud, ok := clouds[*provider]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "demo: -provider %q: want aws, gcp or azure\n", *provider)
+		os.Exit(2)
+	}
+	if err := run(*provider, cloud, *window, *margin); err != nil {
 		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(window, margin time.Duration) error {
+func run(provider string, cloud scenario.Cloud, window, margin time.Duration) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, window+2*time.Minute)
@@ -52,17 +59,22 @@ func run(window, margin time.Duration) error {
 	defer env.Stop()
 
 	pods := scenario.Mixed()
-	step("creating node demo-node with %d pods; amazon-ec2-metadata-mock will post a spot notice in 3s with a %s window", len(pods), window)
+	what := map[string]string{
+		"aws":   fmt.Sprintf("amazon-ec2-metadata-mock will post a spot notice in 3s with a %s window", window),
+		"gcp":   "the GCP metadata server will set preempted=TRUE in 3s (30s window)",
+		"azure": fmt.Sprintf("the Scheduled Events server will post a Preempt in 3s with NotBefore %s later", window),
+	}[provider]
+	step("creating node demo-node with %d pods; %s", len(pods), what)
 	res, err := scenario.RunSpot(ctx, scenario.SpotOptions{
-		Env: env, ReprieveBin: bin, Namespace: "demo", Node: "demo-node", Pods: pods,
+		Env: env, ReprieveBin: bin, Namespace: "demo", Node: "demo-node", Pods: pods, Cloud: cloud,
 		NoticeDelay: 3 * time.Second, Window: window, SafetyMargin: margin, LogDir: logDir,
 	})
 	if err != nil {
 		return err
 	}
 	step("done; times are relative to the taint's timeAdded (T)")
-	fmt.Printf("\nnotice seen and node tainted cloud=spot:NoExecute at T%+.2fs; reclaim deadline T%+.0fs; every evicted pod must be gone by T%+.0fs (deadline - %s margin)\n\n",
-		res.TaintSeenAt.Sub(res.TimeAdded).Seconds(), res.Deadline.Sub(res.TimeAdded).Seconds(), res.Window.End().Sub(res.TimeAdded).Seconds(), margin)
+	fmt.Printf("\n%s notice posted at T%+.2fs, node tainted cloud=spot:NoExecute at T%+.2fs; reclaim deadline T%+.0fs; every evicted pod must be gone by T%+.0fs (deadline - %s margin)\n\n",
+		provider, res.NoticePostedAt.Sub(res.TimeAdded).Seconds(), res.TaintSeenAt.Sub(res.TimeAdded).Seconds(), res.Deadline.Sub(res.TimeAdded).Seconds(), res.Window.End().Sub(res.TimeAdded).Seconds(), margin)
 	if err := scenario.PrintTable(os.Stdout, res.TimeAdded, res.Rows); err != nil {
 		return err
 	}

@@ -229,10 +229,15 @@ func run(ctx context.Context, t *testing.T, name string, args ...string) *scenar
 	if err != nil {
 		t.Fatal(err)
 	}
+	logTable(t, res)
+	return res
+}
+
+func logTable(t *testing.T, res *scenario.SpotResult) {
+	t.Helper()
 	var buf bytes.Buffer
 	_ = scenario.PrintTable(&buf, res.TimeAdded, res.Rows)
 	t.Logf("deadline T%+.1fs, window end T%+.1fs\n%s", res.Deadline.Sub(res.TimeAdded).Seconds(), res.Window.End().Sub(res.TimeAdded).Seconds(), buf.String())
-	return res
 }
 
 // assertInTime checks that an evicted pod was gone by the window's end, both as kwok ended it

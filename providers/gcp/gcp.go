@@ -1,0 +1,279 @@
+// Package gcp reads interruption notices from the GCE metadata server: preemption of Spot and
+// preemptible VMs (instance/preempted) and host maintenance (instance/maintenance-event). It
+// polls, or follows both values with hanging GETs so that a change is seen within a round trip.
+package gcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"cloud.google.com/go/compute/metadata"
+	"k8s.io/utils/clock"
+
+	"github.com/reprieve-dev/reprieve/providers"
+)
+
+// Name is the provider's flag value.
+const Name = "gcp"
+
+// The metadata paths reprieve reads, relative to /computeMetadata/v1/.
+const (
+	PathPreempted         = "instance/preempted"
+	PathMaintenanceEvent  = "instance/maintenance-event"
+	PathPreemptible       = "instance/scheduling/preemptible"
+	PathProvisioningModel = "instance/scheduling/provisioning_model"
+)
+
+// noticePaths are the values that carry notices, in a fixed order so results are deterministic.
+var noticePaths = []string{PathPreempted, PathMaintenanceEvent}
+
+const (
+	// readTimeout bounds a plain read, including the library's own retries of 5xx answers
+	// and refused or reset connections (5 attempts, at most about 3 s of backoff).
+	readTimeout = 10 * time.Second
+	// waitSeconds is the hanging GET's server-side bound and waitTimeout its client-side one,
+	// as Google's guest agent sets them.
+	waitSeconds = 60
+	waitTimeout = 70 * time.Second
+)
+
+// errNotDefined is a 404 on a value GCE always serves: a wrong endpoint rather than "no notice".
+var errNotDefined = errors.New("not defined (404)")
+
+// Options configures the provider.
+type Options struct {
+	// Endpoint is the metadata server as host:port or http://host:port. Empty means what the
+	// library uses: GCE_METADATA_HOST, else 169.254.169.254.
+	Endpoint string
+	// HTTPClient carries the requests (main passes one instrumented with RequestMetrics). It is
+	// copied: its Timeout is dropped, because hanging GETs last a minute and each request
+	// gets its own deadline instead. Nil means a client on DefaultTransport().
+	HTTPClient *http.Client
+	// Clock stamps notices with when they were first seen; nil is the real clock. Backoff and
+	// the hanging GETs run on real time.
+	Clock clock.PassiveClock
+}
+
+// Provider reads the GCE metadata server. Poll is for one poller at a time; Watch replaces it.
+type Provider struct {
+	client *metadata.Client
+	clock  clock.PassiveClock
+
+	mu sync.Mutex
+	// st holds the last good value of each source, so a failing source neither invents nor
+	// withdraws a notice.
+	st state
+	// schedulingKnown is set once the scheduling values were read; they do not change while
+	// the VM runs.
+	schedulingKnown bool
+}
+
+// New returns a provider for the metadata server at opts.Endpoint.
+func New(opts Options) (*Provider, error) {
+	host, err := endpointHost(opts.Endpoint)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	var hc http.Client
+	if opts.HTTPClient != nil {
+		hc = *opts.HTTPClient
+	}
+	// google-cloud-go#11035: a client-wide timeout (the library's default is 5 s) cuts every
+	// hanging GET short. Each request gets a deadline from its context instead.
+	hc.Timeout = 0
+	next := hc.Transport
+	if next == nil {
+		next = DefaultTransport()
+	}
+	hc.Transport = &transport{next: next, host: host}
+	return &Provider{
+		client: metadata.NewWithOptions(&metadata.Options{Client: &hc}),
+		clock:  opts.Clock,
+		// Until the scheduling values are read, assume the shorter Spot grace: evicting early
+		// costs less than being powered off with pods still running.
+		st: state{spot: true},
+	}, nil
+}
+
+// DefaultTransport returns a transport fit for the metadata server: no proxy (HTTP_PROXY must
+// not capture link-local requests) and a short dial timeout, as the library's own.
+func DefaultTransport() *http.Transport {
+	return &http.Transport{
+		DialContext:           (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConnsPerHost:   4,
+		IdleConnTimeout:       90 * time.Second,
+		ResponseHeaderTimeout: 0, // hanging GETs: bounded by each request's context
+	}
+}
+
+// endpointHost turns host:port or http://host:port into the host the transport sends to.
+func endpointHost(endpoint string) (string, error) {
+	if endpoint == "" {
+		return "", nil
+	}
+	s := endpoint
+	if !strings.Contains(s, "://") {
+		s = "http://" + s
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return "", fmt.Errorf("gcp provider: endpoint %q: %w", endpoint, err)
+	}
+	if u.Scheme != "http" || u.Host == "" || u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+		return "", fmt.Errorf("gcp provider: endpoint %q: want host:port or http://host:port", endpoint)
+	}
+	return u.Host, nil
+}
+
+// Name implements providers.Provider.
+func (p *Provider) Name() string { return Name }
+
+// Poll reads both notice sources (and, until they are known, the scheduling values)
+// concurrently and returns every notice in force. A source that fails keeps its last good
+// value; the error names each failed source.
+func (p *Provider) Poll(ctx context.Context) ([]providers.Notice, error) {
+	errs := make([]error, len(noticePaths)+1)
+	var wg sync.WaitGroup
+	for i, path := range noticePaths {
+		wg.Go(func() { _, _, errs[i] = p.refresh(ctx, path, "") })
+	}
+	wg.Go(func() { errs[len(noticePaths)] = p.readScheduling(ctx) })
+	wg.Wait()
+	return p.notices(), errors.Join(errs...)
+}
+
+// notices returns the notices in force according to the last good values.
+func (p *Provider) notices() []providers.Notice {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.st.notices()
+}
+
+// refresh reads path, waiting for a change from etag when it is not empty, and records the
+// value. newTag is the answer's ETag, also when its value is unknown (err set): the caller can
+// wait for the next value instead of asking again at once. It is empty when nothing was read.
+func (p *Provider) refresh(ctx context.Context, path, etag string) (newTag string, changed bool, err error) {
+	value, newTag, found, err := p.get(ctx, path, etag)
+	if err != nil {
+		return "", false, err
+	}
+	if !found {
+		return "", false, &SourceError{Path: path, Err: errNotDefined}
+	}
+	changed, err = p.observe(path, value)
+	if err != nil {
+		return newTag, false, &SourceError{Path: path, Err: err}
+	}
+	return newTag, changed, nil
+}
+
+// observe validates a value of path and records it, stamping when a new one was first seen.
+// An unknown value is an error and leaves the last good one in place.
+func (p *Provider) observe(path, raw string) (changed bool, err error) {
+	var v string
+	switch path {
+	case PathPreempted:
+		v, err = parsePreempted(raw)
+	case PathMaintenanceEvent:
+		v, err = parseMaintenanceEvent(raw)
+	default:
+		return false, fmt.Errorf("no notices at %s", path)
+	}
+	if err != nil {
+		return false, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	cur, since := &p.st.preempted, &p.st.preemptedSince
+	if path == PathMaintenanceEvent {
+		cur, since = &p.st.maintenance, &p.st.maintenanceSince
+	}
+	if *cur == v {
+		// The same value read again keeps its first-seen time, so deadlines stay put.
+		return false, nil
+	}
+	*cur, *since = v, p.clock.Now()
+	return true, nil
+}
+
+// readScheduling learns whether the VM is Spot or preemptible, once per provider: 404 on
+// either value means absent. Until both were read, the provider assumes Spot.
+func (p *Provider) readScheduling(ctx context.Context) error {
+	p.mu.Lock()
+	known := p.schedulingKnown
+	p.mu.Unlock()
+	if known {
+		return nil
+	}
+	var (
+		pv, mv         string
+		pFound, mFound bool
+		pErr, mErr     error
+		wg             sync.WaitGroup
+	)
+	wg.Go(func() { pv, _, pFound, pErr = p.get(ctx, PathPreemptible, "") })
+	wg.Go(func() { mv, _, mFound, mErr = p.get(ctx, PathProvisioningModel, "") })
+	wg.Wait()
+	if err := errors.Join(pErr, mErr); err != nil {
+		return err
+	}
+	preemptible, err := parsePreemptible(pv, pFound)
+	if err != nil {
+		return &SourceError{Path: PathPreemptible, Err: err}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.st.spot = preemptible || parseProvisioningModel(mv, mFound)
+	p.schedulingKnown = true
+	return nil
+}
+
+// get reads one metadata path; with etag, as a hanging GET that returns when the value's ETag
+// differs from it or after waitSeconds. found is false for a 404.
+func (p *Provider) get(ctx context.Context, path, etag string) (value, newTag string, found bool, err error) {
+	suffix, timeout := path, readTimeout
+	if etag != "" {
+		suffix = fmt.Sprintf("%s?wait_for_change=true&last_etag=%s&timeout_sec=%d", path, url.QueryEscape(etag), waitSeconds)
+		timeout = waitTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	sink := new(etagSink)
+	value, err = p.client.GetWithContext(context.WithValue(ctx, etagKey{}, sink), suffix)
+	var nd metadata.NotDefinedError
+	switch {
+	case errors.As(err, &nd):
+		return "", "", false, nil
+	case err != nil:
+		return "", "", false, &SourceError{Path: path, Err: err}
+	}
+	return value, sink.get(), true, nil
+}
+
+// SourceError says which metadata path failed, so logs and metrics can name it.
+type SourceError struct {
+	Path string
+	Err  error
+}
+
+func (e *SourceError) Error() string { return fmt.Sprintf("reading %s: %v", e.Path, e.Err) }
+func (e *SourceError) Unwrap() error { return e.Err }
+
+// StatusCode returns the HTTP status of a failed request, or 0 when none was received.
+func (e *SourceError) StatusCode() int {
+	var me *metadata.Error
+	if errors.As(e.Err, &me) {
+		return me.Code
+	}
+	return 0
+}

@@ -1,0 +1,438 @@
+// Package gcpmeta is a GCE metadata server for tests, written from the documented protocol
+// (https://cloud.google.com/compute/docs/metadata/querying-metadata): it refuses requests
+// without Metadata-Flavor: Google, serves ETags, and implements hanging GETs
+// (wait_for_change, last_etag, timeout_sec) fully, unlike the emulators we found.
+// Faults (error statuses, dropped connections, an unreachable server) are injected per test.
+package gcpmeta
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Prefix is the path under which every metadata value is served.
+const Prefix = "/computeMetadata/v1/"
+
+// The paths reprieve reads, relative to Prefix.
+const (
+	PathPreempted         = "instance/preempted"
+	PathMaintenanceEvent  = "instance/maintenance-event"
+	PathPreemptible       = "instance/scheduling/preemptible"
+	PathProvisioningModel = "instance/scheduling/provisioning_model"
+	PathID                = "instance/id"
+	PathName              = "instance/name"
+	PathZone              = "instance/zone"
+	PathProjectID         = "project/project-id"
+	PathNumericProjectID  = "project/numeric-project-id"
+)
+
+// defaults is what a fresh server holds: a standard VM with nothing pending. The scheduling
+// values are absent (404) until a test sets them.
+var defaults = map[string]string{
+	PathPreempted:        "FALSE",
+	PathMaintenanceEvent: "NONE",
+	PathID:               "4520031799277581759",
+	PathName:             "reprieve-test",
+	PathZone:             "projects/123456789012/zones/europe-west1-b",
+	PathProjectID:        "reprieve-test",
+	PathNumericProjectID: "123456789012",
+}
+
+// DefaultWait bounds a hanging GET that gives no timeout_sec.
+const DefaultWait = 5 * time.Minute
+
+// Request is one answered request, as the request log keeps it.
+type Request struct {
+	Time time.Time // when it arrived
+	// Path is relative to Prefix when under it, else the full URL path.
+	Path   string
+	Query  url.Values
+	Flavor string // the Metadata-Flavor header
+	Status int    // 0 when the client went away before an answer
+	// Waited is how long the answer took: for a hanging GET, how long it was held.
+	Waited time.Duration
+}
+
+type entry struct {
+	value   string
+	present bool
+	version uint64 // bumped by every Set and Delete, so the ETag changes
+}
+
+func (e *entry) etag(path string) string {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s\x00%d\x00%s", path, e.version, e.value)
+	return fmt.Sprintf("%016x", h.Sum64())
+}
+
+type failure struct {
+	status int
+	n      int
+}
+
+// Server is a fake GCE metadata server. Its zero value is not usable: call New.
+type Server struct {
+	mu       sync.Mutex
+	entries  map[string]*entry
+	failures map[string]*failure
+	// wake is closed and replaced by every change, waking every hanging GET to re-check.
+	wake       chan struct{}
+	waiting    map[string]int
+	hits       map[string]int
+	log        []Request
+	ignoreWait bool
+	offline    bool
+	conns      map[net.Conn]struct{}
+
+	srv       *http.Server
+	addr      string
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+// New returns a server holding the default values; Start serves it, or use it as an
+// http.Handler (DropConnections and SetOffline then need Start).
+func New() *Server {
+	s := &Server{
+		entries:  map[string]*entry{},
+		failures: map[string]*failure{},
+		wake:     make(chan struct{}),
+		waiting:  map[string]int{},
+		hits:     map[string]int{},
+		conns:    map[net.Conn]struct{}{},
+		done:     make(chan struct{}),
+	}
+	for p, v := range defaults {
+		s.entries[p] = &entry{value: v, present: true, version: 1}
+	}
+	return s
+}
+
+// Start serves on addr ("127.0.0.1:0" when empty), which must be a loopback address, and
+// returns the base URL ("http://127.0.0.1:port").
+func (s *Server) Start(addr string) (string, error) {
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("gcpmeta: address %q: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return "", fmt.Errorf("gcpmeta: address %q is not loopback", addr)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.srv != nil {
+		return "", errors.New("gcpmeta: already started")
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("gcpmeta: %w", err)
+	}
+	s.addr = ln.Addr().String()
+	s.srv = &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: 10 * time.Second,
+		ConnState:         s.trackConn,
+	}
+	go s.srv.Serve(&listener{Listener: ln, s: s})
+	return "http://" + s.addr, nil
+}
+
+// Addr returns host:port once started, the form GCE_METADATA_HOST takes.
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addr
+}
+
+// Close stops the server and ends every hanging GET.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() { close(s.done) })
+	s.mu.Lock()
+	srv := s.srv
+	s.mu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	return srv.Close()
+}
+
+// Set stores value at path (relative to Prefix), bumps its ETag even when the value is the
+// same, and wakes the hanging GETs.
+func (s *Server) Set(path, value string) {
+	s.change(path, func(e *entry) { e.value, e.present = value, true })
+}
+
+// Delete makes path absent (404), waking the hanging GETs.
+func (s *Server) Delete(path string) {
+	s.change(path, func(e *entry) { e.value, e.present = "", false })
+}
+
+func (s *Server) change(path string, f func(*entry)) {
+	path = normalize(path)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.entries[path]
+	if e == nil {
+		e = &entry{}
+		s.entries[path] = e
+	}
+	f(e)
+	e.version++
+	close(s.wake)
+	s.wake = make(chan struct{})
+}
+
+// Get returns the value at path and whether it is present.
+func (s *Server) Get(path string) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.entries[normalize(path)]
+	if e == nil || !e.present {
+		return "", false
+	}
+	return e.value, true
+}
+
+// SetError makes the next n requests for path fail with status (0 clears). Hanging GETs
+// already waiting are not affected.
+func (s *Server) SetError(path string, status, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failures[normalize(path)] = &failure{status: status, n: n}
+}
+
+// SetIgnoreWaitForChange makes hanging GETs answer at once with the current value, as the
+// emulators that ignore last_etag do; clients that do not deduplicate then spin.
+func (s *Server) SetIgnoreWaitForChange(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ignoreWait = on
+}
+
+// DropConnections closes every open connection, idle or holding a hanging GET, as a
+// metadata server restarting during maintenance does.
+func (s *Server) DropConnections() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dropLocked()
+}
+
+func (s *Server) dropLocked() {
+	for c := range s.conns {
+		resetConn(c)
+	}
+}
+
+// SetOffline drops every connection and, while on, resets each new one as soon as it is
+// accepted: the server is unreachable but its values can still be changed.
+func (s *Server) SetOffline(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.offline = on
+	if on {
+		s.dropLocked()
+	}
+}
+
+// Waiting returns how many hanging GETs on path are held now.
+func (s *Server) Waiting(path string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.waiting[normalize(path)]
+}
+
+// Count returns how many requests for path have arrived, answered or not.
+func (s *Server) Count(path string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.hits[normalize(path)]
+}
+
+// Requests returns the log of answered requests, oldest first.
+func (s *Server) Requests() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Request(nil), s.log...)
+}
+
+// ServeHTTP implements the metadata protocol.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rec := Request{Time: time.Now(), Path: r.URL.Path, Query: r.URL.Query(), Flavor: r.Header.Get("Metadata-Flavor")}
+	if p, ok := strings.CutPrefix(r.URL.Path, Prefix); ok {
+		rec.Path = p
+	}
+	s.mu.Lock()
+	s.hits[rec.Path]++
+	s.mu.Unlock()
+	rec.Status = s.serve(w, r, rec.Path, rec.Query)
+	rec.Waited = time.Since(rec.Time)
+	s.mu.Lock()
+	s.log = append(s.log, rec)
+	s.mu.Unlock()
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, q url.Values) int {
+	h := w.Header()
+	h.Set("Metadata-Flavor", "Google")
+	h.Set("Server", "Metadata Server for VM")
+	h.Set("X-Frame-Options", "SAMEORIGIN")
+	// GCE refuses requests without the header, and requests that went through a proxy, so that
+	// a page tricked into fetching a metadata URL gets nothing.
+	if r.Header.Get("Metadata-Flavor") != "Google" || r.Header.Get("X-Forwarded-For") != "" {
+		return fail(w, http.StatusForbidden, "Missing Metadata-Flavor:Google header.")
+	}
+	if r.Method != http.MethodGet {
+		return fail(w, http.StatusMethodNotAllowed, "Method not allowed.")
+	}
+	if !strings.HasPrefix(r.URL.Path, Prefix) {
+		return fail(w, http.StatusNotFound, "Not found.")
+	}
+	wait, timeout, err := waitParams(q)
+	if err != nil {
+		return fail(w, http.StatusBadRequest, err.Error())
+	}
+
+	s.mu.Lock()
+	if f := s.failures[path]; f != nil && f.n > 0 {
+		f.n--
+		s.mu.Unlock()
+		return fail(w, f.status, http.StatusText(f.status))
+	}
+	e := s.entries[path]
+	if e == nil {
+		e = &entry{}
+		s.entries[path] = e
+	}
+	if wait && !s.ignoreWait {
+		// With last_etag, answer at once when the value has moved on from it; without, wait for
+		// the next change, as GCE does.
+		last, hasLast := q["last_etag"]
+		if !hasLast || (len(last) > 0 && last[0] == e.etag(path)) {
+			if !s.hold(r, path, e, timeout) {
+				s.mu.Unlock()
+				return 0
+			}
+		}
+	}
+	value, present, etag := e.value, e.present, e.etag(path)
+	s.mu.Unlock()
+
+	if !present {
+		return fail(w, http.StatusNotFound, "Not found.")
+	}
+	h.Set("Content-Type", "application/text")
+	h.Set("ETag", etag)
+	w.WriteHeader(http.StatusOK)
+	fmt.Fprint(w, value)
+	return http.StatusOK
+}
+
+// hold waits, with s.mu held on entry and on return, until e changes or timeout passes. It
+// reports false when the client went away or the server closed.
+func (s *Server) hold(r *http.Request, path string, e *entry, timeout time.Duration) bool {
+	s.waiting[path]++
+	defer func() { s.waiting[path]-- }()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	start := e.version
+	for e.version == start {
+		wake := s.wake
+		s.mu.Unlock()
+		select {
+		case <-wake:
+		case <-timer.C:
+			// Timed out: the unchanged value, with 200.
+			s.mu.Lock()
+			return true
+		case <-r.Context().Done():
+			s.mu.Lock()
+			return false
+		case <-s.done:
+			s.mu.Lock()
+			return false
+		}
+		s.mu.Lock()
+	}
+	return true
+}
+
+func waitParams(q url.Values) (wait bool, timeout time.Duration, err error) {
+	timeout = DefaultWait
+	if v := q.Get("wait_for_change"); v != "" {
+		if wait, err = strconv.ParseBool(v); err != nil {
+			return false, 0, fmt.Errorf("invalid wait_for_change %q", v)
+		}
+	}
+	if v := q.Get("timeout_sec"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return false, 0, fmt.Errorf("invalid timeout_sec %q", v)
+		}
+		timeout = time.Duration(n) * time.Second
+	}
+	return wait, timeout, nil
+}
+
+func fail(w http.ResponseWriter, status int, msg string) int {
+	w.Header().Set("Content-Type", "text/html; charset=UTF-8")
+	w.WriteHeader(status)
+	fmt.Fprintf(w, "<!DOCTYPE html>\n<html><body><p><b>%d.</b> %s</p></body></html>\n", status, msg)
+	return status
+}
+
+func normalize(path string) string {
+	path = strings.TrimPrefix(path, Prefix)
+	return strings.TrimPrefix(path, "/")
+}
+
+func (s *Server) trackConn(c net.Conn, state http.ConnState) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch state {
+	case http.StateNew:
+		s.conns[c] = struct{}{}
+	case http.StateClosed, http.StateHijacked:
+		delete(s.conns, c)
+	}
+}
+
+// resetConn closes c with a TCP reset rather than a FIN, as a crashed server's peer sees.
+func resetConn(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetLinger(0)
+	}
+	c.Close()
+}
+
+// listener resets new connections while the server is offline.
+type listener struct {
+	net.Listener
+	s *Server
+}
+
+func (l *listener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		l.s.mu.Lock()
+		offline := l.s.offline
+		l.s.mu.Unlock()
+		if !offline {
+			return c, nil
+		}
+		resetConn(c)
+	}
+}
