@@ -97,8 +97,8 @@ type SpotResult struct {
 	// TimeAdded is the interruption taint's timeAdded; TaintSeenAt when the watcher saw it;
 	// NoticePostedAt when the cloud made the notice visible.
 	TimeAdded, TaintSeenAt, NoticePostedAt time.Time
-	Deadline               time.Time
-	Window                 agent.Window
+	Deadline                               time.Time
+	Window                                 agent.Window
 	// Node is the node as it was right after the taint appeared.
 	Node *v1.Node
 	Rows []Row
