@@ -7,7 +7,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 TOOLS_BIN := $(CURDIR)/.cache/bin
 export REPRIEVE_TOOLS_BIN ?= $(TOOLS_BIN)
 
-.PHONY: build tools test unit e2e lint demo bench clean
+.PHONY: build tools promtool test unit e2e lint demo bench clean
 
 ## build: the static binary the Dockerfile builds (CGO off, trimmed paths, version baked in)
 build:
@@ -16,6 +16,9 @@ build:
 ## tools: build the real control plane and peers from the Go module proxy (cached)
 tools:
 	bash test/tools/build.sh
+
+## promtool: Debian's prometheus package (promtool and the server) for the rule and alert tests
+promtool:
 	bash test/tools/prometheus.sh
 
 ## lint: formatting and vet
@@ -29,11 +32,11 @@ unit:
 	go test -race -count=1 ./agent/... ./providers/... ./cmd/... ./kubelet/... ./deploy/...
 
 ## e2e: end-to-end tests on the real control plane
-e2e: tools
+e2e: tools promtool
 	REPRIEVE_E2E_REQUIRED=1 go test -race -count=1 -timeout 20m ./test/...
 
 ## test: everything CI runs: lint, unit and end-to-end tests
-test: tools lint
+test: tools promtool lint
 	REPRIEVE_E2E_REQUIRED=1 go test -race -count=1 -timeout 25m ./...
 
 ## demo: a spot interruption on a local control plane with a simulated cloud, with a table

@@ -265,7 +265,8 @@ func TestEvictionSchedule(t *testing.T) {
 		t.Errorf("slow: requeue %v", d)
 	}
 	evs := h.evictions()
-	want := map[string]int64{"now": 10, "slow": 55}
+	// slow: 55 s are left at t0, less the 250 ms allowed for the request, rounded down.
+	want := map[string]int64{"now": 10, "slow": 54}
 	if len(evs) != len(want) {
 		t.Fatalf("evictions = %d, want %d", len(evs), len(want))
 	}
@@ -361,8 +362,8 @@ func TestTerminatingPodIsShortenedOnce(t *testing.T) {
 	if len(dels) != 1 {
 		t.Fatalf("deletes = %d, want exactly 1", len(dels))
 	}
-	if g := *dels[0].DeleteOptions.GracePeriodSeconds; g != 55 {
-		t.Errorf("shortened grace = %d, want 55 (deadline - margin - now)", g)
+	if g := *dels[0].DeleteOptions.GracePeriodSeconds; g != 54 {
+		t.Errorf("shortened grace = %d, want 54 (deadline - margin - now - the request's allowance, rounded down)", g)
 	}
 	if len(h.evictions()) != 0 {
 		t.Error("a terminating pod must not be evicted")

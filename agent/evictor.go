@@ -15,9 +15,11 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// evictionLead is how much earlier than Latest a deadline-bound eviction is sent, so that the
-// request's own latency does not push the pod's end past the window and cost it a second of
-// grace (graces are whole seconds, rounded down).
+// evictionLead is the time reprieve allows a request to reach the API server: a deadline-bound
+// eviction is sent this much before Latest, and a grace cut to fit the window is computed from
+// now + evictionLead, so that the request's own latency never pushes the pod's end past the
+// window (graces are whole seconds, rounded down). Seen: a 40 s grace computed 10 ms before
+// the window's end minus 40 s landed 20 ms later and ended 14 ms past it.
 const evictionLead = 250 * time.Millisecond
 
 // requestTimeout bounds one eviction or delete request, so that a hanging API server holds a
@@ -150,7 +152,9 @@ func (a *Agent) syncPod(ctx context.Context, key string) time.Duration {
 		}
 		return fireAt.Sub(now)
 	}
-	grace := GraceAt(plan.Grace, view.window, now)
+	// The grace counts from when the request lands, not from now: leave it evictionLead to get
+	// there, or a pod whose grace was cut to the window would end just past it.
+	grace := GraceAt(plan.Grace, view.window, now.Add(evictionLead))
 	if view.window.HasDeadline() && st.attempts > 0 && !now.Before(forceAt) {
 		return a.forceDelete(ctx, key, pod, st, plan, grace)
 	}
@@ -303,7 +307,7 @@ func (a *Agent) shorten(ctx context.Context, key string, pod *v1.Pod, st *podSta
 	if !NeedsShortening(pod, w) {
 		return 0
 	}
-	grace := GraceAt(pod.DeletionTimestamp.Sub(now), w, now)
+	grace := GraceAt(pod.DeletionTimestamp.Sub(now), w, now.Add(evictionLead))
 	if st.lastGrace > 0 && grace >= st.lastGrace {
 		// Asked already; a second DELETE could not shorten it further.
 		return 0

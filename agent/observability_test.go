@@ -44,7 +44,7 @@ func TestEventsThroughAnInterruption(t *testing.T) {
 	for _, want := range []string{
 		"Normal Evicted Evicted with grace 10s (planned 2026-11-29T12:00:00Z: taint cloud=spot:NoExecute not tolerated)",
 		"Normal EvictionScheduled Eviction planned at 2026-11-29T12:00:20Z (in 20s) with grace 5s: taint cloud=spot:NoExecute tolerated for 20s",
-		"Warning GraceShortened Grace shortened from 5m0s to 55s",
+		"Warning GraceShortened Grace shortened from 5m0s to 54s",
 		"Warning EvictionBlocked Eviction refused by a PodDisruptionBudget; retrying until 2026-11-29T12:00:50Z, then deleting",
 	} {
 		if !hasEvent(ev, want) {

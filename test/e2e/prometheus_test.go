@@ -17,16 +17,16 @@ import (
 	"github.com/reprieve-dev/reprieve/test/testenv"
 )
 
-// requireTool returns the path of a tool that `make tools` installs, skipping the test when it
+// requireTool returns the path of a tool that `make promtool` installs, skipping the test when it
 // is missing unless the end-to-end suite is required (CI).
 func requireTool(t *testing.T, name string) string {
 	t.Helper()
 	p, err := exec.LookPath(name)
 	if err != nil {
 		if os.Getenv("REPRIEVE_E2E_REQUIRED") == "1" {
-			t.Fatalf("%s is missing: run `make tools`", name)
+			t.Fatalf("%s is missing: run `make promtool`", name)
 		}
-		t.Skipf("%s is missing: run `make tools`", name)
+		t.Skipf("%s is missing: run `make promtool`", name)
 	}
 	return p
 }

@@ -13,12 +13,12 @@ import (
 	"time"
 )
 
-// PrometheusBin returns the path of the prometheus server (Debian's package, which `make tools`
+// PrometheusBin returns the path of the prometheus server (Debian's package, which `make promtool`
 // installs when missing).
 func PrometheusBin() (string, error) {
 	p, err := exec.LookPath("prometheus")
 	if err != nil {
-		return "", fmt.Errorf("prometheus is not installed: run `make tools` (test/tools/prometheus.sh): %w", err)
+		return "", fmt.Errorf("prometheus is not installed: run `make promtool` (test/tools/prometheus.sh): %w", err)
 	}
 	return p, nil
 }
