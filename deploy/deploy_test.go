@@ -863,9 +863,9 @@ func TestPromtool(t *testing.T) {
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
 		if os.Getenv("REPRIEVE_E2E_REQUIRED") == "1" {
-			t.Fatal("promtool is not on PATH and REPRIEVE_E2E_REQUIRED=1: run `make tools` (test/tools/prometheus.sh installs it)")
+			t.Fatal("promtool is not on PATH and REPRIEVE_E2E_REQUIRED=1: run `make promtool` (test/tools/prometheus.sh installs it)")
 		}
-		t.Skip("promtool is not on PATH; `make tools` installs it")
+		t.Skip("promtool is not on PATH; `make promtool` installs it")
 	}
 	run := func(args ...string) {
 		t.Helper()
