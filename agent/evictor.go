@@ -32,6 +32,7 @@ const requestTimeout = 5 * time.Second
 const (
 	evictionBackoffBase = 100 * time.Millisecond
 	evictionBackoffMax  = 10 * time.Second
+	failureBackoffMax   = time.Second
 )
 
 // podState is what the eviction loop remembers about one pod (by namespace/name, reset when the
@@ -160,15 +161,13 @@ func (a *Agent) syncPod(ctx context.Context, key string) time.Duration {
 	}
 	logger.Info("Evicting pod", "pod", klog.KObj(pod), "grace", grace, "podGrace", plan.Grace,
 		"planned", plan.EvictAt, "due", plan.Due, "latest", plan.Latest, "byDeadline", plan.ByDeadline, "attempt", st.attempts+1)
-	if st.attempts == 0 {
-		a.metrics.EvictionLateness.Observe(max(0, now.Sub(plan.EvictAt).Seconds()))
-	}
 	err = a.evict(ctx, pod, grace)
 	switch {
 	case err == nil:
 		st.done, st.lastGrace = true, grace
 		a.setBlocked(st, false)
 		a.markActed(key)
+		a.observeLateness(ctx, pod, plan, view, now, grace, st.attempts)
 		a.metrics.EvictionRequestsTotal.WithLabelValues(ResultEvicted).Inc()
 		a.podEvent(pod, v1.EventTypeNormal, ReasonEvicted, "Evicted with grace %s (planned %s: %s)",
 			grace, plan.EvictAt.UTC().Format(time.RFC3339), why(plan, view.window))
@@ -206,12 +205,46 @@ func (a *Agent) syncPod(ctx context.Context, key string) time.Duration {
 		// The machine is going away: a graceful delete now beats a hard stop at the deadline.
 		return a.forceDelete(ctx, key, pod, st, plan, grace)
 	}
-	backoff := min(evictionBackoffBase<<min(st.attempts-1, 10), evictionBackoffMax)
+	// A PDB refusal backs off to 10 s; any other failure (the API server unreachable, a
+	// timeout) only to 1 s, so that evictions resume within a second of the server's return.
+	limit := evictionBackoffMax
+	if !apierrors.IsTooManyRequests(err) {
+		limit = failureBackoffMax
+	}
+	backoff := min(evictionBackoffBase<<min(st.attempts-1, 10), limit)
 	st.nextTry = now.Add(backoff)
 	if view.window.HasDeadline() && st.nextTry.After(forceAt) {
 		st.nextTry = forceAt
 	}
 	return st.nextTry.Sub(now)
+}
+
+// observeLateness records how late an eviction took effect against its plan, and logs it when
+// it is more than a second: the notice came late, the agent (re)started late, or the API server
+// did not answer. The grace says what was still possible.
+func (a *Agent) observeLateness(ctx context.Context, pod *v1.Pod, plan Plan, view planView, now time.Time, grace time.Duration, failures int) {
+	late := now.Sub(a.knowableAt(plan, view))
+	a.metrics.EvictionLateness.Observe(max(0, late.Seconds()))
+	if late > time.Second {
+		klog.FromContext(ctx).Info("Eviction is late", "pod", klog.KObj(pod), "late", late.Round(time.Millisecond),
+			"planned", plan.EvictAt, "failedAttempts", failures, "grace", grace, "podGrace", plan.Grace)
+	}
+}
+
+// knowableAt is the earliest moment the agent could have carried out plan: its planned time,
+// or, for a plan set by a deadline that was already past when the notice came (a grace longer
+// than the window), the interruption taint's timeAdded. Lateness counts from there.
+func (a *Agent) knowableAt(plan Plan, view planView) time.Time {
+	at := plan.EvictAt
+	if !plan.ByDeadline {
+		return at
+	}
+	for _, t := range view.taints {
+		if t.Key == a.taints.Interruption.Key && t.Effect == a.taints.Interruption.Effect && t.TimeAdded != nil && at.Before(t.TimeAdded.Time) {
+			at = t.TimeAdded.Time
+		}
+	}
+	return at
 }
 
 // evict asks the Eviction API to evict pod with grace, on the condition that it is still the
@@ -282,8 +315,13 @@ func (a *Agent) forceDelete(ctx context.Context, key string, pod *v1.Pod, st *po
 	switch {
 	case err == nil:
 		st.done, st.lastGrace = true, grace
+		wasBlocked := st.blocked
 		a.setBlocked(st, false)
 		a.markActed(key)
+		if !wasBlocked {
+			// Forced because the API failed, not because a PDB refused: that is lateness.
+			a.observeLateness(ctx, pod, plan, a.currentView(), a.clock.Now(), grace, st.attempts)
+		}
 		a.metrics.EvictionRequestsTotal.WithLabelValues(ResultForcedDelete).Inc()
 		a.podEvent(pod, v1.EventTypeWarning, ReasonForceDeleted, "Deleted with grace %s after %d refused evictions: the machine is reclaimed at %s",
 			grace, st.attempts, plan.Latest.Add(plan.Grace).Add(a.cfg.SafetyMargin).UTC().Format(time.RFC3339))

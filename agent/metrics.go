@@ -69,7 +69,7 @@ func NewMetrics(reg prometheus.Registerer, provider string) (*Metrics, error) {
 		}, []string{"result"}),
 		EvictionLateness: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace, Subsystem: "evictions", Name: "lateness_seconds",
-			Help:    "How long after its planned time each pod's first eviction request was sent.",
+			Help:    "How long after its planned time (or after the notice, for a plan already past then) each pod's eviction took effect.",
 			Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
 		}),
 		BlockedPods: prometheus.NewGauge(prometheus.GaugeOpts{

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -87,14 +89,14 @@ func (a *Agent) summarizeWindow(ctx context.Context, now time.Time) {
 	}
 	var missed []*v1.Pod
 	for _, p := range pods {
-		if plan := PlanPod(p, view.taints, h.window, a.filter, a.cfg.TolerationComparisonOperators); plan.Skip == SkipNone {
+		if plan := PlanPod(p, view.taints, h.window, a.filter, a.cfg.TolerationComparisonOperators); plan.Skip == SkipNone && a.stillThere(ctx, p) {
 			missed = append(missed, p)
 		}
 	}
 	inTime := 0
 	for key := range h.acted {
 		if ns, name, err := cache.SplitMetaNamespaceKey(key); err == nil {
-			if p, err := a.podLister.Pods(ns).Get(name); err != nil || p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
+			if p, err := a.podLister.Pods(ns).Get(name); err != nil || !a.stillThere(ctx, p) {
 				inTime++
 			}
 		}
@@ -123,6 +125,22 @@ func (a *Agent) summarizeWindow(ctx context.Context, now time.Time) {
 		logger.Error(nil, "Pod still present at the end of the interruption window", "pod", klog.KObj(p), "windowEnd", end)
 		a.recorder.Eventf(p, v1.EventTypeWarning, ReasonMissedDeadline, "Still present at %s, %s before the reclaim deadline", end, h.window.SafetyMargin)
 	}
+}
+
+// stillThere confirms with the API server that a pod the cache still holds is really there: after
+// an API server outage the cache can lag by seconds, and a pod counted as missed pages someone.
+// When the server cannot say, the cache's answer stands.
+func (a *Agent) stillThere(ctx context.Context, p *v1.Pod) bool {
+	gctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	live, err := a.client.CoreV1().Pods(p.Namespace).Get(gctx, p.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return false
+	case err != nil:
+		return true
+	}
+	return live.UID == p.UID && live.Status.Phase != v1.PodSucceeded && live.Status.Phase != v1.PodFailed
 }
 
 // maybeApprove tells a cloud that supports it (Azure's StartRequests) that the machine is ready

@@ -38,7 +38,9 @@ type Observer struct {
 	done    chan struct{}
 }
 
-// Observe starts watching namespace ns. Stop it with Stop.
+// Observe starts watching namespace ns. Stop it with Stop. A watch that breaks (an API server
+// outage) is re-established after a fresh list; a pod that vanished meanwhile is recorded as
+// gone when the list no longer holds it, which is an upper bound.
 func Observe(ctx context.Context, c kubernetes.Interface, ns string) (*Observer, error) {
 	list, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -50,31 +52,67 @@ func Observe(ctx context.Context, c kubernetes.Interface, ns string) (*Observer,
 	for i := range list.Items {
 		o.update(&list.Items[i], now, false)
 	}
-	w, err := c.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
-	if err != nil {
-		cancel()
-		return nil, fmt.Errorf("watching pods in %s: %w", ns, err)
-	}
 	go func() {
 		defer close(o.done)
-		defer w.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case ev, ok := <-w.ResultChan():
-				if !ok {
-					return
+		rv := list.ResourceVersion
+		for ctx.Err() == nil {
+			o.watch(ctx, c, ns, rv)
+			// The watch ended: list again until the server answers, then watch from there.
+			for ctx.Err() == nil {
+				l, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+				if err == nil {
+					o.relisted(l.Items, time.Now())
+					rv = l.ResourceVersion
+					break
 				}
-				pod, isPod := ev.Object.(*v1.Pod)
-				if !isPod {
-					continue
+				select {
+				case <-ctx.Done():
+				case <-time.After(100 * time.Millisecond):
 				}
-				o.update(pod, time.Now(), ev.Type == watch.Deleted)
 			}
 		}
 	}()
 	return o, nil
+}
+
+func (o *Observer) watch(ctx context.Context, c kubernetes.Interface, ns, rv string) {
+	w, err := c.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: rv})
+	if err != nil {
+		return
+	}
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-w.ResultChan():
+			if !ok || ev.Type == watch.Error {
+				return
+			}
+			if pod, isPod := ev.Object.(*v1.Pod); isPod {
+				o.update(pod, time.Now(), ev.Type == watch.Deleted)
+			}
+		}
+	}
+}
+
+// relisted records a fresh list: updates for the pods in it, gone for the ones missing.
+func (o *Observer) relisted(pods []v1.Pod, now time.Time) {
+	present := map[string]bool{}
+	for i := range pods {
+		present[pods[i].Name] = true
+		o.update(&pods[i], now, false)
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for name, r := range o.records {
+		if !present[name] && r.GoneAt.IsZero() {
+			r.GoneAt = now
+			if r.DeletedAt.IsZero() {
+				r.DeletedAt = now
+			}
+		}
+	}
 }
 
 func (o *Observer) update(pod *v1.Pod, now time.Time, deleted bool) {

@@ -124,6 +124,7 @@ type Env struct {
 	stopped        bool
 	etcd           *Process
 	apiserver      *Process
+	apiserverArgs  []string
 	kwok           *Process
 	kcm            *Process
 	kcmControllers []string
@@ -216,6 +217,55 @@ func (e *Env) Stop() {
 			e.logf("testenv: removing %s: %v", e.dataDir, err)
 		}
 	}
+}
+
+// runAPIServer starts kube-apiserver with the flags startAPIServer chose and waits until it is
+// ready.
+func (e *Env) runAPIServer(ctx context.Context) error {
+	begin := time.Now()
+	p, err := StartProcess(ctx, "kube-apiserver", filepath.Join(e.LogDir, "kube-apiserver.log"),
+		filepath.Join(e.toolsBin, KubeAPIServerBin), e.apiserverArgs, nil)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	e.apiserver = p
+	e.mu.Unlock()
+	client := e.httpClient()
+	if err := waitReady(ctx, p, apiserverReadyTimeout, func(ctx context.Context) error {
+		return httpOK(ctx, client, e.Host+"/readyz", e.Token)
+	}); err != nil {
+		return err
+	}
+	e.logf("testenv: kube-apiserver ready at %s in %s", e.Host, time.Since(begin).Round(time.Millisecond))
+	return nil
+}
+
+// StopAPIServer stops kube-apiserver, as in an outage; etcd, kwok and kube-controller-manager
+// keep running. RestartAPIServer brings it back.
+func (e *Env) StopAPIServer() error {
+	e.mu.Lock()
+	p := e.apiserver
+	e.mu.Unlock()
+	if p == nil {
+		return errors.New("stopping kube-apiserver: not running")
+	}
+	if err := p.Stop(); err != nil {
+		return fmt.Errorf("stopping kube-apiserver: %w", err)
+	}
+	return nil
+}
+
+// RestartAPIServer starts kube-apiserver again on the same address with the same flags and
+// credentials (clients and kubeconfigs keep working) and waits until it is ready.
+func (e *Env) RestartAPIServer(ctx context.Context) error {
+	if e.apiserverArgs == nil {
+		return errors.New("restarting kube-apiserver: it was never started")
+	}
+	if err := e.runAPIServer(ctx); err != nil {
+		return fmt.Errorf("restarting kube-apiserver: %w", err)
+	}
+	return nil
 }
 
 func (e *Env) stopProcess(p *Process) {
@@ -422,22 +472,10 @@ func (e *Env) startAPIServer(ctx context.Context) error {
 		"--allow-privileged=true",
 		"--profiling=false",
 	}
-	begin := time.Now()
-	p, err := StartProcess(ctx, "kube-apiserver", filepath.Join(e.LogDir, "kube-apiserver.log"),
-		filepath.Join(e.toolsBin, KubeAPIServerBin), args, nil)
-	if err != nil {
+	e.apiserverArgs = args
+	if err := e.runAPIServer(ctx); err != nil {
 		return err
 	}
-	e.mu.Lock()
-	e.apiserver = p
-	e.mu.Unlock()
-	client := e.httpClient()
-	if err := waitReady(ctx, p, apiserverReadyTimeout, func(ctx context.Context) error {
-		return httpOK(ctx, client, e.Host+"/readyz", e.Token)
-	}); err != nil {
-		return err
-	}
-	e.logf("testenv: kube-apiserver ready at %s in %s", e.Host, time.Since(begin).Round(time.Millisecond))
 
 	e.Config = &rest.Config{
 		Host:            e.Host,
