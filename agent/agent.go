@@ -84,6 +84,8 @@ type Agent struct {
 	seenAt   map[string]time.Time
 	pods     map[string]*podState
 	noticeID map[string]providers.Notice
+	// farLogged remembers the far-ahead notices already logged.
+	farLogged map[string]bool
 	// handling tracks the pending interruption, for the summary at the end of its window.
 	handling *handling
 }
@@ -147,6 +149,7 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 		seenAt:      map[string]time.Time{},
 		pods:        map[string]*podState{},
 		noticeID:    map[string]providers.Notice{},
+		farLogged:   map[string]bool{},
 		recorder:    deps.Recorder,
 	}
 	if a.provider == nil {
@@ -366,6 +369,10 @@ func (a *Agent) applyNotices(ctx context.Context, notices []providers.Notice, er
 			if n.Interrupts() {
 				typ = v1.EventTypeWarning
 			}
+			if n.Interrupts() && !n.Deadline.After(a.clock.Now()) {
+				logger.Info("The notice's deadline has already passed: evicting every pod due at once, with the shortest grace",
+					"provider", n.Provider, "id", n.ID, "deadline", n.Deadline)
+			}
 			text := describeNotice(n, a.clock.Now())
 			a.recorder.Eventf(nodeRef(a.cfg.NodeName), typ, ReasonNoticeReceived, "%s", text)
 			a.notifier.Notify(notify.Message{Kind: notify.KindNotice, Node: a.cfg.NodeName, Provider: n.Provider,
@@ -392,6 +399,13 @@ func (a *Agent) reconcile(ctx context.Context) {
 	now := a.clock.Now()
 	a.mu.Lock()
 	intent := Intend(a.notices, now, a.cfg.MaintenanceLead, a.taints)
+	for _, n := range intent.FarAhead {
+		if !a.farLogged[n.ID] {
+			a.farLogged[n.ID] = true
+			logger.Info("Deadline further away than --maintenance-lead: keeping new pods off the node, evicting nothing yet",
+				"provider", n.Provider, "kind", n.Kind, "id", n.ID, "deadline", n.Deadline, "interruptsAt", n.Deadline.Add(-a.cfg.MaintenanceLead))
+		}
+	}
 	a.mu.Unlock()
 
 	desire := NodeDesire{

@@ -16,6 +16,8 @@ type Intent struct {
 	Interruption *providers.Notice
 	// SoftTaints are reprieve's own non-evicting taints (rebalance, far-ahead maintenance).
 	SoftTaints []v1.Taint
+	// FarAhead lists the notices whose deadline is further away than the lead time.
+	FarAhead []providers.Notice
 }
 
 // Interrupting reports whether an interruption is pending.
@@ -27,9 +29,9 @@ type TaintSet struct {
 }
 
 // Intend turns notices into an intent. A rebalance recommendation only adds its soft taint. A
-// scheduled maintenance event further away than lead, or without a deadline, only adds the
-// maintenance taint: a NoExecute taint days ahead would empty the node days early; from lead on
-// it interrupts. Preemptions and terminations interrupt at once.
+// notice whose deadline is further away than lead (a scheduled event days ahead), or a
+// maintenance notice without a deadline, only adds the maintenance taint: a NoExecute taint days
+// ahead would empty the node days early; from lead on it interrupts.
 func Intend(notices []providers.Notice, now time.Time, lead time.Duration, ts TaintSet) Intent {
 	var in Intent
 	rebalance, maintenance := false, false
@@ -39,12 +41,19 @@ func Intend(notices []providers.Notice, now time.Time, lead time.Duration, ts Ta
 		case n.Kind == providers.KindRebalanceRecommendation:
 			rebalance = true
 			continue
-		case n.Kind == providers.KindScheduledMaintenance && (n.Deadline.IsZero() || n.Deadline.Sub(now) > lead):
-			// Far ahead, or without a deadline at all (GCP live migration, Azure Freeze): keep
-			// new pods off the node, evict nothing.
+		case n.Kind == providers.KindScheduledMaintenance && n.Deadline.IsZero():
+			// Without a deadline at all (GCP live migration, Azure Freeze): keep new pods off
+			// the node, evict nothing.
 			maintenance = true
 			continue
 		case n.Deadline.IsZero():
+			continue
+		case n.Deadline.Sub(now) > lead:
+			// Far ahead: a scheduled event days away, or a notice whose deadline makes no sense
+			// for its kind (a spot notice a year out). A NoExecute taint now would empty the
+			// node long before it goes; keep new pods off it until the lead time.
+			maintenance = true
+			in.FarAhead = append(in.FarAhead, n)
 			continue
 		}
 		// Whole seconds, rounded down: that is what the deadline annotation can hold, so a

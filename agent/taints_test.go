@@ -232,6 +232,16 @@ func TestIntend(t *testing.T) {
 	if in := Intend([]providers.Notice{preempt}, t0, lead, ts); !in.Interrupting() || !in.Deadline.Equal(preempt.Deadline) {
 		t.Errorf("a preemption interrupts at once: %+v", in)
 	}
+	// A spot notice whose deadline is a year away is not believed to interrupt now.
+	yearOut := providers.Notice{Kind: providers.KindSpotInterruption, ID: "y", Deadline: t0.Add(365 * 24 * time.Hour)}
+	if in := Intend([]providers.Notice{yearOut}, t0, lead, ts); in.Interrupting() || len(in.SoftTaints) != 1 || len(in.FarAhead) != 1 {
+		t.Errorf("a deadline a year out must only keep new pods off: %+v", in)
+	}
+	// A deadline already past still interrupts (at once, with the shortest graces).
+	past := providers.Notice{Kind: providers.KindSpotInterruption, ID: "p", Deadline: t0.Add(-time.Minute)}
+	if in := Intend([]providers.Notice{past}, t0, lead, ts); !in.Interrupting() || !in.Deadline.Equal(past.Deadline) {
+		t.Errorf("a past deadline: %+v", in)
+	}
 	in = Intend([]providers.Notice{nearMaint, spot, rebalance}, t0, lead, ts)
 	if !in.Deadline.Equal(spot.Deadline) || in.Interruption.ID != "s" || len(in.SoftTaints) != 1 {
 		t.Errorf("earliest deadline wins: %+v", in)
