@@ -279,12 +279,21 @@ func TestEvictionSchedule(t *testing.T) {
 		}
 	}
 
-	h.clock.Step(20 * time.Second)
-	if d := h.a.syncPod(h.ctx, "ns/tol20"); d != 0 || len(h.evictions()) != 3 {
+	// The deadline-bound pod fires evictionLead before its latest start; even when the queue
+	// wakes 20 ms late it keeps its whole 10 s grace.
+	h.clock.SetTime(t0.Add(45*time.Second - evictionLead + 20*time.Millisecond))
+	if d := h.a.syncPod(h.ctx, "ns/tol600"); d != 0 {
+		t.Fatalf("tol600 not evicted at its time: requeue %v", d)
+	}
+	if evs := h.evictions(); *evs[len(evs)-1].DeleteOptions.GracePeriodSeconds != 10 {
+		t.Errorf("tol600: grace %d, want its full 10", *evs[len(evs)-1].DeleteOptions.GracePeriodSeconds)
+	}
+	h.clock.SetTime(t0.Add(20 * time.Second))
+	if d := h.a.syncPod(h.ctx, "ns/tol20"); d != 0 || len(h.evictions()) != 4 {
 		t.Errorf("tolerating 20s: not evicted at its time (requeue %v, %d evictions)", d, len(h.evictions()))
 	}
 	// An evicted pod is never evicted twice, even before its deletionTimestamp shows up.
-	if h.a.syncPod(h.ctx, "ns/now"); len(h.evictions()) != 3 {
+	if h.a.syncPod(h.ctx, "ns/now"); len(h.evictions()) != 4 {
 		t.Errorf("a pod was evicted twice")
 	}
 }

@@ -15,12 +15,17 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// evictionLead is the time reprieve allows a request to reach the API server: a deadline-bound
-// eviction is sent this much before Latest, and a grace cut to fit the window is computed from
-// now + evictionLead, so that the request's own latency never pushes the pod's end past the
-// window (graces are whole seconds, rounded down). Seen: a 40 s grace computed 10 ms before
-// the window's end minus 40 s landed 20 ms later and ended 14 ms past it.
-const evictionLead = 250 * time.Millisecond
+// requestAllowance is the time reprieve allows a request to reach the API server: a grace cut to
+// fit the window is computed from now + requestAllowance, so that the request's own latency
+// never pushes the pod's end past the window (graces are whole seconds, rounded down). Seen: a
+// 40 s grace computed 10 ms before the window's end minus 40 s landed 20 ms later and ended
+// 14 ms past it.
+const requestAllowance = 250 * time.Millisecond
+
+// evictionLead is how much before Latest a deadline-bound eviction is sent: the request's
+// allowance plus room for the queue to wake late, so that such a pod still gets its whole grace
+// (sent at Latest itself, the allowance would cost it a second).
+const evictionLead = requestAllowance + 250*time.Millisecond
 
 // requestTimeout bounds one eviction or delete request, so that a hanging API server holds a
 // worker for seconds, not for the whole window.
@@ -153,9 +158,9 @@ func (a *Agent) syncPod(ctx context.Context, key string) time.Duration {
 		}
 		return fireAt.Sub(now)
 	}
-	// The grace counts from when the request lands, not from now: leave it evictionLead to get
-	// there, or a pod whose grace was cut to the window would end just past it.
-	grace := GraceAt(plan.Grace, view.window, now.Add(evictionLead))
+	// The grace counts from when the request lands, not from now: leave it requestAllowance to
+	// get there, or a pod whose grace was cut to the window would end just past it.
+	grace := GraceAt(plan.Grace, view.window, now.Add(requestAllowance))
 	if view.window.HasDeadline() && st.attempts > 0 && !now.Before(forceAt) {
 		return a.forceDelete(ctx, key, pod, st, plan, grace)
 	}
@@ -345,7 +350,7 @@ func (a *Agent) shorten(ctx context.Context, key string, pod *v1.Pod, st *podSta
 	if !NeedsShortening(pod, w) {
 		return 0
 	}
-	grace := GraceAt(pod.DeletionTimestamp.Sub(now), w, now.Add(evictionLead))
+	grace := GraceAt(pod.DeletionTimestamp.Sub(now), w, now.Add(requestAllowance))
 	if st.lastGrace > 0 && grace >= st.lastGrace {
 		// Asked already; a second DELETE could not shorten it further.
 		return 0
