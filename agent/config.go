@@ -173,8 +173,9 @@ func ApplyEnv(fs *pflag.FlagSet, prefix string, lookup func(string) (string, boo
 	return errors.Join(errs...)
 }
 
-// ApplyFallbacks fills unset values from the conventional variables that Kubernetes tooling and
-// the downward API use: KUBECONFIG, NODE_NAME, POD_NAME, POD_NAMESPACE.
+// ApplyFallbacks fills unset values from the conventional variables of the downward API:
+// NODE_NAME, POD_NAME, POD_NAMESPACE. ($KUBECONFIG, which may list several files, is read by
+// client-go's loading rules when --kubeconfig is not given.)
 func (c *Config) ApplyFallbacks(lookup func(string) (string, bool)) {
 	fill := func(dst *string, name string) {
 		if *dst == "" {
@@ -183,7 +184,6 @@ func (c *Config) ApplyFallbacks(lookup func(string) (string, bool)) {
 			}
 		}
 	}
-	fill(&c.Kubeconfig, "KUBECONFIG")
 	fill(&c.NodeName, "NODE_NAME")
 	fill(&c.PodName, "POD_NAME")
 	fill(&c.PodNamespace, "POD_NAMESPACE")

@@ -75,6 +75,13 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "reprieve: invalid configuration:\n%v\n", err)
 		return 2
 	}
+	if cfg.Kubeconfig != "" {
+		// Bad input, not a runtime failure: say so before anything touches the cluster.
+		if _, err := clientcmd.LoadFromFile(cfg.Kubeconfig); err != nil {
+			fmt.Fprintf(os.Stderr, "reprieve: --kubeconfig %q: %v\n", cfg.Kubeconfig, err)
+			return 2
+		}
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -92,8 +99,10 @@ func run(args []string) int {
 
 // start wires the dependencies and runs the agent until ctx ends.
 func start(ctx context.Context, cfg agent.Config) error {
-	restCfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
-		&clientcmd.ClientConfigLoadingRules{ExplicitPath: cfg.Kubeconfig}, &clientcmd.ConfigOverrides{}).ClientConfig()
+	// --kubeconfig, else $KUBECONFIG (one file or a list), else the in-cluster config.
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = cfg.Kubeconfig
+	restCfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
 	if err != nil {
 		return fmt.Errorf("loading the Kubernetes client configuration: %w", err)
 	}

@@ -19,7 +19,8 @@ func TestRunExitCodes(t *testing.T) {
 		{"missing node name", nil, nil, 2},
 		{"invalid taint", []string{"--node-name=n", "--interruption-taint=cloud"}, nil, 2},
 		{"unknown command", []string{"drain"}, nil, 2},
-		{"provider not implemented yet", []string{"--node-name=n", "--provider=gcp", "--kubeconfig=/nonexistent"}, nil, 1},
+		{"unreadable kubeconfig", []string{"--node-name=n", "--kubeconfig=/nonexistent"}, nil, 2},
+		{"kubeconfig that does not parse", []string{"--node-name=n", "--kubeconfig=main_test.go"}, nil, 2},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
