@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/reprieve-dev/reprieve/agent"
@@ -381,4 +383,108 @@ func absDur(d time.Duration) time.Duration {
 		return -d
 	}
 	return d
+}
+
+// TestStuckDeletedAndReplacedPods: a pod that a finalizer keeps terminating is evicted once and
+// reported as missed at the window's end (event and metric); a pod deleted by someone else
+// mid-plan is skipped; a pod replaced under the same name is re-planned from its own
+// tolerations; and none of them holds up the others.
+func TestStuckDeletedAndReplacedPods(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const ns, node = "stuck", "stuck-node"
+	c := env.Client
+	if err := env.CreateNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.CreateNode(ctx, node, nil); err != nil {
+		t.Fatal(err)
+	}
+	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	if err := scenario.Create(ctx, c, ns, node, taint, []scenario.Pod{
+		{Name: "finalizer", Kind: scenario.Plain, Grace: ptr64(1)},
+		{Name: "deleted-by-other", Kind: scenario.Plain, Tolerate: ptr64(15), Grace: ptr64(1)},
+		{Name: "replaced", Kind: scenario.Plain, Tolerate: ptr64(10), Grace: ptr64(1)},
+		{Name: "on-time", Kind: scenario.Plain, Tolerate: ptr64(8), Grace: ptr64(1)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// A finalizer that nobody removes: kwok, like a kubelet, cannot finish the pod.
+	hold := map[string]any{"metadata": map[string]any{"finalizers": []string{"example.com/hold"}}}
+	patchPod(ctx, t, ns, "finalizer", hold)
+	defer patchPod(context.Background(), t, ns, "finalizer", map[string]any{"metadata": map[string]any{"finalizers": nil}})
+
+	obs, err := scenario.Observe(ctx, c, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obs.Stop()
+	rp, addr, err := scenario.StartReprieve(ctx, reprieveBin, logDir, node, "--kubeconfig="+agentKubeconfig, "--provider=none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = rp.Stop() }()
+	deadline := time.Now().Add(30 * time.Second).UTC().Truncate(time.Second)
+	patchNode(ctx, t, map[string]any{"metadata": map[string]any{"annotations": map[string]any{agent.AnnotationReclaimDeadline: deadline.Format(time.RFC3339)}}}, node)
+	n := waitNode(ctx, t, node, "the interruption taint", func(n *v1.Node) bool { return hasTaint(n, taint.Key, taint.Effect) })
+	timeAdded := taintOf(n, taint).TimeAdded.Time
+
+	// Someone else deletes one pod, and replaces another under the same name with a longer
+	// toleration, before their planned times.
+	if err := c.CoreV1().Pods(ns).Delete(ctx, "deleted-by-other", metav1.DeleteOptions{GracePeriodSeconds: ptr64(0)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CoreV1().Pods(ns).Delete(ctx, "replaced", metav1.DeleteOptions{GracePeriodSeconds: ptr64(0)}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, "the old pod gone", func() bool {
+		_, err := c.CoreV1().Pods(ns).Get(ctx, "replaced", metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+	if err := scenario.Create(ctx, c, ns, node, taint, []scenario.Pod{{Name: "replaced", Kind: scenario.Plain, Tolerate: ptr64(20), Grace: ptr64(1)}}); err != nil {
+		t.Fatal(err)
+	}
+	end := deadline.Add(-5 * time.Second)
+	waitFor(ctx, t, "the InterruptionHandled event", func() bool {
+		evs, err := c.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + node + ",reason=" + agent.ReasonInterruptionHandled})
+		return err == nil && len(evs.Items) > 0
+	})
+	recs := obs.Records()
+	if got, planned := recs["on-time"].DeletedAt, timeAdded.Add(8*time.Second); absDur(got.Sub(planned)) > slack {
+		t.Errorf("on-time: evicted at T%+.2fs, planned T+8s: held up by the others", got.Sub(timeAdded).Seconds())
+	}
+	if got, planned := recs["replaced"].DeletedAt, timeAdded.Add(20*time.Second); absDur(got.Sub(planned)) > slack {
+		t.Errorf("replaced: the new pod evicted at T%+.2fs, want its own plan T+20s (the old one's was T+10s)", got.Sub(timeAdded).Seconds())
+	}
+	if r := recs["finalizer"]; r.DeletedAt.IsZero() || !r.GoneAt.IsZero() {
+		t.Errorf("finalizer pod: deleted %v, gone %v; want evicted and still terminating", r.DeletedAt, r.GoneAt)
+	}
+	text, err := scenario.Scrape(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text, "reprieve_evictions_missed_deadline_total 1") {
+		t.Errorf("want exactly the finalizer pod counted as missed: %s", grep(text, "reprieve_evictions_missed_deadline_total"))
+	}
+	evs, err := c.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=" + agent.ReasonMissedDeadline})
+	if err != nil || len(evs.Items) != 1 || evs.Items[0].InvolvedObject.Name != "finalizer" {
+		t.Errorf("MissedDeadline events: %+v, %v; want one, on the finalizer pod", evs, err)
+	}
+	if got := strings.Count(rp.LogTail(500), "Evicting pod failed"); got > 0 {
+		t.Errorf("%d failed evictions logged: a pod deleted or replaced by someone else must not cause errors", got)
+	}
+	if r := recs["on-time"]; r.GoneAt.IsZero() || r.GoneAt.After(end) {
+		t.Errorf("on-time: gone at %v, after the window's end %v", r.GoneAt, end)
+	}
+}
+
+func patchPod(ctx context.Context, t *testing.T, ns, name string, patch map[string]any) {
+	t.Helper()
+	b, err := json.Marshal(patch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Client.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, b, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Errorf("patching pod %s/%s: %v", ns, name, err)
+	}
 }

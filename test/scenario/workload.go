@@ -161,9 +161,13 @@ func Create(ctx context.Context, c kubernetes.Interface, ns, node string, taint 
 		if err != nil {
 			return false, nil
 		}
+		want := map[string]bool{}
+		for _, p := range pods {
+			want[p.Name] = true
+		}
 		running := 0
 		for _, p := range list.Items {
-			if p.Status.Phase == v1.PodRunning {
+			if want[p.Name] && p.Status.Phase == v1.PodRunning && p.DeletionTimestamp == nil {
 				running++
 			}
 		}
