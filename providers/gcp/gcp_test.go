@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/reprieve-dev/reprieve/providers"
@@ -538,12 +539,10 @@ func startWatch(t *testing.T, p *Provider) *watchRun {
 // waitParked waits until a hanging GET on path is held by the server.
 func waitParked(t *testing.T, s *gcpmeta.Server, path string) {
 	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for s.Waiting(path) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no hanging GET on %s within %v", path, waitLimit)
-		}
-		time.Sleep(2 * time.Millisecond)
+	if err := wait.PollUntilContextTimeout(context.Background(), 2*time.Millisecond, waitLimit, true, func(context.Context) (bool, error) {
+		return s.Waiting(path) > 0, nil
+	}); err != nil {
+		t.Fatalf("no hanging GET on %s within %v", path, waitLimit)
 	}
 }
 
@@ -600,12 +599,10 @@ func TestWatchDeduplicates(t *testing.T) {
 	waitParked(t, s, PathPreempted)
 	before := s.Count(PathPreempted)
 	s.Set(PathPreempted, PreemptedFalse)
-	deadline := time.Now().Add(waitLimit)
-	for s.Count(PathPreempted) < before+1 || s.Waiting(PathPreempted) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the hanging GET was not re-armed")
-		}
-		time.Sleep(2 * time.Millisecond)
+	if err := wait.PollUntilContextTimeout(context.Background(), 2*time.Millisecond, waitLimit, true, func(context.Context) (bool, error) {
+		return s.Count(PathPreempted) >= before+1 && s.Waiting(PathPreempted) > 0, nil
+	}); err != nil {
+		t.Fatal("the hanging GET was not re-armed")
 	}
 	s.Set(PathPreempted, PreemptedTrue)
 	w.rec.next(t, "the preemption", hasKind(providers.KindPreemption))

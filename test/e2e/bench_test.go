@@ -39,12 +39,7 @@ func evictionBurst(b *testing.B, n, iter int) {
 	defer cancel()
 	ns := fmt.Sprintf("burst-%d-%d", n, iter)
 	node := ns + "-node"
-	if err := env.CreateNamespace(ctx, ns); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := env.CreateNode(ctx, node, nil); err != nil {
-		b.Fatal(err)
-	}
+	setupNode(ctx, b, ns, node, nil)
 	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
 	pods := make([]scenario.Pod, n)
 	for i := range pods {

@@ -114,12 +114,7 @@ func TestAzureApprovalAndCancellation(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns, node = "azure-approve", "azure-approve-node"
-	if err := env.CreateNamespace(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := env.CreateNode(ctx, node, nil); err != nil {
-		t.Fatal(err)
-	}
+	setupNode(ctx, t, ns, node, nil)
 	interruption, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
 	if err := scenario.Create(ctx, env.Client, ns, node, interruption, []scenario.Pod{{Name: "evictee", Kind: scenario.Plain, Grace: ptr64(2)}}); err != nil {
 		t.Fatal(err)

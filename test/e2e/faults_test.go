@@ -29,12 +29,7 @@ func TestRestartMidInterruption(t *testing.T) {
 	defer cancel()
 	const ns, node = "restart", "restart-node"
 	c := env.Client
-	if err := env.CreateNamespace(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := env.CreateNode(ctx, node, nil); err != nil {
-		t.Fatal(err)
-	}
+	setupNode(ctx, t, ns, node, nil)
 	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
 	var pods []scenario.Pod
 	for i := range 3 {
@@ -59,7 +54,7 @@ func TestRestartMidInterruption(t *testing.T) {
 	}
 	defer func() { _ = first.Stop() }()
 	deadline := time.Now().Add(60 * time.Second).UTC().Truncate(time.Second)
-	patchNode(ctx, t, map[string]any{"metadata": map[string]any{"annotations": map[string]any{agent.AnnotationReclaimDeadline: deadline.Format(time.RFC3339)}}}, node)
+	setDeadline(ctx, t, node, deadline.Format(time.RFC3339))
 	n := waitNode(ctx, t, node, "the interruption taint", func(n *v1.Node) bool { return hasTaint(n, taint.Key, taint.Effect) })
 	timeAdded := taintOf(n, taint).TimeAdded.Time
 
@@ -188,13 +183,13 @@ func TestConcurrentWriters(t *testing.T) {
 	// Reprieve's side: set and withdraw the deadline three times during the writes.
 	for round := range 3 {
 		deadline := time.Now().Add(5 * time.Minute).UTC().Truncate(time.Second).Format(time.RFC3339)
-		patchNode(ctx, t, map[string]any{"metadata": map[string]any{"annotations": map[string]any{agent.AnnotationReclaimDeadline: deadline}}}, node)
+		setDeadline(ctx, t, node, deadline)
 		waitNode(ctx, t, node, fmt.Sprintf("the taint (round %d)", round), func(n *v1.Node) bool { return hasTaint(n, taint.Key, taint.Effect) })
-		patchNode(ctx, t, map[string]any{"metadata": map[string]any{"annotations": map[string]any{agent.AnnotationReclaimDeadline: nil}}}, node)
+		setDeadline(ctx, t, node, "")
 		waitNode(ctx, t, node, fmt.Sprintf("the undo (round %d)", round), func(n *v1.Node) bool { return !hasTaint(n, taint.Key, taint.Effect) })
 	}
 	deadline := time.Now().Add(5 * time.Minute).UTC().Truncate(time.Second).Format(time.RFC3339)
-	patchNode(ctx, t, map[string]any{"metadata": map[string]any{"annotations": map[string]any{agent.AnnotationReclaimDeadline: deadline}}}, node)
+	setDeadline(ctx, t, node, deadline)
 	waitNode(ctx, t, node, "the final taint", func(n *v1.Node) bool { return hasTaint(n, taint.Key, taint.Effect) })
 	stopWriter()
 	wg.Wait()
@@ -254,12 +249,7 @@ func TestAPIServerOutage(t *testing.T) {
 	defer cancel()
 	const ns, node = "outage", "outage-node"
 	c := env.Client
-	if err := env.CreateNamespace(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := env.CreateNode(ctx, node, nil); err != nil {
-		t.Fatal(err)
-	}
+	setupNode(ctx, t, ns, node, nil)
 	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
 	pods := []scenario.Pod{
 		{Name: "due-at-once", Kind: scenario.Plain, Grace: ptr64(2)},
@@ -354,17 +344,13 @@ func TestAPIServerOutage(t *testing.T) {
 	// The log says what was late, and the summary and the missed-deadline metric agree (kwok,
 	// like a kubelet, recovers from the outage on its own schedule, so whether a pod ended in
 	// time is not reprieve's alone; that its report is consistent is).
-	waitFor(ctx, t, "the InterruptionHandled event", func() bool {
-		evs, err := c.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + node + ",reason=" + agent.ReasonInterruptionHandled})
-		return err == nil && len(evs.Items) > 0
-	})
+	summary := waitHandled(ctx, t, node)
 	if log := rp.LogTail(400); !strings.Contains(log, "Eviction is late") {
 		t.Errorf("no 'Eviction is late' log line for the evictions the outage delayed")
 	}
-	evs, _ := c.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + node + ",reason=" + agent.ReasonInterruptionHandled})
 	var present int
-	if _, err := fmt.Sscanf(evs.Items[0].Message[strings.LastIndex(evs.Items[0].Message, "), ")+3:], "%d still present", &present); err != nil {
-		t.Fatalf("summary %q: %v", evs.Items[0].Message, err)
+	if _, err := fmt.Sscanf(summary.Message[strings.LastIndex(summary.Message, "), ")+3:], "%d still present", &present); err != nil {
+		t.Fatalf("summary %q: %v", summary.Message, err)
 	}
 	text, err := scenario.Scrape(addr)
 	if err != nil {
@@ -373,7 +359,7 @@ func TestAPIServerOutage(t *testing.T) {
 	if want := fmt.Sprintf("reprieve_evictions_missed_deadline_total %d", present); !strings.Contains(text, want) {
 		t.Errorf("summary says %d still present; metrics: %s", present, grep(text, "reprieve_evictions_missed_deadline_total"))
 	}
-	t.Logf("summary: %s", evs.Items[0].Message)
+	t.Logf("summary: %s", summary.Message)
 	t.Logf("outage %v; notice seen %v after the outage began; server back at T%+.1fs; window end T%+.1fs",
 		up.Sub(down).Round(time.Millisecond), noticeSeen.Sub(down).Round(time.Millisecond), up.Sub(timeAdded).Seconds(), end.Sub(timeAdded).Seconds())
 }
@@ -394,12 +380,7 @@ func TestStuckDeletedAndReplacedPods(t *testing.T) {
 	defer cancel()
 	const ns, node = "stuck", "stuck-node"
 	c := env.Client
-	if err := env.CreateNamespace(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := env.CreateNode(ctx, node, nil); err != nil {
-		t.Fatal(err)
-	}
+	setupNode(ctx, t, ns, node, nil)
 	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
 	if err := scenario.Create(ctx, c, ns, node, taint, []scenario.Pod{
 		{Name: "finalizer", Kind: scenario.Plain, Grace: ptr64(1)},
@@ -425,7 +406,7 @@ func TestStuckDeletedAndReplacedPods(t *testing.T) {
 	}
 	defer func() { _ = rp.Stop() }()
 	deadline := time.Now().Add(30 * time.Second).UTC().Truncate(time.Second)
-	patchNode(ctx, t, map[string]any{"metadata": map[string]any{"annotations": map[string]any{agent.AnnotationReclaimDeadline: deadline.Format(time.RFC3339)}}}, node)
+	setDeadline(ctx, t, node, deadline.Format(time.RFC3339))
 	n := waitNode(ctx, t, node, "the interruption taint", func(n *v1.Node) bool { return hasTaint(n, taint.Key, taint.Effect) })
 	timeAdded := taintOf(n, taint).TimeAdded.Time
 
@@ -445,10 +426,9 @@ func TestStuckDeletedAndReplacedPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	end := deadline.Add(-5 * time.Second)
-	waitFor(ctx, t, "the InterruptionHandled event", func() bool {
-		evs, err := c.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + node + ",reason=" + agent.ReasonInterruptionHandled})
-		return err == nil && len(evs.Items) > 0
-	})
+	if summary := waitHandled(ctx, t, node); !strings.HasSuffix(summary.Message, ", 1 still present") {
+		t.Errorf("summary %q, want the finalizer pod as the one still present", summary.Message)
+	}
 	recs := obs.Records()
 	if got, planned := recs["on-time"].DeletedAt, timeAdded.Add(8*time.Second); absDur(got.Sub(planned)) > slack {
 		t.Errorf("on-time: evicted at T%+.2fs, planned T+8s: held up by the others", got.Sub(timeAdded).Seconds())

@@ -24,12 +24,7 @@ func TestProviderNoneAnnotationRoundTrip(t *testing.T) {
 	defer cancel()
 	const ns, node = "none", "none-node"
 	c := env.Client
-	if err := env.CreateNamespace(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := env.CreateNode(ctx, node, map[string]string{"team": "a"}); err != nil {
-		t.Fatal(err)
-	}
+	setupNode(ctx, t, ns, node, map[string]string{"team": "a"})
 	other := v1.Taint{Key: "dedicated", Value: "gpu", Effect: v1.TaintEffectNoSchedule}
 	patchNode(ctx, t, map[string]any{"spec": map[string]any{"taints": []v1.Taint{other}}}, node)
 
@@ -48,7 +43,7 @@ func TestProviderNoneAnnotationRoundTrip(t *testing.T) {
 	defer func() { _ = rp.Stop() }()
 
 	deadline := time.Now().Add(40 * time.Second).UTC().Truncate(time.Second).Format(time.RFC3339)
-	patchNode(ctx, t, map[string]any{"metadata": map[string]any{"annotations": map[string]any{agent.AnnotationReclaimDeadline: deadline}}}, node)
+	setDeadline(ctx, t, node, deadline)
 	n := waitNode(ctx, t, node, "the interruption taint", func(n *v1.Node) bool { return hasTaint(n, taint.Key, taint.Effect) })
 	if n.Labels[v1.LabelNodeExcludeBalancers] != "true" {
 		t.Errorf("label %s missing: %v", v1.LabelNodeExcludeBalancers, n.Labels)
@@ -59,7 +54,7 @@ func TestProviderNoneAnnotationRoundTrip(t *testing.T) {
 	})
 
 	// The operator withdraws the deadline.
-	patchNode(ctx, t, map[string]any{"metadata": map[string]any{"annotations": map[string]any{agent.AnnotationReclaimDeadline: nil}}}, node)
+	setDeadline(ctx, t, node, "")
 	n = waitNode(ctx, t, node, "the interruption taint removed", func(n *v1.Node) bool { return !hasTaint(n, taint.Key, taint.Effect) })
 	if len(n.Spec.Taints) != 1 || n.Spec.Taints[0].Key != other.Key {
 		t.Errorf("taints after undo = %+v, want only the other writer's %s", n.Spec.Taints, other.Key)
@@ -75,7 +70,7 @@ func TestProviderNoneAnnotationRoundTrip(t *testing.T) {
 	}
 
 	// A malformed deadline is an error in the log, not a notice: nothing is tainted.
-	patchNode(ctx, t, map[string]any{"metadata": map[string]any{"annotations": map[string]any{agent.AnnotationReclaimDeadline: "tomorrow"}}}, node)
+	setDeadline(ctx, t, node, "tomorrow")
 	waitFor(ctx, t, "the parse error in the log", func() bool { return strings.Contains(rp.LogTail(200), "tomorrow") })
 	if n, _ := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); hasTaint(n, taint.Key, taint.Effect) {
 		t.Error("a malformed deadline tainted the node")

@@ -40,12 +40,7 @@ func TestPrometheusAlerts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns, node = "prom", "prom-node"
-	if err := env.CreateNamespace(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := env.CreateNode(ctx, node, nil); err != nil {
-		t.Fatal(err)
-	}
+	setupNode(ctx, t, ns, node, nil)
 	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
 	if err := scenario.Create(ctx, env.Client, ns, node, taint, []scenario.Pod{{Name: "evictee", Kind: scenario.Plain, Grace: ptr64(2)}}); err != nil {
 		t.Fatal(err)
@@ -79,14 +74,11 @@ func TestPrometheusAlerts(t *testing.T) {
 	}
 
 	deadline := time.Now().Add(20 * time.Second).UTC().Truncate(time.Second)
-	patchNode(ctx, t, map[string]any{"metadata": map[string]any{"annotations": map[string]any{agent.AnnotationReclaimDeadline: deadline.Format(time.RFC3339)}}}, node)
+	setDeadline(ctx, t, node, deadline.Format(time.RFC3339))
 	waitQuery(ctx, t, prom, `ALERTS{alertname="ReprieveInterruptionImminent",alertstate="firing",node="`+node+`"}`, "the interruption alert")
 
 	// After the window's end the agent has summarised the interruption: nothing missed.
-	waitFor(ctx, t, "the InterruptionHandled event", func() bool {
-		evs, err := env.Client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + node + ",reason=" + agent.ReasonInterruptionHandled})
-		return err == nil && len(evs.Items) > 0
-	})
+	waitHandled(ctx, t, node)
 	waitQuery(ctx, t, prom, `reprieve_evictions_missed_deadline_total{node="`+node+`"} == 0 and on() (time() - timestamp(reprieve_evictions_missed_deadline_total{node="`+node+`"})) < 5`, "a fresh scrape after the window")
 	if v, err := prom.Query(ctx, `max_over_time(ALERTS{alertname="ReprieveEvictionMissedDeadline"}[5m])`); err != nil || len(v) != 0 {
 		t.Errorf("missed-deadline alert: %v %v, want never pending or firing", v, err)

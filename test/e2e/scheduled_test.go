@@ -23,12 +23,7 @@ func TestScheduledMaintenance(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	const ns, node = "maint", "maint-node"
-	if err := env.CreateNamespace(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := env.CreateNode(ctx, node, nil); err != nil {
-		t.Fatal(err)
-	}
+	setupNode(ctx, t, ns, node, nil)
 	interruption, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
 	maintenance, _ := agent.ParseTaint(agent.DefaultConfig().MaintenanceTaint)
 	if err := scenario.Create(ctx, env.Client, ns, node, interruption, []scenario.Pod{{Name: "evictee", Kind: scenario.Plain, Grace: ptr64(2)}}); err != nil {

@@ -1,0 +1,48 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/reprieve-dev/reprieve/agent"
+)
+
+// setupNode creates namespace ns (with its default ServiceAccount) and a kwok node.
+func setupNode(ctx context.Context, t testing.TB, ns, node string, labels map[string]string) {
+	t.Helper()
+	if err := env.CreateNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.CreateNode(ctx, node, labels); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// setDeadline sets the node's deadline annotation, the input of --provider none; "" removes it.
+func setDeadline(ctx context.Context, t *testing.T, node, value string) {
+	t.Helper()
+	var v any = value
+	if value == "" {
+		v = nil
+	}
+	patchNode(ctx, t, map[string]any{"metadata": map[string]any{"annotations": map[string]any{agent.AnnotationReclaimDeadline: v}}}, node)
+}
+
+// waitHandled waits for the agent's InterruptionHandled event on node and returns it.
+func waitHandled(ctx context.Context, t *testing.T, node string) v1.Event {
+	t.Helper()
+	var ev v1.Event
+	waitFor(ctx, t, "the "+agent.ReasonInterruptionHandled+" event", func() bool {
+		evs, err := env.Client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{
+			FieldSelector: "involvedObject.name=" + node + ",reason=" + agent.ReasonInterruptionHandled})
+		if err != nil || len(evs.Items) == 0 {
+			return false
+		}
+		ev = evs.Items[0]
+		return true
+	})
+	return ev
+}
