@@ -59,7 +59,7 @@ func runMain(m *testing.M) int {
 	}
 	code := m.Run()
 	env.Stop()
-	if code != 0 {
+	if code != 0 || os.Getenv("REPRIEVE_E2E_KEEP_LOGS") == "1" {
 		fmt.Fprintf(os.Stderr, "e2e: logs kept in %s\n", logDir)
 	} else {
 		_ = os.RemoveAll(logDir)

@@ -126,6 +126,7 @@ type Env struct {
 	apiserver      *Process
 	apiserverArgs  []string
 	kwok           *Process
+	fastPods       bool
 	kcm            *Process
 	kcmControllers []string
 }
@@ -171,6 +172,7 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	if err := e.startAPIServer(ctx); err != nil {
 		return nil, fmt.Errorf("starting kube-apiserver: %w", err)
 	}
+	e.fastPods = opts.FastPods
 	if err := e.startKwok(ctx, opts.FastPods); err != nil {
 		return nil, fmt.Errorf("starting kwok: %w", err)
 	}

@@ -34,7 +34,8 @@ type Process struct {
 }
 
 // StartProcess starts bin with args, writing its standard output and standard error to
-// logPath (its folder is created; an existing file is truncated). env is appended to the
+// logPath (its folder is created; an existing file is appended to, so a restarted program
+// keeps its earlier log). env is appended to the
 // current environment (later entries win). ctx bounds only the start: once StartProcess
 // returns, the process runs until Stop, Kill, or its own exit. name labels the process in
 // errors.
@@ -45,7 +46,7 @@ func StartProcess(ctx context.Context, name, logPath string, bin string, args []
 	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
 		return nil, fmt.Errorf("starting %s: creating log folder: %w", name, err)
 	}
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("starting %s: opening log file: %w", name, err)
 	}
