@@ -2,7 +2,10 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -340,6 +343,42 @@ func TestPDBBlockedEvictionFallsBackToDeleteAtLatest(t *testing.T) {
 	}
 }
 
+// TestFailingForcedDeleteBacksOff: past the latest eviction time with the API server refusing
+// connections, the delete is retried 100 ms doubling to 500 ms, not ten times a second for the
+// whole outage, and each retry asks for the grace that is left.
+func TestFailingForcedDeleteBacksOff(t *testing.T) {
+	deadline := t0.Add(60 * time.Second)
+	h := newHarness(t, nil, testNode(), testPod("p", 5))
+	h.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		return a.GetSubresource() == "eviction", nil, errors.New("connection refused")
+	})
+	h.client.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("connection refused")
+	})
+	h.notice(deadline)
+	forceAt := deadline.Add(-5*time.Second - 5*time.Second - evictionLead)
+	for i := 0; i < 200 && h.clock.Now().Before(forceAt); i++ {
+		h.clock.Step(h.a.syncPod(h.ctx, "ns/p"))
+	}
+	var delays []time.Duration
+	for range 6 {
+		d := h.a.syncPod(h.ctx, "ns/p")
+		delays = append(delays, d)
+		h.clock.Step(d)
+	}
+	want := []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 500 * time.Millisecond, 500 * time.Millisecond, 500 * time.Millisecond}
+	if !slices.Equal(delays, want) {
+		t.Errorf("delete retries after %v, want %v", delays, want)
+	}
+	dels := h.deletes()
+	if len(dels) != 6 {
+		t.Fatalf("deletes = %d, want 6", len(dels))
+	}
+	if first, last := *dels[0].DeleteOptions.GracePeriodSeconds, *dels[5].DeleteOptions.GracePeriodSeconds; last >= first {
+		t.Errorf("grace %ds on the first delete, %ds on the sixth: want the grace that is left, shrinking", first, last)
+	}
+}
+
 func TestWithoutDeadlinePDBsAreAlwaysRespected(t *testing.T) {
 	// A NoExecute taint of someone else, no notice: evictions retry, never fall back to DELETE.
 	added := metav1.NewTime(t0)
@@ -471,6 +510,58 @@ func TestNodeWriteRetriesOnConflict(t *testing.T) {
 	}
 	if !hasTaint(h.node().Spec.Taints, h.a.taints.Interruption) {
 		t.Error("taint not written after the conflicts")
+	}
+}
+
+// TestStaleCacheDoesNotRepatch: after an API server outage the node informer's watch backs off
+// and its copy lags the agent's own write; the writer must not patch again at every poll (each
+// such patch would fail its resourceVersion precondition and cost a GET).
+func TestStaleCacheDoesNotRepatch(t *testing.T) {
+	node := testNode()
+	node.ResourceVersion = "10"
+	h := newHarness(t, nil, node)
+	h.client.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		// The fake tracker keeps no resourceVersions: give the written node a new one.
+		n, err := h.client.Tracker().Get(schema.GroupVersionResource{Version: "v1", Resource: "nodes"}, "", nodeName)
+		if err != nil {
+			return true, nil, err
+		}
+		out := n.(*v1.Node).DeepCopy()
+		var patch v1.Node
+		if err := json.Unmarshal(a.(k8stesting.PatchAction).GetPatch(), &patch); err != nil {
+			return true, nil, err
+		}
+		out.Spec.Taints, out.ResourceVersion = patch.Spec.Taints, "11"
+		maps.Copy(out.Labels, patch.Labels)
+		if out.Annotations == nil {
+			out.Annotations = map[string]string{}
+		}
+		maps.Copy(out.Annotations, patch.Annotations)
+		return true, out, h.client.Tracker().Update(schema.GroupVersionResource{Version: "v1", Resource: "nodes"}, out, "")
+	})
+	h.prov.Set(providers.Notice{Provider: "aws", Kind: providers.KindSpotInterruption, ID: "spot-1", Deadline: t0.Add(time.Minute)})
+	h.a.pollOnce(h.ctx)
+	gets := len(h.actions("get", "nodes", ""))
+	for range 3 {
+		h.a.reconcile(h.ctx) // the informer's copy stays at resourceVersion 10
+		h.clock.Step(time.Second)
+	}
+	if n := len(h.actions("patch", "nodes", "")); n != 1 {
+		t.Errorf("patches = %d while the cache lagged the agent's own write, want 1", n)
+	}
+	if n := len(h.actions("get", "nodes", "")) - gets; n != 0 {
+		t.Errorf("GETs = %d, want 0", n)
+	}
+	// Once the cache moves on (here: someone removed the taint), it is the truth again.
+	other := h.node().DeepCopy()
+	other.Spec.Taints, other.ResourceVersion = nil, "12"
+	if err := h.client.Tracker().Update(schema.GroupVersionResource{Version: "v1", Resource: "nodes"}, other, ""); err != nil {
+		t.Fatal(err)
+	}
+	h.syncStores()
+	h.a.reconcile(h.ctx)
+	if n := len(h.actions("patch", "nodes", "")); n != 2 {
+		t.Errorf("patches = %d after the cache caught up without the taint, want 2 (the taint restored)", n)
 	}
 }
 

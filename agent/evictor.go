@@ -38,6 +38,10 @@ const (
 	evictionBackoffBase = 100 * time.Millisecond
 	evictionBackoffMax  = 10 * time.Second
 	failureBackoffMax   = time.Second
+	// deleteBackoffMax caps the retries of a delete past the latest eviction time: every
+	// moment lost there comes off the pod's grace, but a dead API server must not get ten
+	// requests a second per pod (nor the log ten errors).
+	deleteBackoffMax = 500 * time.Millisecond
 )
 
 // podState is what the eviction loop remembers about one pod (by namespace/name, reset when the
@@ -51,6 +55,8 @@ type podState struct {
 	logged    SkipReason
 	announced time.Time // the eviction time last announced in an EvictionScheduled event
 	blocked   bool      // the last eviction request was refused by a PodDisruptionBudget
+	// deleteFailures counts the deletes that failed in a row, for their backoff.
+	deleteFailures int
 }
 
 func (a *Agent) worker(ctx context.Context) {
@@ -338,9 +344,16 @@ func (a *Agent) forceDelete(ctx context.Context, key string, pod *v1.Pod, st *po
 		return 0
 	}
 	a.metrics.EvictionRequestsTotal.WithLabelValues(ResultFailed).Inc()
-	logger.Error(err, "Deleting pod failed; retrying", "pod", klog.KObj(pod))
+	logger.Error(err, "Deleting pod failed; retrying", "pod", klog.KObj(pod), "attempt", st.attempts+1)
 	st.attempts++
-	return evictionBackoffBase
+	st.deleteFailures++
+	return deleteRetryAfter(st.deleteFailures)
+}
+
+// deleteRetryAfter is the wait before retrying a delete that failed n times in a row: 100 ms
+// doubling to deleteBackoffMax.
+func deleteRetryAfter(n int) time.Duration {
+	return min(evictionBackoffBase<<min(max(n-1, 0), 10), deleteBackoffMax)
 }
 
 // shorten handles a pod that is already terminating: when its deletionTimestamp falls after the
@@ -372,5 +385,6 @@ func (a *Agent) shorten(ctx context.Context, key string, pod *v1.Pod, st *podSta
 	}
 	a.metrics.EvictionRequestsTotal.WithLabelValues(ResultFailed).Inc()
 	logger.Error(err, "Shortening grace failed; retrying", "pod", klog.KObj(pod))
-	return evictionBackoffBase
+	st.deleteFailures++
+	return deleteRetryAfter(st.deleteFailures)
 }

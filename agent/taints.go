@@ -203,6 +203,33 @@ type nodeWriter struct {
 	cached func() *v1.Node
 	// lastDryRun is the last change a dry run logged.
 	lastDryRun string
+	// written is the node as the last successful patch returned it, and writtenFrom the
+	// resourceVersion the informer's copy had then. While the informer's copy is still at
+	// writtenFrom it has not seen the write (after an API server outage its watch
+	// backs off for up to 30 s), and written is the fresher view: without it every poll would
+	// patch again and fail the resourceVersion precondition.
+	written     *v1.Node
+	writtenFrom string
+	// cachedRV is the informer copy's resourceVersion that base last saw.
+	cachedRV string
+}
+
+// base returns the node to compute a change from: the informer's copy, unless it has not yet
+// caught up with reprieve's own last write.
+func (w *nodeWriter) base() *v1.Node {
+	if w.cached == nil {
+		return nil
+	}
+	node := w.cached()
+	if node == nil {
+		return nil
+	}
+	w.cachedRV = node.ResourceVersion
+	if w.written != nil && node.ResourceVersion == w.writtenFrom {
+		return w.written
+	}
+	w.written = nil
+	return node
 }
 
 // ensure makes the node carry d, retrying on conflict. It returns the change it made: empty
@@ -214,8 +241,8 @@ func (w *nodeWriter) ensure(ctx context.Context, d NodeDesire) (NodeChange, erro
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		done = NodeChange{}
 		var node *v1.Node
-		if first && w.cached != nil {
-			node = w.cached()
+		if first {
+			node = w.base()
 		}
 		first = false
 		if node == nil {
@@ -249,9 +276,11 @@ func (w *nodeWriter) ensure(ctx context.Context, d NodeDesire) (NodeChange, erro
 			return nil
 		}
 		logger.V(2).Info("Patching node", "node", klog.KObj(node), "patch", string(patch))
-		if _, err := w.client.CoreV1().Nodes().Patch(ctx, w.nodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		out, err := w.client.CoreV1().Nodes().Patch(ctx, w.nodeName, types.MergePatchType, patch, metav1.PatchOptions{})
+		if err != nil {
 			return fmt.Errorf("patching node %s: %w", w.nodeName, err)
 		}
+		w.written, w.writtenFrom = out, w.cachedRV
 		done = ch
 		return nil
 	})
