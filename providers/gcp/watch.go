@@ -19,8 +19,11 @@ var errorOrder = []string{PathPreempted, PathMaintenanceEvent, sourceScheduling}
 const (
 	// Backoff after a failed request: doubling from backoffBase to backoffCap, jittered.
 	// The library has already retried a 5xx or a refused connection up to 5 times by then.
+	// The cap keeps a notice posted once the server recovers within about 2 s of it, as the
+	// polling providers' backoff (twice the 1 s poll interval) does; the server is local to
+	// the VM, so the retries load nobody else.
 	backoffBase = 200 * time.Millisecond
-	backoffCap  = 5 * time.Second
+	backoffCap  = 2 * time.Second
 	// minAnswerInterval paces a server that answers hanging GETs at once with an unchanged
 	// value (emulators that ignore last_etag): reprieve then polls at this rate rather
 	// than spinning.
