@@ -7,7 +7,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 TOOLS_BIN := $(CURDIR)/.cache/bin
 export REPRIEVE_TOOLS_BIN ?= $(TOOLS_BIN)
 
-.PHONY: build tools promtool test unit e2e lint demo bench clean
+.PHONY: build tools promtool test unit e2e lint demo bench soak clean
 
 ## build: the static binary the Dockerfile builds (CGO off, trimmed paths, version baked in)
 build:
@@ -48,6 +48,11 @@ demo: tools
 ## bench: benchmarks on the real control plane (figures in docs/benchmarks.md)
 bench: tools
 	REPRIEVE_E2E_REQUIRED=1 go test -count=1 -run '^$$' -bench . -benchtime 1x -timeout 20m ./test/e2e/
+
+## soak: 50 interruptions back to back against one agent; goroutines and memory must not grow
+## (not in make test: about 10 minutes)
+soak: tools
+	REPRIEVE_E2E_REQUIRED=1 REPRIEVE_SOAK=1 go test -count=1 -run '^TestSoak$$' -v -timeout 40m ./test/e2e/
 
 clean:
 	rm -rf bin
