@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	v1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -39,13 +40,15 @@ func InstallRBAC(ctx context.Context, env *testenv.Env) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("reading %s: %w", path, err)
 	}
-	if err := apply(ctx, env.Client, b); err != nil {
+	if err := Apply(ctx, env.Client, b); err != nil {
 		return "", fmt.Errorf("applying %s: %w", path, err)
 	}
 	return env.ServiceAccountKubeconfig(ctx, AgentNamespace, AgentServiceAccount)
 }
 
-func apply(ctx context.Context, c kubernetes.Interface, manifest []byte) error {
+// Apply creates every object of manifest (a multi-document YAML of ServiceAccounts, cluster
+// roles and bindings, and admission policies and bindings), replacing any of the same name.
+func Apply(ctx context.Context, c kubernetes.Interface, manifest []byte) error {
 	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(manifest)))
 	for {
 		doc, err := r.Read()
@@ -72,8 +75,14 @@ func apply(ctx context.Context, c kubernetes.Interface, manifest []byte) error {
 		case *rbacv1.ClusterRoleBinding:
 			_ = c.RbacV1().ClusterRoleBindings().Delete(ctx, o.Name, metav1.DeleteOptions{})
 			_, err = c.RbacV1().ClusterRoleBindings().Create(ctx, o, metav1.CreateOptions{})
+		case *admissionregistrationv1.ValidatingAdmissionPolicy:
+			_ = c.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(ctx, o.Name, metav1.DeleteOptions{})
+			_, err = c.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, o, metav1.CreateOptions{})
+		case *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
+			_ = c.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, o.Name, metav1.DeleteOptions{})
+			_, err = c.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, o, metav1.CreateOptions{})
 		default:
-			return fmt.Errorf("unexpected object %T in the RBAC manifest", obj)
+			return fmt.Errorf("unexpected object %T in the manifest", obj)
 		}
 		if err != nil {
 			return fmt.Errorf("creating %T: %w", obj, err)

@@ -11,6 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -38,6 +39,9 @@ type Pod struct {
 	Grace *int64
 	// PDB puts the pod under a PodDisruptionBudget that allows no disruption.
 	PDB bool
+	// ServiceAccount runs the pod as that ServiceAccount (tokens can then be bound to it);
+	// empty means the namespace's default.
+	ServiceAccount string
 }
 
 // Forever is the Tolerate value for a toleration without tolerationSeconds.
@@ -106,6 +110,10 @@ func Create(ctx context.Context, c kubernetes.Interface, ns, node string, taint 
 					},
 				},
 			}, metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				// An earlier call for another node of the namespace created it.
+				ds, err = c.AppsV1().DaemonSets(ns).Get(ctx, "agent", metav1.GetOptions{})
+			}
 			if err != nil {
 				return fmt.Errorf("creating DaemonSet: %w", err)
 			}
@@ -132,6 +140,7 @@ func Create(ctx context.Context, c kubernetes.Interface, ns, node string, taint 
 				TerminationGracePeriodSeconds: p.Grace,
 				Containers:                    []v1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}},
 				AutomountServiceAccountToken:  new(bool),
+				ServiceAccountName:            p.ServiceAccount,
 			},
 		}
 		if p.PDB {

@@ -137,13 +137,29 @@ func (e *Env) CreateNamespace(ctx context.Context, name string) error {
 // requested from the TokenRequest API and is valid for an hour, so a program under test
 // can run with exactly the permissions RBAC gives that account.
 func (e *Env) ServiceAccountKubeconfig(ctx context.Context, namespace, name string) (string, error) {
-	tr, err := e.Client.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)},
-	}, metav1.CreateOptions{})
+	return e.serviceAccountKubeconfig(ctx, namespace, name, nil)
+}
+
+// BoundServiceAccountKubeconfig is ServiceAccountKubeconfig with the token bound to pod (in the
+// ServiceAccount's namespace), as the kubelet's projected tokens are: the API server then puts
+// the pod's node in the token's claims (authentication.kubernetes.io/node-name), which
+// admission policies can check.
+func (e *Env) BoundServiceAccountKubeconfig(ctx context.Context, namespace, name string, pod *corev1.Pod) (string, error) {
+	return e.serviceAccountKubeconfig(ctx, namespace, name, pod)
+}
+
+func (e *Env) serviceAccountKubeconfig(ctx context.Context, namespace, name string, pod *corev1.Pod) (string, error) {
+	spec := authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}
+	file := fmt.Sprintf("sa-%s-%s.kubeconfig", namespace, name)
+	if pod != nil {
+		spec.BoundObjectRef = &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}
+		file = fmt.Sprintf("sa-%s-%s-%s.kubeconfig", namespace, name, pod.Name)
+	}
+	tr, err := e.Client.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{Spec: spec}, metav1.CreateOptions{})
 	if err != nil {
 		return "", fmt.Errorf("requesting a token for service account %s/%s: %w", namespace, name, err)
 	}
-	path := filepath.Join(e.dataDir, fmt.Sprintf("sa-%s-%s.kubeconfig", namespace, name))
+	path := filepath.Join(e.dataDir, file)
 	user := fmt.Sprintf("system:serviceaccount:%s:%s", namespace, name)
 	if err := writeKubeconfig(path, e.Host, e.CAData, user, tr.Status.Token); err != nil {
 		return "", err
