@@ -7,7 +7,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 TOOLS_BIN := $(CURDIR)/.cache/bin
 export REPRIEVE_TOOLS_BIN ?= $(TOOLS_BIN)
 
-.PHONY: build tools promtool test unit e2e lint demo bench soak clean
+.PHONY: build tools promtool test unit e2e lint fuzz demo bench soak clean
 
 ## build: the static binary the Dockerfile builds (CGO off, trimmed paths, version baked in)
 build:
@@ -31,12 +31,24 @@ lint:
 unit:
 	go test -race -count=1 ./agent/... ./providers/... ./cmd/... ./kubelet/... ./deploy/...
 
+## fuzz: a short run of every fuzz target (the parsers of outside input); seeds are in the tests.
+## Longer: make fuzz FUZZTIME=10m
+FUZZTIME ?= 2s
+FUZZ_TARGETS := FuzzParseSpotInstanceAction:./providers/aws FuzzParseRebalance:./providers/aws \
+  FuzzParseScheduledEvents:./providers/aws FuzzParseDocument:./providers/azure \
+  FuzzParseValues:./providers/gcp FuzzParseTaint:./agent
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  echo "fuzz $${t%%:*} ($(FUZZTIME))"; \
+	  go test -run '^$$' -fuzz "^$${t%%:*}$$" -fuzztime $(FUZZTIME) "$${t#*:}"; \
+	done
+
 ## e2e: end-to-end tests on the real control plane
 e2e: tools promtool
 	REPRIEVE_E2E_REQUIRED=1 go test -race -count=1 -timeout 20m ./test/...
 
 ## test: everything CI runs: lint, unit and end-to-end tests
-test: tools promtool lint
+test: tools promtool lint fuzz
 	REPRIEVE_E2E_REQUIRED=1 go test -race -count=1 -timeout 25m ./...
 
 ## demo: a spot interruption on a local control plane with a simulated cloud, with a table
