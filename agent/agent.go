@@ -129,12 +129,8 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 		reg := prometheus.NewRegistry()
 		deps.Registerer, deps.Gatherer = reg, reg
 	}
-	var ts TaintSet
 	var err error
-	// Validate has checked all three parse.
-	ts.Interruption, _ = ParseTaint(cfg.InterruptionTaint)
-	ts.Rebalance, _ = ParseTaint(cfg.RebalanceTaint)
-	ts.Maintenance, _ = ParseTaint(cfg.MaintenanceTaint)
+	ts := taintSetOf(cfg)
 
 	a := &Agent{
 		cfg:         cfg,
@@ -143,7 +139,7 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 		clock:       deps.Clock,
 		gatherer:    deps.Gatherer,
 		taints:      ts,
-		filter:      PodFilter{EvictDaemonSetPods: cfg.EvictDaemonSetPods, SelfNamespace: cfg.PodNamespace, SelfName: cfg.PodName},
+		filter:      filterOf(cfg),
 		nodeChanged: make(chan struct{}, 1),
 		addedAt:     map[string]time.Time{},
 		seenAt:      map[string]time.Time{},

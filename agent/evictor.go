@@ -148,10 +148,7 @@ func (a *Agent) syncPod(ctx context.Context, key string) time.Duration {
 		return 0
 	}
 
-	fireAt := plan.EvictAt
-	if plan.ByDeadline {
-		fireAt = fireAt.Add(-evictionLead)
-	}
+	fireAt := sendAt(plan)
 	forceAt := plan.Latest.Add(-evictionLead)
 	if st.nextTry.After(fireAt) {
 		fireAt = st.nextTry

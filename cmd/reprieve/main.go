@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"runtime"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -45,6 +46,11 @@ func run(args []string) int {
 		fmt.Printf("reprieve %s (%s)\n", version, runtime.Version())
 		return 0
 	}
+	if len(args) > 0 && args[0] == "plan" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return runPlan(ctx, args[1:], os.Stdout, os.Stderr, time.Now(), newClient)
+	}
 
 	cfg := agent.DefaultConfig()
 	fs := pflag.NewFlagSet("reprieve", pflag.ContinueOnError)
@@ -53,7 +59,7 @@ func run(args []string) int {
 	klog.InitFlags(klogFlags)
 	fs.AddGoFlag(klogFlags.Lookup("v"))
 	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "Usage: reprieve [flags]\n       reprieve version\n\nEvery flag also reads $REPRIEVE_<FLAG> (dashes as underscores).\n\n%s", fs.FlagUsages())
+		fmt.Fprintf(os.Stderr, "Usage: reprieve [flags]\n       reprieve plan --node NAME --deadline 120s [-o table|json]\n       reprieve version\n\nEvery flag also reads $REPRIEVE_<FLAG> (dashes as underscores).\n\n%s", fs.FlagUsages())
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
@@ -63,7 +69,7 @@ func run(args []string) int {
 		return 2
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "reprieve: unknown command %q (want no argument, or version)\n", fs.Arg(0))
+		fmt.Fprintf(os.Stderr, "reprieve: unknown command %q (want no argument, plan or version)\n", fs.Arg(0))
 		return 2
 	}
 	if err := agent.ApplyEnv(fs, "REPRIEVE_", os.LookupEnv); err != nil {
@@ -97,20 +103,29 @@ func run(args []string) int {
 	return 0
 }
 
-// start wires the dependencies and runs the agent until ctx ends.
-func start(ctx context.Context, cfg agent.Config) error {
-	// --kubeconfig, else $KUBECONFIG (one file or a list), else the in-cluster config.
+// newClient builds the Kubernetes client: --kubeconfig, else $KUBECONFIG (one file or a list),
+// else the in-cluster config.
+func newClient(cfg agent.Config) (kubernetes.Interface, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = cfg.Kubeconfig
 	restCfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
 	if err != nil {
-		return fmt.Errorf("loading the Kubernetes client configuration: %w", err)
+		return nil, fmt.Errorf("loading the Kubernetes client configuration: %w", err)
 	}
 	restCfg.QPS, restCfg.Burst = cfg.KubeAPIQPS, cfg.KubeAPIBurst
 	restCfg.UserAgent = "reprieve/" + version
 	client, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
-		return fmt.Errorf("creating the Kubernetes client: %w", err)
+		return nil, fmt.Errorf("creating the Kubernetes client: %w", err)
+	}
+	return client, nil
+}
+
+// start wires the dependencies and runs the agent until ctx ends.
+func start(ctx context.Context, cfg agent.Config) error {
+	client, err := newClient(cfg)
+	if err != nil {
+		return err
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -1,0 +1,240 @@
+package agent
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/klog/v2"
+
+	"github.com/reprieve-dev/reprieve/providers"
+)
+
+// WhatIf is the input of PlanWhatIf: a node, its pods, the PodDisruptionBudgets of their
+// namespaces, and the interruption notice to imagine.
+type WhatIf struct {
+	Node *v1.Node
+	Pods []*v1.Pod
+	PDBs []policyv1.PodDisruptionBudget
+	// Deadline is the imagined notice's reclaim deadline; zero plans against the node's taints
+	// as they are, with no deadline.
+	Deadline time.Time
+	// NoticeTime is when the notice arrives, the interruption taint's timeAdded; zero means Now.
+	NoticeTime time.Time
+	Now        time.Time
+}
+
+// NodePlan is what `reprieve plan` prints (its JSON is documented in docs/operations.md and
+// kept stable: fields are only ever added).
+type NodePlan struct {
+	Node string `json:"node"`
+	// NoticeTime is the imagined notice's arrival (the interruption taint's timeAdded).
+	NoticeTime time.Time `json:"noticeTime"`
+	// Deadline and WindowEnd (deadline less the safety margin) are absent without a deadline.
+	Deadline            *time.Time `json:"deadline,omitempty"`
+	WindowEnd           *time.Time `json:"windowEnd,omitempty"`
+	SafetyMarginSeconds float64    `json:"safetyMarginSeconds"`
+	// FarAhead is set when the deadline is further away than --maintenance-lead: the node then
+	// only gets the maintenance taint and nothing is evicted yet.
+	FarAhead bool `json:"farAhead,omitempty"`
+	// NoExecuteTaints are the taints the plan counts from, as key=value:NoExecute@timeAdded.
+	NoExecuteTaints []string  `json:"noExecuteTaints"`
+	Pods            []PodPlan `json:"pods"`
+}
+
+// PodPlan is one pod's line of a NodePlan.
+type PodPlan struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// Action is "evict" or "skip".
+	Action string `json:"action"`
+	// SkipReason says why a skipped pod is left alone (finished, mirror-pod, daemonset-pod,
+	// reprieve-itself, tolerates-forever, no-noexecute-taint).
+	SkipReason string `json:"skipReason,omitempty"`
+	// Taint is the NoExecute taint that decides Due, and Toleration the pod's toleration of it
+	// ("none" when it has none).
+	Taint      string `json:"taint,omitempty"`
+	Toleration string `json:"toleration,omitempty"`
+	// Due is the upstream time (timeAdded + tolerationSeconds); Latest the last start that still
+	// ends by the window's end with the pod's whole grace; EvictAt = min(Due, Latest).
+	Due     *time.Time `json:"due,omitempty"`
+	Latest  *time.Time `json:"latest,omitempty"`
+	EvictAt *time.Time `json:"evictAt,omitempty"`
+	// SendAt is when the request leaves: EvictAt, or 500 ms before it when the deadline decides,
+	// and never before now.
+	SendAt     *time.Time `json:"sendAt,omitempty"`
+	ByDeadline bool       `json:"byDeadline,omitempty"`
+	// PodGraceSeconds is terminationGracePeriodSeconds; GraceSeconds what the eviction asks for.
+	PodGraceSeconds float64 `json:"podGraceSeconds,omitempty"`
+	GraceSeconds    float64 `json:"graceSeconds,omitempty"`
+	// PDB is the PodDisruptionBudget that covers the pod, if any.
+	PDB *PDBPlan `json:"pdb,omitempty"`
+}
+
+// PDBPlan says whether a PodDisruptionBudget would refuse the eviction, and what then happens.
+type PDBPlan struct {
+	Name               string `json:"name"`
+	DisruptionsAllowed int32  `json:"disruptionsAllowed"`
+	Blocks             bool   `json:"blocks"`
+	Then               string `json:"then,omitempty"`
+}
+
+// PlanWhatIf says what the agent with cfg would do if a notice with in.Deadline arrived at
+// in.NoticeTime, with the agent's own code: the same intent, node change and pod planner as
+// reconcile and the eviction loop. It changes nothing.
+func PlanWhatIf(cfg Config, in WhatIf) NodePlan {
+	ts := taintSetOf(cfg)
+	noticeAt := in.NoticeTime
+	if noticeAt.IsZero() {
+		noticeAt = in.Now
+	}
+	noticeAt = noticeAt.Truncate(time.Second)
+	var notices []providers.Notice
+	if !in.Deadline.IsZero() {
+		notices = []providers.Notice{{Provider: "what-if", Kind: providers.KindSpotInterruption, ID: "what-if",
+			Deadline: in.Deadline, NoticeTime: noticeAt, Action: "terminate"}}
+	}
+	intent := Intend(notices, in.Now, cfg.MaintenanceLead, ts)
+	taints := ComputeNodeChange(in.Node, NodeDesire{Intent: intent, Taints: ts,
+		AddedAt: func(string) time.Time { return noticeAt }}).Taints
+	// As the agent does, a NoExecute taint without timeAdded counts from when it is first seen.
+	var noExecute []v1.Taint
+	out := NodePlan{Node: in.Node.Name, NoticeTime: noticeAt, SafetyMarginSeconds: cfg.SafetyMargin.Seconds(),
+		FarAhead: len(intent.FarAhead) > 0, NoExecuteTaints: []string{}, Pods: []PodPlan{}}
+	for _, t := range taints {
+		if t.Effect != v1.TaintEffectNoExecute {
+			continue
+		}
+		if t.TimeAdded == nil {
+			t.TimeAdded = &metav1.Time{Time: in.Now.Truncate(time.Second)}
+		}
+		noExecute = append(noExecute, t)
+		out.NoExecuteTaints = append(out.NoExecuteTaints, taintString(t)+"@"+t.TimeAdded.UTC().Format(time.RFC3339))
+	}
+	w := Window{SafetyMargin: cfg.SafetyMargin}
+	if intent.Interrupting() {
+		w.Deadline = intent.Deadline
+		d, end := w.Deadline, w.End()
+		out.Deadline, out.WindowEnd = &d, &end
+	}
+	filter := filterOf(cfg)
+	pods := slices.Clone(in.Pods)
+	slices.SortFunc(pods, func(a, b *v1.Pod) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	for _, pod := range pods {
+		plan := PlanPod(pod, noExecute, w, filter, cfg.TolerationComparisonOperators)
+		pp := PodPlan{Namespace: pod.Namespace, Name: pod.Name, Action: "evict"}
+		if plan.Skip != SkipNone {
+			pp.Action, pp.SkipReason = "skip", string(plan.Skip)
+			out.Pods = append(out.Pods, pp)
+			continue
+		}
+		if plan.DueTaint != nil {
+			pp.Taint = taintString(*plan.DueTaint)
+			pp.Toleration = tolerationOf(pod, plan.DueTaint, cfg.TolerationComparisonOperators)
+		}
+		due, evictAt := plan.Due, plan.EvictAt
+		pp.Due, pp.EvictAt = &due, &evictAt
+		if !plan.Latest.IsZero() {
+			latest := plan.Latest
+			pp.Latest = &latest
+		}
+		// A time already past is acted on at once, with the grace that is left then, in whole
+		// seconds as the request carries it.
+		send := sendAt(plan)
+		if send.Before(in.Now) {
+			send = in.Now
+		}
+		pp.SendAt, pp.ByDeadline = &send, plan.ByDeadline
+		pp.PodGraceSeconds = plan.Grace.Seconds()
+		pp.GraceSeconds = float64(int64(GraceAt(plan.Grace, w, send.Add(requestAllowance)) / time.Second))
+		if pdb := coveringPDB(pod, in.PDBs); pdb != nil {
+			pp.PDB = &PDBPlan{Name: pdb.Name, DisruptionsAllowed: pdb.Status.DisruptionsAllowed, Blocks: pdb.Status.DisruptionsAllowed < 1}
+			switch {
+			case !pp.PDB.Blocks:
+			case w.HasDeadline():
+				pp.PDB.Then = fmt.Sprintf("evictions retried with backoff until %s, then the pod is deleted with the grace left",
+					plan.Latest.Add(-evictionLead).UTC().Format(time.RFC3339))
+			default:
+				pp.PDB.Then = "evictions retried with backoff for as long as the budget refuses (no deadline: never deleted)"
+			}
+		}
+		out.Pods = append(out.Pods, pp)
+	}
+	return out
+}
+
+// sendAt is when the eviction loop sends plan's request: deadline-bound evictions leave early
+// so that they keep their whole grace.
+func sendAt(plan Plan) time.Time {
+	if plan.ByDeadline {
+		return plan.EvictAt.Add(-evictionLead)
+	}
+	return plan.EvictAt
+}
+
+// tolerationOf describes pod's toleration of taint.
+func tolerationOf(pod *v1.Pod, taint *v1.Taint, comparisonOperators bool) string {
+	for i := range pod.Spec.Tolerations {
+		tol := &pod.Spec.Tolerations[i]
+		if !tol.ToleratesTaint(klog.Background(), taint, comparisonOperators) {
+			continue
+		}
+		var b strings.Builder
+		b.WriteString(cmp.Or(tol.Key, "*"))
+		if tol.Operator == v1.TolerationOpExists {
+			b.WriteString(" Exists")
+		} else if tol.Value != "" {
+			b.WriteString("=" + tol.Value)
+		}
+		if tol.Effect != "" {
+			b.WriteString(":" + string(tol.Effect))
+		}
+		if tol.TolerationSeconds != nil {
+			fmt.Fprintf(&b, " for %ds", *tol.TolerationSeconds)
+		} else {
+			b.WriteString(" forever")
+		}
+		return b.String()
+	}
+	return "none"
+}
+
+// coveringPDB returns the first PodDisruptionBudget of pod's namespace whose selector matches it.
+func coveringPDB(pod *v1.Pod, pdbs []policyv1.PodDisruptionBudget) *policyv1.PodDisruptionBudget {
+	for i := range pdbs {
+		pdb := &pdbs[i]
+		if pdb.Namespace != pod.Namespace || pdb.Spec.Selector == nil {
+			continue
+		}
+		sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+		if err != nil || sel.Empty() {
+			continue
+		}
+		if sel.Matches(labels.Set(pod.Labels)) {
+			return pdb
+		}
+	}
+	return nil
+}
+
+// taintSetOf parses cfg's taints; Validate has checked that they parse.
+func taintSetOf(cfg Config) TaintSet {
+	var ts TaintSet
+	ts.Interruption, _ = ParseTaint(cfg.InterruptionTaint)
+	ts.Rebalance, _ = ParseTaint(cfg.RebalanceTaint)
+	ts.Maintenance, _ = ParseTaint(cfg.MaintenanceTaint)
+	return ts
+}
+
+// filterOf is the pods cfg leaves alone whatever the taints.
+func filterOf(cfg Config) PodFilter {
+	return PodFilter{EvictDaemonSetPods: cfg.EvictDaemonSetPods, SelfNamespace: cfg.PodNamespace, SelfName: cfg.PodName}
+}

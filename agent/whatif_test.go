@@ -1,0 +1,106 @@
+package agent
+
+import (
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func TestPlanWhatIf(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.NodeName = nodeName
+	deadline := t0.Add(120 * time.Second)
+	end := deadline.Add(-cfg.SafetyMargin)
+	at := func(d time.Duration) *time.Time { x := t0.Add(d); return &x }
+
+	pdbPod := testPod("pdb", 10, spotToleration(ptr(int64(30))))
+	pdbPod.Labels = map[string]string{"app": "db"}
+	ds := testPod("ds", 5)
+	ds.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "ds", Controller: ptr(true)}}
+	done := testPod("done", 5)
+	done.Status.Phase = v1.PodSucceeded
+	in := WhatIf{
+		Node: testNode(v1.Taint{Key: "example.com/other", Effect: v1.TaintEffectNoSchedule}),
+		Pods: []*v1.Pod{
+			testPod("no-toleration", 30),
+			testPod("tolerates-60", 10, spotToleration(ptr(int64(60)))),
+			testPod("long-grace", 200, spotToleration(ptr(int64(60)))),
+			testPod("tolerates-600", 10, spotToleration(ptr(int64(600)))),
+			testPod("forever", 5, spotToleration(nil)),
+			pdbPod, ds, done,
+		},
+		PDBs: []policyv1.PodDisruptionBudget{{
+			ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "ns"},
+			Spec:       policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}},
+			Status:     policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: 0},
+		}},
+		Deadline: deadline,
+		Now:      t0,
+	}
+	got := PlanWhatIf(cfg, in)
+	if got.Deadline == nil || !got.Deadline.Equal(deadline) || !got.WindowEnd.Equal(end) || got.FarAhead {
+		t.Fatalf("deadline %v, window end %v, far ahead %v", got.Deadline, got.WindowEnd, got.FarAhead)
+	}
+	if len(got.NoExecuteTaints) != 1 || got.NoExecuteTaints[0] != "cloud=spot:NoExecute@"+t0.UTC().Format(time.RFC3339) {
+		t.Errorf("NoExecute taints %v, want the interruption taint from the notice", got.NoExecuteTaints)
+	}
+	byName := map[string]PodPlan{}
+	for _, p := range got.Pods {
+		byName[p.Name] = p
+	}
+	for name, want := range map[string]struct {
+		action, skip string
+		evictAt      *time.Time
+		byDeadline   bool
+		grace        float64
+	}{
+		"no-toleration": {"evict", "", at(0), false, 30},
+		"tolerates-60":  {"evict", "", at(60 * time.Second), false, 10},
+		// Its grace is longer than the window: due at once, with the grace that is left.
+		"long-grace":    {"evict", "", at(-85 * time.Second), true, 114},
+		"tolerates-600": {"evict", "", at(105 * time.Second), true, 10},
+		"forever":       {"skip", "tolerates-forever", nil, false, 0},
+		"pdb":           {"evict", "", at(30 * time.Second), false, 10},
+		"ds":            {"skip", "daemonset-pod", nil, false, 0},
+		"done":          {"skip", "finished", nil, false, 0},
+	} {
+		p := byName[name]
+		if p.Action != want.action || p.SkipReason != want.skip || p.ByDeadline != want.byDeadline || p.GraceSeconds != want.grace ||
+			(want.evictAt == nil) != (p.EvictAt == nil) || (want.evictAt != nil && !p.EvictAt.Equal(*want.evictAt)) {
+			t.Errorf("%s: %+v; want action %s skip %q evictAt %v byDeadline %v grace %v", name, p, want.action, want.skip, want.evictAt, want.byDeadline, want.grace)
+		}
+	}
+	if p := byName["tolerates-60"]; p.Taint != "cloud=spot:NoExecute" || p.Toleration != "cloud=spot:NoExecute for 60s" || !p.Latest.Equal(end.Add(-10*time.Second)) {
+		t.Errorf("tolerates-60: taint %q toleration %q latest %v", p.Taint, p.Toleration, p.Latest)
+	}
+	if p := byName["no-toleration"]; p.Toleration != "none" {
+		t.Errorf("no-toleration: toleration %q", p.Toleration)
+	}
+	if p := byName["long-grace"]; !p.SendAt.Equal(t0) {
+		t.Errorf("long-grace: sent at %v, want at once (%v)", p.SendAt, t0)
+	}
+	if p := byName["tolerates-600"]; !p.SendAt.Equal(t0.Add(105*time.Second - evictionLead)) {
+		t.Errorf("tolerates-600: sent at %v, want %v before its latest start", p.SendAt, evictionLead)
+	}
+	if p := byName["tolerates-60"]; !p.SendAt.Equal(*p.EvictAt) {
+		t.Errorf("tolerates-60: sent at %v, want at its due time %v", p.SendAt, p.EvictAt)
+	}
+	if p := byName["pdb"].PDB; p == nil || !p.Blocks || p.Name != "db" || p.Then == "" {
+		t.Errorf("pdb: %+v, want blocked by db with what happens then", p)
+	}
+
+	// A deadline further away than --maintenance-lead: only the maintenance taint, no eviction.
+	in.Deadline = t0.Add(24 * time.Hour)
+	far := PlanWhatIf(cfg, in)
+	if !far.FarAhead || far.Deadline != nil || len(far.NoExecuteTaints) != 0 {
+		t.Errorf("a day away: far ahead %v, deadline %v, taints %v", far.FarAhead, far.Deadline, far.NoExecuteTaints)
+	}
+	for _, p := range far.Pods {
+		if p.Action != "skip" {
+			t.Errorf("a day away: %s would be evicted", p.Name)
+		}
+	}
+}

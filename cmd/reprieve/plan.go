@@ -1,0 +1,203 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/reprieve-dev/reprieve/agent"
+)
+
+// runPlan implements `reprieve plan`: what the agent would do on a node if a notice with the
+// given deadline arrived, computed with the agent's own planner from the node and its pods as
+// the API server has them. It changes nothing. It takes the agent's flags too (taints, margin,
+// lead, ...), so that the plan is the DaemonSet's: pass the same ones.
+func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer, now time.Time, clientFor func(agent.Config) (kubernetes.Interface, error)) int {
+	cfg := agent.DefaultConfig()
+	fs := pflag.NewFlagSet("reprieve plan", pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfg.AddFlags(fs)
+	node := fs.String("node", "", "the node to plan for (else --node-name, else $NODE_NAME)")
+	deadlineFlag := fs.String("deadline", "", "the imagined notice's reclaim deadline: a duration after --notice-time (120s) or an RFC 3339 time; empty plans against the node's taints as they are")
+	noticeFlag := fs.String("notice-time", "", "when the imagined notice arrives, RFC 3339 (default now)")
+	output := fs.StringP("output", "o", "table", "table or json")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: reprieve plan --node NAME [--deadline 120s | --deadline 2026-12-01T10:00:00Z] [--notice-time TIME] [-o table|json] [agent flags]\n\n%s", fs.FlagUsages())
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "reprieve plan: %v\n", err)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "reprieve plan: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	if err := agent.ApplyEnv(fs, "REPRIEVE_", os.LookupEnv); err != nil {
+		fmt.Fprintf(stderr, "reprieve plan: %v\n", err)
+		return 2
+	}
+	if *node != "" {
+		cfg.NodeName = *node
+	}
+	cfg.ApplyFallbacks(os.LookupEnv)
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(stderr, "reprieve plan: invalid configuration:\n%v\n", err)
+		return 2
+	}
+	if *output != "table" && *output != "json" {
+		fmt.Fprintf(stderr, "reprieve plan: -o %q: want table or json\n", *output)
+		return 2
+	}
+	in := agent.WhatIf{Now: now}
+	if *noticeFlag != "" {
+		t, err := time.Parse(time.RFC3339, *noticeFlag)
+		if err != nil {
+			fmt.Fprintf(stderr, "reprieve plan: --notice-time %q: want RFC 3339 (2026-12-01T10:00:00Z)\n", *noticeFlag)
+			return 2
+		}
+		in.NoticeTime = t
+	}
+	if *deadlineFlag != "" {
+		d, err := parseDeadline(*deadlineFlag, in.NoticeTime, now)
+		if err != nil {
+			fmt.Fprintf(stderr, "reprieve plan: --deadline %q: %v\n", *deadlineFlag, err)
+			return 2
+		}
+		in.Deadline = d
+	}
+
+	client, err := clientFor(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "reprieve plan: %v\n", err)
+		return 1
+	}
+	if err := readWhatIf(ctx, client, cfg.NodeName, &in); err != nil {
+		fmt.Fprintf(stderr, "reprieve plan: %v\n", err)
+		return 1
+	}
+	plan := agent.PlanWhatIf(cfg, in)
+	if *output == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(plan); err != nil {
+			fmt.Fprintf(stderr, "reprieve plan: writing the plan: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	if err := writePlanTable(stdout, plan); err != nil {
+		fmt.Fprintf(stderr, "reprieve plan: writing the plan: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// parseDeadline reads a duration after the notice time (now when unset) or an RFC 3339 time.
+func parseDeadline(s string, notice, now time.Time) (time.Time, error) {
+	if d, err := time.ParseDuration(s); err == nil {
+		if d <= 0 {
+			return time.Time{}, errors.New("want a positive duration")
+		}
+		if notice.IsZero() {
+			notice = now
+		}
+		return notice.Add(d).Truncate(time.Second), nil
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return time.Time{}, errors.New("want a duration (120s) or an RFC 3339 time (2026-12-01T10:00:00Z)")
+	}
+	return t, nil
+}
+
+// readWhatIf reads the node, its pods (the agent's own field selector) and the
+// PodDisruptionBudgets of their namespaces.
+func readWhatIf(ctx context.Context, c kubernetes.Interface, node string, in *agent.WhatIf) error {
+	n, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading node %s: %w", node, err)
+	}
+	in.Node = n
+	pods, err := c.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String()})
+	if err != nil {
+		return fmt.Errorf("listing the pods of node %s: %w", node, err)
+	}
+	namespaces := map[string]bool{}
+	for i := range pods.Items {
+		in.Pods = append(in.Pods, &pods.Items[i])
+		namespaces[pods.Items[i].Namespace] = true
+	}
+	for ns := range namespaces {
+		pdbs, err := c.PolicyV1().PodDisruptionBudgets(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return fmt.Errorf("listing the PodDisruptionBudgets of namespace %s: %w", ns, err)
+		}
+		in.PDBs = append(in.PDBs, pdbs.Items...)
+	}
+	return nil
+}
+
+// writePlanTable prints plan for people: times relative to the notice, T+12s.
+func writePlanTable(w io.Writer, plan agent.NodePlan) error {
+	rel := func(t *time.Time) string {
+		if t == nil {
+			return "-"
+		}
+		return fmt.Sprintf("T%+.1fs", t.Sub(plan.NoticeTime).Seconds())
+	}
+	fmt.Fprintf(w, "Node %s, notice at %s", plan.Node, plan.NoticeTime.UTC().Format(time.RFC3339))
+	switch {
+	case plan.Deadline != nil:
+		fmt.Fprintf(w, ", deadline %s (%s), pods gone by %s (%s, margin %gs)\n", plan.Deadline.UTC().Format(time.RFC3339), rel(plan.Deadline),
+			plan.WindowEnd.UTC().Format(time.RFC3339), rel(plan.WindowEnd), plan.SafetyMarginSeconds)
+	case plan.FarAhead:
+		fmt.Fprintf(w, ": the deadline is further away than --maintenance-lead; new pods are kept off the node, nothing is evicted yet\n")
+	default:
+		fmt.Fprintf(w, ", no deadline\n")
+	}
+	fmt.Fprintf(w, "NoExecute taints: %s\n\n", strings.Join(append([]string{}, plan.NoExecuteTaints...), ", "))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "POD\tACTION\tEVICT AT\tGRACE\tDUE\tLATEST\tDECIDED BY\tPDB")
+	for _, p := range plan.Pods {
+		name := p.Namespace + "/" + p.Name
+		if p.Action == "skip" {
+			fmt.Fprintf(tw, "%s\tskip: %s\t-\t-\t-\t-\t-\t-\n", name, p.SkipReason)
+			continue
+		}
+		decided := p.Taint + " tolerated " + p.Toleration
+		if p.Toleration == "none" {
+			decided = p.Taint + ", not tolerated"
+		}
+		if p.ByDeadline {
+			decided = "the deadline (" + decided + ")"
+		}
+		pdb := "-"
+		if p.PDB != nil {
+			pdb = p.PDB.Name
+			if p.PDB.Blocks {
+				pdb += " blocks: " + p.PDB.Then
+			}
+		}
+		grace := fmt.Sprintf("%gs", p.GraceSeconds)
+		if p.GraceSeconds < p.PodGraceSeconds {
+			grace += fmt.Sprintf(" (of %gs)", p.PodGraceSeconds)
+		}
+		fmt.Fprintf(tw, "%s\tevict\t%s\t%s\t%s\t%s\t%s\t%s\n", name, rel(p.SendAt), grace, rel(p.Due), rel(p.Latest), decided, pdb)
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,107 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"os/exec"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/test/scenario"
+)
+
+// TestPlanMatchesTheAgent runs `reprieve plan` (the real binary, as an operator would with their
+// own credentials) for a notice about to arrive, then makes that notice arrive and lets the agent
+// handle it: every pod the plan evicts is evicted when and with the grace the plan says, PDB
+// refusals end in a delete at the time the plan gives, and every pod the plan skips stays.
+func TestPlanMatchesTheAgent(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const ns, node = "plan", "plan-node"
+	setupNode(ctx, t, ns, node, nil)
+	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	if err := scenario.Create(ctx, env.Client, ns, node, taint, []scenario.Pod{
+		{Name: "no-toleration", Kind: scenario.Plain, Grace: ptr64(2)},
+		{Name: "tolerate-5", Kind: scenario.Plain, Tolerate: ptr64(5), Grace: ptr64(2)},
+		{Name: "tolerate-15", Kind: scenario.Plain, Tolerate: ptr64(15), Grace: ptr64(3)},
+		{Name: "tolerate-600", Kind: scenario.Plain, Tolerate: ptr64(600), Grace: ptr64(4)},
+		{Name: "pdb-blocked", Kind: scenario.Plain, Tolerate: ptr64(8), Grace: ptr64(2), PDB: true},
+		{Name: "forever", Kind: scenario.Plain, Tolerate: ptr64(scenario.Forever), Grace: ptr64(1)},
+		{Name: "daemonset", Kind: scenario.DaemonSet, Grace: ptr64(1)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// kube-controller-manager's disruption controller does not run here, so the budget's
+	// status allows no disruption: the API server refuses its evictions, and the plan, which
+	// reads the status, says so.
+	noticeAt := time.Now().Add(3 * time.Second).Truncate(time.Second)
+	deadline := noticeAt.Add(30 * time.Second)
+	out, err := exec.CommandContext(ctx, reprieveBin, "plan", "--kubeconfig="+env.Kubeconfig, "--node="+node,
+		"--deadline="+deadline.Format(time.RFC3339), "--notice-time="+noticeAt.Format(time.RFC3339), "-o", "json").Output()
+	if err != nil {
+		t.Fatalf("reprieve plan: %v", err)
+	}
+	var plan agent.NodePlan
+	if err := json.Unmarshal(out, &plan); err != nil {
+		t.Fatalf("reprieve plan printed no plan: %v\n%s", err, out)
+	}
+
+	obs, err := scenario.Observe(ctx, env.Client, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obs.Stop()
+	rp, _, err := scenario.StartReprieve(ctx, reprieveBin, logDir, node, "--kubeconfig="+agentKubeconfig, "--provider=none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = rp.Stop() }()
+	select {
+	case <-time.After(time.Until(noticeAt.Add(100 * time.Millisecond))):
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	}
+	setDeadline(ctx, t, node, deadline.UTC().Format(time.RFC3339))
+	n := waitNode(ctx, t, node, "the interruption taint", func(n *v1.Node) bool { return hasTaint(n, taint.Key, taint.Effect) })
+	// The agent stamps the taint when it sees the notice; the plan assumed noticeAt. Times the
+	// taint decides move with it; times the deadline decides do not.
+	shift := taintOf(n, taint).TimeAdded.Sub(noticeAt)
+	if shift != 0 {
+		t.Logf("the agent saw the notice at %v, %v after the planned notice time", taintOf(n, taint).TimeAdded.Time, shift)
+	}
+	waitHandled(ctx, t, node)
+
+	recs := obs.Records()
+	for _, p := range plan.Pods {
+		r := recs[p.Name]
+		if p.Action == "skip" {
+			if !r.DeletedAt.IsZero() {
+				t.Errorf("%s: the plan skips it (%s), the agent evicted it at %v", p.Name, p.SkipReason, r.DeletedAt)
+			}
+			continue
+		}
+		want := *p.SendAt
+		if !p.ByDeadline {
+			want = want.Add(shift)
+		}
+		if p.PDB != nil && p.PDB.Blocks {
+			// Refused until just before the latest start, then deleted: the time the plan's
+			// "then" names.
+			want = p.Latest.Add(-500 * time.Millisecond)
+		}
+		if r.DeletedAt.IsZero() {
+			t.Errorf("%s: the plan evicts it at %v, the agent never did", p.Name, want)
+			continue
+		}
+		if d := r.DeletedAt.Sub(want); absDur(d) > slack {
+			t.Errorf("%s: evicted at T%+.2fs, the plan says T%+.2fs", p.Name, r.DeletedAt.Sub(noticeAt).Seconds(), want.Sub(noticeAt).Seconds())
+		}
+		if float64(r.Grace) != p.GraceSeconds {
+			t.Errorf("%s: evicted with grace %ds, the plan says %gs", p.Name, r.Grace, p.GraceSeconds)
+		}
+	}
+	t.Logf("plan for %d pods matched the agent (notice seen %v after the planned time)", len(plan.Pods), shift)
+}
