@@ -46,6 +46,11 @@ func run(args []string) int {
 		fmt.Printf("reprieve %s (%s)\n", version, runtime.Version())
 		return 0
 	}
+	if len(args) > 0 && args[0] == "doctor" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return runDoctor(ctx, args[1:], os.Stdout, os.Stderr, newClient)
+	}
 	if len(args) > 0 && args[0] == "plan" {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
@@ -53,14 +58,8 @@ func run(args []string) int {
 	}
 
 	cfg := agent.DefaultConfig()
-	fs := pflag.NewFlagSet("reprieve", pflag.ContinueOnError)
-	cfg.AddFlags(fs)
-	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(klogFlags)
-	fs.AddGoFlag(klogFlags.Lookup("v"))
-	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "Usage: reprieve [flags]\n       reprieve plan --node NAME --deadline 120s [-o table|json]\n       reprieve version\n\nEvery flag also reads $REPRIEVE_<FLAG> (dashes as underscores).\n\n%s", fs.FlagUsages())
-	}
+	fs := agentFlagSet(&cfg)
+	fs.Usage = func() { fmt.Fprintf(os.Stderr, "%s\n%s", usageHeader, fs.FlagUsages()) }
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
@@ -69,7 +68,7 @@ func run(args []string) int {
 		return 2
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "reprieve: unknown command %q (want no argument, plan or version)\n", fs.Arg(0))
+		fmt.Fprintf(os.Stderr, "reprieve: unknown command %q (want no argument, plan, doctor or version)\n", fs.Arg(0))
 		return 2
 	}
 	if err := agent.ApplyEnv(fs, "REPRIEVE_", os.LookupEnv); err != nil {
@@ -101,6 +100,25 @@ func run(args []string) int {
 	}
 	klog.Flush()
 	return 0
+}
+
+// usageHeader opens --help, and docs/flags.md.
+const usageHeader = `Usage: reprieve [flags]
+       reprieve plan --node NAME --deadline 120s [-o table|json] [flags]
+       reprieve doctor [flags]
+       reprieve version
+
+Every flag also reads $REPRIEVE_<FLAG> (dashes as underscores).
+`
+
+// agentFlagSet is the agent's flags, bound to cfg, with klog's -v.
+func agentFlagSet(cfg *agent.Config) *pflag.FlagSet {
+	fs := pflag.NewFlagSet("reprieve", pflag.ContinueOnError)
+	cfg.AddFlags(fs)
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	fs.AddGoFlag(klogFlags.Lookup("v"))
+	return fs
 }
 
 // newClient builds the Kubernetes client: --kubeconfig, else $KUBECONFIG (one file or a list),

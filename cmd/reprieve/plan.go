@@ -24,40 +24,15 @@ import (
 // the API server has them. It changes nothing. It takes the agent's flags too (taints, margin,
 // lead, ...), so that the plan is the DaemonSet's: pass the same ones.
 func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer, now time.Time, clientFor func(agent.Config) (kubernetes.Interface, error)) int {
-	cfg := agent.DefaultConfig()
-	fs := pflag.NewFlagSet("reprieve plan", pflag.ContinueOnError)
-	fs.SetOutput(stderr)
-	cfg.AddFlags(fs)
-	node := fs.String("node", "", "the node to plan for (else --node-name, else $NODE_NAME)")
+	sc := newSubcommand("plan", "--node NAME [--deadline 120s | --deadline 2026-12-01T10:00:00Z] [--notice-time TIME] [-o table|json] [agent flags]", stderr)
+	fs := sc.fs
 	deadlineFlag := fs.String("deadline", "", "the imagined notice's reclaim deadline: a duration after --notice-time (120s) or an RFC 3339 time; empty plans against the node's taints as they are")
 	noticeFlag := fs.String("notice-time", "", "when the imagined notice arrives, RFC 3339 (default now)")
 	output := fs.StringP("output", "o", "table", "table or json")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: reprieve plan --node NAME [--deadline 120s | --deadline 2026-12-01T10:00:00Z] [--notice-time TIME] [-o table|json] [agent flags]\n\n%s", fs.FlagUsages())
+	if code, ok := sc.parse(args); !ok {
+		return code
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintf(stderr, "reprieve plan: %v\n", err)
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "reprieve plan: unexpected argument %q\n", fs.Arg(0))
-		return 2
-	}
-	if err := agent.ApplyEnv(fs, "REPRIEVE_", os.LookupEnv); err != nil {
-		fmt.Fprintf(stderr, "reprieve plan: %v\n", err)
-		return 2
-	}
-	if *node != "" {
-		cfg.NodeName = *node
-	}
-	cfg.ApplyFallbacks(os.LookupEnv)
-	if err := cfg.Validate(); err != nil {
-		fmt.Fprintf(stderr, "reprieve plan: invalid configuration:\n%v\n", err)
-		return 2
-	}
+	cfg := sc.cfg
 	if *output != "table" && *output != "json" {
 		fmt.Fprintf(stderr, "reprieve plan: -o %q: want table or json\n", *output)
 		return 2
@@ -200,4 +175,55 @@ func writePlanTable(w io.Writer, plan agent.NodePlan) error {
 		fmt.Fprintf(tw, "%s\tevict\t%s\t%s\t%s\t%s\t%s\t%s\n", name, rel(p.SendAt), grace, rel(p.Due), rel(p.Latest), decided, pdb)
 	}
 	return tw.Flush()
+}
+
+// subcommand is the agent's flag set plus --node, for plan and doctor: they take the flags the
+// DaemonSet passes, so that they see what the agent would.
+type subcommand struct {
+	name   string
+	cfg    agent.Config
+	fs     *pflag.FlagSet
+	node   *string
+	stderr io.Writer
+}
+
+func newSubcommand(name, usage string, stderr io.Writer) *subcommand {
+	sc := &subcommand{name: name, cfg: agent.DefaultConfig(), fs: pflag.NewFlagSet("reprieve "+name, pflag.ContinueOnError), stderr: stderr}
+	sc.fs.SetOutput(stderr)
+	sc.cfg.AddFlags(sc.fs)
+	sc.node = sc.fs.String("node", "", "the node (else --node-name, else $NODE_NAME)")
+	sc.fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: reprieve %s %s\n\nPass the flags the DaemonSet passes.\n\n%s", name, usage, sc.fs.FlagUsages())
+	}
+	return sc
+}
+
+// parse reads args, the REPRIEVE_ variables and the fallbacks, and validates the configuration.
+// When it returns false, the command ends with code (0 for --help, 2 for bad input).
+func (sc *subcommand) parse(args []string) (code int, ok bool) {
+	prefix := "reprieve " + sc.name + ": "
+	if err := sc.fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return 0, false
+		}
+		fmt.Fprintf(sc.stderr, "%s%v\n", prefix, err)
+		return 2, false
+	}
+	if sc.fs.NArg() > 0 {
+		fmt.Fprintf(sc.stderr, "%sunexpected argument %q\n", prefix, sc.fs.Arg(0))
+		return 2, false
+	}
+	if err := agent.ApplyEnv(sc.fs, "REPRIEVE_", os.LookupEnv); err != nil {
+		fmt.Fprintf(sc.stderr, "%s%v\n", prefix, err)
+		return 2, false
+	}
+	if *sc.node != "" {
+		sc.cfg.NodeName = *sc.node
+	}
+	sc.cfg.ApplyFallbacks(os.LookupEnv)
+	if err := sc.cfg.Validate(); err != nil {
+		fmt.Fprintf(sc.stderr, "%sinvalid configuration:\n%v\n", prefix, err)
+		return 2, false
+	}
+	return 0, true
 }

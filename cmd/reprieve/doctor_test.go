@@ -1,0 +1,70 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/reprieve-dev/reprieve/agent"
+)
+
+// doctorClient answers SelfSubjectAccessReviews: everything allowed but deny.
+func doctorClient(deny permission, nodes ...string) func(agent.Config) (kubernetes.Interface, error) {
+	var objs []runtime.Object
+	for _, n := range nodes {
+		objs = append(objs, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}})
+	}
+	c := fake.NewClientset(objs...)
+	c.PrependReactor("create", "selfsubjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		r := a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SelfSubjectAccessReview)
+		ra := r.Spec.ResourceAttributes
+		r.Status.Allowed = !(ra.Verb == deny.verb && ra.Resource == deny.resource && ra.Subresource == deny.subresource)
+		return true, r, nil
+	})
+	return func(agent.Config) (kubernetes.Interface, error) { return c, nil }
+}
+
+func TestDoctorNamesTheMissingPermission(t *testing.T) {
+	var out, errOut bytes.Buffer
+	code := runDoctor(context.Background(), []string{"--node=n1", "--provider=none", "--host-root=" + t.TempDir()}, &out, &errOut,
+		doctorClient(permission{"delete", "pods", ""}, "n1"))
+	if code != 1 {
+		t.Errorf("exit %d, want 1\n%s%s", code, out.String(), errOut.String())
+	}
+	if !strings.Contains(out.String(), "FAIL  permission delete pods") || !strings.Contains(out.String(), `resources: ["pods"], verbs: ["delete"]`) {
+		t.Errorf("the missing permission and its fix are not named:\n%s", out.String())
+	}
+	if n := strings.Count(out.String(), "  ok    permission "); n != len(agentPermissions)-1 {
+		t.Errorf("%d permissions ok, want %d:\n%s", n, len(agentPermissions)-1, out.String())
+	}
+}
+
+func TestDoctorAllGreenAndMissingNode(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := runDoctor(context.Background(), []string{"--node=n1", "--provider=none", "--host-root=" + t.TempDir()}, &out, &errOut,
+		doctorClient(permission{}, "n1")); code != 0 {
+		t.Errorf("exit %d, want 0:\n%s%s", code, out.String(), errOut.String())
+	}
+	out.Reset()
+	if code := runDoctor(context.Background(), []string{"--node=n2", "--provider=none", "--host-root=/nonexistent"}, &out, &errOut,
+		doctorClient(permission{}, "n1")); code != 1 || !strings.Contains(out.String(), "FAIL  node n2") || !strings.Contains(out.String(), "FAIL  --host-root /nonexistent") {
+		t.Errorf("exit %d, want 1 naming the node and the host root:\n%s", code, out.String())
+	}
+}
+
+func TestDoctorBadFlags(t *testing.T) {
+	t.Setenv("NODE_NAME", "")
+	var out, errOut bytes.Buffer
+	if code := runDoctor(context.Background(), []string{"--provider=none"}, &out, &errOut, doctorClient(permission{})); code != 2 || !strings.Contains(errOut.String(), "--node-name") {
+		t.Errorf("exit %d, stderr %q; want 2 naming --node-name", code, errOut.String())
+	}
+}
