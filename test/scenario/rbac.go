@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -47,7 +48,8 @@ func InstallRBAC(ctx context.Context, env *testenv.Env) (string, error) {
 }
 
 // Apply creates every object of manifest (a multi-document YAML of ServiceAccounts, cluster
-// roles and bindings, and admission policies and bindings), replacing any of the same name.
+// roles and bindings, admission policies and bindings, and DaemonSets), replacing any of the
+// same name.
 func Apply(ctx context.Context, c kubernetes.Interface, manifest []byte) error {
 	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(manifest)))
 	for {
@@ -75,6 +77,9 @@ func Apply(ctx context.Context, c kubernetes.Interface, manifest []byte) error {
 		case *rbacv1.ClusterRoleBinding:
 			_ = c.RbacV1().ClusterRoleBindings().Delete(ctx, o.Name, metav1.DeleteOptions{})
 			_, err = c.RbacV1().ClusterRoleBindings().Create(ctx, o, metav1.CreateOptions{})
+		case *appsv1.DaemonSet:
+			_ = c.AppsV1().DaemonSets(o.Namespace).Delete(ctx, o.Name, metav1.DeleteOptions{})
+			_, err = c.AppsV1().DaemonSets(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
 		case *admissionregistrationv1.ValidatingAdmissionPolicy:
 			_ = c.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(ctx, o.Name, metav1.DeleteOptions{})
 			_, err = c.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, o, metav1.CreateOptions{})

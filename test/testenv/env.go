@@ -128,6 +128,7 @@ type Env struct {
 	kwok           *Process
 	fastPods       bool
 	kcm            *Process
+	scheduler      *Process
 	kcmControllers []string
 }
 
@@ -197,13 +198,13 @@ func (e *Env) Stop() {
 		return
 	}
 	e.stopped = true
-	kcm, kwok, apiserver, etcd := e.kcm, e.kwok, e.apiserver, e.etcd
-	e.kcm = nil
+	kcm, sched, kwok, apiserver, etcd := e.kcm, e.scheduler, e.kwok, e.apiserver, e.etcd
+	e.kcm, e.scheduler = nil, nil
 	e.mu.Unlock()
 
 	// The clients of the API server go first, in parallel, then the API server, then etcd.
 	var wg sync.WaitGroup
-	for _, p := range []*Process{kcm, kwok} {
+	for _, p := range []*Process{kcm, sched, kwok} {
 		if p != nil {
 			wg.Go(func() { e.stopProcess(p) })
 		}
@@ -340,6 +341,64 @@ func (e *Env) StartControllerManager(ctx context.Context, controllers ...string)
 	return nil
 }
 
+// StartScheduler starts kube-scheduler and waits until it answers /healthz. Tests that need
+// pods placed by a controller (a DaemonSet's, since the DaemonSet controller leaves binding to
+// the scheduler) start it; kwok nodes are schedulable like any other. Stop it with
+// StopScheduler.
+func (e *Env) StartScheduler(ctx context.Context) error {
+	e.mu.Lock()
+	stopped, running := e.stopped, e.scheduler != nil && !e.scheduler.Exited()
+	e.mu.Unlock()
+	if stopped || running {
+		return errors.New("starting kube-scheduler: the environment is stopped, or it already runs")
+	}
+	ports, err := freePorts(1)
+	if err != nil {
+		return fmt.Errorf("starting kube-scheduler: %w", err)
+	}
+	args := []string{
+		"--kubeconfig=" + e.Kubeconfig,
+		"--authentication-kubeconfig=" + e.Kubeconfig,
+		"--authorization-kubeconfig=" + e.Kubeconfig,
+		"--leader-elect=false",
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(ports[0]),
+		"--tls-cert-file=" + e.pki.servingCert,
+		"--tls-private-key-file=" + e.pki.servingKey,
+		"--v=2",
+	}
+	begin := time.Now()
+	p, err := StartProcess(ctx, "kube-scheduler", filepath.Join(e.LogDir, "kube-scheduler.log"),
+		filepath.Join(e.toolsBin, KubeSchedulerBin), args, nil)
+	if err != nil {
+		return err
+	}
+	client := e.httpClient()
+	url := fmt.Sprintf("https://127.0.0.1:%d/healthz", ports[0])
+	if err := waitReady(ctx, p, kcmReadyTimeout, func(ctx context.Context) error {
+		return httpOK(ctx, client, url, "")
+	}); err != nil {
+		_ = p.Stop()
+		return fmt.Errorf("starting kube-scheduler: %w", err)
+	}
+	e.mu.Lock()
+	e.scheduler = p
+	e.mu.Unlock()
+	e.logf("testenv: kube-scheduler ready in %s", time.Since(begin).Round(time.Millisecond))
+	return nil
+}
+
+// StopScheduler stops kube-scheduler if it runs.
+func (e *Env) StopScheduler() {
+	e.mu.Lock()
+	p := e.scheduler
+	e.scheduler = nil
+	e.mu.Unlock()
+	if p != nil {
+		e.stopProcess(p)
+	}
+}
+
 // StopControllerManager stops kube-controller-manager if it runs.
 func (e *Env) StopControllerManager() {
 	e.kcmMu.Lock()
@@ -387,7 +446,7 @@ func (e *Env) Processes() []*Process {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var ps []*Process
-	for _, p := range []*Process{e.etcd, e.apiserver, e.kwok, e.kcm} {
+	for _, p := range []*Process{e.etcd, e.apiserver, e.kwok, e.kcm, e.scheduler} {
 		if p != nil {
 			ps = append(ps, p)
 		}

@@ -20,6 +20,7 @@ const (
 	EtcdBin              = "etcd"
 	KubeAPIServerBin     = "kube-apiserver"
 	KubeControllerMgrBin = "kube-controller-manager"
+	KubeSchedulerBin     = "kube-scheduler"
 	KwokBin              = "kwok"
 	IMDSMockBin          = "ec2-metadata-mock"
 	KwokStagesDir        = "kwok-stages"
@@ -30,6 +31,7 @@ var requiredTools = []string{
 	EtcdBin,
 	KubeAPIServerBin,
 	KubeControllerMgrBin,
+	KubeSchedulerBin,
 	KwokBin,
 	IMDSMockBin,
 }

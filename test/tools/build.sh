@@ -26,7 +26,7 @@ k8s_ldflags="-s -w -X $vpkg.gitVersion=$K8S_VERSION -X $vpkg.gitMajor=1 \
   -X $vpkg.gitMinor=$(echo "$K8S_VERSION" | cut -d. -f2) -X $vpkg.gitTreeState=clean \
   -X $vpkg.gitCommit=0000000000000000000000000000000000000000 -X $vpkg.buildDate=1970-01-01T00:00:00Z"
 
-for cmd in kube-apiserver kube-controller-manager; do
+for cmd in kube-apiserver kube-controller-manager kube-scheduler; do
   if ! fresh "$cmd" "$K8S_VERSION"; then
     echo "building $cmd $K8S_VERSION (several minutes on a cold cache)" >&2
     (cd "$here" && go build -trimpath -ldflags "$k8s_ldflags" -o "$bin/$cmd" "k8s.io/kubernetes/cmd/$cmd")
