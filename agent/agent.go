@@ -192,6 +192,18 @@ func (a *Agent) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting reprieve", "version", Version, "node", a.cfg.NodeName, "provider", a.provider.Name(),
 		"interruptionTaint", a.cfg.InterruptionTaint, "safetyMargin", a.cfg.SafetyMargin, "dryRun", a.cfg.DryRun)
+	// The metadata services are link-local by default; an override sends the agent elsewhere
+	// for its notices, so it is said at start.
+	def := DefaultConfig()
+	for _, ep := range []struct{ flag, value, def string }{
+		{"--aws-imds-endpoint", a.cfg.AWSIMDSEndpoint, def.AWSIMDSEndpoint},
+		{"--gcp-metadata-endpoint", a.cfg.GCPMetadataEndpoint, def.GCPMetadataEndpoint},
+		{"--azure-imds-endpoint", a.cfg.AzureIMDSEndpoint, def.AzureIMDSEndpoint},
+	} {
+		if ep.value != ep.def {
+			logger.Info("Metadata endpoint overridden by flag", "flag", ep.flag, "endpoint", ep.value, "default", ep.def)
+		}
+	}
 
 	if _, err := a.nodeFactory.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { a.signalNode() },

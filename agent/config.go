@@ -6,6 +6,8 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -71,9 +73,13 @@ type Config struct {
 	DryRun             bool
 
 	// Webhook notifications (off without a URL).
-	WebhookURL         string
-	WebhookTemplate    string
-	WebhookHeaders     []string
+	WebhookURL      string
+	WebhookTemplate string
+	WebhookHeaders  []string
+	// WebhookURLFile and WebhookHeadersFile read the URL and headers from files (a mounted
+	// Secret), so that they appear in no manifest, flag or log.
+	WebhookURLFile     string
+	WebhookHeadersFile string
 	WebhookTimeout     time.Duration
 	WebhookMaxAttempts int
 }
@@ -135,18 +141,49 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.WebhookURL, "webhook-url", c.WebhookURL, "POST a message here when a notice arrives and when it has been handled (off when empty).")
 	fs.StringVar(&c.WebhookTemplate, "webhook-template", c.WebhookTemplate, "Go template for the webhook body (default: Slack's {\"text\": ...}).")
 	fs.StringArrayVar(&c.WebhookHeaders, "webhook-header", c.WebhookHeaders, "Header for webhook requests, 'Name: value'; repeatable.")
+	fs.StringVar(&c.WebhookURLFile, "webhook-url-file", c.WebhookURLFile, "Read the webhook URL from this file (a mounted Secret) instead of --webhook-url; it is never logged.")
+	fs.StringVar(&c.WebhookHeadersFile, "webhook-headers-file", c.WebhookHeadersFile, "Read more webhook headers from this file (a mounted Secret), one 'Name: value' per line; never logged.")
 	fs.DurationVar(&c.WebhookTimeout, "webhook-timeout", c.WebhookTimeout, "Timeout of one webhook attempt.")
 	fs.IntVar(&c.WebhookMaxAttempts, "webhook-max-attempts", c.WebhookMaxAttempts, "Attempts per webhook message (429, 5xx and connection errors are retried with backoff).")
 }
 
 // NotifyConfig is the webhook configuration the flags describe; ok is false when webhooks are off.
+// The files are read once, at start: a rotated Secret takes effect when the agent restarts.
 func (c *Config) NotifyConfig() (cfg notify.Config, ok bool, err error) {
-	if c.WebhookURL == "" {
+	url := c.WebhookURL
+	if c.WebhookURLFile != "" {
+		if url != "" {
+			return cfg, true, errors.New("give --webhook-url or --webhook-url-file, not both")
+		}
+		b, err := os.ReadFile(c.WebhookURLFile)
+		if err != nil {
+			return cfg, true, fmt.Errorf("--webhook-url-file: %w", err)
+		}
+		if url = strings.TrimSpace(string(b)); url == "" {
+			return cfg, true, fmt.Errorf("--webhook-url-file %s: empty", c.WebhookURLFile)
+		}
+	}
+	if url == "" {
+		if c.WebhookHeadersFile != "" {
+			return cfg, true, errors.New("--webhook-headers-file without a webhook URL")
+		}
 		return cfg, false, nil
 	}
+	headers := slices.Clone(c.WebhookHeaders)
+	if c.WebhookHeadersFile != "" {
+		b, err := os.ReadFile(c.WebhookHeadersFile)
+		if err != nil {
+			return cfg, true, fmt.Errorf("--webhook-headers-file: %w", err)
+		}
+		for line := range strings.Lines(string(b)) {
+			if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+				headers = append(headers, line)
+			}
+		}
+	}
 	cfg = notify.DefaultConfig()
-	cfg.URL, cfg.Template, cfg.Timeout, cfg.MaxAttempts = c.WebhookURL, c.WebhookTemplate, c.WebhookTimeout, c.WebhookMaxAttempts
-	if cfg.Headers, err = notify.ParseHeaders(c.WebhookHeaders); err != nil {
+	cfg.URL, cfg.Template, cfg.Timeout, cfg.MaxAttempts = url, c.WebhookTemplate, c.WebhookTimeout, c.WebhookMaxAttempts
+	if cfg.Headers, err = notify.ParseHeaders(headers); err != nil {
 		return cfg, true, err
 	}
 	return cfg, true, cfg.Validate()

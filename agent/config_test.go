@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -109,5 +111,49 @@ func TestParseTaint(t *testing.T) {
 	}
 	if _, err := ParseTaint("k=" + strings.Repeat("v", 64) + ":NoExecute"); err == nil {
 		t.Error("a value over 63 characters must be refused")
+	}
+}
+
+func TestWebhookFromSecretFiles(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	const secretURL = "https://hooks.example.com/services/T000/B000/s3cr3t"
+	url := write("url", secretURL+"\n")
+	headers := write("headers", "# from the Secret\nAuthorization: Bearer s3cr3t\n\nX-Team: platform\n")
+	cfg := DefaultConfig()
+	cfg.WebhookURLFile, cfg.WebhookHeadersFile = url, headers
+	cfg.WebhookHeaders = []string{"X-Source: reprieve"}
+	n, ok, err := cfg.NotifyConfig()
+	if err != nil || !ok {
+		t.Fatalf("ok %v, err %v", ok, err)
+	}
+	if n.URL != secretURL || n.Headers["Authorization"] != "Bearer s3cr3t" || n.Headers["X-Team"] != "platform" || n.Headers["X-Source"] != "reprieve" {
+		t.Errorf("url %q, headers %v", n.URL, n.Headers)
+	}
+
+	for name, c := range map[string]Config{
+		"both url forms":         {WebhookURL: secretURL, WebhookURLFile: url},
+		"unreadable url file":    {WebhookURLFile: filepath.Join(dir, "missing")},
+		"empty url file":         {WebhookURLFile: write("empty", " \n")},
+		"headers without url":    {WebhookHeadersFile: headers},
+		"header line no colon":   {WebhookURLFile: url, WebhookHeadersFile: write("bad", "Authorization Bearer s3cr3t\n")},
+		"unreadable header file": {WebhookURLFile: url, WebhookHeadersFile: filepath.Join(dir, "missing")},
+	} {
+		full := DefaultConfig()
+		full.WebhookURL, full.WebhookURLFile, full.WebhookHeadersFile = c.WebhookURL, c.WebhookURLFile, c.WebhookHeadersFile
+		_, _, err := full.NotifyConfig()
+		if err == nil {
+			t.Errorf("%s: no error", name)
+			continue
+		}
+		if strings.Contains(err.Error(), "s3cr3t") {
+			t.Errorf("%s: the error shows the secret: %v", name, err)
+		}
 	}
 }
