@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,26 +18,16 @@ import (
 	"github.com/reprieve-dev/reprieve/test/testenv"
 )
 
-// TestInstallDaemonSet applies the shipped DaemonSet (deploy/manifests/daemonset.yaml) to the
-// real API server with kube-controller-manager's daemonset and taint-eviction controllers and
-// kube-scheduler running, and several kwok nodes: one reprieve pod lands on each selected (spot)
-// node and none elsewhere; the interruption taint and reprieve's own taints on a node evict a
-// pod that does not tolerate them, yet leave that node's reprieve pod running.
+// TestInstallDaemonSet applies each shipped DaemonSet (deploy/manifests/daemonset*.yaml: AWS,
+// GCP, Azure) to the real API server with kube-controller-manager's daemonset and
+// taint-eviction controllers and kube-scheduler running: one reprieve pod lands on each of that
+// cloud's spot nodes and none elsewhere; the interruption taint and reprieve's own taints on a
+// node evict a pod that does not tolerate them, yet leave that node's reprieve pod running.
+// The GCP and Azure pod templates pass the baseline Pod Security level; AWS's (host network)
+// is refused by it, as its manifest says.
 func TestInstallDaemonSet(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	const ns = "install"
-	spot := map[string]string{"karpenter.sh/capacity-type": "spot"}
-	nodes := []string{"install-spot-1", "install-spot-2", "install-spot-3"}
-	setupNode(ctx, t, ns, nodes[0], spot)
-	for _, n := range nodes[1:] {
-		if _, err := env.CreateNode(ctx, n, spot); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := env.CreateNode(ctx, "install-on-demand", nil); err != nil {
-		t.Fatal(err)
-	}
 	if err := env.StartControllerManager(ctx, "daemonset", "taint-eviction-controller"); err != nil {
 		t.Fatal(err)
 	}
@@ -45,12 +36,41 @@ func TestInstallDaemonSet(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer env.StopScheduler()
+	if err := env.CreateNamespace(ctx, "baseline"); err != nil {
+		t.Fatal(err)
+	}
+	patchNamespace(ctx, t, "baseline", map[string]string{"pod-security.kubernetes.io/enforce": "baseline"})
+	for _, c := range []struct {
+		cloud, file string
+		spot        map[string]string
+		baseline    bool
+	}{
+		{"aws", "daemonset.yaml", map[string]string{"karpenter.sh/capacity-type": "spot"}, false},
+		{"gcp", "daemonset-gcp.yaml", map[string]string{"cloud.google.com/gke-spot": "true"}, true},
+		{"azure", "daemonset-azure.yaml", map[string]string{"kubernetes.azure.com/scalesetpriority": "spot"}, true},
+	} {
+		t.Run(c.cloud, func(t *testing.T) { installDaemonSet(ctx, t, c.cloud, c.file, c.spot, c.baseline) })
+	}
+}
 
+func installDaemonSet(ctx context.Context, t *testing.T, cloud, file string, spot map[string]string, baseline bool) {
+	ns := "install-" + cloud
+	nodes := []string{ns + "-spot-1", ns + "-spot-2", ns + "-spot-3"}
+	setupNode(ctx, t, ns, nodes[0], spot)
+	for _, n := range nodes[1:] {
+		if _, err := env.CreateNode(ctx, n, spot); err != nil {
+			t.Fatal(err)
+		}
+	}
+	onDemand := ns + "-on-demand"
+	if _, err := env.CreateNode(ctx, onDemand, nil); err != nil {
+		t.Fatal(err)
+	}
 	root, err := testenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	manifest, err := os.ReadFile(filepath.Join(root, "deploy", "manifests", "daemonset.yaml"))
+	manifest, err := os.ReadFile(filepath.Join(root, "deploy", "manifests", file))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,6 +80,22 @@ func TestInstallDaemonSet(t *testing.T) {
 	defer func() {
 		_ = env.Client.AppsV1().DaemonSets("kube-system").Delete(context.Background(), "reprieve", metav1.DeleteOptions{})
 	}()
+	ds, err := env.Client.AppsV1().DaemonSets("kube-system").Get(ctx, "reprieve", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Pod Security: the pod template, as a pod in a namespace that enforces baseline.
+	probe := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "psa-" + cloud, Namespace: "baseline"}, Spec: *ds.Spec.Template.Spec.DeepCopy()}
+	// Only the Pod Security check is wanted: not the ServiceAccount and priority class, which
+	// belong to kube-system.
+	probe.Spec.ServiceAccountName, probe.Spec.DeprecatedServiceAccount, probe.Spec.PriorityClassName, probe.Spec.Priority = "", "", "", nil
+	_, err = env.Client.CoreV1().Pods("baseline").Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	switch {
+	case baseline && err != nil:
+		t.Errorf("the %s pod template fails the baseline Pod Security level: %v", cloud, err)
+	case !baseline && (err == nil || !strings.Contains(err.Error(), "host namespaces")):
+		t.Errorf("the %s pod template with the host network: %v; want baseline to refuse it for host namespaces", cloud, err)
+	}
 	agentPod := func(node string) *v1.Pod {
 		list, err := env.Client.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=reprieve"})
 		if err != nil {
@@ -84,7 +120,7 @@ func TestInstallDaemonSet(t *testing.T) {
 		}
 		return true
 	})
-	if p := agentPod("install-on-demand"); p != nil {
+	if p := agentPod(onDemand); p != nil {
 		t.Errorf("a reprieve pod on the node its nodeSelector leaves out: %s", p.Name)
 	}
 
@@ -130,5 +166,20 @@ func TestInstallDaemonSet(t *testing.T) {
 	for _, tt := range added {
 		taints = append(taints, tt.Key+":"+string(tt.Effect))
 	}
-	t.Logf("reprieve pods on %d spot nodes; on %s it survived %s", len(nodes), nodes[0], strings.Join(taints, ", "))
+	t.Logf("%s: reprieve pods on %d spot nodes; on %s it survived %s", cloud, len(nodes), nodes[0], strings.Join(taints, ", "))
+}
+
+func patchNamespace(ctx context.Context, t *testing.T, name string, labels map[string]string) {
+	t.Helper()
+	ns, err := env.Client.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ns.Labels == nil {
+		ns.Labels = map[string]string{}
+	}
+	maps.Copy(ns.Labels, labels)
+	if _, err := env.Client.CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
