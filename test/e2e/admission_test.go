@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +17,6 @@ import (
 
 	"github.com/reprieve-dev/reprieve/agent"
 	"github.com/reprieve-dev/reprieve/test/scenario"
-	"github.com/reprieve-dev/reprieve/test/testenv"
 )
 
 // TestAdmissionPolicyBindsTheAgentToItsNode applies the shipped ValidatingAdmissionPolicies
@@ -50,14 +47,7 @@ func TestAdmissionPolicyBindsTheAgentToItsNode(t *testing.T) {
 	}
 	// The shipped policies, for this test's ServiceAccount (the other tests' agents are not
 	// bound to pods).
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	manifest, err := os.ReadFile(filepath.Join(root, "deploy", "manifests", "admission-policy.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	manifest := readRepoFile(t, "deploy", "manifests", "admission-policy.yaml")
 	const shipped = "system:serviceaccount:kube-system:reprieve"
 	if !strings.Contains(string(manifest), shipped) {
 		t.Fatalf("the policy does not name %s", shipped)

@@ -308,9 +308,7 @@ func TestAPIServerOutage(t *testing.T) {
 	restarted = true
 	up := time.Now()
 	// kwok, like a kubelet, recovers from the outage on its own schedule (its watches back off
-	// for up to 30 s), which would leave evicted pods present past the window for reasons that
-	// are not reprieve's. Restart it so the kubelet stand-in reconnects at once, as a kubelet
-	// whose backoff happens to be short would; it also spares the later tests that backoff.
+	// for up to 30 s). Restart it so that the tests after this one do not wait on that backoff.
 	if err := env.RestartKwok(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -348,16 +346,6 @@ func TestAPIServerOutage(t *testing.T) {
 	if planned := timeAdded.Add(30 * time.Second); absDur(recs["after-outage"].DeletedAt.Sub(planned)) > slack {
 		t.Errorf("after-outage evicted at %v, planned %v (from timeAdded)", recs["after-outage"].DeletedAt, planned)
 	}
-	waitFor(ctx, t, "the pods evicted on time gone", func() bool {
-		recs := obs.Records()
-		return !recs["due-at-once"].GoneAt.IsZero() && !recs["after-outage"].GoneAt.IsZero()
-	})
-	recs = obs.Records()
-	for _, name := range []string{"due-at-once", "after-outage"} {
-		if gone := recs[name].GoneAt; gone.After(end) {
-			t.Errorf("%s gone at T%+.2fs, after the window's end T%+.0fs", name, gone.Sub(timeAdded).Seconds(), end.Sub(timeAdded).Seconds())
-		}
-	}
 	// The log says what was late, and the summary and the missed-deadline metric agree.
 	summary := waitHandled(ctx, t, node)
 	if log := rp.LogTail(400); !strings.Contains(log, "Eviction is late") {
@@ -371,10 +359,22 @@ func TestAPIServerOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// due-at-once and after-outage were gone well before the window's end (checked above):
-	// only latest-passed, whose shortened grace ends at the window's end, may be counted.
-	if present > 1 {
-		t.Errorf("summary %q counts %d pods still present; want at most latest-passed (the cache lags after an outage, the summary must not)", summary.Message, present)
+	// The summary agrees with what the watch saw, whatever the cache held after the outage: a
+	// pod gone more than a second before the window's end is not counted, one still there a
+	// second after it is. (When the pods go is kwok's doing, like a kubelet's, not reprieve's:
+	// kwok recovers from the outage on its own schedule.)
+	recs = obs.Records()
+	surelyPresent, surelyGone := 0, 0
+	for _, p := range pods {
+		switch g := recs[p.Name].GoneAt; {
+		case g.IsZero() || g.After(end.Add(time.Second)):
+			surelyPresent++
+		case g.Before(end.Add(-time.Second)):
+			surelyGone++
+		}
+	}
+	if present < surelyPresent || present > len(pods)-surelyGone {
+		t.Errorf("summary %q counts %d pods still present; the watch saw %d surely present and %d surely gone at the window's end", summary.Message, present, surelyPresent, surelyGone)
 	}
 	if want := fmt.Sprintf("reprieve_evictions_missed_deadline_total %d", present); !strings.Contains(text, want) {
 		t.Errorf("summary says %d still present; metrics: %s", present, grep(text, "reprieve_evictions_missed_deadline_total"))

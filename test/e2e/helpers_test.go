@@ -2,12 +2,15 @@ package e2e
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/test/testenv"
 )
 
 // setupNode creates namespace ns (with its default ServiceAccount) and a kwok node.
@@ -45,4 +48,24 @@ func waitHandled(ctx context.Context, t *testing.T, node string) v1.Event {
 		return true
 	})
 	return ev
+}
+
+// repoRoot is the repository's root folder.
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// readRepoFile reads a file of the repository, by path elements from its root.
+func readRepoFile(t *testing.T, elem ...string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(append([]string{repoRoot(t)}, elem...)...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"maps"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +13,6 @@ import (
 
 	"github.com/reprieve-dev/reprieve/agent"
 	"github.com/reprieve-dev/reprieve/test/scenario"
-	"github.com/reprieve-dev/reprieve/test/testenv"
 )
 
 // TestInstallDaemonSet applies each shipped DaemonSet (deploy/manifests/daemonset*.yaml: AWS,
@@ -66,15 +63,7 @@ func installDaemonSet(ctx context.Context, t *testing.T, cloud, file string, spo
 	if _, err := env.CreateNode(ctx, onDemand, nil); err != nil {
 		t.Fatal(err)
 	}
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	manifest, err := os.ReadFile(filepath.Join(root, "deploy", "manifests", file))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := scenario.Apply(ctx, env.Client, manifest); err != nil {
+	if err := scenario.Apply(ctx, env.Client, readRepoFile(t, "deploy", "manifests", file)); err != nil {
 		t.Fatal(err)
 	}
 	defer func() {

@@ -18,8 +18,6 @@ import (
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
-
-	"github.com/reprieve-dev/reprieve/test/testenv"
 )
 
 // TestManifestsApplyServerDryRun applies every object of deploy/manifests/ as
@@ -34,11 +32,7 @@ func TestManifestsApplyServerDryRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(env.Client.Discovery()))
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := filepath.Glob(filepath.Join(root, "deploy", "manifests", "*.yaml"))
+	files, err := filepath.Glob(filepath.Join(repoRoot(t), "deploy", "manifests", "*.yaml"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no manifests: %v", err)
 	}

@@ -2,29 +2,19 @@ package e2e
 
 import (
 	"debug/elf"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/reprieve-dev/reprieve/test/scenario"
-	"github.com/reprieve-dev/reprieve/test/testenv"
 )
 
 // TestReleaseBinary: the binary every e2e test runs is built as the Makefile's build target and
 // the Dockerfile build it (the same flags in all three), it is static (the distroless static
 // image has no C library, so no loader and no shared library), and it runs.
 func TestReleaseBinary(t *testing.T) {
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, f := range []string{"Makefile", "Dockerfile"} {
-		b, err := os.ReadFile(filepath.Join(root, f))
-		if err != nil {
-			t.Fatal(err)
-		}
+		b := readRepoFile(t, f)
 		for _, want := range scenario.ReleaseBuild {
 			if !strings.Contains(string(b), want) {
 				t.Errorf("%s does not build with %s, as the tests' binary is built", f, want)

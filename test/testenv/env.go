@@ -299,32 +299,14 @@ func (e *Env) StartControllerManager(ctx context.Context, controllers ...string)
 	if err != nil {
 		return fmt.Errorf("starting kube-controller-manager: %w", err)
 	}
-	args := []string{
-		"--kubeconfig=" + e.Kubeconfig,
-		"--controllers=" + strings.Join(controllers, ","),
-		"--leader-elect=false",
-		"--bind-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(ports[0]),
-		"--tls-cert-file=" + e.pki.servingCert,
-		"--tls-private-key-file=" + e.pki.servingKey,
-		"--service-account-private-key-file=" + e.pki.saKey,
-		"--root-ca-file=" + e.pki.caCert,
-		"--use-service-account-credentials=false",
-		"--v=2",
-	}
 	begin := time.Now()
-	p, err := StartProcess(ctx, "kube-controller-manager", filepath.Join(e.LogDir, "kube-controller-manager.log"),
-		filepath.Join(e.toolsBin, KubeControllerMgrBin), args, nil)
+	p, err := e.startComponent(ctx, "kube-controller-manager", KubeControllerMgrBin, ports[0],
+		"--controllers="+strings.Join(controllers, ","),
+		"--service-account-private-key-file="+e.pki.saKey,
+		"--root-ca-file="+e.pki.caCert,
+		"--use-service-account-credentials=false")
 	if err != nil {
 		return err
-	}
-	client := e.httpClient()
-	url := fmt.Sprintf("https://127.0.0.1:%d/healthz", ports[0])
-	if err := waitReady(ctx, p, kcmReadyTimeout, func(ctx context.Context) error {
-		return httpOK(ctx, client, url, "")
-	}); err != nil {
-		_ = p.Stop()
-		return fmt.Errorf("starting kube-controller-manager: %w", err)
 	}
 	e.mu.Lock()
 	stopped = e.stopped
@@ -339,6 +321,34 @@ func (e *Env) StartControllerManager(ctx context.Context, controllers ...string)
 	}
 	e.logf("testenv: kube-controller-manager (%s) ready in %s", strings.Join(controllers, ","), time.Since(begin).Round(time.Millisecond))
 	return nil
+}
+
+// startComponent starts a control-plane component (kube-controller-manager, kube-scheduler)
+// against the API server, serving on port with the environment's certificate, and waits until it
+// answers /healthz. extra are its own flags.
+func (e *Env) startComponent(ctx context.Context, name, bin string, port int, extra ...string) (*Process, error) {
+	args := append([]string{
+		"--kubeconfig=" + e.Kubeconfig,
+		"--leader-elect=false",
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(port),
+		"--tls-cert-file=" + e.pki.servingCert,
+		"--tls-private-key-file=" + e.pki.servingKey,
+		"--v=2",
+	}, extra...)
+	p, err := StartProcess(ctx, name, filepath.Join(e.LogDir, name+".log"), filepath.Join(e.toolsBin, bin), args, nil)
+	if err != nil {
+		return nil, err
+	}
+	client := e.httpClient()
+	url := fmt.Sprintf("https://127.0.0.1:%d/healthz", port)
+	if err := waitReady(ctx, p, kcmReadyTimeout, func(ctx context.Context) error {
+		return httpOK(ctx, client, url, "")
+	}); err != nil {
+		_ = p.Stop()
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	return p, nil
 }
 
 // StartScheduler starts kube-scheduler and waits until it answers /healthz. Tests that need
@@ -356,30 +366,12 @@ func (e *Env) StartScheduler(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("starting kube-scheduler: %w", err)
 	}
-	args := []string{
-		"--kubeconfig=" + e.Kubeconfig,
-		"--authentication-kubeconfig=" + e.Kubeconfig,
-		"--authorization-kubeconfig=" + e.Kubeconfig,
-		"--leader-elect=false",
-		"--bind-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(ports[0]),
-		"--tls-cert-file=" + e.pki.servingCert,
-		"--tls-private-key-file=" + e.pki.servingKey,
-		"--v=2",
-	}
 	begin := time.Now()
-	p, err := StartProcess(ctx, "kube-scheduler", filepath.Join(e.LogDir, "kube-scheduler.log"),
-		filepath.Join(e.toolsBin, KubeSchedulerBin), args, nil)
+	p, err := e.startComponent(ctx, "kube-scheduler", KubeSchedulerBin, ports[0],
+		"--authentication-kubeconfig="+e.Kubeconfig,
+		"--authorization-kubeconfig="+e.Kubeconfig)
 	if err != nil {
 		return err
-	}
-	client := e.httpClient()
-	url := fmt.Sprintf("https://127.0.0.1:%d/healthz", ports[0])
-	if err := waitReady(ctx, p, kcmReadyTimeout, func(ctx context.Context) error {
-		return httpOK(ctx, client, url, "")
-	}); err != nil {
-		_ = p.Stop()
-		return fmt.Errorf("starting kube-scheduler: %w", err)
 	}
 	e.mu.Lock()
 	e.scheduler = p

@@ -22,15 +22,7 @@ func TestModes(t *testing.T) {
 		_, _ = io.WriteString(w, "backend "+r.Method+" "+r.URL.Path)
 	}))
 	defer backend.Close()
-	p, err := New(backend.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	url, err := p.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p, url := startProxy(t, backend.URL)
 	client := &http.Client{Timeout: 2 * time.Second}
 	get := func(method string) (int, string, error) {
 		req, _ := http.NewRequest(method, url+"/x", nil)
@@ -78,20 +70,12 @@ func TestModes(t *testing.T) {
 func TestHangUntilTheClientGivesUp(t *testing.T) {
 	backend := httptest.NewServer(http.NotFoundHandler())
 	defer backend.Close()
-	p, err := New(backend.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	url, err := p.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p, url := startProxy(t, backend.URL)
 	p.Set(Hang)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	_, err = http.DefaultClient.Do(req)
+	_, err := http.DefaultClient.Do(req)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("err %v, want the client's deadline", err)
 	}
@@ -130,38 +114,16 @@ func TestNewRejectsABadBackend(t *testing.T) {
 func TestHeldRequestsResetWhenTheModeChanges(t *testing.T) {
 	backend := httptest.NewServer(http.NotFoundHandler())
 	defer backend.Close()
-	p, err := New(backend.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	url, err := p.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p, url := startProxy(t, backend.URL)
 	p.Set(Hang)
-	done := make(chan error, 1)
-	go func() {
-		resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Get(url)
-		if err == nil {
-			resp.Body.Close()
-		}
-		done <- err
-	}()
+	done := getAsync(url)
 	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
 		return p.Count(Hang) > 0, nil
 	}); err != nil {
 		t.Fatalf("the request never reached the proxy: %v", err)
 	}
 	p.Set(Pass)
-	select {
-	case err := <-done:
-		if err == nil {
-			t.Error("a held request answered; want its connection reset")
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the held request was not released when the mode changed")
-	}
+	expectReset(t, done, "the held request")
 }
 
 // TestPassedRequestsResetWhenTheModeChanges: a request waiting at the backend (a GCP hanging
@@ -173,7 +135,17 @@ func TestPassedRequestsResetWhenTheModeChanges(t *testing.T) {
 		<-r.Context().Done()
 	}))
 	defer backend.Close()
-	p, err := New(backend.URL)
+	p, url := startProxy(t, backend.URL)
+	done := getAsync(url)
+	<-held
+	p.Set(ServerError)
+	expectReset(t, done, "the request waiting at the backend")
+}
+
+// startProxy serves a proxy to backend on a free port until the test ends.
+func startProxy(t *testing.T, backend string) (*Proxy, string) {
+	t.Helper()
+	p, err := New(backend)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +153,12 @@ func TestPassedRequestsResetWhenTheModeChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
+	t.Cleanup(p.Close)
+	return p, url
+}
+
+// getAsync GETs url on a connection of its own and reports the error (nil for an answer).
+func getAsync(url string) <-chan error {
 	done := make(chan error, 1)
 	go func() {
 		resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Get(url)
@@ -190,14 +167,18 @@ func TestPassedRequestsResetWhenTheModeChanges(t *testing.T) {
 		}
 		done <- err
 	}()
-	<-held
-	p.Set(ServerError)
+	return done
+}
+
+// expectReset checks that the request behind done ended without an answer once the mode changed.
+func expectReset(t *testing.T, done <-chan error, what string) {
+	t.Helper()
 	select {
 	case err := <-done:
 		if err == nil {
-			t.Error("the waiting request answered; want its connection reset")
+			t.Errorf("%s answered; want its connection reset", what)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("the waiting request was not released when the mode changed")
+		t.Fatalf("%s was not released when the mode changed", what)
 	}
 }
