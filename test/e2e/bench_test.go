@@ -45,14 +45,7 @@ func evictionBurst(b *testing.B, n, iter int) {
 	for i := range pods {
 		pods[i] = scenario.Pod{Name: fmt.Sprintf("p%03d", i), Kind: scenario.Plain, Tolerate: ptr64(10), Grace: ptr64(1)}
 	}
-	if err := scenario.Create(ctx, env.Client, ns, node, taint, pods); err != nil {
-		b.Fatal(err)
-	}
-	obs, err := scenario.Observe(ctx, env.Client, ns)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer obs.Stop()
+	obs := createObserved(ctx, b, ns, node, taint, pods)
 	rp, addr, err := scenario.StartReprieve(ctx, reprieveBin, logDir, node, append([]string{"--kubeconfig=" + agentKubeconfig, "--provider=none"}, benchArgs...)...)
 	if err != nil {
 		b.Fatal(err)

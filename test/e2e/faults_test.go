@@ -28,7 +28,6 @@ func TestRestartMidInterruption(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns, node = "restart", "restart-node"
-	c := env.Client
 	setupNode(ctx, t, ns, node, nil)
 	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
 	var pods []scenario.Pod
@@ -39,14 +38,7 @@ func TestRestartMidInterruption(t *testing.T) {
 	for name, d := range later {
 		pods = append(pods, scenario.Pod{Name: name, Kind: scenario.Plain, Tolerate: ptr64(int64(d / time.Second)), Grace: ptr64(1)})
 	}
-	if err := scenario.Create(ctx, c, ns, node, taint, pods); err != nil {
-		t.Fatal(err)
-	}
-	obs, err := scenario.Observe(ctx, c, ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer obs.Stop()
+	obs := createObserved(ctx, t, ns, node, taint, pods)
 	args := []string{"--kubeconfig=" + agentKubeconfig, "--provider=none"}
 	first, _, err := scenario.StartReprieve(ctx, reprieveBin, logDir, node, args...)
 	if err != nil {
@@ -248,7 +240,6 @@ func TestAPIServerOutage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	const ns, node = "outage", "outage-node"
-	c := env.Client
 	setupNode(ctx, t, ns, node, nil)
 	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
 	pods := []scenario.Pod{
@@ -256,14 +247,7 @@ func TestAPIServerOutage(t *testing.T) {
 		{Name: "latest-passed", Kind: scenario.Plain, Tolerate: ptr64(10), Grace: ptr64(25)},
 		{Name: "after-outage", Kind: scenario.Plain, Tolerate: ptr64(30), Grace: ptr64(2)},
 	}
-	if err := scenario.Create(ctx, c, ns, node, taint, pods); err != nil {
-		t.Fatal(err)
-	}
-	obs, err := scenario.Observe(ctx, c, ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer obs.Stop()
+	obs := createObserved(ctx, t, ns, node, taint, pods)
 
 	const noticeDelay, window, outage = 8 * time.Second, 40 * time.Second, 20 * time.Second
 	cloud, err := scenario.AWS{}.Start(ctx, node, logDir, noticeDelay, window)

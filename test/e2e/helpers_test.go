@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/test/scenario"
 	"github.com/reprieve-dev/reprieve/test/testenv"
 )
 
@@ -68,4 +69,19 @@ func readRepoFile(t *testing.T, elem ...string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// createObserved creates pods on node in ns (waiting until they run) and starts watching the
+// namespace; the watch stops when the test ends.
+func createObserved(ctx context.Context, t testing.TB, ns, node string, taint v1.Taint, pods []scenario.Pod) *scenario.Observer {
+	t.Helper()
+	if err := scenario.Create(ctx, env.Client, ns, node, taint, pods); err != nil {
+		t.Fatal(err)
+	}
+	obs, err := scenario.Observe(ctx, env.Client, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(obs.Stop)
+	return obs
 }

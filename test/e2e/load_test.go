@@ -46,14 +46,7 @@ func TestLoadSlowAPIServer(t *testing.T) {
 		}
 		pods[i] = p
 	}
-	if err := scenario.Create(ctx, env.Client, ns, node, taint, pods); err != nil {
-		t.Fatal(err)
-	}
-	obs, err := scenario.Observe(ctx, env.Client, ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer obs.Stop()
+	obs := createObserved(ctx, t, ns, node, taint, pods)
 
 	// The agent's kubeconfig, through the proxy (the serving certificate names 127.0.0.1).
 	cfg, err := clientcmd.LoadFromFile(agentKubeconfig)
