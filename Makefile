@@ -33,7 +33,7 @@ unit:
 
 ## fuzz: a short run of every fuzz target (the parsers of outside input); seeds are in the tests.
 ## Longer: make fuzz FUZZTIME=10m
-FUZZTIME ?= 2s
+FUZZTIME ?= 20000x
 FUZZ_TARGETS := FuzzParseSpotInstanceAction:./providers/aws FuzzParseRebalance:./providers/aws \
   FuzzParseScheduledEvents:./providers/aws FuzzParseDocument:./providers/azure \
   FuzzParseValues:./providers/gcp FuzzParseTaint:./agent
