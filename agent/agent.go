@@ -32,6 +32,8 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/reprieve-dev/reprieve/agent/notify"
+	"github.com/reprieve-dev/reprieve/agent/pressure"
+	"github.com/reprieve-dev/reprieve/kubelet"
 	"github.com/reprieve-dev/reprieve/providers"
 	"github.com/reprieve-dev/reprieve/providers/none"
 )
@@ -51,6 +53,8 @@ type Deps struct {
 	Gatherer   prometheus.Gatherer
 	// Recorder records Kubernetes Events; nil starts client-go's broadcaster in Run.
 	Recorder record.EventRecorder
+	// PressureSource reads the pressure signals; nil builds the one --pressure-source names.
+	PressureSource kubelet.Source
 }
 
 // Agent watches one node and its pods.
@@ -88,6 +92,11 @@ type Agent struct {
 	farLogged map[string]bool
 	// handling tracks the pending interruption, for the summary at the end of its window.
 	handling *handling
+	// pressureTaints are the pressure taints wanted on the node.
+	pressureTaints map[pressure.Resource]bool
+
+	// pressure is the local-pressure loop's state; nil with --pressure-source off.
+	pressure *pressureState
 }
 
 // handling is one interruption window: the pods reprieve acted on during it.
@@ -183,6 +192,9 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 		Clock: deps.Clock, Name: "",
 	})
 	a.evictFn = postEviction(deps.Client)
+	if a.pressure, err = newPressure(cfg, deps.PressureSource); err != nil {
+		return nil, err
+	}
 	a.writer = &nodeWriter{client: deps.Client, nodeName: cfg.NodeName, dryRun: cfg.DryRun, cached: a.cachedNode}
 	return a, nil
 }
@@ -262,6 +274,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	// Learn the cloud's state before planning anything, so that a restarted agent re-plans with
 	// the deadline it had rather than evicting on the taints alone.
 	a.pollOnce(ctx)
+	if a.pressure != nil {
+		if err := a.startPressure(ctx); err != nil {
+			// The interruption handling must not depend on the pressure source.
+			logger.Error(err, "Local pressure handling is off")
+			a.pressure = nil
+		}
+	}
 	a.reconcile(ctx)
 	a.ready.Store(true)
 
@@ -273,6 +292,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		g.Go(func() error { a.watch(ctx, w); return nil })
 	}
 	g.Go(func() error { a.nodeLoop(ctx); return nil })
+	if a.pressure != nil {
+		g.Go(func() error { a.pressureLoop(ctx); return nil })
+	}
 	for range a.cfg.EvictionWorkers {
 		g.Go(func() error { a.worker(ctx); return nil })
 	}
@@ -407,6 +429,7 @@ func (a *Agent) reconcile(ctx context.Context) {
 	now := a.clock.Now()
 	a.mu.Lock()
 	intent := Intend(a.notices, now, a.cfg.MaintenanceLead, a.taints)
+	intent.SoftTaints = append(intent.SoftTaints, a.wantedPressureTaints()...)
 	for _, n := range intent.FarAhead {
 		if !a.farLogged[n.ID] {
 			a.farLogged[n.ID] = true
@@ -438,6 +461,11 @@ func (a *Agent) reconcile(ctx context.Context) {
 	a.pruneAddedAt(intent)
 	for _, t := range []v1.Taint{a.taints.Interruption, a.taints.Rebalance, a.taints.Maintenance} {
 		a.metrics.TaintActive.WithLabelValues(t.Key).Set(b2f(hasTaint(planned, t)))
+	}
+	if a.pressure != nil {
+		for _, r := range pressure.Resources {
+			a.metrics.TaintActive.WithLabelValues(pressure.TaintKey(r)).Set(b2f(hasTaint(planned, a.pressureTaint(r))))
+		}
 	}
 	if intent.Interrupting() {
 		a.metrics.ReclaimDeadline.Set(float64(intent.Deadline.Unix()))

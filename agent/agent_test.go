@@ -36,6 +36,7 @@ type harness struct {
 	prov   *providertest.Fake
 	events *record.FakeRecorder
 	ctx    context.Context
+	src    *scriptedSource
 }
 
 const nodeName = "n1"
@@ -46,6 +47,8 @@ func newHarness(t *testing.T, mutate func(*Config), objs ...runtime.Object) *har
 	cfg.NodeName = nodeName
 	cfg.Provider = "aws"
 	cfg.MetricsBindAddress = ""
+	// Unit tests never read the machine's own pressure; pressure tests turn it on with src.
+	cfg.PressureSource = PressureSourceOff
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -56,7 +59,8 @@ func newHarness(t *testing.T, mutate func(*Config), objs ...runtime.Object) *har
 	clk := clocktesting.NewFakeClock(t0)
 	prov := providertest.New("aws")
 	events := record.NewFakeRecorder(1000)
-	a, err := New(cfg, Deps{Client: client, Provider: prov, Clock: clk, Recorder: events})
+	src := &scriptedSource{}
+	a, err := New(cfg, Deps{Client: client, Provider: prov, Clock: clk, Recorder: events, PressureSource: src})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +69,7 @@ func newHarness(t *testing.T, mutate func(*Config), objs ...runtime.Object) *har
 	a.evictFn = func(ctx context.Context, ev *policyv1.Eviction) error {
 		return client.CoreV1().Pods(ev.Namespace).EvictV1(ctx, ev)
 	}
-	h := &harness{t: t, a: a, client: client, clock: clk, prov: prov, events: events, ctx: context.Background()}
+	h := &harness{t: t, a: a, client: client, clock: clk, prov: prov, events: events, ctx: context.Background(), src: src}
 	h.syncStores()
 	return h
 }

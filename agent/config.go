@@ -6,8 +6,11 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"math"
+	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/reprieve-dev/reprieve/agent/notify"
+	"github.com/reprieve-dev/reprieve/kubelet"
 )
 
 // Annotation, label and taint keys that reprieve writes.
@@ -61,6 +65,24 @@ type Config struct {
 	AzureFreezeInterrupts bool
 	HostRoot              string
 
+	// Local pressure (see docs/pressure.md): where the signals come from, the kubelet's
+	// thresholds, reprieve's own, and the taint and eviction behaviour.
+	PressureSource           string
+	KubeletConfig            string
+	KubeletRootDir           string
+	ImageFsDir               string
+	KubeletSummaryURL        string
+	KubeletCAFile            string
+	KubeletTokenFile         string
+	KubeletInsecureTLS       bool
+	PressureThresholds       string
+	PressureHeadroom         string
+	PressureMinimumReclaim   string
+	PressureTransitionPeriod time.Duration
+	PressureInterval         time.Duration
+	PressureTrendWindow      time.Duration
+	PressureTaintEffect      string
+
 	EvictDaemonSetPods bool
 	// TolerationComparisonOperators matches the cluster's TaintTolerationComparisonOperators
 	// feature gate (alpha in 1.35, off by default): Lt/Gt tolerations match only when it is on.
@@ -84,6 +106,15 @@ type Config struct {
 	WebhookMaxAttempts int
 }
 
+// Pressure sources accepted by --pressure-source.
+const (
+	PressureSourceHost    = "host"
+	PressureSourceSummary = "summary"
+	PressureSourceOff     = "off"
+)
+
+var pressureSources = []string{PressureSourceHost, PressureSourceSummary, PressureSourceOff}
+
 // Provider names accepted by --provider.
 var providerNames = []string{"aws", "gcp", "azure", "auto", "none"}
 
@@ -101,6 +132,18 @@ func DefaultConfig() Config {
 		MaintenanceTaint:  "reprieve.io/scheduled-maintenance=true:NoSchedule",
 		SafetyMargin:      5 * time.Second,
 		EvictionWorkers:   64,
+
+		PressureSource:           PressureSourceHost,
+		KubeletConfig:            "/var/lib/kubelet/config.yaml",
+		KubeletRootDir:           "/var/lib/kubelet",
+		ImageFsDir:               "/var/lib/containerd",
+		KubeletCAFile:            "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt",
+		KubeletTokenFile:         "/var/run/secrets/kubernetes.io/serviceaccount/token",
+		PressureHeadroom:         "5%",
+		PressureTransitionPeriod: time.Minute,
+		PressureInterval:         time.Second,
+		PressureTrendWindow:      20 * time.Second,
+		PressureTaintEffect:      string(v1.TaintEffectNoSchedule),
 		// 110 pods (the default max per node) must all be evicted within a second of their
 		// planned time: the burst covers them; the idle agent makes no requests but watches.
 		KubeAPIQPS:         50,
@@ -131,6 +174,21 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.RebalanceTaint, "rebalance-taint", c.RebalanceTaint, "Soft taint for a rebalance recommendation, key=value:Effect; its key must be in reprieve.io/.")
 	fs.StringVar(&c.MaintenanceTaint, "maintenance-taint", c.MaintenanceTaint, "Taint for scheduled maintenance further away than --maintenance-lead, key=value:Effect; its key must be in reprieve.io/.")
 	fs.DurationVar(&c.SafetyMargin, "safety-margin", c.SafetyMargin, "Every evicted pod must have finished terminating this long before the reclaim deadline.")
+	fs.StringVar(&c.PressureSource, "pressure-source", c.PressureSource, "Where to read memory, disk and PID pressure: host (files under --host-root, as the kubelet computes them), summary (the kubelet's Summary API, RBAC nodes/stats; adds per-pod usage for ranking) or off.")
+	fs.StringVar(&c.KubeletConfig, "kubelet-config", c.KubeletConfig, "The kubelet's config file, under --host-root, for its evictionHard, evictionSoft and evictionMinimumReclaim; the kubelet's defaults when absent.")
+	fs.StringVar(&c.KubeletRootDir, "kubelet-root-dir", c.KubeletRootDir, "The kubelet's root directory, under --host-root: its filesystem is nodefs.")
+	fs.StringVar(&c.ImageFsDir, "imagefs-dir", c.ImageFsDir, "The container runtime's image store, under --host-root: its filesystem is imagefs (nodefs when absent).")
+	fs.StringVar(&c.KubeletSummaryURL, "kubelet-summary-url", c.KubeletSummaryURL, "The kubelet's Summary API for --pressure-source=summary (default https://<node InternalIP>:<kubelet port>/stats/summary).")
+	fs.StringVar(&c.KubeletCAFile, "kubelet-ca-file", c.KubeletCAFile, "CA bundle that signs the kubelet's serving certificate, for --pressure-source=summary.")
+	fs.StringVar(&c.KubeletTokenFile, "kubelet-token-file", c.KubeletTokenFile, "Bearer token for the kubelet's Summary API (re-read as it rotates); none when the file does not exist.")
+	fs.BoolVar(&c.KubeletInsecureTLS, "kubelet-insecure-tls", c.KubeletInsecureTLS, "Do not verify the kubelet's serving certificate (self-signed kubelet certificates).")
+	fs.StringVar(&c.PressureThresholds, "pressure-thresholds", c.PressureThresholds, "reprieve's pressure thresholds in the kubelet's syntax, e.g. 'memory.available<500Mi,nodefs.available<15%'; only these signals are watched. Default: the kubelet's hard thresholds plus --pressure-headroom.")
+	fs.StringVar(&c.PressureHeadroom, "pressure-headroom", c.PressureHeadroom, "Share of capacity added to each kubelet hard threshold to give reprieve's, when --pressure-thresholds is empty.")
+	fs.StringVar(&c.PressureMinimumReclaim, "pressure-minimum-reclaim", c.PressureMinimumReclaim, "How far above its threshold a signal must come back before the pressure ends, e.g. 'memory.available=200Mi,nodefs.available=1%' (default: the kubelet's evictionMinimumReclaim).")
+	fs.DurationVar(&c.PressureTransitionPeriod, "pressure-transition-period", c.PressureTransitionPeriod, "How long a signal must stay above threshold plus minimum reclaim before its pressure taint goes.")
+	fs.DurationVar(&c.PressureInterval, "pressure-interval", c.PressureInterval, "How often to read the pressure signals.")
+	fs.DurationVar(&c.PressureTrendWindow, "pressure-trend-window", c.PressureTrendWindow, "How far back readings count in a signal's trend (the predictive rule).")
+	fs.StringVar(&c.PressureTaintEffect, "pressure-taint-effect", c.PressureTaintEffect, "Effect of the pressure taints reprieve.io/{memory,disk,pid}-pressure: NoSchedule or PreferNoSchedule.")
 	fs.BoolVar(&c.EvictDaemonSetPods, "evict-daemonset-pods", c.EvictDaemonSetPods, "Evict DaemonSet pods too (kubectl drain does not).")
 	fs.BoolVar(&c.TolerationComparisonOperators, "toleration-comparison-operators", c.TolerationComparisonOperators, "Match Lt/Gt tolerations, as with the cluster's TaintTolerationComparisonOperators feature gate.")
 	fs.IntVar(&c.EvictionWorkers, "eviction-workers", c.EvictionWorkers, "How many evictions may be in flight at once.")
@@ -268,6 +326,7 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("--%s %q: a soft notice must not evict; use NoSchedule or PreferNoSchedule", f.name, f.value))
 		}
 	}
+	errs = append(errs, c.validatePressure()...)
 	if c.EvictionWorkers < 1 {
 		errs = append(errs, fmt.Errorf("--eviction-workers %d: must be at least 1", c.EvictionWorkers))
 	}
@@ -305,4 +364,71 @@ func ParseTaint(s string) (v1.Taint, error) {
 		errs = append(errs, fmt.Errorf("taint %q: effect %q must be NoSchedule, PreferNoSchedule or NoExecute", s, effect))
 	}
 	return t, errors.Join(errs...)
+}
+
+// PressureThresholdsOf parses the pressure flags: reprieve's explicit thresholds, the headroom
+// as a fraction and the minimum reclaims (nil when not given).
+func (c *Config) PressureThresholdsOf() (explicit []kubelet.Threshold, headroom float64, reclaim map[kubelet.Signal]kubelet.Threshold, err error) {
+	var errs []error
+	if explicit, err = kubelet.ParseThresholds(c.PressureThresholds); err != nil {
+		errs = append(errs, fmt.Errorf("--pressure-thresholds: %w", err))
+	}
+	if headroom, err = parsePercent(c.PressureHeadroom); err != nil {
+		errs = append(errs, fmt.Errorf("--pressure-headroom: %w", err))
+	}
+	if c.PressureMinimumReclaim != "" {
+		if reclaim, err = kubelet.ParseMinimumReclaim(c.PressureMinimumReclaim); err != nil {
+			errs = append(errs, fmt.Errorf("--pressure-minimum-reclaim: %w", err))
+		}
+	}
+	return explicit, headroom, reclaim, errors.Join(errs...)
+}
+
+// parsePercent parses "5%" (or "0.05") into a fraction in [0, 1).
+func parsePercent(s string) (float64, error) {
+	v, pct := strings.CutSuffix(strings.TrimSpace(s), "%")
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%q: want a percentage such as 5%%", s)
+	}
+	if pct {
+		f /= 100
+	}
+	if f < 0 || f >= 1 || math.IsNaN(f) {
+		return 0, fmt.Errorf("%q: must be at least 0%% and below 100%%", s)
+	}
+	return f, nil
+}
+
+func (c *Config) validatePressure() []error {
+	var errs []error
+	if !slices.Contains(pressureSources, c.PressureSource) {
+		errs = append(errs, fmt.Errorf("--pressure-source %q: must be one of %s", c.PressureSource, strings.Join(pressureSources, ", ")))
+	}
+	if c.PressureSource == PressureSourceOff {
+		return errs
+	}
+	if _, _, _, err := c.PressureThresholdsOf(); err != nil {
+		errs = append(errs, err)
+	}
+	switch v1.TaintEffect(c.PressureTaintEffect) {
+	case v1.TaintEffectNoSchedule, v1.TaintEffectPreferNoSchedule:
+	default:
+		errs = append(errs, fmt.Errorf("--pressure-taint-effect %q: must be NoSchedule or PreferNoSchedule (pressure evictions are ranked and graceful, never by taint)", c.PressureTaintEffect))
+	}
+	if c.PressureInterval < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("--pressure-interval %s: must be at least 100ms", c.PressureInterval))
+	}
+	if c.PressureTrendWindow < 3*c.PressureInterval {
+		errs = append(errs, fmt.Errorf("--pressure-trend-window %s: must hold at least 3 readings (3 x --pressure-interval %s)", c.PressureTrendWindow, c.PressureInterval))
+	}
+	if c.PressureTransitionPeriod < 0 {
+		errs = append(errs, fmt.Errorf("--pressure-transition-period %s: must not be negative", c.PressureTransitionPeriod))
+	}
+	if c.KubeletSummaryURL != "" {
+		if u, err := url.Parse(c.KubeletSummaryURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("--kubelet-summary-url %q: want an http(s) URL", c.KubeletSummaryURL))
+		}
+	}
+	return errs
 }

@@ -27,6 +27,9 @@ const (
 	ReasonForceDeleted        = "ForceDeleted"
 	ReasonGraceShortened      = "GraceShortened"
 	ReasonMissedDeadline      = "MissedDeadline"
+	ReasonPressureDetected    = "PressureDetected"
+	ReasonPressureCleared     = "PressureCleared"
+	ReasonPressureEviction    = "PressureEviction"
 )
 
 // newRecorder starts client-go's event broadcaster for the agent. Its correlator aggregates

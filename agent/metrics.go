@@ -3,6 +3,7 @@ package agent
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/reprieve-dev/reprieve/kubelet"
 	"github.com/reprieve-dev/reprieve/providers"
 )
 
@@ -36,6 +37,13 @@ type Metrics struct {
 	BlockedPods           prometheus.Gauge
 	MissedDeadlineTotal   prometheus.Counter
 	BuildInfo             *prometheus.GaugeVec
+
+	PressureAvailable      *prometheus.GaugeVec
+	PressureThreshold      *prometheus.GaugeVec
+	PressureActive         *prometheus.GaugeVec
+	PressureTimeToHard     *prometheus.GaugeVec
+	PressureEvictionsTotal *prometheus.CounterVec
+	PressureReadErrors     prometheus.Counter
 }
 
 // NewMetrics creates the collectors and registers them on reg. Counters are created at zero
@@ -84,6 +92,35 @@ func NewMetrics(reg prometheus.Registerer, provider string) (*Metrics, error) {
 			Namespace: namespace, Name: "build_info",
 			Help: "Always 1; the labels say which build is running.",
 		}, []string{"version", "goversion"}),
+		// The pressure signals keep the kubelet's names and units: bytes for memory.available,
+		// nodefs.available and imagefs.available, inodes for *.inodesFree, PIDs for pid.available.
+		PressureAvailable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Subsystem: "pressure", Name: "available",
+			Help: "The last reading of each pressure signal, in its unit (bytes, inodes or PIDs), as the kubelet computes it.",
+		}, []string{"signal"}),
+		PressureThreshold: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Subsystem: "pressure", Name: "threshold",
+			Help: "Each signal's thresholds in its unit: kind=reprieve (taint and predictive evictions from here) and kind=kubelet_hard (the kubelet evicts with a 1 s grace here).",
+		}, []string{"signal", "kind"}),
+		PressureActive: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Subsystem: "pressure", Name: "active",
+			Help: "1 while the resource (memory, disk, pid) is under pressure by reprieve's thresholds.",
+		}, []string{"resource"}),
+		PressureTimeToHard: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Subsystem: "pressure", Name: "time_to_hard_threshold_seconds",
+			Help: "Under pressure, the estimate of when the resource's nearest signal reaches the kubelet's hard threshold; +Inf when it is not falling or not under pressure.",
+		}, []string{"resource"}),
+		PressureEvictionsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "pressure", Name: "evictions_total",
+			Help: "Pods evicted for pressure, by the signal that decided it.",
+		}, []string{"signal"}),
+		PressureReadErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "pressure", Name: "read_errors_total",
+			Help: "Readings of the pressure signals that failed in whole or in part.",
+		}),
+	}
+	for _, s := range kubelet.Signals {
+		m.PressureEvictionsTotal.WithLabelValues(string(s))
 	}
 	for _, k := range providers.Kinds {
 		m.NoticesTotal.WithLabelValues(provider, string(k))
@@ -95,7 +132,8 @@ func NewMetrics(reg prometheus.Registerer, provider string) (*Metrics, error) {
 		m.EvictionRequestsTotal.WithLabelValues(r)
 	}
 	for _, c := range []prometheus.Collector{m.NoticesTotal, m.ReclaimDeadline, m.NoticeToTaint, m.PollsTotal, m.TaintActive,
-		m.EvictionRequestsTotal, m.EvictionLateness, m.BlockedPods, m.MissedDeadlineTotal, m.BuildInfo} {
+		m.EvictionRequestsTotal, m.EvictionLateness, m.BlockedPods, m.MissedDeadlineTotal, m.BuildInfo,
+		m.PressureAvailable, m.PressureThreshold, m.PressureActive, m.PressureTimeToHard, m.PressureEvictionsTotal, m.PressureReadErrors} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

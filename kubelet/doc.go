@@ -1,3 +1,19 @@
-// Package kubelet will read node pressure signals (memory, disk, PID) as the kubelet computes
-// them, and the kubelet's eviction thresholds. It is empty until the local-pressure work lands.
+// Package kubelet reads what the kubelet's eviction manager reads, named as the kubelet names it.
+//
+// It has three parts:
+//
+//   - Signals: memory.available, nodefs.available, nodefs.inodesFree, imagefs.available,
+//     imagefs.inodesFree and pid.available, each an Observation of what is available out of what
+//     capacity. Two Sources produce them: HostSource computes them from the host's /proc, /sys and
+//     statfs under a root path (a read-only host mount in the DaemonSet, fixture trees in tests),
+//     following the kubelet's own definitions rather than the usual "free memory" ones; and
+//     SummarySource reads the kubelet's Summary API (/stats/summary), which also gives per-pod usage.
+//   - Thresholds in the kubelet's syntax ("memory.available<100Mi", "nodefs.available<10%"), with
+//     the kubelet's parsing rules (pkg/kubelet/eviction/helpers.go, parseThresholdStatement).
+//   - Config: the eviction part of the kubelet's configuration file, with the kubelet's defaulting
+//     of evictionHard (cmd/kubelet/app/server.go, loadConfigFile). It is read from the host's file
+//     because /configz needs nodes/proxy, which also allows exec into every pod on the node.
+//
+// Flags given to the kubelet on its command line (--eviction-hard and friends) and drop-in files
+// under --config-dir are not seen here: only the one configuration file.
 package kubelet

@@ -306,7 +306,9 @@ func StartReprieve(ctx context.Context, bin, logDir, node string, args ...string
 		return nil, "", err
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	all := append([]string{"--node-name=" + node, "--poll-interval=1s", "--metrics-bind-address=" + addr, "-v=2"}, args...)
+	// Local pressure is off unless a test turns it on (a later flag wins): the host's own
+	// signals would otherwise taint every simulated node of this machine alike.
+	all := append([]string{"--node-name=" + node, "--poll-interval=1s", "--metrics-bind-address=" + addr, "-v=2", "--pressure-source=off"}, args...)
 	logPath := filepath.Join(logDir, "reprieve-"+node+".log")
 	p, err := testenv.StartProcess(ctx, "reprieve", logPath, bin, all, os.Environ())
 	if err != nil {

@@ -1,0 +1,417 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/reprieve-dev/reprieve/agent/pressure"
+	"github.com/reprieve-dev/reprieve/kubelet"
+)
+
+// pressureBlockedBackoff is how long a pod whose pressure eviction a PodDisruptionBudget
+// refused is passed over, doubling to pressureBlockedMax: the next pod in rank goes instead.
+const (
+	pressureBlockedBackoff = time.Second
+	pressureBlockedMax     = 30 * time.Second
+)
+
+// pressureState is the pressure loop's memory, guarded by its own goroutine (only the taints
+// are read elsewhere, under Agent.mu).
+type pressureState struct {
+	source     kubelet.Source
+	thresholds pressure.Thresholds
+	kubeletCfg kubelet.Config
+	tracker    *pressure.Tracker
+	trend      *pressure.Trend
+	// inFlight are the pods evicted for pressure that are still on the node.
+	inFlight map[types.UID]inFlight
+	// blocked are pods a PodDisruptionBudget protected, with when to try again.
+	blocked map[types.UID]blockedPod
+	lastErr string
+}
+
+type inFlight struct {
+	key      string
+	resource pressure.Resource
+	usage    int64
+}
+
+type blockedPod struct {
+	until    time.Time
+	attempts int
+}
+
+// newPressure reads the kubelet's thresholds and sets up the signal source; nil when
+// --pressure-source is off. The Summary API's URL may need the node: it is resolved in Run.
+func newPressure(cfg Config, source kubelet.Source) (*pressureState, error) {
+	if cfg.PressureSource == PressureSourceOff {
+		return nil, nil
+	}
+	explicit, headroom, reclaim, err := cfg.PressureThresholdsOf()
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(cfg.HostRoot, cfg.KubeletConfig)
+	kc, err := kubelet.ReadConfig(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading the kubelet's eviction thresholds: %w", err)
+	}
+	if reclaim == nil {
+		reclaim = kc.MinimumReclaim
+	}
+	if source == nil && cfg.PressureSource == PressureSourceHost {
+		source = &kubelet.HostSource{Root: cfg.HostRoot, KubeletRootDir: cfg.KubeletRootDir, ImageFsDir: cfg.ImageFsDir}
+	}
+	return &pressureState{
+		source:     source,
+		thresholds: pressure.Thresholds{Explicit: explicit, Headroom: headroom, Hard: kc.Hard, MinReclaim: reclaim},
+		kubeletCfg: kc,
+		tracker:    pressure.NewTracker(cfg.PressureTransitionPeriod),
+		trend:      pressure.NewTrend(cfg.PressureTrendWindow),
+		inFlight:   map[types.UID]inFlight{},
+		blocked:    map[types.UID]blockedPod{},
+	}, nil
+}
+
+// startPressure resolves what needs the node (the Summary API's address), restores the
+// pressure state that reprieve's own taints on the node record (a restarted agent keeps a
+// taint until the transition period shows the pressure is over), and takes a first reading.
+func (a *Agent) startPressure(ctx context.Context) error {
+	p := a.pressure
+	logger := klog.FromContext(ctx)
+	node := a.cachedNode()
+	if p.source == nil {
+		url := a.cfg.KubeletSummaryURL
+		if url == "" {
+			if node == nil {
+				return errors.New("finding the kubelet's Summary API: node not found")
+			}
+			var err error
+			if url, err = summaryURL(node); err != nil {
+				return err
+			}
+		}
+		token := a.cfg.KubeletTokenFile
+		if _, err := os.Stat(token); err != nil {
+			token = ""
+		}
+		ca := a.cfg.KubeletCAFile
+		if _, err := os.Stat(ca); err != nil || a.cfg.KubeletInsecureTLS {
+			// Outside a pod (or with a plain-HTTP test server) there is no in-cluster CA: the
+			// system's roots verify the kubelet then.
+			ca = ""
+		}
+		src, err := kubelet.NewSummarySource(url, ca, token, a.cfg.KubeletInsecureTLS)
+		if err != nil {
+			return fmt.Errorf("setting up the kubelet's Summary API client: %w", err)
+		}
+		p.source = src
+		logger.Info("Reading pressure from the kubelet's Summary API", "url", url)
+	}
+	thresholds := make([]string, 0, len(p.thresholds.Explicit))
+	for _, t := range p.thresholds.Explicit {
+		thresholds = append(thresholds, t.String())
+	}
+	hard := make([]string, 0, len(p.thresholds.Hard))
+	for _, t := range p.thresholds.Hard {
+		hard = append(hard, t.String())
+	}
+	logger.Info("Watching local pressure", "source", a.cfg.PressureSource, "kubeletConfig", p.kubeletCfg.Path,
+		"kubeletConfigFound", p.kubeletCfg.Found, "kubeletHard", hard, "thresholds", thresholds,
+		"headroom", p.thresholds.Headroom, "transitionPeriod", a.cfg.PressureTransitionPeriod)
+	if node != nil {
+		own := setOf(parseOwned(node).Taints)
+		for _, r := range pressure.Resources {
+			if own[taintID(a.pressureTaint(r))] {
+				p.tracker.Set(r, true, a.clock.Now())
+				a.setPressureTaint(r, true)
+				logger.Info("Pressure taint found on the node; keeping it until the pressure is seen to be over", "resource", r)
+			}
+		}
+	}
+	a.observePressure(ctx)
+	return nil
+}
+
+// summaryURL is the kubelet's Summary API on the node's InternalIP and kubelet port.
+func summaryURL(node *v1.Node) (string, error) {
+	port := int(node.Status.DaemonEndpoints.KubeletEndpoint.Port)
+	if port == 0 {
+		port = 10250
+	}
+	for _, addr := range node.Status.Addresses {
+		if addr.Type == v1.NodeInternalIP {
+			return "https://" + net.JoinHostPort(addr.Address, strconv.Itoa(port)) + "/stats/summary", nil
+		}
+	}
+	return "", fmt.Errorf("finding the kubelet's Summary API: node %s has no InternalIP; set --kubelet-summary-url", node.Name)
+}
+
+// pressureLoop reads the signals every --pressure-interval.
+func (a *Agent) pressureLoop(ctx context.Context) {
+	timer := a.clock.NewTimer(time.Duration(rand.Int64N(int64(a.cfg.PressureInterval))))
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C():
+			a.observePressure(ctx)
+			timer.Reset(a.cfg.PressureInterval)
+		}
+	}
+}
+
+func (a *Agent) pressureTaint(r pressure.Resource) v1.Taint {
+	return v1.Taint{Key: pressure.TaintKey(r), Value: "true", Effect: v1.TaintEffect(a.cfg.PressureTaintEffect)}
+}
+
+// setPressureTaint records whether r's taint is wanted and reports whether that changed.
+func (a *Agent) setPressureTaint(r pressure.Resource, on bool) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.pressureTaints == nil {
+		a.pressureTaints = map[pressure.Resource]bool{}
+	}
+	was := a.pressureTaints[r]
+	a.pressureTaints[r] = on
+	return was != on
+}
+
+// wantedPressureTaints returns the pressure taints wanted on the node; a.mu must be held.
+func (a *Agent) wantedPressureTaints() []v1.Taint {
+	var out []v1.Taint
+	for _, r := range pressure.Resources {
+		if a.pressureTaints[r] {
+			out = append(out, a.pressureTaint(r))
+		}
+	}
+	return out
+}
+
+// observePressure is one iteration of the pressure loop: read, update the levels, the trend
+// and the taints, then evict what the predictive rule says must go now.
+func (a *Agent) observePressure(ctx context.Context) {
+	p := a.pressure
+	logger := klog.FromContext(ctx)
+	now := a.clock.Now()
+	rctx, cancel := context.WithTimeout(ctx, max(2*a.cfg.PressureInterval, 3*time.Second))
+	sample, err := p.source.Read(rctx)
+	cancel()
+	if err != nil {
+		a.metrics.PressureReadErrors.Inc()
+		// Once per distinct error, so that a missing file does not fill the log every second.
+		if msg := err.Error(); msg != p.lastErr && ctx.Err() == nil {
+			logger.Error(err, "Reading pressure signals failed; keeping the last state for what could not be read", "source", a.cfg.PressureSource)
+			p.lastErr = msg
+		}
+	} else {
+		p.lastErr = ""
+	}
+	levels := p.thresholds.Levels(sample.Node)
+	for _, l := range levels {
+		p.trend.Add(now, l.Signal, l.Available)
+		s := string(l.Signal)
+		a.metrics.PressureAvailable.WithLabelValues(s).Set(float64(l.Available))
+		a.metrics.PressureThreshold.WithLabelValues(s, "reprieve").Set(float64(l.Threshold))
+		a.metrics.PressureThreshold.WithLabelValues(s, "kubelet_hard").Set(float64(l.Hard))
+	}
+	for _, ch := range p.tracker.Observe(now, levels) {
+		a.reportPressureChange(ctx, ch)
+		if a.setPressureTaint(ch.Resource, ch.Active) {
+			a.signalNode()
+		}
+	}
+	for _, r := range pressure.Resources {
+		a.metrics.PressureActive.WithLabelValues(string(r)).Set(b2f(p.tracker.Active(r)))
+	}
+	a.evictForPressure(ctx, now, levels, sample.Pods)
+}
+
+func (a *Agent) reportPressureChange(ctx context.Context, ch pressure.Change) {
+	logger := klog.FromContext(ctx)
+	if ch.Active {
+		l := ch.Level
+		logger.Info("Pressure detected", "resource", ch.Resource, "signal", l.Signal, "available", l.Available,
+			"threshold", l.Threshold, "kubeletHard", l.Hard)
+		a.recorder.Eventf(nodeRef(a.cfg.NodeName), v1.EventTypeWarning, ReasonPressureDetected,
+			"%s %s is below reprieve's threshold %s (the kubelet evicts at %s): tainting %s",
+			l.Signal, formatAmount(l.Signal, l.Available), formatAmount(l.Signal, l.Threshold), formatAmount(l.Signal, l.Hard), pressure.TaintKey(ch.Resource))
+		return
+	}
+	logger.Info("Pressure cleared", "resource", ch.Resource, "transitionPeriod", a.cfg.PressureTransitionPeriod)
+	a.recorder.Eventf(nodeRef(a.cfg.NodeName), v1.EventTypeNormal, ReasonPressureCleared,
+		"No %s pressure for %s: removing %s", ch.Resource, a.cfg.PressureTransitionPeriod, pressure.TaintKey(ch.Resource))
+}
+
+// formatAmount writes a signal's amount in its unit: bytes as a binary quantity, inodes and
+// PIDs as counts.
+func formatAmount(s kubelet.Signal, v int64) string {
+	switch s {
+	case kubelet.MemoryAvailable, kubelet.NodeFsAvailable, kubelet.ImageFsAvailable:
+		return resource.NewQuantity(v, resource.BinarySI).String()
+	}
+	return strconv.FormatInt(v, 10)
+}
+
+// evictForPressure applies the predictive rule to every resource under pressure.
+func (a *Agent) evictForPressure(ctx context.Context, now time.Time, levels []pressure.Level, usage map[types.UID]kubelet.PodUsage) {
+	p := a.pressure
+	pods, err := a.podLister.List(labels.Everything())
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Listing the node's pods from the cache failed")
+		return
+	}
+	present := map[types.UID]*v1.Pod{}
+	for _, pod := range pods {
+		present[pod.UID] = pod
+	}
+	for uid := range p.inFlight {
+		if _, ok := present[uid]; !ok {
+			delete(p.inFlight, uid)
+		}
+	}
+	for uid, b := range p.blocked {
+		if _, ok := present[uid]; !ok || now.Sub(b.until) > pressureBlockedMax {
+			delete(p.blocked, uid)
+		}
+	}
+	view := a.currentView()
+	for _, r := range pressure.Resources {
+		if !p.tracker.Active(r) {
+			a.metrics.PressureTimeToHard.WithLabelValues(string(r)).Set(math.Inf(1))
+			continue
+		}
+		// The signal of r nearest its hard threshold decides.
+		var lvl pressure.Level
+		ttl := pressure.Never
+		for _, l := range levels {
+			if pressure.ResourceOf(l.Signal) != r {
+				continue
+			}
+			slope, ok := p.trend.Slope(l.Signal)
+			if t := pressure.TimeTo(l.Available, l.Hard, slope, ok); t <= ttl {
+				lvl, ttl = l, t
+			}
+		}
+		a.metrics.PressureTimeToHard.WithLabelValues(string(r)).Set(ttl.Seconds())
+		if lvl.Signal == "" {
+			continue // nothing read this time
+		}
+		var evictable []*v1.Pod
+		for _, pod := range pods {
+			if pressure.Keep(pod, a.cfg.PodNamespace, a.cfg.PodName) != "" {
+				continue
+			}
+			if b, ok := p.blocked[pod.UID]; ok && now.Before(b.until) {
+				continue
+			}
+			if _, ok := p.inFlight[pod.UID]; ok {
+				continue
+			}
+			evictable = append(evictable, pod)
+		}
+		a.shortenInFlight(ctx, now, r, ttl, present)
+		in := pressure.Input{
+			Level: lvl, Active: true, TimeToHard: ttl,
+			Ranked:       pressure.Candidates(r, evictable, usage, PodGrace),
+			SafetyMargin: a.cfg.SafetyMargin, Allowance: requestAllowance,
+		}
+		for _, f := range p.inFlight {
+			if f.resource == r {
+				in.InFlight++
+				in.Reclaiming += f.usage
+			}
+		}
+		for _, ev := range pressure.Decide(in) {
+			a.pressureEvict(ctx, now, r, lvl, ttl, ev, view)
+		}
+	}
+}
+
+// shortenInFlight shortens the grace of the pods already evicted for r that would outlive the
+// current estimate (the fall sped up since): a later DELETE can only shorten a grace.
+func (a *Agent) shortenInFlight(ctx context.Context, now time.Time, r pressure.Resource, ttl time.Duration, present map[types.UID]*v1.Pod) {
+	if ttl == pressure.Never {
+		return
+	}
+	end := now.Add(max(ttl-a.cfg.SafetyMargin, pressure.MinGrace))
+	for uid, f := range a.pressure.inFlight {
+		pod := present[uid]
+		if f.resource != r || pod == nil || pod.DeletionTimestamp == nil || !pod.DeletionTimestamp.After(end) {
+			continue
+		}
+		grace := max((ttl - a.cfg.SafetyMargin - requestAllowance).Truncate(time.Second), pressure.MinGrace)
+		if pod.DeletionGracePeriodSeconds != nil && time.Duration(*pod.DeletionGracePeriodSeconds)*time.Second <= grace {
+			continue
+		}
+		if err := a.deletePod(ctx, pod, grace); err != nil {
+			klog.FromContext(ctx).Error(err, "Shortening the grace of a pod evicted for pressure failed", "pod", klog.KObj(pod))
+			continue
+		}
+		a.metrics.EvictionRequestsTotal.WithLabelValues(ResultGraceShortened).Inc()
+		klog.FromContext(ctx).Info("Shortened the grace of a pod evicted for pressure: the signal falls faster than estimated",
+			"pod", klog.KObj(pod), "grace", grace, "timeToHard", ttl)
+		a.recorder.Eventf(pod, v1.EventTypeWarning, ReasonGraceShortened, "Grace shortened to %s: %s pressure rises faster than estimated", grace, r)
+	}
+}
+
+// pressureEvict evicts one pod for pressure through the Eviction API. While an interruption is
+// pending its window bounds the grace too: a pressure eviction never gives more than the
+// interruption plan would.
+func (a *Agent) pressureEvict(ctx context.Context, now time.Time, r pressure.Resource, lvl pressure.Level, ttl time.Duration, ev pressure.Eviction, view planView) {
+	p := a.pressure
+	logger := klog.FromContext(ctx)
+	pod := ev.Pod
+	grace := ev.Grace
+	if view.window.HasDeadline() {
+		grace = min(grace, GraceAt(ev.Candidate.Grace, view.window, now))
+	}
+	eta := "now"
+	if ttl > 0 {
+		eta = "in about " + ttl.Round(time.Second).String()
+	}
+	err := a.evict(ctx, pod, grace)
+	switch {
+	case err == nil:
+		p.inFlight[pod.UID] = inFlight{key: pod.Namespace + "/" + pod.Name, resource: r, usage: ev.Usage}
+		delete(p.blocked, pod.UID)
+		a.metrics.PressureEvictionsTotal.WithLabelValues(string(lvl.Signal)).Inc()
+		a.metrics.EvictionRequestsTotal.WithLabelValues(ResultEvicted).Inc()
+		logger.Info("Evicted pod for pressure", "pod", klog.KObj(pod), "signal", lvl.Signal, "available", lvl.Available,
+			"kubeletHard", lvl.Hard, "timeToHard", ttl, "grace", grace, "podGrace", ev.Candidate.Grace, "usage", ev.Usage)
+		a.recorder.Eventf(pod, v1.EventTypeWarning, ReasonPressureEviction,
+			"Evicted for %s pressure with a %s grace (the pod asks %s): %s reaches the kubelet's hard threshold %s %s",
+			r, grace, ev.Candidate.Grace, lvl.Signal, formatAmount(lvl.Signal, lvl.Hard), eta)
+	case apierrors.IsTooManyRequests(err):
+		b := p.blocked[pod.UID]
+		b.attempts++
+		b.until = now.Add(min(pressureBlockedBackoff<<min(b.attempts-1, 5), pressureBlockedMax))
+		p.blocked[pod.UID] = b
+		a.metrics.EvictionRequestsTotal.WithLabelValues(ResultPDBBlocked).Inc()
+		logger.Info("A PodDisruptionBudget blocks the pressure eviction; trying the next pod", "pod", klog.KObj(pod), "retryAt", b.until)
+		if b.attempts == 1 {
+			a.recorder.Eventf(pod, v1.EventTypeWarning, ReasonEvictionBlocked, "A PodDisruptionBudget blocks its eviction for %s pressure", r)
+		}
+	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		// Gone, or replaced by a pod of the same name: nothing to do.
+	default:
+		a.metrics.EvictionRequestsTotal.WithLabelValues(ResultFailed).Inc()
+		logger.Error(err, "Evicting pod for pressure failed; will retry", "pod", klog.KObj(pod))
+	}
+}

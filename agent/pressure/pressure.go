@@ -1,0 +1,311 @@
+// Package pressure is the pure part of reprieve's local-pressure handling, shaped like the
+// kubelet's eviction manager: observations -> thresholds met (with hysteresis) -> a trend ->
+// the time left before the kubelet's hard threshold -> ranked, graceful evictions. Every step
+// is a function of its inputs (no clock, no client), so that each has a table test.
+package pressure
+
+import (
+	"math"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/reprieve-dev/reprieve/kubelet"
+)
+
+// Resource groups the signals that share a taint and a ranking.
+type Resource string
+
+// The resources, each with its own taint.
+const (
+	Memory Resource = "memory"
+	Disk   Resource = "disk"
+	PID    Resource = "pid"
+)
+
+// Resources lists every resource in a stable order.
+var Resources = []Resource{Memory, Disk, PID}
+
+// ResourceOf returns the resource a signal measures.
+func ResourceOf(s kubelet.Signal) Resource {
+	switch s {
+	case kubelet.MemoryAvailable:
+		return Memory
+	case kubelet.PIDAvailable:
+		return PID
+	default:
+		return Disk
+	}
+}
+
+// TaintKey is reprieve's own taint key for a resource: never the node.kubernetes.io/* keys,
+// which the node lifecycle controller removes whenever the kubelet's condition is not True.
+func TaintKey(r Resource) string { return "reprieve.io/" + string(r) + "-pressure" }
+
+// Level is one signal's reading against its thresholds, all in the signal's unit (bytes,
+// inodes or PIDs).
+type Level struct {
+	Signal    kubelet.Signal
+	Available int64
+	Capacity  int64
+	// Threshold is reprieve's: below it the resource is under pressure.
+	Threshold int64
+	// MinReclaim is how far above Threshold the signal must come back before the pressure ends.
+	MinReclaim int64
+	// Hard is the kubelet's hard eviction threshold (0 when it has none for this signal): what
+	// reprieve must act before.
+	Hard int64
+}
+
+// Met reports whether the level counts as pressure: below the threshold, or, while the
+// pressure is already on, not yet back above threshold plus minimum reclaim.
+func (l Level) Met(active bool) bool {
+	if l.Available < l.Threshold {
+		return true
+	}
+	return active && l.Available < l.Threshold+l.MinReclaim
+}
+
+// Tracker holds the pressure state of each resource with the kubelet's hysteresis: a resource
+// comes under pressure at once, and leaves it only once none of its signals has been met for
+// Transition (evictionPressureTransitionPeriod's rule), so that a signal hovering at the
+// threshold does not flap the taint.
+type Tracker struct {
+	Transition time.Duration
+	active     map[Resource]bool
+	lastMet    map[Resource]time.Time
+}
+
+// NewTracker returns a tracker with nothing under pressure.
+func NewTracker(transition time.Duration) *Tracker {
+	return &Tracker{Transition: transition, active: map[Resource]bool{}, lastMet: map[Resource]time.Time{}}
+}
+
+// Change is a resource whose pressure state changed in an Observe.
+type Change struct {
+	Resource Resource
+	Active   bool
+	// Level is the signal that decided it: the first one met when pressure starts, the last
+	// one met when it ends.
+	Level Level
+}
+
+// Observe records the levels read at now and returns the resources whose state changed. A
+// resource none of whose signals was read keeps its state: a failed read never clears a
+// taint, and never sets one.
+func (t *Tracker) Observe(now time.Time, levels []Level) []Change {
+	var changes []Change
+	for _, r := range Resources {
+		read, met := false, false
+		var decisive Level
+		for _, l := range levels {
+			if ResourceOf(l.Signal) != r {
+				continue
+			}
+			read = true
+			if l.Met(t.active[r]) && !met {
+				met, decisive = true, l
+			}
+		}
+		if !read {
+			continue
+		}
+		switch {
+		case met:
+			t.lastMet[r] = now
+			if !t.active[r] {
+				t.active[r] = true
+				changes = append(changes, Change{Resource: r, Active: true, Level: decisive})
+			}
+		case t.active[r] && now.Sub(t.lastMet[r]) >= t.Transition:
+			t.active[r] = false
+			changes = append(changes, Change{Resource: r, Active: false})
+		}
+	}
+	return changes
+}
+
+// Active reports whether r is under pressure.
+func (t *Tracker) Active(r Resource) bool { return t.active[r] }
+
+// Set restores a state, for an agent that finds its own pressure taint on the node at start:
+// it keeps it until the transition period has passed without pressure.
+func (t *Tracker) Set(r Resource, active bool, now time.Time) {
+	t.active[r] = active
+	if active {
+		t.lastMet[r] = now
+	}
+}
+
+// Trend keeps each signal's recent readings and fits a line to them (least squares), which
+// says how fast the signal is falling.
+type Trend struct {
+	// Window is how far back readings count.
+	Window  time.Duration
+	samples map[kubelet.Signal][]point
+}
+
+type point struct {
+	at    time.Time
+	value float64
+}
+
+// NewTrend returns an empty trend over window.
+func NewTrend(window time.Duration) *Trend {
+	return &Trend{Window: window, samples: map[kubelet.Signal][]point{}}
+}
+
+// Add records a reading of s at now and forgets readings older than the window.
+func (t *Trend) Add(now time.Time, s kubelet.Signal, available int64) {
+	ps := append(t.samples[s], point{at: now, value: float64(available)})
+	cut := 0
+	for cut < len(ps) && now.Sub(ps[cut].at) > t.Window {
+		cut++
+	}
+	t.samples[s] = append(ps[:0], ps[cut:]...)
+}
+
+// minSamples is how many readings a slope needs: two points make a slope out of any jitter.
+const minSamples = 3
+
+// Slope returns how fast s changes, in units per second (negative when falling); ok is false
+// with fewer than minSamples readings in the window or when they all share one instant. It is
+// the steeper fall of two fits: over the whole window, which smooths jitter, and over the last
+// minSamples readings, which sees an acceleration within two readings (a fit over the window
+// alone would lag it by half the window, and a pod evicted on that estimate would get a grace
+// longer than the time left).
+func (t *Trend) Slope(s kubelet.Signal) (perSecond float64, ok bool) {
+	ps := t.samples[s]
+	if len(ps) < minSamples {
+		return 0, false
+	}
+	long, ok := fit(ps)
+	if !ok {
+		return 0, false
+	}
+	if short, ok := fit(ps[len(ps)-minSamples:]); ok && short < long {
+		return short, true
+	}
+	return long, true
+}
+
+// fit is the least-squares slope of ps per second.
+func fit(ps []point) (float64, bool) {
+	t0 := ps[0].at
+	var n, sx, sy, sxx, sxy float64
+	for _, p := range ps {
+		x := p.at.Sub(t0).Seconds()
+		n++
+		sx += x
+		sy += p.value
+		sxx += x * x
+		sxy += x * p.value
+	}
+	den := n*sxx - sx*sx
+	if den == 0 {
+		return 0, false
+	}
+	return (n*sxy - sx*sy) / den, true
+}
+
+// Never is what TimeTo returns for a signal that is not heading for its target.
+const Never = time.Duration(math.MaxInt64)
+
+// TimeTo estimates how long until available falls to target at slope units per second: 0 when
+// it is already there, Never when it is not falling.
+func TimeTo(available, target int64, slope float64, slopeOK bool) time.Duration {
+	if available <= target {
+		return 0
+	}
+	if !slopeOK || slope >= 0 {
+		return Never
+	}
+	secs := float64(available-target) / -slope
+	if secs >= Never.Seconds() {
+		return Never
+	}
+	return time.Duration(secs * float64(time.Second))
+}
+
+// Candidate is a pod the pressure loop may evict, with its usage of the resource.
+type Candidate struct {
+	Pod *v1.Pod
+	// Usage is the pod's use of the resource (bytes, or processes for PID); Known is false when
+	// the source has no per-pod figures (the host source).
+	Usage int64
+	Known bool
+	// Grace is the grace the pod asks for (its terminationGracePeriodSeconds), before any cut.
+	Grace time.Duration
+}
+
+// Eviction is one pod to evict now, with the grace it gets.
+type Eviction struct {
+	Candidate
+	Grace time.Duration
+}
+
+// Input is everything one eviction decision for one signal depends on.
+type Input struct {
+	Level Level
+	// Active is the pressure state of the level's resource.
+	Active bool
+	// TimeToHard is the estimate of when the signal reaches the kubelet's hard threshold.
+	TimeToHard time.Duration
+	// Ranked are the evictable pods, in the order the kubelet would pick them.
+	Ranked []Candidate
+	// InFlight counts the pods reprieve already evicted for this resource that are still on the
+	// node, and Reclaiming the usage they will free.
+	InFlight   int
+	Reclaiming int64
+	// SafetyMargin is how long before the hard threshold an evicted pod must be gone, and
+	// Allowance the time a request takes to land (as for interruptions).
+	SafetyMargin, Allowance time.Duration
+}
+
+// MinGrace is the least grace a pressure eviction gives: the kubelet's own hard-threshold grace.
+const MinGrace = time.Second
+
+// Decide returns the pods to evict now for one signal, or none. It acts only under pressure,
+// and only when the hard threshold is nearer than the next pod's grace plus the safety margin:
+// a pod evicted then, with its grace cut to fit, is gone before the kubelet would have killed
+// it with a 1 s grace. With per-pod usage it evicts as many pods as it takes to bring the
+// signal back above reprieve's threshold plus the minimum reclaim, counting what the pods
+// already evicted will free; without, one pod at a time, the next only once the last is gone.
+func Decide(in Input) []Eviction {
+	if !in.Active || len(in.Ranked) == 0 || in.TimeToHard == Never {
+		return nil
+	}
+	next := in.Ranked[0]
+	if in.TimeToHard >= next.Grace+in.SafetyMargin {
+		return nil
+	}
+	budget := max(in.TimeToHard-in.SafetyMargin-in.Allowance, MinGrace)
+	grace := func(c Candidate) time.Duration {
+		// Whole seconds, rounded down: what the API takes, and never more than fits.
+		return max(min(c.Grace, budget).Truncate(time.Second), MinGrace)
+	}
+	if !next.Known {
+		if in.InFlight > 0 {
+			return nil
+		}
+		return []Eviction{{Candidate: next, Grace: grace(next)}}
+	}
+	need := in.Level.Threshold + in.Level.MinReclaim - in.Level.Available - in.Reclaiming
+	var out []Eviction
+	for _, c := range in.Ranked {
+		if need <= 0 {
+			break
+		}
+		if c.Usage <= 0 {
+			// Evicting it frees nothing of this resource.
+			continue
+		}
+		out = append(out, Eviction{Candidate: c, Grace: grace(c)})
+		need -= c.Usage
+	}
+	if len(out) == 0 && in.InFlight == 0 && need > 0 {
+		// No pod shows usage, yet the node is short: evict the first in the kubelet's order.
+		out = append(out, Eviction{Candidate: next, Grace: grace(next)})
+	}
+	return out
+}

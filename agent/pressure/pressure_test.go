@@ -1,0 +1,338 @@
+package pressure
+
+import (
+	"math"
+	"slices"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/reprieve-dev/reprieve/kubelet"
+)
+
+var t0 = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+
+const mi = 1 << 20
+
+func mem(avail int64) Level {
+	return Level{Signal: kubelet.MemoryAvailable, Available: avail * mi, Capacity: 8192 * mi, Threshold: 1000 * mi, MinReclaim: 200 * mi, Hard: 100 * mi}
+}
+
+// The taint comes on at the first reading below the threshold, stays while the signal hovers
+// between threshold and threshold + minimum reclaim, and goes only after a whole transition
+// period above that.
+func TestTrackerHysteresis(t *testing.T) {
+	steps := []struct {
+		at     time.Duration
+		avail  int64 // MiB; 0 = no reading of memory this time
+		active bool
+		change bool
+	}{
+		{0, 2000, false, false},
+		{1 * time.Second, 999, true, true},     // below 1000: on at once
+		{2 * time.Second, 1100, true, false},   // above the threshold but within the minimum reclaim
+		{3 * time.Second, 1250, true, false},   // above threshold + reclaim: the transition starts
+		{30 * time.Second, 1300, true, false},  // 27 s without pressure: still on
+		{61 * time.Second, 1300, true, false},  // 59 s since it was last met (at 2 s): still on
+		{62 * time.Second, 0, true, false},     // a failed read changes nothing, even past the period
+		{63 * time.Second, 1300, false, true},  // 61 s since last met: off
+		{65 * time.Second, 1100, false, false}, // within the reclaim band but not active: no pressure
+		{66 * time.Second, 900, true, true},
+	}
+	tr := NewTracker(time.Minute)
+	for _, s := range steps {
+		var levels []Level
+		if s.avail != 0 {
+			levels = []Level{mem(s.avail)}
+		}
+		ch := tr.Observe(t0.Add(s.at), levels)
+		if got := tr.Active(Memory); got != s.active {
+			t.Fatalf("at %v with %d MiB: active %v, want %v", s.at, s.avail, got, s.active)
+		}
+		if (len(ch) == 1) != s.change {
+			t.Fatalf("at %v: changes %v, want a change: %v", s.at, ch, s.change)
+		}
+		if len(ch) == 1 && (ch[0].Resource != Memory || ch[0].Active != s.active) {
+			t.Fatalf("at %v: change %+v", s.at, ch[0])
+		}
+		if tr.Active(Disk) || tr.Active(PID) {
+			t.Fatalf("at %v: disk or PID pressure from a memory reading", s.at)
+		}
+	}
+}
+
+// Disk pressure is on while any of its four signals is met and names the one that set it.
+func TestTrackerGroupsDiskSignals(t *testing.T) {
+	tr := NewTracker(0)
+	ok := Level{Signal: kubelet.NodeFsAvailable, Available: 50, Threshold: 10}
+	low := Level{Signal: kubelet.ImageFsInodesFree, Available: 5, Threshold: 10}
+	ch := tr.Observe(t0, []Level{ok, low})
+	if len(ch) != 1 || ch[0].Resource != Disk || !ch[0].Active || ch[0].Level.Signal != kubelet.ImageFsInodesFree {
+		t.Fatalf("changes %+v, want disk on by imagefs.inodesFree", ch)
+	}
+	low.Available = 20
+	if ch := tr.Observe(t0.Add(time.Second), []Level{ok, low}); len(ch) != 1 || ch[0].Active {
+		t.Fatalf("changes %+v, want disk off with a zero transition period", ch)
+	}
+}
+
+func TestTrendSlope(t *testing.T) {
+	tr := NewTrend(10 * time.Second)
+	if _, ok := tr.Slope(kubelet.MemoryAvailable); ok {
+		t.Fatal("a slope without readings")
+	}
+	// Falling 50 units a second, with a stale reading outside the window that would bend it.
+	tr.Add(t0.Add(-30*time.Second), kubelet.MemoryAvailable, 0)
+	for i := range 6 {
+		tr.Add(t0.Add(time.Duration(i)*time.Second), kubelet.MemoryAvailable, int64(1000-50*i))
+	}
+	s, ok := tr.Slope(kubelet.MemoryAvailable)
+	if !ok || math.Abs(s+50) > 1e-9 {
+		t.Fatalf("slope %v %v, want -50", s, ok)
+	}
+	if _, ok := tr.Slope(kubelet.PIDAvailable); ok {
+		t.Fatal("a slope for a signal never read")
+	}
+	// The fall speeds up to 200 a second: the last three readings show it at once, although
+	// the fit over the window is still far shallower.
+	tr.Add(t0.Add(6*time.Second), kubelet.MemoryAvailable, 550)
+	tr.Add(t0.Add(7*time.Second), kubelet.MemoryAvailable, 350)
+	if s, ok := tr.Slope(kubelet.MemoryAvailable); !ok || math.Abs(s+200) > 1e-9 {
+		t.Fatalf("slope %v %v after the fall sped up, want -200", s, ok)
+	}
+	// A rise in the last readings does not hide the fall over the window.
+	tr.Add(t0.Add(8*time.Second), kubelet.MemoryAvailable, 1000)
+	tr.Add(t0.Add(9*time.Second), kubelet.MemoryAvailable, 2000)
+	if s, ok := tr.Slope(kubelet.MemoryAvailable); !ok || s >= 100 {
+		t.Fatalf("slope %v %v, want the shallower rise of the whole window", s, ok)
+	}
+	// Two readings are not a trend.
+	tr2 := NewTrend(time.Minute)
+	tr2.Add(t0, kubelet.PIDAvailable, 10)
+	tr2.Add(t0.Add(time.Second), kubelet.PIDAvailable, 5)
+	if _, ok := tr2.Slope(kubelet.PIDAvailable); ok {
+		t.Fatal("a slope from two readings")
+	}
+}
+
+func TestTimeTo(t *testing.T) {
+	for _, c := range []struct {
+		avail, target int64
+		slope         float64
+		ok            bool
+		want          time.Duration
+	}{
+		{1000, 100, -50, true, 18 * time.Second},
+		{100, 100, 10, true, 0},
+		{50, 100, 0, false, 0},
+		{1000, 100, 0, true, Never},
+		{1000, 100, 5, true, Never},
+		{1000, 100, -50, false, Never},
+		{math.MaxInt64, 0, -1e-12, true, Never},
+	} {
+		if got := TimeTo(c.avail, c.target, c.slope, c.ok); got != c.want {
+			t.Errorf("TimeTo(%d, %d, %v, %v) = %v, want %v", c.avail, c.target, c.slope, c.ok, got, c.want)
+		}
+	}
+}
+
+func pod(name string, prio int32, memRequest string, grace int64) *v1.Pod {
+	p := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID(name)},
+		Spec: v1.PodSpec{Priority: &prio, TerminationGracePeriodSeconds: &grace,
+			Containers: []v1.Container{{Name: "c"}}},
+		Status: v1.PodStatus{Phase: v1.PodRunning},
+	}
+	if memRequest != "" {
+		p.Spec.Containers[0].Resources.Requests = v1.ResourceList{v1.ResourceMemory: resource.MustParse(memRequest)}
+	}
+	return p
+}
+
+func names(cs []Candidate) []string {
+	var out []string
+	for _, c := range cs {
+		out = append(out, c.Pod.Name)
+	}
+	return out
+}
+
+func grace(p *v1.Pod) time.Duration { return time.Duration(*p.Spec.TerminationGracePeriodSeconds) * time.Second }
+
+// The kubelet's memory order: over request first, then lower priority, then usage above
+// request; a pod without figures first.
+func TestRankMemory(t *testing.T) {
+	pods := []*v1.Pod{
+		pod("under-low", 0, "1Gi", 30),     // 512Mi of 1Gi
+		pod("over-high", 1000, "100Mi", 30), // 300Mi of 100Mi
+		pod("over-low-small", 0, "100Mi", 30),
+		pod("over-low-big", 0, "100Mi", 30),
+		pod("under-negative", -10, "1Gi", 30),
+		pod("no-stats", 5000, "", 30),
+	}
+	usage := map[types.UID]kubelet.PodUsage{
+		"under-low":      {MemoryWorkingSet: 512 * mi},
+		"over-high":      {MemoryWorkingSet: 300 * mi},
+		"over-low-small": {MemoryWorkingSet: 150 * mi},
+		"over-low-big":   {MemoryWorkingSet: 900 * mi},
+		"under-negative": {MemoryWorkingSet: 10 * mi},
+	}
+	got := names(Candidates(Memory, pods, usage, grace))
+	want := []string{"no-stats", "over-low-big", "over-low-small", "over-high", "under-negative", "under-low"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("memory order %v, want %v", got, want)
+	}
+}
+
+// PID: priority, then the most processes; requests do not matter.
+func TestRankPID(t *testing.T) {
+	pods := []*v1.Pod{pod("a", 0, "", 30), pod("b", 0, "", 30), pod("c", -1, "", 30)}
+	usage := map[types.UID]kubelet.PodUsage{"a": {Processes: 3}, "b": {Processes: 300}, "c": {Processes: 1}}
+	if got, want := names(Candidates(PID, pods, usage, grace)), []string{"c", "b", "a"}; !slices.Equal(got, want) {
+		t.Fatalf("PID order %v, want %v", got, want)
+	}
+	// Without figures (the host source): priority alone, ties in input order.
+	if got, want := names(Candidates(PID, pods, nil, grace)), []string{"c", "a", "b"}; !slices.Equal(got, want) {
+		t.Fatalf("PID order without usage %v, want %v", got, want)
+	}
+}
+
+func TestRankDiskUsesEphemeralStorage(t *testing.T) {
+	a, b := pod("a", 0, "", 30), pod("b", 0, "", 30)
+	a.Spec.Containers[0].Resources.Requests = v1.ResourceList{v1.ResourceEphemeralStorage: resource.MustParse("10Gi")}
+	usage := map[types.UID]kubelet.PodUsage{"a": {EphemeralStorage: 5 << 30, MemoryWorkingSet: 1}, "b": {EphemeralStorage: 1 << 30}}
+	// b exceeds its (zero) request, a does not: b first although a writes more.
+	if got, want := names(Candidates(Disk, []*v1.Pod{a, b}, usage, grace)), []string{"b", "a"}; !slices.Equal(got, want) {
+		t.Fatalf("disk order %v, want %v", got, want)
+	}
+}
+
+func TestKeep(t *testing.T) {
+	now := metav1.NewTime(t0)
+	yes := true
+	crit := pod("crit", SystemCriticalPriority, "", 30)
+	mirror := pod("mirror", 0, "", 30)
+	mirror.Annotations = map[string]string{v1.MirrorPodAnnotationKey: "x"}
+	static := pod("static", 0, "", 30)
+	static.Annotations = map[string]string{"kubernetes.io/config.source": "file"}
+	apiSource := pod("api", 0, "", 30)
+	apiSource.Annotations = map[string]string{"kubernetes.io/config.source": "api"}
+	ds := pod("ds", 0, "", 30)
+	ds.OwnerReferences = []metav1.OwnerReference{{Kind: "DaemonSet", Name: "x", Controller: &yes}}
+	rs := pod("rs", 0, "", 30)
+	rs.OwnerReferences = []metav1.OwnerReference{{Kind: "ReplicaSet", Name: "x", Controller: &yes}}
+	term := pod("term", 0, "", 30)
+	term.DeletionTimestamp = &now
+	done := pod("done", 0, "", 30)
+	done.Status.Phase = v1.PodSucceeded
+	self := pod("reprieve-abcde", 0, "", 30)
+	for _, c := range []struct {
+		pod  *v1.Pod
+		want string
+	}{
+		{crit, KeepCritical}, {mirror, KeepCritical}, {static, KeepCritical}, {apiSource, ""},
+		{ds, KeepDaemonSet}, {rs, ""}, {term, KeepTerminating}, {done, KeepFinished}, {self, KeepSelf},
+		{pod("critical-minus-one", SystemCriticalPriority-1, "", 30), ""},
+	} {
+		if got := Keep(c.pod, "ns", "reprieve-abcde"); got != c.want {
+			t.Errorf("Keep(%s) = %q, want %q", c.pod.Name, got, c.want)
+		}
+	}
+}
+
+func TestLevels(t *testing.T) {
+	hard, err := kubelet.ParseThresholds("memory.available<100Mi,nodefs.available<10%")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reclaim, err := kubelet.ParseMinimumReclaim("memory.available=200Mi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs := kubelet.Observations{
+		kubelet.MemoryAvailable: {Available: 2000 * mi, Capacity: 8000 * mi},
+		kubelet.NodeFsAvailable: {Available: 50, Capacity: 1000},
+		kubelet.PIDAvailable:    {Available: 30000, Capacity: 32768},
+	}
+	derived := Thresholds{Headroom: 0.05, Hard: hard, MinReclaim: reclaim}.Levels(obs)
+	want := []Level{
+		{Signal: kubelet.MemoryAvailable, Available: 2000 * mi, Capacity: 8000 * mi, Hard: 100 * mi, Threshold: 500 * mi, MinReclaim: 200 * mi},
+		{Signal: kubelet.NodeFsAvailable, Available: 50, Capacity: 1000, Hard: 100, Threshold: 150},
+		{Signal: kubelet.PIDAvailable, Available: 30000, Capacity: 32768, Threshold: 1638},
+	}
+	if !slices.Equal(derived, want) {
+		t.Fatalf("derived levels\n%+v\nwant\n%+v", derived, want)
+	}
+	explicit, err := kubelet.ParseThresholds("memory.available<3Gi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := Thresholds{Explicit: explicit, Headroom: 0.05, Hard: hard}.Levels(obs)
+	if len(got) != 1 || got[0].Signal != kubelet.MemoryAvailable || got[0].Threshold != 3072*mi || got[0].Hard != 100*mi {
+		t.Fatalf("explicit levels %+v, want memory alone at 3Gi", got)
+	}
+}
+
+func cand(name string, usage int64, known bool, grace time.Duration) Candidate {
+	return Candidate{Pod: pod(name, 0, "", int64(grace/time.Second)), Usage: usage, Known: known, Grace: grace}
+}
+
+func TestDecide(t *testing.T) {
+	lvl := mem(700) // threshold 1000, reclaim 200: short by 500 MiB
+	base := Input{Level: lvl, Active: true, SafetyMargin: 5 * time.Second, Allowance: 250 * time.Millisecond}
+	ranked := []Candidate{cand("a", 300*mi, true, 30*time.Second), cand("b", 0, true, 30*time.Second),
+		cand("c", 100*mi, true, 10*time.Second), cand("d", 400*mi, true, 60*time.Second)}
+	for _, c := range []struct {
+		name string
+		mod  func(*Input)
+		want []string
+		// graces of the evictions, in seconds
+		graces []int
+	}{
+		{"not under pressure", func(in *Input) { in.Active = false; in.TimeToHard = 0 }, nil, nil},
+		{"not falling", func(in *Input) { in.TimeToHard = Never }, nil, nil},
+		{"hard threshold further than grace + margin", func(in *Input) { in.TimeToHard = 35 * time.Second }, nil, nil},
+		{"just inside: graces cut to fit", func(in *Input) { in.TimeToHard = 34 * time.Second },
+			[]string{"a", "c", "d"}, []int{28, 10, 28}},
+		{"already past: the least grace", func(in *Input) { in.TimeToHard = 0 },
+			[]string{"a", "c", "d"}, []int{1, 1, 1}},
+		{"pods in flight cover part of it", func(in *Input) { in.TimeToHard = 20 * time.Second; in.InFlight = 1; in.Reclaiming = 300 * mi },
+			[]string{"a"}, []int{14}},
+		{"pods in flight cover it all", func(in *Input) { in.TimeToHard = 20 * time.Second; in.InFlight = 2; in.Reclaiming = 600 * mi },
+			nil, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			in := base
+			in.Ranked = ranked
+			c.mod(&in)
+			got := Decide(in)
+			var gotNames []string
+			var gotGraces []int
+			for _, e := range got {
+				gotNames = append(gotNames, e.Pod.Name)
+				gotGraces = append(gotGraces, int(e.Grace/time.Second))
+			}
+			if !slices.Equal(gotNames, c.want) || !slices.Equal(gotGraces, c.graces) {
+				t.Fatalf("evicts %v with graces %v, want %v with %v", gotNames, gotGraces, c.want, c.graces)
+			}
+		})
+	}
+}
+
+// Without per-pod figures: one pod at a time, the next once the last is gone.
+func TestDecideWithoutUsage(t *testing.T) {
+	in := Input{Level: mem(700), Active: true, TimeToHard: 8 * time.Second, SafetyMargin: 5 * time.Second,
+		Ranked: []Candidate{cand("a", 0, false, 30*time.Second), cand("b", 0, false, 30*time.Second)}}
+	got := Decide(in)
+	if len(got) != 1 || got[0].Pod.Name != "a" || got[0].Grace != 3*time.Second {
+		t.Fatalf("evicts %+v, want a alone with 3 s", got)
+	}
+	in.InFlight = 1
+	if got := Decide(in); len(got) != 0 {
+		t.Fatalf("evicts %d more while one is in flight", len(got))
+	}
+}

@@ -1,0 +1,253 @@
+package kubelet
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	sigsjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+)
+
+// configGroup is the KubeletConfiguration's API group.
+const configGroup = "kubelet.config.k8s.io"
+
+// DefaultConfigPath is where kubeadm and most distributions put the kubelet's configuration file.
+const DefaultConfigPath = "/var/lib/kubelet/config.yaml"
+
+// defaultPressureTransitionPeriod is the kubelet's evictionPressureTransitionPeriod default.
+const defaultPressureTransitionPeriod = 5 * time.Minute
+
+// maxConfigFile bounds the configuration file read; real ones are a few KiB.
+const maxConfigFile = 4 << 20
+
+// Config is the eviction part of the kubelet's configuration.
+type Config struct {
+	Hard, Soft     []Threshold
+	MinimumReclaim map[Signal]Threshold
+	// SoftGracePeriod is evictionSoftGracePeriod: how long each soft threshold must hold before the
+	// kubelet evicts. The kubelet requires one for every soft threshold.
+	SoftGracePeriod map[Signal]time.Duration
+	// MaxPodGracePeriod is evictionMaxPodGracePeriod: the grace the kubelet allows a pod it
+	// evicts for a soft threshold (hard evictions get none).
+	MaxPodGracePeriod time.Duration
+	// PressureTransitionPeriod is evictionPressureTransitionPeriod (default 5m): how long the
+	// kubelet keeps a pressure condition after the signal recovers.
+	PressureTransitionPeriod time.Duration
+	// Ignored lists the entries the kubelet accepts but reprieve does not model
+	// ("evictionHard.containerfs.available", "evictionSoft.allocatableMemory.available", ...),
+	// so that the caller can log them.
+	Ignored []string
+	// Path is the file read; Found is false when it did not exist and the defaults apply.
+	Path  string
+	Found bool
+}
+
+// knownUnmodelled are signals the kubelet accepts (validSignal) that reprieve does not read:
+// allocatable memory is the pods cgroup, and the kubelet derives containerfs thresholds from the
+// nodefs or imagefs ones and ignores any given (UpdateContainerFsThresholds).
+var knownUnmodelled = map[string]bool{
+	"allocatableMemory.available": true,
+	"containerfs.available":       true,
+	"containerfs.inodesFree":      true,
+}
+
+// evictionConfig is the eviction part of k8s.io/kubelet/config/v1beta1.KubeletConfiguration,
+// with the same JSON names and types (TestEvictionConfigMatchesUpstream holds it to them).
+// Decoding the whole upstream type would link component-base's logging, metrics and tracing, cobra
+// and OpenTelemetry into the agent for eight fields.
+type evictionConfig struct {
+	APIVersion                       string            `json:"apiVersion,omitempty"`
+	Kind                             string            `json:"kind,omitempty"`
+	EvictionHard                     map[string]string `json:"evictionHard,omitempty"`
+	EvictionSoft                     map[string]string `json:"evictionSoft,omitempty"`
+	EvictionSoftGracePeriod          map[string]string `json:"evictionSoftGracePeriod,omitempty"`
+	EvictionPressureTransitionPeriod metav1.Duration   `json:"evictionPressureTransitionPeriod,omitempty"`
+	EvictionMaxPodGracePeriod        int32             `json:"evictionMaxPodGracePeriod,omitempty"`
+	EvictionMinimumReclaim           map[string]string `json:"evictionMinimumReclaim,omitempty"`
+	MergeDefaultEvictionSettings     *bool             `json:"mergeDefaultEvictionSettings,omitempty"`
+}
+
+// decodeEvictionConfig decodes a KubeletConfiguration file as the kubelet's codec does: YAML or
+// JSON, field names matched case-sensitively, unknown fields ignored.
+func decodeEvictionConfig(data []byte) (evictionConfig, error) {
+	var kc evictionConfig
+	j, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return kc, fmt.Errorf("parsing KubeletConfiguration: %w", err)
+	}
+	if string(j) == "null" { // an empty file
+		return kc, nil
+	}
+	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(j, &kc); err != nil {
+		return kc, fmt.Errorf("parsing KubeletConfiguration: %w", err)
+	}
+	return kc, nil
+}
+
+// DefaultConfig is the configuration of a kubelet with no configuration file.
+func DefaultConfig() Config {
+	return Config{Hard: DefaultHard(), PressureTransitionPeriod: defaultPressureTransitionPeriod}
+}
+
+// ReadConfig reads the kubelet's config file (a KubeletConfiguration YAML) at path. A missing file
+// gives the kubelet's defaults (Found false). See ParseConfig for the rules.
+func ReadConfig(path string) (Config, error) {
+	data, err := readConfigFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		c := DefaultConfig()
+		c.Path = path
+		return c, nil
+	}
+	if err != nil {
+		return Config{}, fmt.Errorf("reading kubelet config: %w", err)
+	}
+	c, err := ParseConfig(data)
+	if err != nil {
+		return Config{}, fmt.Errorf("kubelet config %s: %w", path, err)
+	}
+	c.Path, c.Found = path, true
+	return c, nil
+}
+
+func readConfigFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if st.Size() > maxConfigFile {
+		return nil, fmt.Errorf("%s: %d bytes, more than %d", path, st.Size(), maxConfigFile)
+	}
+	return os.ReadFile(path)
+}
+
+// ParseConfig is ReadConfig's pure part, on the file's bytes.
+//
+// As the kubelet's loadConfigFile (cmd/kubelet/app/server.go): with no evictionHard (absent or
+// null) the defaults apply; once any evictionHard signal is set, the unset ones have no threshold
+// unless mergeDefaultEvictionSettings is true, which fills them from the defaults. An explicit
+// empty map ({}) therefore means no hard thresholds at all. The file must be a
+// kubelet.config.k8s.io KubeletConfiguration, as the kubelet requires. Unknown fields are tolerated
+// (kubelets are newer than us); a threshold that does not parse is an error naming the field and
+// quoting the value, and so is a soft threshold without a grace period, as in the kubelet's
+// ParseThresholdConfig.
+func ParseConfig(data []byte) (Config, error) {
+	kc, err := decodeEvictionConfig(data)
+	if err != nil {
+		return Config{}, err
+	}
+	// The kubelet's loader refuses a file without its type; so does this, so that a wrong
+	// --kubelet-config path is not read as "no settings, defaults apply".
+	if kc.Kind != "KubeletConfiguration" || !strings.HasPrefix(kc.APIVersion, configGroup+"/") {
+		return Config{}, fmt.Errorf("apiVersion %q kind %q, want %s/v1beta1 KubeletConfiguration", kc.APIVersion, kc.Kind, configGroup)
+	}
+	c := Config{PressureTransitionPeriod: kc.EvictionPressureTransitionPeriod.Duration}
+	switch {
+	case c.PressureTransitionPeriod == 0:
+		c.PressureTransitionPeriod = defaultPressureTransitionPeriod
+	case c.PressureTransitionPeriod < 0:
+		return Config{}, fmt.Errorf("evictionPressureTransitionPeriod %v is negative", c.PressureTransitionPeriod)
+	}
+	if kc.EvictionMaxPodGracePeriod < 0 {
+		return Config{}, fmt.Errorf("evictionMaxPodGracePeriod %d is negative", kc.EvictionMaxPodGracePeriod)
+	}
+	c.MaxPodGracePeriod = time.Duration(kc.EvictionMaxPodGracePeriod) * time.Second
+
+	hard := kc.EvictionHard
+	if hard == nil {
+		hard = defaultHard
+	} else if kc.MergeDefaultEvictionSettings != nil && *kc.MergeDefaultEvictionSettings {
+		merged := make(map[string]string, len(hard)+len(defaultHard))
+		for k, v := range defaultHard {
+			merged[k] = v
+		}
+		for k, v := range hard {
+			merged[k] = v
+		}
+		hard = merged
+	}
+
+	var errs []error
+	if c.Hard, err = c.thresholds("evictionHard", hard); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Soft, err = c.thresholds("evictionSoft", kc.EvictionSoft); err != nil {
+		errs = append(errs, err)
+	}
+	for _, name := range sortedKeys(kc.EvictionSoftGracePeriod) {
+		val := kc.EvictionSoftGracePeriod[name]
+		if c.ignore("evictionSoftGracePeriod", name) {
+			continue
+		}
+		if !Signal(name).Valid() {
+			errs = append(errs, fmt.Errorf("evictionSoftGracePeriod: %s: unknown signal", name))
+			continue
+		}
+		d, err := time.ParseDuration(val)
+		if err != nil || d < 0 {
+			errs = append(errs, fmt.Errorf("evictionSoftGracePeriod: %s: %q is not a non-negative duration", name, val))
+			continue
+		}
+		if c.SoftGracePeriod == nil {
+			c.SoftGracePeriod = map[Signal]time.Duration{}
+		}
+		c.SoftGracePeriod[Signal(name)] = d
+	}
+	for _, t := range c.Soft {
+		if _, ok := c.SoftGracePeriod[t.Signal]; !ok {
+			errs = append(errs, fmt.Errorf("evictionSoft: %s has no evictionSoftGracePeriod", t.Signal))
+		}
+	}
+	for _, name := range sortedKeys(kc.EvictionMinimumReclaim) {
+		val := kc.EvictionMinimumReclaim[name]
+		if c.ignore("evictionMinimumReclaim", name) {
+			continue
+		}
+		t, err := parseMinimumReclaim(Signal(name), val)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("evictionMinimumReclaim: %s: %q: %w", name, val, err))
+			continue
+		}
+		if c.MinimumReclaim == nil {
+			c.MinimumReclaim = map[Signal]Threshold{}
+		}
+		c.MinimumReclaim[t.Signal] = t
+	}
+	if err := errors.Join(errs...); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// thresholds parses one threshold map, setting aside the signals the kubelet knows and reprieve
+// does not model.
+func (c *Config) thresholds(field string, m map[string]string) ([]Threshold, error) {
+	kept := make(map[string]string, len(m))
+	for _, name := range sortedKeys(m) {
+		if !c.ignore(field, name) {
+			kept[name] = m[name]
+		}
+	}
+	ts, err := ParseThresholdMap(kept)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", field, err)
+	}
+	return ts, nil
+}
+
+func (c *Config) ignore(field, name string) bool {
+	if knownUnmodelled[name] {
+		c.Ignored = append(c.Ignored, field+"."+name)
+		return true
+	}
+	return false
+}

@@ -1,0 +1,280 @@
+package kubelet
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	kubeletconfig "k8s.io/kubelet/config/v1beta1"
+	"sigs.k8s.io/yaml"
+)
+
+func thresholdStrings(ts []Threshold) string {
+	var s []string
+	for _, t := range ts {
+		s = append(s, t.String())
+	}
+	return strings.Join(s, ",")
+}
+
+// hdr is the type line every kubelet configuration file carries.
+const hdr = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+
+const defaultHardString = "memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%,imagefs.available<15%,imagefs.inodesFree<5%"
+
+func TestReadConfig(t *testing.T) {
+	c, err := ReadConfig("testdata/kubelet-config.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Found || c.Path != "testdata/kubelet-config.yaml" {
+		t.Errorf("Found %v Path %q", c.Found, c.Path)
+	}
+	// Two hard signals set, merge off: the other defaults are gone.
+	if got, want := thresholdStrings(c.Hard), "memory.available<200Mi,nodefs.available<5%"; got != want {
+		t.Errorf("Hard = %s, want %s", got, want)
+	}
+	if got, want := thresholdStrings(c.Soft), "memory.available<500Mi,nodefs.available<12.5%"; got != want {
+		t.Errorf("Soft = %s, want %s", got, want)
+	}
+	if c.SoftGracePeriod[MemoryAvailable] != 90*time.Second || c.SoftGracePeriod[NodeFsAvailable] != 2*time.Minute {
+		t.Errorf("SoftGracePeriod = %v", c.SoftGracePeriod)
+	}
+	if m := c.MinimumReclaim[MemoryAvailable]; m.Quantity == nil || m.Quantity.String() != "100Mi" {
+		t.Errorf("MinimumReclaim[memory] = %v", m)
+	}
+	if m := c.MinimumReclaim[NodeFsAvailable]; m.Quantity != nil || m.Percentage != pct(1) {
+		t.Errorf("MinimumReclaim[nodefs] = %v, want 1%%", m)
+	}
+	if c.MaxPodGracePeriod != time.Minute || c.PressureTransitionPeriod != 30*time.Second {
+		t.Errorf("MaxPodGracePeriod %v, PressureTransitionPeriod %v", c.MaxPodGracePeriod, c.PressureTransitionPeriod)
+	}
+}
+
+func TestReadConfigMissing(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	c, err := ReadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Found || c.Path != path {
+		t.Errorf("Found %v Path %q, want false and %q", c.Found, c.Path, path)
+	}
+	if got := thresholdStrings(c.Hard); got != defaultHardString {
+		t.Errorf("Hard = %s, want the defaults", got)
+	}
+	if c.Soft != nil || c.MinimumReclaim != nil || c.PressureTransitionPeriod != 5*time.Minute {
+		t.Errorf("got %+v, want no soft thresholds or reclaims and a 5m transition period", c)
+	}
+}
+
+func TestReadConfigBadValueNamesFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	writeFile(t, path, hdr+"evictionHard:\n  memory.available: 12 apples\n")
+	_, err := ReadConfig(path)
+	if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), `"12 apples"`) ||
+		!strings.Contains(err.Error(), "memory.available") {
+		t.Errorf("error %v, want one naming the file, the signal and the value", err)
+	}
+	if err := os.Chmod(path, 0); err == nil && os.Getuid() != 0 {
+		if _, err := ReadConfig(path); err == nil {
+			t.Error("no error reading an unreadable file")
+		}
+	}
+}
+
+func TestParseConfig(t *testing.T) {
+	tests := []struct {
+		name    string
+		yaml    string
+		hard    string
+		soft    string
+		ignored []string
+	}{
+		{name: "no eviction settings", yaml: "maxPods: 58\n", hard: defaultHardString},
+		{name: "null evictionHard", yaml: "evictionHard: null\n", hard: defaultHardString},
+		{
+			name: "one hard signal zeroes the rest",
+			yaml: "evictionHard:\n  memory.available: 300Mi\n",
+			hard: "memory.available<300Mi",
+		},
+		{
+			name: "mergeDefaultEvictionSettings keeps the rest",
+			yaml: "mergeDefaultEvictionSettings: true\nevictionHard:\n  memory.available: 300Mi\n  pid.available: 10%\n",
+			hard: "memory.available<300Mi,nodefs.available<10%,nodefs.inodesFree<5%,imagefs.available<15%,imagefs.inodesFree<5%,pid.available<10%",
+		},
+		{
+			name: "merge off explicitly",
+			yaml: "mergeDefaultEvictionSettings: false\nevictionHard:\n  nodefs.available: 20%\n",
+			hard: "nodefs.available<20%",
+		},
+		{
+			name: "merge with a default disabled by 0%",
+			yaml: "mergeDefaultEvictionSettings: true\nevictionHard:\n  imagefs.available: 0%\n",
+			hard: "memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%,imagefs.inodesFree<5%",
+		},
+		{
+			// loadConfigFile only defaults a nil map: an explicit empty one leaves no thresholds.
+			name: "explicit empty evictionHard",
+			yaml: "evictionHard: {}\n",
+			hard: "",
+		},
+		{
+			name: "soft with grace periods",
+			yaml: "evictionSoft:\n  pid.available: 20%\n  memory.available: 1Gi\nevictionSoftGracePeriod:\n  memory.available: 30s\n  pid.available: 1m\n",
+			hard: defaultHardString,
+			soft: "memory.available<1Gi,pid.available<20%",
+		},
+		{
+			name:    "signals the kubelet knows and reprieve does not model",
+			yaml:    "evictionHard:\n  memory.available: 100Mi\n  containerfs.available: 10%\n  allocatableMemory.available: 1Gi\n",
+			hard:    "memory.available<100Mi",
+			ignored: []string{"evictionHard.allocatableMemory.available", "evictionHard.containerfs.available"},
+		},
+		{
+			name: "JSON",
+			yaml: `{"kind":"KubeletConfiguration","apiVersion":"kubelet.config.k8s.io/v1beta1","evictionHard":{"nodefs.inodesFree":"3%"}}`,
+			hard: "nodefs.inodesFree<3%",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			doc := tt.yaml
+			if !strings.HasPrefix(doc, "{") {
+				doc = hdr + doc
+			}
+			c, err := ParseConfig([]byte(doc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := thresholdStrings(c.Hard); got != tt.hard {
+				t.Errorf("Hard = %s, want %s", got, tt.hard)
+			}
+			if got := thresholdStrings(c.Soft); got != tt.soft {
+				t.Errorf("Soft = %s, want %s", got, tt.soft)
+			}
+			if !slices.Equal(c.Ignored, tt.ignored) {
+				t.Errorf("Ignored = %v, want %v", c.Ignored, tt.ignored)
+			}
+		})
+	}
+}
+
+func TestParseConfigErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		has  []string
+	}{
+		{name: "bad hard value", yaml: "evictionHard:\n  nodefs.available: 110%\n", has: []string{"evictionHard", "nodefs.available", `"110%"`}},
+		{name: "negative hard quantity", yaml: "evictionHard:\n  memory.available: -5Mi\n", has: []string{"evictionHard", `"-5Mi"`}},
+		{name: "unknown signal", yaml: "evictionSoft:\n  swap.available: 1Gi\n", has: []string{"evictionSoft", "swap.available"}},
+		{name: "soft without grace period", yaml: "evictionSoft:\n  memory.available: 1Gi\n", has: []string{"memory.available", "evictionSoftGracePeriod"}},
+		{name: "bad grace period", yaml: "evictionSoft:\n  memory.available: 1Gi\nevictionSoftGracePeriod:\n  memory.available: soon\n", has: []string{"evictionSoftGracePeriod", `"soon"`}},
+		{name: "bad minimum reclaim", yaml: "evictionMinimumReclaim:\n  memory.available: 0%\n", has: []string{"evictionMinimumReclaim", `"0%"`}},
+		{name: "wrong type", yaml: "evictionHard: [memory.available]\n", has: []string{"KubeletConfiguration"}},
+		{name: "negative transition period", yaml: "evictionPressureTransitionPeriod: -1m\n", has: []string{"evictionPressureTransitionPeriod"}},
+		{name: "not YAML", yaml: "evictionHard: {\n", has: []string{"parsing"}},
+		// The kubelet refuses files without their type; a wrong path must not read as defaults.
+		{name: "wrong kind", yaml: "-apiVersion: v1\nkind: ConfigMap\n", has: []string{`"ConfigMap"`}},
+		{name: "no type", yaml: "-evictionHard:\n  memory.available: 1Gi\n", has: []string{"KubeletConfiguration"}},
+		{name: "empty file", yaml: "-", has: []string{"KubeletConfiguration"}},
+		{name: "a Summary API payload", yaml: `-{"node":{"nodeName":"n"},"pods":[]}`, has: []string{"KubeletConfiguration"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			doc := hdr + tt.yaml
+			if rest, ok := strings.CutPrefix(tt.yaml, "-"); ok { // without the type line
+				doc = rest
+			}
+			c, err := ParseConfig([]byte(doc))
+			if err == nil {
+				t.Fatalf("got %+v, want an error", c)
+			}
+			for _, h := range tt.has {
+				if !strings.Contains(err.Error(), h) {
+					t.Errorf("error %q does not say %s", err, h)
+				}
+			}
+		})
+	}
+}
+
+// TestEvictionConfigMatchesUpstream holds evictionConfig to the kubelet's own type: every field
+// has the same JSON name and Go type in k8s.io/kubelet/config/v1beta1, and the fixture decodes to
+// the same values through both.
+func TestEvictionConfigMatchesUpstream(t *testing.T) {
+	upstream := map[string]reflect.StructField{}
+	var collect func(rt reflect.Type)
+	collect = func(rt reflect.Type) {
+		for i := range rt.NumField() {
+			f := rt.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if f.Anonymous && name == "" {
+				collect(f.Type) // TypeMeta, inline
+				continue
+			}
+			upstream[name] = f
+		}
+	}
+	collect(reflect.TypeFor[kubeletconfig.KubeletConfiguration]())
+
+	ours := reflect.TypeFor[evictionConfig]()
+	for i := range ours.NumField() {
+		f := ours.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		u, ok := upstream[name]
+		if !ok {
+			t.Errorf("%s: no field %q upstream", f.Name, name)
+			continue
+		}
+		if u.Type != f.Type {
+			t.Errorf("%s (%q): type %v, upstream %v", f.Name, name, f.Type, u.Type)
+		}
+	}
+
+	data, err := os.ReadFile("testdata/kubelet-config.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var full kubeletconfig.KubeletConfiguration
+	if err := yaml.UnmarshalStrict(data, &full); err == nil {
+		t.Fatal("the fixture should carry a field upstream does not know")
+	}
+	if err := yaml.Unmarshal(data, &full); err != nil {
+		t.Fatal(err)
+	}
+	got, err := decodeEvictionConfig(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := evictionConfig{
+		APIVersion:                       full.APIVersion,
+		Kind:                             full.Kind,
+		EvictionHard:                     full.EvictionHard,
+		EvictionSoft:                     full.EvictionSoft,
+		EvictionSoftGracePeriod:          full.EvictionSoftGracePeriod,
+		EvictionPressureTransitionPeriod: full.EvictionPressureTransitionPeriod,
+		EvictionMaxPodGracePeriod:        full.EvictionMaxPodGracePeriod,
+		EvictionMinimumReclaim:           full.EvictionMinimumReclaim,
+		MergeDefaultEvictionSettings:     full.MergeDefaultEvictionSettings,
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("decoded\n%+v\nupstream\n%+v", got, want)
+	}
+}
+
+func TestParseConfigCaseSensitive(t *testing.T) {
+	// The kubelet's decoder matches field names exactly: "EvictionHard" is an unknown field.
+	c, err := ParseConfig([]byte(hdr + "EvictionHard:\n  memory.available: 1Gi\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := thresholdStrings(c.Hard); got != defaultHardString {
+		t.Errorf("Hard = %s, want the defaults", got)
+	}
+}

@@ -1,0 +1,76 @@
+package kubelet
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Signal is an eviction signal, spelled as the kubelet spells it (pkg/kubelet/eviction/api).
+type Signal string
+
+// The eviction signals reprieve reads. The kubelet also knows allocatableMemory.available and
+// containerfs.*; reprieve does not model them (see Config.Ignored).
+const (
+	MemoryAvailable   Signal = "memory.available"
+	NodeFsAvailable   Signal = "nodefs.available"
+	NodeFsInodesFree  Signal = "nodefs.inodesFree"
+	ImageFsAvailable  Signal = "imagefs.available"
+	ImageFsInodesFree Signal = "imagefs.inodesFree"
+	PIDAvailable      Signal = "pid.available"
+)
+
+// Signals lists every signal, in the order above.
+var Signals = []Signal{
+	MemoryAvailable,
+	NodeFsAvailable,
+	NodeFsInodesFree,
+	ImageFsAvailable,
+	ImageFsInodesFree,
+	PIDAvailable,
+}
+
+// Valid reports whether s is one of Signals.
+func (s Signal) Valid() bool { return signalIndex(s) >= 0 }
+
+func signalIndex(s Signal) int {
+	for i, x := range Signals {
+		if x == s {
+			return i
+		}
+	}
+	return -1
+}
+
+// Observation is one signal's reading: what is available out of what capacity (bytes, inodes or
+// PIDs). Available can be negative for pid.available, as in the kubelet, when more tasks run than
+// the limit it computes.
+type Observation struct{ Available, Capacity int64 }
+
+// Observations holds one Observation per signal that could be read.
+type Observations map[Signal]Observation
+
+// PodUsage is one pod's usage (from the Summary API).
+type PodUsage struct {
+	Namespace, Name string
+	UID             types.UID
+	// MemoryWorkingSet is the pod's memory working set, in bytes.
+	MemoryWorkingSet int64
+	// EphemeralStorage is the pod's ephemeral-storage usedBytes.
+	EphemeralStorage int64
+	// Processes is the pod's process count.
+	Processes int64
+}
+
+// Sample is one reading of the node. Pods is nil when the source has no per-pod usage (the host
+// source).
+type Sample struct {
+	Node Observations
+	Pods map[types.UID]PodUsage
+}
+
+// Source reads the node's signals. A partial read returns what it could read and an error naming
+// what failed.
+type Source interface {
+	Read(ctx context.Context) (Sample, error)
+}

@@ -1,0 +1,226 @@
+package kubelet
+
+import (
+	"context"
+	"encoding/pem"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+func TestParseSummary(t *testing.T) {
+	body, err := os.ReadFile("testdata/summary.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ParseSummary(body)
+	if err != nil {
+		t.Fatalf("ParseSummary: %v", err)
+	}
+	wantNode := Observations{
+		// availableBytes, with capacity availableBytes + workingSetBytes (not the "pods" container's).
+		MemoryAvailable:   {Available: 5368709120, Capacity: 5368709120 + 2684354560},
+		NodeFsAvailable:   {Available: 42949672960, Capacity: 107374182400},
+		NodeFsInodesFree:  {Available: 6000000, Capacity: 6553600},
+		ImageFsAvailable:  {Available: 21474836480, Capacity: 53687091200},
+		ImageFsInodesFree: {Available: 3000000, Capacity: 3276800},
+		PIDAvailable:      {Available: 4194304 - 1234, Capacity: 4194304},
+	}
+	if !reflect.DeepEqual(s.Node, wantNode) {
+		t.Errorf("Node =\n%v\nwant\n%v", s.Node, wantNode)
+	}
+	wantPods := map[types.UID]PodUsage{
+		"3f1c2a9e-5b7d-4c1e-9a0f-2d6e8b4c1a77": {Namespace: "shop", Name: "web-7c9d8f6b5-x2kqp", UID: "3f1c2a9e-5b7d-4c1e-9a0f-2d6e8b4c1a77",
+			MemoryWorkingSet: 537919488, EphemeralStorage: 1084268544, Processes: 12},
+		// No ephemeral-storage or process_stats: zero.
+		"a0d9e1c2-7f44-4b8e-b2a1-5c3d9e7f1b20": {Namespace: "jobs", Name: "batch-28951380-9zq4m", UID: "a0d9e1c2-7f44-4b8e-b2a1-5c3d9e7f1b20",
+			MemoryWorkingSet: 3000000000},
+		// No memory: zero.
+		"c4b3a291-0e1d-4f2c-8b7a-6d5e4f3c2b10": {Namespace: "default", Name: "fresh-5d8f7c6b4-abcde", UID: "c4b3a291-0e1d-4f2c-8b7a-6d5e4f3c2b10",
+			EphemeralStorage: 4096, Processes: 1},
+	}
+	if !reflect.DeepEqual(s.Pods, wantPods) {
+		t.Errorf("Pods =\n%v\nwant\n%v", s.Pods, wantPods)
+	}
+}
+
+func TestParseSummaryMissingAndBad(t *testing.T) {
+	tests := []struct {
+		name    string
+		body    string
+		want    Observations
+		errHas  string
+		wantErr bool
+	}{
+		{name: "empty object", body: `{}`, want: Observations{}},
+		{
+			name: "memory without working set, fs without inodes, no runtime",
+			body: `{"node":{"memory":{"availableBytes":100},"fs":{"availableBytes":1,"capacityBytes":2}}}`,
+			want: Observations{NodeFsAvailable: {Available: 1, Capacity: 2}},
+		},
+		{
+			name: "rlimit without curproc",
+			body: `{"node":{"rlimit":{"maxpid":100}}}`,
+			want: Observations{},
+		},
+		{
+			name:   "available above capacity",
+			body:   `{"node":{"fs":{"availableBytes":3,"capacityBytes":2,"inodesFree":1,"inodes":5}}}`,
+			want:   Observations{NodeFsInodesFree: {Available: 1, Capacity: 5}},
+			errHas: "nodefs.available",
+		},
+		{
+			name:   "beyond int64",
+			body:   `{"node":{"runtime":{"imageFs":{"availableBytes":1,"capacityBytes":18446744073709551615}}}}`,
+			want:   Observations{},
+			errHas: "imagefs.available",
+		},
+		{
+			name:   "memory sum overflows",
+			body:   `{"node":{"memory":{"availableBytes":18446744073709551615,"workingSetBytes":2}}}`,
+			want:   Observations{},
+			errHas: "memory.available",
+		},
+		{name: "not JSON", body: `<html>`, wantErr: true},
+		{name: "wrong type", body: `{"node":{"fs":{"availableBytes":"lots"}}}`, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := ParseSummary([]byte(tt.body))
+			switch {
+			case tt.wantErr:
+				if err == nil {
+					t.Fatalf("no error, want one")
+				}
+				return
+			case tt.errHas != "":
+				if err == nil || !strings.Contains(err.Error(), tt.errHas) {
+					t.Fatalf("error %v, want one naming %s", err, tt.errHas)
+				}
+			case err != nil:
+				t.Fatalf("error %v", err)
+			}
+			if !reflect.DeepEqual(s.Node, tt.want) {
+				t.Errorf("Node = %v, want %v", s.Node, tt.want)
+			}
+			if s.Pods == nil {
+				t.Errorf("Pods nil, want an empty map from the Summary API")
+			}
+		})
+	}
+}
+
+// tlsServer serves body at /stats/summary to requests bearing token, and writes the server's CA
+// to a file.
+func tlsServer(t *testing.T, token string, body []byte) (*httptest.Server, string) {
+	t.Helper()
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+token {
+			http.Error(w, "Unauthorized", http.StatusUnauthorized)
+			return
+		}
+		if r.URL.Path != "/stats/summary" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(body)
+	}))
+	t.Cleanup(srv.Close)
+	caFile := filepath.Join(t.TempDir(), "ca.crt")
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	if err := os.WriteFile(caFile, ca, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return srv, caFile
+}
+
+func TestSummarySource(t *testing.T) {
+	body, err := os.ReadFile("testdata/summary.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, caFile := tlsServer(t, "tok-1", body)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	writeFile(t, tokenFile, "tok-1\n")
+
+	src, err := NewSummarySource(srv.URL+"/stats/summary", caFile, tokenFile, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := src.Read(context.Background())
+	if err != nil {
+		t.Fatalf("Read: %v", err)
+	}
+	if len(s.Node) != len(Signals) || len(s.Pods) != 3 {
+		t.Errorf("got %d signals and %d pods, want %d and 3", len(s.Node), len(s.Pods), len(Signals))
+	}
+
+	t.Run("non-200 names status and URL", func(t *testing.T) {
+		bad, err := NewSummarySource(srv.URL+"/stats/nope", caFile, tokenFile, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = bad.Read(context.Background())
+		if err == nil || !strings.Contains(err.Error(), "404") || !strings.Contains(err.Error(), srv.URL+"/stats/nope") {
+			t.Errorf("error %v, want one naming 404 and the URL", err)
+		}
+	})
+	t.Run("wrong token is refused", func(t *testing.T) {
+		other := filepath.Join(t.TempDir(), "token")
+		writeFile(t, other, "tok-2")
+		bad, err := NewSummarySource(srv.URL+"/stats/summary", caFile, other, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = bad.Read(context.Background())
+		if err == nil || !strings.Contains(err.Error(), "401") || !strings.Contains(err.Error(), "Unauthorized") {
+			t.Errorf("error %v, want a 401 with the body", err)
+		}
+	})
+	t.Run("untrusted server without the CA", func(t *testing.T) {
+		bad, err := NewSummarySource(srv.URL+"/stats/summary", "", tokenFile, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := bad.Read(context.Background()); err == nil {
+			t.Error("no error from a server signed by an unknown CA")
+		}
+	})
+	t.Run("insecure skips verification", func(t *testing.T) {
+		ins, err := NewSummarySource(srv.URL+"/stats/summary", "", tokenFile, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ins.Read(context.Background()); err != nil {
+			t.Errorf("Read: %v", err)
+		}
+	})
+	t.Run("CA and insecure together", func(t *testing.T) {
+		if _, err := NewSummarySource(srv.URL, caFile, tokenFile, true); err == nil {
+			t.Error("no error")
+		}
+	})
+}
+
+func TestSummarySourceTooLarge(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"pods":[`))
+		chunk := []byte(strings.Repeat(" ", 1<<20))
+		for range maxSummaryBytes>>20 + 1 {
+			w.Write(chunk)
+		}
+		w.Write([]byte(`]}`))
+	}))
+	defer srv.Close()
+	_, err := (&SummarySource{URL: srv.URL, Client: srv.Client()}).Read(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Errorf("error %v, want one about the size", err)
+	}
+}

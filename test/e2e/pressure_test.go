@@ -1,0 +1,253 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+
+	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/test/scenario"
+)
+
+const gi, mi = int64(1) << 30, int64(1) << 20
+
+// fakeKubelet serves a Summary API whose node memory the test scripts: available falls (or
+// holds) linearly from base at rate bytes per second since since; pods report their usage.
+type fakeKubelet struct {
+	mu    sync.Mutex
+	base  int64
+	rate  int64 // bytes per second, negative when falling
+	since time.Time
+	pods  map[*v1.Pod]int64
+}
+
+func (k *fakeKubelet) availableAt(t time.Time) int64 {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.base + int64(float64(k.rate)*t.Sub(k.since).Seconds())
+}
+
+// set makes available base from now on, changing at rate.
+func (k *fakeKubelet) set(base, rate int64) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.base, k.rate, k.since = base, rate, time.Now()
+}
+
+func (k *fakeKubelet) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/stats/summary" {
+		http.NotFound(w, r)
+		return
+	}
+	avail := uint64(max(k.availableAt(time.Now()), 0))
+	ws := uint64(8*gi) - avail
+	s := statsv1alpha1.Summary{Node: statsv1alpha1.NodeStats{NodeName: "pressure-node",
+		Memory: &statsv1alpha1.MemoryStats{AvailableBytes: &avail, WorkingSetBytes: &ws}}}
+	k.mu.Lock()
+	for p, u := range k.pods {
+		u := uint64(u)
+		s.Pods = append(s.Pods, statsv1alpha1.PodStats{
+			PodRef: statsv1alpha1.PodReference{Name: p.Name, Namespace: p.Namespace, UID: string(p.UID)},
+			Memory: &statsv1alpha1.MemoryStats{WorkingSetBytes: &u},
+		})
+	}
+	k.mu.Unlock()
+	_ = json.NewEncoder(w).Encode(s)
+}
+
+// TestPressure drives reprieve's local-pressure handling through a scripted kubelet Summary
+// API, with the shipped ClusterRole, on the real API server:
+//   - the reprieve.io/memory-pressure taint is on within one observation interval of the
+//     signal crossing reprieve's threshold, with its timeAdded;
+//   - once the fall would reach the kubelet's hard threshold (from its config file) before the
+//     next pod's grace plus the margin, the pod the kubelet would pick is evicted through the
+//     Eviction API with its grace cut to fit, and is gone before the hard threshold would have
+//     been reached; a PodDisruptionBudget is respected (the next pod in rank goes instead);
+//     DaemonSet, mirror and system-critical pods are never touched;
+//   - the taint goes a transition period after the signal came back, not before.
+func TestPressure(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const ns, node = "pressure", "pressure-node"
+	c := env.Client
+	setupNode(ctx, t, ns, node, nil)
+	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	// ds and mirror use a lot of memory but must never be evicted; quiet stays within its request.
+	if err := scenario.Create(ctx, c, ns, node, taint, []scenario.Pod{
+		{Name: "ds", Kind: scenario.DaemonSet}, {Name: "mirror", Kind: scenario.Mirror},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	mkPod := func(namespace, name string, request string, grace int64, mutate func(*v1.Pod)) *v1.Pod {
+		p := &v1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: map[string]string{"app": name}},
+			Spec: v1.PodSpec{NodeName: node, TerminationGracePeriodSeconds: &grace, AutomountServiceAccountToken: new(bool),
+				Containers: []v1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10",
+					Resources: v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceMemory: resource.MustParse(request)}}}}},
+		}
+		if mutate != nil {
+			mutate(p)
+		}
+		p, err := c.CoreV1().Pods(namespace).Create(ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	// guarded exceeds its request the most, so it ranks first, but its PDB allows no disruption.
+	guarded := mkPod(ns, "guarded", "100Mi", 30, nil)
+	zero := intstr.FromInt32(0)
+	if _, err := c.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "guarded"},
+		Spec: policyv1.PodDisruptionBudgetSpec{MaxUnavailable: &zero,
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "guarded"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	hog := mkPod(ns, "hog", "100Mi", 30, nil)
+	quiet := mkPod(ns, "quiet", "1Gi", 30, nil)
+	// kube-system has no default ServiceAccount without kube-controller-manager.
+	if _, err := c.CoreV1().ServiceAccounts("kube-system").Create(ctx, &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	critical := mkPod("kube-system", "pressure-critical", "10Mi", 30, func(p *v1.Pod) { p.Spec.PriorityClassName = "system-node-critical" })
+	defer func() { _ = c.CoreV1().Pods("kube-system").Delete(context.Background(), critical.Name, metav1.DeleteOptions{}) }()
+	waitFor(ctx, t, "the pods running", func() bool {
+		list, err := c.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+		if err != nil {
+			return false
+		}
+		running := 0
+		for _, p := range list.Items {
+			if p.Status.Phase == v1.PodRunning {
+				running++
+			}
+		}
+		return running == 6
+	})
+	obs, err := scenario.Observe(ctx, c, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obs.Stop()
+	podsIn := func() map[*v1.Pod]int64 {
+		out := map[*v1.Pod]int64{guarded: 1400 * mi, hog: 900 * mi, quiet: 200 * mi, critical: 3 * gi}
+		for _, name := range []string{"ds", "mirror"} {
+			p, err := c.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[p] = 3 * gi
+		}
+		return out
+	}()
+	kl := &fakeKubelet{pods: podsIn}
+	kl.set(2*gi+80*mi, -20*mi) // crosses 2Gi in 4 s; the hard threshold is 50 s away
+	srv := httptest.NewServer(kl)
+	defer srv.Close()
+
+	// The kubelet's own config: evictionHard memory.available<1Gi (which zeroes its other
+	// defaults).
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "kubelet-config.yaml")
+	if err := os.WriteFile(cfgPath, []byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nevictionHard:\n  memory.available: 1Gi\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const interval, transition, margin = 500 * time.Millisecond, 5 * time.Second, 2 * time.Second
+	rp, addr, err := scenario.StartReprieve(ctx, reprieveBin, logDir, node, "--kubeconfig="+agentKubeconfig, "--provider=none",
+		"--pressure-source=summary", "--kubelet-summary-url="+srv.URL+"/stats/summary", "--kubelet-token-file="+filepath.Join(dir, "none"),
+		"--host-root="+dir, "--kubelet-config=kubelet-config.yaml",
+		"--pressure-thresholds=memory.available<2Gi", "--pressure-minimum-reclaim=memory.available=256Mi",
+		"--pressure-interval="+interval.String(), "--pressure-trend-window=5s", "--pressure-transition-period="+transition.String(),
+		"--safety-margin="+margin.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = rp.Stop() }()
+
+	const key = "reprieve.io/memory-pressure"
+	crossAt := kl.since.Add(4 * time.Second)
+	n := waitNode(ctx, t, node, "the memory-pressure taint", func(n *v1.Node) bool { return hasTaint(n, key, v1.TaintEffectNoSchedule) })
+	seen := time.Now()
+	t.Logf("taint seen %v after the crossing", seen.Sub(crossAt).Round(time.Millisecond))
+	if late := seen.Sub(crossAt); late > interval+time.Second {
+		t.Errorf("taint seen %v after the crossing, want within one interval (%v) plus the write", late, interval)
+	}
+	for _, tt := range n.Spec.Taints {
+		if tt.Key == key && tt.TimeAdded == nil {
+			t.Error("pressure taint without timeAdded")
+		}
+	}
+	if recs := obs.Records(); !recs["hog"].DeletedAt.IsZero() {
+		t.Fatal("hog evicted while the hard threshold was still far")
+	}
+
+	// The fall speeds up to 100 MiB/s: the hard threshold is about 9 s away.
+	kl.set(kl.availableAt(time.Now()), -100*mi)
+	accelerated := time.Now()
+	hardAt := accelerated.Add(time.Duration(float64(kl.availableAt(accelerated)-gi) / float64(100*mi) * float64(time.Second)))
+	waitFor(ctx, t, "hog evicted", func() bool { return !obs.Records()["hog"].DeletedAt.IsZero() })
+	// The leak was the hog's: the fall stops with its eviction, and its memory comes back once
+	// it is gone.
+	kl.set(kl.availableAt(time.Now()), 0)
+	waitFor(ctx, t, "hog gone", func() bool { return !obs.Records()["hog"].GoneAt.IsZero() })
+	rec := obs.Records()["hog"]
+	t.Logf("hog evicted %v after the fall sped up with %d s of grace; gone %v before the hard threshold would have been reached",
+		rec.DeletedAt.Sub(accelerated).Round(time.Millisecond), rec.Grace, hardAt.Sub(rec.GoneAt).Round(time.Millisecond))
+	if rec.Grace >= 30 || rec.Grace < 1 {
+		t.Errorf("hog evicted with %d s of grace, want its 30 s cut to fit the estimate", rec.Grace)
+	}
+	if !rec.GoneAt.Before(hardAt) {
+		t.Errorf("hog gone at %v, after the hard threshold's %v", rec.GoneAt, hardAt)
+	}
+	kl.mu.Lock()
+	delete(kl.pods, hog)
+	kl.mu.Unlock()
+	kl.set(3*gi, 0)
+	recovered := time.Now()
+
+	waitNode(ctx, t, node, "the memory-pressure taint removed", func(n *v1.Node) bool { return !hasTaint(n, key, v1.TaintEffectNoSchedule) })
+	if d := time.Since(recovered); d < transition-interval {
+		t.Errorf("taint removed %v after the recovery, before the %v transition period", d, transition)
+	}
+	for _, name := range []string{"guarded", "quiet", "ds", "mirror"} {
+		if r := obs.Records()[name]; !r.DeletedAt.IsZero() {
+			t.Errorf("%s was evicted", name)
+		}
+	}
+	if p, err := c.CoreV1().Pods("kube-system").Get(ctx, critical.Name, metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
+		t.Errorf("the system-node-critical pod was touched: %v", err)
+	}
+	waitFor(ctx, t, "the "+agent.ReasonEvictionBlocked+" event on the PDB-guarded pod", func() bool {
+		evs, err := c.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=guarded,reason=" + agent.ReasonEvictionBlocked})
+		return err == nil && len(evs.Items) > 0
+	})
+	metrics, err := scenario.Scrape(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`reprieve_pressure_evictions_total{signal="memory.available"} 1`,
+		`reprieve_pressure_threshold{kind="kubelet_hard",signal="memory.available"} 1.073741824e+09`,
+		`reprieve_pressure_active{resource="memory"} 0`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
