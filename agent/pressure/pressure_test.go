@@ -161,13 +161,15 @@ func names(cs []Candidate) []string {
 	return out
 }
 
-func grace(p *v1.Pod) time.Duration { return time.Duration(*p.Spec.TerminationGracePeriodSeconds) * time.Second }
+func grace(p *v1.Pod) time.Duration {
+	return time.Duration(*p.Spec.TerminationGracePeriodSeconds) * time.Second
+}
 
 // The kubelet's memory order: over request first, then lower priority, then usage above
 // request; a pod without figures first.
 func TestRankMemory(t *testing.T) {
 	pods := []*v1.Pod{
-		pod("under-low", 0, "1Gi", 30),     // 512Mi of 1Gi
+		pod("under-low", 0, "1Gi", 30),      // 512Mi of 1Gi
 		pod("over-high", 1000, "100Mi", 30), // 300Mi of 100Mi
 		pod("over-low-small", 0, "100Mi", 30),
 		pod("over-low-big", 0, "100Mi", 30),

@@ -126,7 +126,9 @@ func TestPressure(t *testing.T) {
 		t.Fatal(err)
 	}
 	critical := mkPod("kube-system", "pressure-critical", "10Mi", 30, func(p *v1.Pod) { p.Spec.PriorityClassName = "system-node-critical" })
-	defer func() { _ = c.CoreV1().Pods("kube-system").Delete(context.Background(), critical.Name, metav1.DeleteOptions{}) }()
+	defer func() {
+		_ = c.CoreV1().Pods("kube-system").Delete(context.Background(), critical.Name, metav1.DeleteOptions{})
+	}()
 	waitFor(ctx, t, "the pods running", func() bool {
 		list, err := c.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
 		if err != nil {
