@@ -14,7 +14,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -102,7 +101,7 @@ func (a *Agent) startPressure(ctx context.Context) error {
 				return errors.New("finding the kubelet's Summary API: node not found")
 			}
 			var err error
-			if url, err = summaryURL(node); err != nil {
+			if url, err = SummaryURL(node); err != nil {
 				return err
 			}
 		}
@@ -148,8 +147,8 @@ func (a *Agent) startPressure(ctx context.Context) error {
 	return nil
 }
 
-// summaryURL is the kubelet's Summary API on the node's InternalIP and kubelet port.
-func summaryURL(node *v1.Node) (string, error) {
+// SummaryURL is the kubelet's Summary API on the node's InternalIP and kubelet port.
+func SummaryURL(node *v1.Node) (string, error) {
 	port := int(node.Status.DaemonEndpoints.KubeletEndpoint.Port)
 	if port == 0 {
 		port = 10250
@@ -251,7 +250,7 @@ func (a *Agent) reportPressureChange(ctx context.Context, ch pressure.Change) {
 			"threshold", l.Threshold, "kubeletHard", l.Hard)
 		a.recorder.Eventf(nodeRef(a.cfg.NodeName), v1.EventTypeWarning, ReasonPressureDetected,
 			"%s %s is below reprieve's threshold %s (the kubelet evicts at %s): tainting %s",
-			l.Signal, formatAmount(l.Signal, l.Available), formatAmount(l.Signal, l.Threshold), formatAmount(l.Signal, l.Hard), pressure.TaintKey(ch.Resource))
+			l.Signal, FormatAmount(l.Signal, l.Available), FormatAmount(l.Signal, l.Threshold), FormatAmount(l.Signal, l.Hard), pressure.TaintKey(ch.Resource))
 		return
 	}
 	logger.Info("Pressure cleared", "resource", ch.Resource, "transitionPeriod", a.cfg.PressureTransitionPeriod)
@@ -259,12 +258,17 @@ func (a *Agent) reportPressureChange(ctx context.Context, ch pressure.Change) {
 		"No %s pressure for %s: removing %s", ch.Resource, a.cfg.PressureTransitionPeriod, pressure.TaintKey(ch.Resource))
 }
 
-// formatAmount writes a signal's amount in its unit: bytes as a binary quantity, inodes and
-// PIDs as counts.
-func formatAmount(s kubelet.Signal, v int64) string {
+// FormatAmount writes a signal's amount in its unit: bytes in binary units, inodes and PIDs as
+// counts.
+func FormatAmount(s kubelet.Signal, v int64) string {
 	switch s {
 	case kubelet.MemoryAvailable, kubelet.NodeFsAvailable, kubelet.ImageFsAvailable:
-		return resource.NewQuantity(v, resource.BinarySI).String()
+		switch f := float64(v); {
+		case v >= 1<<30 || v <= -1<<30:
+			return strconv.FormatFloat(f/(1<<30), 'f', 2, 64) + "Gi"
+		case v >= 1<<20 || v <= -1<<20:
+			return strconv.FormatFloat(f/(1<<20), 'f', 0, 64) + "Mi"
+		}
 	}
 	return strconv.FormatInt(v, 10)
 }
@@ -397,7 +401,7 @@ func (a *Agent) pressureEvict(ctx context.Context, now time.Time, r pressure.Res
 			"kubeletHard", lvl.Hard, "timeToHard", ttl, "grace", grace, "podGrace", ev.Candidate.Grace, "usage", ev.Usage)
 		a.recorder.Eventf(pod, v1.EventTypeWarning, ReasonPressureEviction,
 			"Evicted for %s pressure with a %s grace (the pod asks %s): %s reaches the kubelet's hard threshold %s %s",
-			r, grace, ev.Candidate.Grace, lvl.Signal, formatAmount(lvl.Signal, lvl.Hard), eta)
+			r, grace, ev.Candidate.Grace, lvl.Signal, FormatAmount(lvl.Signal, lvl.Hard), eta)
 	case apierrors.IsTooManyRequests(err):
 		b := p.blocked[pod.UID]
 		b.attempts++

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,6 +20,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/pressure"
+	"github.com/reprieve-dev/reprieve/kubelet"
 	"github.com/reprieve-dev/reprieve/providers/aws"
 	"github.com/reprieve-dev/reprieve/providers/detect"
 )
@@ -77,6 +81,7 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer, cli
 	client, providerID := checkKubernetes(ctx, r, cfg, clientFor)
 	checkMetadata(ctx, r, cfg, client, providerID)
 	checkHostRoot(r, cfg)
+	checkPressure(ctx, r, cfg, client)
 	if r.failed > 0 {
 		fmt.Fprintf(stdout, "%d check(s) failed: reprieve cannot do its job on this node until they are fixed.\n", r.failed)
 		return 1
@@ -107,7 +112,11 @@ func checkKubernetes(ctx context.Context, r *doctorReport, cfg agent.Config, cli
 		who = ssr.Status.UserInfo.Username
 		r.ok("authenticated as %s", who)
 	}
-	for _, p := range agentPermissions {
+	perms := agentPermissions
+	if cfg.PressureSource == agent.PressureSourceSummary {
+		perms = append(slices.Clip(perms), permission{"get", "nodes", "stats"})
+	}
+	for _, p := range perms {
 		review, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(cctx, &authorizationv1.SelfSubjectAccessReview{
 			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
 				Verb: p.verb, Resource: p.resource, Subresource: p.subresource}},
@@ -219,4 +228,86 @@ func checkHostRoot(r *doctorReport, cfg agent.Config) {
 		return
 	}
 	r.ok("--host-root %s readable (%d entries)", cfg.HostRoot, len(entries))
+}
+
+// checkPressure reads the kubelet's thresholds and the pressure signals once, as the agent
+// would, and prints each signal against reprieve's and the kubelet's thresholds.
+func checkPressure(ctx context.Context, r *doctorReport, cfg agent.Config, client kubernetes.Interface) {
+	if cfg.PressureSource == agent.PressureSourceOff {
+		r.skip("local pressure: --pressure-source off")
+		return
+	}
+	kc, err := kubelet.ReadConfig(filepath.Join(cfg.HostRoot, cfg.KubeletConfig))
+	if err != nil {
+		r.fail(err.Error(), "fix the kubelet's config file, or point --kubelet-config at it (a path under --host-root)")
+		return
+	}
+	var hard []string
+	for _, t := range kc.Hard {
+		hard = append(hard, t.String())
+	}
+	if kc.Found {
+		r.ok("kubelet config %s: evictionHard %s", kc.Path, strings.Join(hard, ","))
+	} else {
+		r.ok("kubelet config %s not found: the kubelet's defaults apply (evictionHard %s)", kc.Path, strings.Join(hard, ","))
+	}
+	explicit, headroom, reclaim, err := cfg.PressureThresholdsOf()
+	if err != nil {
+		r.fail(fmt.Sprintf("pressure thresholds: %v", err), "give the thresholds in the kubelet's syntax, e.g. memory.available<500Mi,nodefs.available<15%")
+		return
+	}
+	if reclaim == nil {
+		reclaim = kc.MinimumReclaim
+	}
+	var src kubelet.Source = &kubelet.HostSource{Root: cfg.HostRoot, KubeletRootDir: cfg.KubeletRootDir, ImageFsDir: cfg.ImageFsDir}
+	if cfg.PressureSource == agent.PressureSourceSummary {
+		url := cfg.KubeletSummaryURL
+		if url == "" {
+			if client == nil {
+				r.fail("kubelet Summary API: no API server to find the node's address", "pass --kubelet-summary-url")
+				return
+			}
+			n, err := client.CoreV1().Nodes().Get(ctx, cfg.NodeName, metav1.GetOptions{})
+			if err == nil {
+				url, err = agent.SummaryURL(n)
+			}
+			if err != nil {
+				r.fail(fmt.Sprintf("kubelet Summary API: %v", err), "pass --kubelet-summary-url")
+				return
+			}
+		}
+		token, ca := cfg.KubeletTokenFile, cfg.KubeletCAFile
+		if _, err := os.Stat(token); err != nil {
+			token = ""
+		}
+		if _, err := os.Stat(ca); err != nil || cfg.KubeletInsecureTLS {
+			ca = ""
+		}
+		if src, err = kubelet.NewSummarySource(url, ca, token, cfg.KubeletInsecureTLS); err != nil {
+			r.fail(fmt.Sprintf("kubelet Summary API client: %v", err), "check --kubelet-ca-file and --kubelet-token-file")
+			return
+		}
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	sample, err := src.Read(rctx)
+	if err != nil {
+		fix := "mount the host's / read-only at --host-root (the DaemonSet uses /host), and check --kubelet-root-dir and --imagefs-dir"
+		if cfg.PressureSource == agent.PressureSourceSummary {
+			fix = "grant get on nodes/stats, check that the kubelet's port is reachable from the pod and its certificate (--kubelet-ca-file, --kubelet-insecure-tls)"
+		}
+		r.fail(fmt.Sprintf("pressure signals (%s): %v", cfg.PressureSource, err), fix)
+		if len(sample.Node) == 0 {
+			return
+		}
+	}
+	levels := pressure.Thresholds{Explicit: explicit, Headroom: headroom, Hard: kc.Hard, MinReclaim: reclaim}.Levels(sample.Node)
+	for _, l := range levels {
+		state := "ok"
+		if l.Available < l.Threshold {
+			state = "UNDER PRESSURE"
+		}
+		f := func(v int64) string { return agent.FormatAmount(l.Signal, v) }
+		r.ok("%s %s of %s (reprieve's threshold %s, the kubelet's hard %s): %s", l.Signal, f(l.Available), f(l.Capacity), f(l.Threshold), f(l.Hard), state)
+	}
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -50,9 +52,16 @@ func TestDoctorNamesTheMissingPermission(t *testing.T) {
 
 func TestDoctorAllGreenAndMissingNode(t *testing.T) {
 	var out, errOut bytes.Buffer
-	if code := runDoctor(context.Background(), []string{"--node=n1", "--provider=none", "--host-root=" + t.TempDir()}, &out, &errOut,
+	// The kubelet package's cgroup v2 fixture stands in for the host.
+	host := filepath.Join("..", "..", "kubelet", "testdata", "cgroupv2")
+	if code := runDoctor(context.Background(), []string{"--node=n1", "--provider=none", "--host-root=" + host, "--kubelet-root-dir=/", "--imagefs-dir=/"}, &out, &errOut,
 		doctorClient(permission{}, "n1")); code != 0 {
 		t.Errorf("exit %d, want 0:\n%s%s", code, out.String(), errOut.String())
+	}
+	for _, want := range []string{"the kubelet's defaults apply (evictionHard memory.available<100Mi", "ok    memory.available ", "ok    pid.available "} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("no %q in\n%s", want, out.String())
+		}
 	}
 	out.Reset()
 	if code := runDoctor(context.Background(), []string{"--node=n2", "--provider=none", "--host-root=/nonexistent"}, &out, &errOut,
@@ -66,5 +75,21 @@ func TestDoctorBadFlags(t *testing.T) {
 	var out, errOut bytes.Buffer
 	if code := runDoctor(context.Background(), []string{"--provider=none"}, &out, &errOut, doctorClient(permission{})); code != 2 || !strings.Contains(errOut.String(), "--node-name") {
 		t.Errorf("exit %d, stderr %q; want 2 naming --node-name", code, errOut.String())
+	}
+}
+
+// A kubelet config whose threshold does not parse fails the check, quoting it.
+func TestDoctorBadKubeletConfig(t *testing.T) {
+	host := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(host, "var", "lib", "kubelet"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(host, "var", "lib", "kubelet", "config.yaml"), []byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nevictionHard:\n  memory.available: lots\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	code := runDoctor(context.Background(), []string{"--node=n1", "--provider=none", "--host-root=" + host}, &out, &errOut, doctorClient(permission{}, "n1"))
+	if code != 1 || !strings.Contains(out.String(), "FAIL  kubelet config ") || !strings.Contains(out.String(), "lots") {
+		t.Errorf("exit %d, want 1 quoting the bad threshold:\n%s%s", code, out.String(), errOut.String())
 	}
 }
