@@ -7,7 +7,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 TOOLS_BIN := $(CURDIR)/.cache/bin
 export REPRIEVE_TOOLS_BIN ?= $(TOOLS_BIN)
 
-.PHONY: build tools promtool test unit e2e lint fuzz demo bench soak clean
+.PHONY: build tools helm manifests promtool test unit e2e lint fuzz demo bench soak clean
 
 ## build: the static binary the Dockerfile builds (CGO off, trimmed paths, version baked in)
 build:
@@ -16,6 +16,16 @@ build:
 ## tools: build the real control plane and peers from the Go module proxy (cached)
 tools:
 	bash test/tools/build.sh
+
+## helm: only helm (pinned in test/tools/helm/go.mod), into the same cache; `make tools` builds it too
+helm:
+	bash test/tools/helm.sh
+
+## manifests: render deploy/manifests/ from the Helm chart deploy/chart/reprieve (a test checks
+## that the committed files equal a fresh render)
+manifests: helm
+	cp deploy/prometheus/rules.yaml deploy/chart/reprieve/files/rules.yaml
+	HELM=$(REPRIEVE_TOOLS_BIN)/helm bash deploy/chart/render.sh deploy/manifests
 
 ## promtool: Debian's prometheus package (promtool and the server) for the rule and alert tests
 promtool:

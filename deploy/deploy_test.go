@@ -929,3 +929,21 @@ func sortedKeys[V any](m map[string]V) []string {
 	sort.Strings(keys)
 	return keys
 }
+
+// chartRulesPath is the chart's copy of rulesPath: a chart cannot read files outside itself.
+const chartRulesPath = "chart/reprieve/files/rules.yaml"
+
+// TestChartRulesCopy checks that the chart's PrometheusRule carries the alerts of rules.yaml.
+func TestChartRulesCopy(t *testing.T) {
+	want, err := os.ReadFile(rulesPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(chartRulesPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs from %s: run `make manifests`", chartRulesPath, rulesPath)
+	}
+}

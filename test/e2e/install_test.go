@@ -20,8 +20,10 @@ import (
 // taint-eviction controllers and kube-scheduler running: one reprieve pod lands on each of that
 // cloud's spot nodes and none elsewhere; the interruption taint and reprieve's own taints on a
 // node evict a pod that does not tolerate them, yet leave that node's reprieve pod running.
-// The GCP and Azure pod templates pass the baseline Pod Security level; AWS's (host network)
-// is refused by it, as its manifest says.
+// The shipped pod templates need the privileged Pod Security level, as their manifests say:
+// baseline refuses AWS's for the host network, and all three for the read-only hostPath volume of
+// pressure.source=host. Renders of the chart with pressure.source=summary or off pass baseline
+// on GCP and Azure; on AWS the host network still keeps them out.
 func TestInstallDaemonSet(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -37,20 +39,66 @@ func TestInstallDaemonSet(t *testing.T) {
 		t.Fatal(err)
 	}
 	patchNamespace(ctx, t, "baseline", map[string]string{"pod-security.kubernetes.io/enforce": "baseline"})
+	const hostNamespaces, hostPath = "host namespaces", "hostPath volumes"
 	for _, c := range []struct {
 		cloud, file string
 		spot        map[string]string
-		baseline    bool
+		// refusals are what baseline refuses the pod template for (none: it passes).
+		refusals []string
 	}{
-		{"aws", "daemonset.yaml", map[string]string{"karpenter.sh/capacity-type": "spot"}, false},
-		{"gcp", "daemonset-gcp.yaml", map[string]string{"cloud.google.com/gke-spot": "true"}, true},
-		{"azure", "daemonset-azure.yaml", map[string]string{"kubernetes.azure.com/scalesetpriority": "spot"}, true},
+		{"aws", "daemonset.yaml", map[string]string{"karpenter.sh/capacity-type": "spot"}, []string{hostNamespaces, hostPath}},
+		{"gcp", "daemonset-gcp.yaml", map[string]string{"cloud.google.com/gke-spot": "true"}, []string{hostPath}},
+		{"azure", "daemonset-azure.yaml", map[string]string{"kubernetes.azure.com/scalesetpriority": "spot"}, []string{hostPath}},
 	} {
-		t.Run(c.cloud, func(t *testing.T) { installDaemonSet(ctx, t, c.cloud, c.file, c.spot, c.baseline) })
+		t.Run(c.cloud, func(t *testing.T) { installDaemonSet(ctx, t, c.cloud, c.file, c.spot, c.refusals) })
+	}
+	// The chart's other pressure sources: no hostPath volume.
+	for _, c := range []struct {
+		cloud, source string
+		refusals      []string
+	}{
+		{"aws", "summary", []string{hostNamespaces}},
+		{"gcp", "host", []string{hostPath}},
+		{"gcp", "summary", nil},
+		{"gcp", "off", nil},
+		{"azure", "host", []string{hostPath}},
+		{"azure", "summary", nil},
+	} {
+		name := c.cloud + "-" + c.source
+		t.Run("pod-security-"+name, func(t *testing.T) {
+			ds, _ := renderDaemonSet(t, name, "--set", "cloud="+c.cloud+",pressure.source="+c.source)
+			checkBaseline(ctx, t, name, ds.Spec.Template.Spec, c.refusals)
+		})
 	}
 }
 
-func installDaemonSet(ctx context.Context, t *testing.T, cloud, file string, spot map[string]string, baseline bool) {
+// checkBaseline creates a pod of spec with a dry run in a namespace that enforces the baseline
+// Pod Security level, and checks that it is refused for each of refusals (and only then).
+func checkBaseline(ctx context.Context, t *testing.T, name string, spec v1.PodSpec, refusals []string) {
+	t.Helper()
+	probe := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "psa-" + name, Namespace: "baseline"}, Spec: *spec.DeepCopy()}
+	// Only the Pod Security check is wanted: not the ServiceAccount and priority class, which
+	// belong to kube-system.
+	probe.Spec.ServiceAccountName, probe.Spec.DeprecatedServiceAccount, probe.Spec.PriorityClassName, probe.Spec.Priority = "", "", "", nil
+	_, err := env.Client.CoreV1().Pods("baseline").Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	switch {
+	case len(refusals) == 0 && err != nil:
+		t.Errorf("the %s pod template fails the baseline Pod Security level: %v", name, err)
+	case len(refusals) > 0 && err == nil:
+		t.Errorf("the %s pod template passes baseline; want it refused for %s", name, strings.Join(refusals, " and "))
+	case len(refusals) > 0:
+		for _, r := range refusals {
+			if !strings.Contains(err.Error(), r) {
+				t.Errorf("baseline refuses the %s pod template with %v; want it refused for %s", name, err, r)
+			}
+		}
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("the %s pod template: %v; want a Forbidden from Pod Security admission", name, err)
+		}
+	}
+}
+
+func installDaemonSet(ctx context.Context, t *testing.T, cloud, file string, spot map[string]string, refusals []string) {
 	ns := "install-" + cloud
 	nodes := []string{ns + "-spot-1", ns + "-spot-2", ns + "-spot-3"}
 	setupNode(ctx, t, ns, nodes[0], spot)
@@ -74,17 +122,7 @@ func installDaemonSet(ctx context.Context, t *testing.T, cloud, file string, spo
 		t.Fatal(err)
 	}
 	// Pod Security: the pod template, as a pod in a namespace that enforces baseline.
-	probe := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "psa-" + cloud, Namespace: "baseline"}, Spec: *ds.Spec.Template.Spec.DeepCopy()}
-	// Only the Pod Security check is wanted: not the ServiceAccount and priority class, which
-	// belong to kube-system.
-	probe.Spec.ServiceAccountName, probe.Spec.DeprecatedServiceAccount, probe.Spec.PriorityClassName, probe.Spec.Priority = "", "", "", nil
-	_, err = env.Client.CoreV1().Pods("baseline").Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-	switch {
-	case baseline && err != nil:
-		t.Errorf("the %s pod template fails the baseline Pod Security level: %v", cloud, err)
-	case !baseline && (err == nil || !strings.Contains(err.Error(), "host namespaces")):
-		t.Errorf("the %s pod template with the host network: %v; want baseline to refuse it for host namespaces", cloud, err)
-	}
+	checkBaseline(ctx, t, cloud, ds.Spec.Template.Spec, refusals)
 	agentPod := func(node string) *v1.Pod {
 		list, err := env.Client.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=reprieve"})
 		if err != nil {

@@ -63,4 +63,7 @@ if [ ! -d "$stages" ] || [ "$(cat "$stages/version" 2>/dev/null)" != "$KWOK_VERS
   chmod -R u+w "$stages"
   echo "$KWOK_VERSION" >"$stages/version"
 fi
+# helm has a module of its own (test/tools/helm/go.mod); helm.sh builds it the same way.
+REPRIEVE_TOOLS_BIN="$bin" bash "$here/helm.sh"
+
 echo "tools ready in $bin" >&2

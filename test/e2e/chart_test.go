@@ -1,0 +1,465 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+	appsv1 "k8s.io/api/apps/v1"
+	v1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/yaml"
+
+	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/test/testenv"
+)
+
+// chartDir is the chart, relative to the repository root.
+const chartDir = "deploy/chart/reprieve"
+
+// helmBin returns the helm that test/tools/helm.sh builds into the tools folder.
+func helmBin(t *testing.T) string {
+	t.Helper()
+	dir, err := testenv.ToolsBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "helm")
+	if st, err := os.Stat(path); err != nil || st.Mode()&0o111 == 0 {
+		msg := fmt.Sprintf("helm is missing from %s: run `make tools` (or `make helm`)", dir)
+		if os.Getenv("REPRIEVE_E2E_REQUIRED") == "1" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return path
+}
+
+// helm runs helm with args in the repository root and returns its standard output.
+func helm(t *testing.T, args ...string) ([]byte, error) {
+	t.Helper()
+	cmd := exec.Command(helmBin(t), args...)
+	cmd.Dir = repoRoot(t)
+	// No user config or cache of this machine's helm: the test sees the chart alone.
+	home := t.TempDir()
+	cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+home, "HELM_CACHE_HOME="+home, "HELM_DATA_HOME="+home)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return out, fmt.Errorf("helm %s: %w\n%s%s", strings.Join(args, " "), err, out, stderr.Bytes())
+	}
+	return out, nil
+}
+
+// render is `helm template` of the chart as release in kube-system, with more helm args
+// (-f FILE, --set K=V).
+func render(t *testing.T, release string, args ...string) []byte {
+	t.Helper()
+	out, err := helm(t, append([]string{"template", release, chartDir, "--namespace", "kube-system"}, args...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// chartCase is one set of chart values the tests render.
+type chartCase struct {
+	name string
+	args []string
+}
+
+// chartCases are the values files the repository ships and the combinations of values that
+// change the templates' shape.
+var chartCases = []chartCase{
+	{"defaults", nil},
+	{"aws", []string{"-f", "deploy/chart/values-aws.yaml"}},
+	{"gcp", []string{"-f", "deploy/chart/values-gcp.yaml"}},
+	{"azure", []string{"-f", "deploy/chart/values-azure.yaml"}},
+	{"gpu-pool", []string{"-f", "deploy/chart/examples/gpu-pool.yaml"}},
+	{"aws-summary", []string{"--set", "cloud=aws,pressure.source=summary,pressure.kubeletInsecureTLS=true"}},
+	{"gcp-summary", []string{"--set", "cloud=gcp,pressure.source=summary"}},
+	{"azure-summary", []string{"--set", "cloud=azure,pressure.source=summary"}},
+	{"azure-off", []string{"--set", "cloud=azure,pressure.source=off"}},
+	{"every-value", []string{"-f", "deploy/chart/values-gcp.yaml", "--set-json", `{
+		"metrics": {"port": 9090}, "interruptionTaint": "example.com/reclaim:NoExecute",
+		"safetyMargin": "10s", "dryRun": true, "extraArgs": ["--evict-daemonset-pods", "-v=2"],
+		"webhook": {"urlSecret": {"name": "hook", "key": "endpoint"}, "headersSecret": {"name": "hook-headers"}},
+		"pressure": {"thresholds": "memory.available<500Mi,nodefs.available<15%", "headroom": "0.05",
+			"transitionPeriod": "2m", "kubeletConfig": "/etc/kubernetes/kubelet.yaml"},
+		"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+			{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["batch"]}]}]}}},
+		"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute"}],
+		"podMonitor": {"enabled": true, "labels": {"release": "kube-prometheus-stack"}},
+		"prometheusRule": {"enabled": true}}`}},
+}
+
+// TestChartLint runs `helm lint --strict` on the chart with each case's values, and checks
+// that values the chart cannot render are refused with a message that names them.
+func TestChartLint(t *testing.T) {
+	for _, c := range chartCases {
+		if _, err := helm(t, append([]string{"lint", "--strict", chartDir}, c.args...)...); err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
+	for _, bad := range []struct{ set, want string }{
+		{"cloud=oracle", "cloud"},
+		{"pressure.source=proc", "source"},
+		{"interruptionTaint=cloud=spot:NoSchedule", "interruptionTaint"},
+		{"pressure.kubeletInsecureTLS=true", "pressure.source=summary only"},
+		{"metrics.port=0", "port"},
+	} {
+		_, err := helm(t, "template", "reprieve", chartDir, "--set", bad.set)
+		if err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("--set %s: %v; want an error naming %s", bad.set, err, bad.want)
+		}
+	}
+}
+
+// TestManifestsRendered checks that deploy/manifests/ is what `make manifests` renders from
+// the chart now (deploy/chart/render.sh), file for file.
+func TestManifestsRendered(t *testing.T) {
+	root := repoRoot(t)
+	out := t.TempDir()
+	cmd := exec.Command("bash", filepath.Join(root, "deploy", "chart", "render.sh"), out)
+	cmd.Env = append(os.Environ(), "HELM="+helmBin(t), "HELM_CONFIG_HOME="+out, "HELM_CACHE_HOME="+out, "HELM_DATA_HOME="+out)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("deploy/chart/render.sh: %v\n%s", err, b)
+	}
+	rendered, err := filepath.Glob(filepath.Join(out, "*.yaml"))
+	if err != nil || len(rendered) < 5 {
+		t.Fatalf("render.sh wrote %v (%v); want the five manifests", rendered, err)
+	}
+	for _, path := range rendered {
+		name := filepath.Base(path)
+		want, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(filepath.Join(root, "deploy", "manifests", name))
+		if err != nil {
+			t.Errorf("deploy/manifests/%s: %v; run `make manifests`", name, err)
+			continue
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("deploy/manifests/%s differs from a fresh render of %s%s: run `make manifests`",
+				name, chartDir, firstLineDiff(got, want))
+		}
+	}
+}
+
+// firstLineDiff describes the first line where got and want differ.
+func firstLineDiff(got, want []byte) string {
+	g, w := strings.Split(string(got), "\n"), strings.Split(string(want), "\n")
+	for i := range max(len(g), len(w)) {
+		gl, wl := "<end of file>", "<end of file>"
+		if i < len(g) {
+			gl = g[i]
+		}
+		if i < len(w) {
+			wl = w[i]
+		}
+		if gl != wl {
+			return fmt.Sprintf(" (line %d is %q, the render has %q)", i+1, gl, wl)
+		}
+	}
+	return ""
+}
+
+// TestChartRendersApplyServerDryRun renders every case and applies each object with a
+// server-side dry run on the real API server, as TestManifestsApplyServerDryRun does for the
+// plain manifests. The Prometheus Operator's kinds are left out (no CRDs here) and checked
+// against deploy/prometheus/ instead.
+func TestChartRendersApplyServerDryRun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	d := newDryRunner(t)
+	applied := 0
+	for _, c := range chartCases {
+		release := "reprieve"
+		if c.name == "gpu-pool" {
+			release = "reprieve-gpu"
+		}
+		var kube bytes.Buffer
+		for _, obj := range manifestObjects(t, c.name, render(t, release, c.args...)) {
+			if obj.GroupVersionKind().Group == "monitoring.coreos.com" {
+				checkMonitoring(t, c.name, obj.Object)
+				continue
+			}
+			b, err := yaml.Marshal(obj.Object)
+			if err != nil {
+				t.Fatal(err)
+			}
+			kube.WriteString("---\n")
+			kube.Write(b)
+		}
+		applied += d.apply(ctx, t, c.name, kube.Bytes())
+	}
+	t.Logf("%d objects from %d renders applied with a server-side dry run", applied, len(chartCases))
+}
+
+// checkMonitoring checks the chart's PodMonitor and PrometheusRule against deploy/prometheus/.
+func checkMonitoring(t *testing.T, source string, obj map[string]any) {
+	t.Helper()
+	kind, _ := obj["kind"].(string)
+	switch kind {
+	case "PrometheusRule":
+		var plain map[string]any
+		if err := yaml.Unmarshal(readRepoFile(t, "deploy", "prometheus", "rules.yaml"), &plain); err != nil {
+			t.Fatal(err)
+		}
+		spec, _ := obj["spec"].(map[string]any)
+		if !reflect.DeepEqual(spec["groups"], plain["groups"]) {
+			t.Errorf("%s: the chart's PrometheusRule differs from deploy/prometheus/rules.yaml: run `make manifests`", source)
+		}
+	case "PodMonitor":
+		var plain map[string]any
+		if err := yaml.Unmarshal(readRepoFile(t, "deploy", "prometheus", "podmonitor.yaml"), &plain); err != nil {
+			t.Fatal(err)
+		}
+		// The same scrape as deploy/prometheus/podmonitor.yaml; the selector may add the
+		// release's instance label.
+		want, got := map[string]any{}, map[string]any{}
+		w, _ := plain["spec"].(map[string]any)
+		g, _ := obj["spec"].(map[string]any)
+		for _, k := range []string{"jobLabel", "namespaceSelector", "podMetricsEndpoints"} {
+			got[k], want[k] = g[k], w[k]
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: the chart's PodMonitor scrapes otherwise than deploy/prometheus/podmonitor.yaml:\n got %v\nwant %v", source, got, want)
+		}
+	default:
+		t.Errorf("%s: unexpected %s", source, kind)
+	}
+}
+
+// chartObjects decodes a render into typed objects, leaving out the Prometheus Operator's.
+func chartObjects(t *testing.T, source string, manifest []byte) []runtime.Object {
+	t.Helper()
+	var objs []runtime.Object
+	for _, u := range manifestObjects(t, source, manifest) {
+		if u.GroupVersionKind().Group == "monitoring.coreos.com" {
+			continue
+		}
+		b, err := u.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(b, nil, nil)
+		if err != nil {
+			t.Fatalf("%s: %s: %v", source, u.GetKind(), err)
+		}
+		objs = append(objs, obj)
+	}
+	return objs
+}
+
+// renderDaemonSet renders the chart and returns its DaemonSet and ClusterRole (nil when the
+// render has none).
+func renderDaemonSet(t *testing.T, source string, args ...string) (*appsv1.DaemonSet, *rbacv1.ClusterRole) {
+	t.Helper()
+	var ds *appsv1.DaemonSet
+	var role *rbacv1.ClusterRole
+	for _, obj := range chartObjects(t, source, render(t, "reprieve", args...)) {
+		switch o := obj.(type) {
+		case *appsv1.DaemonSet:
+			ds = o
+		case *rbacv1.ClusterRole:
+			role = o
+		}
+	}
+	if ds == nil {
+		t.Fatalf("%s: no DaemonSet in the render", source)
+	}
+	return ds, role
+}
+
+// TestChartValues checks what each value does to the rendered DaemonSet, ClusterRole and
+// admission policy.
+func TestChartValues(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  string
+		// hostNetwork and hostPath: whether the pod uses the host network and the host-root
+		// volume; nodesStats: whether the ClusterRole grants get on nodes/stats.
+		hostNetwork, hostPath, nodesStats bool
+		args, absentArgs                  []string
+		nodeSelector                      map[string]string
+		affinityKeys                      []string
+	}{
+		{name: "aws", set: "cloud=aws", hostNetwork: true, hostPath: true,
+			args:         []string{"--provider=aws", "--metrics-bind-address=:8080", "--pressure-source=host", "--host-root=/host"},
+			absentArgs:   []string{"--kubelet-insecure-tls", "--dry-run", "--safety-margin", "--interruption-taint", "--pressure-thresholds", "--pressure-headroom", "--pressure-transition-period", "--kubelet-config", "--webhook"},
+			nodeSelector: map[string]string{"karpenter.sh/capacity-type": "spot"}},
+		{name: "gcp", set: "cloud=gcp", hostPath: true,
+			args:         []string{"--provider=gcp", "--pressure-source=host", "--host-root=/host"},
+			affinityKeys: []string{"cloud.google.com/gke-spot", "cloud.google.com/gke-preemptible"}},
+		{name: "azure-summary", set: "cloud=azure,pressure.source=summary,pressure.kubeletInsecureTLS=true", nodesStats: true,
+			args:         []string{"--provider=azure", "--pressure-source=summary", "--kubelet-insecure-tls"},
+			absentArgs:   []string{"--host-root"},
+			nodeSelector: map[string]string{"kubernetes.azure.com/scalesetpriority": "spot"}},
+		{name: "gcp-off", set: "cloud=gcp,pressure.source=off",
+			args: []string{"--pressure-source=off"}, absentArgs: []string{"--host-root", "--kubelet-insecure-tls"},
+			affinityKeys: []string{"cloud.google.com/gke-spot", "cloud.google.com/gke-preemptible"}},
+		{name: "pool-selector", set: "cloud=gcp,nodeSelector.pool=gpu,pressure.thresholds=memory.available<1Gi,pressure.headroom=0.1,pressure.transitionPeriod=1m,pressure.kubeletConfig=/etc/kubernetes/kubelet.yaml,safetyMargin=9s,dryRun=true", hostPath: true,
+			args:         []string{"--pressure-thresholds=memory.available<1Gi", "--pressure-headroom=0.1", "--pressure-transition-period=1m", "--kubelet-config=/etc/kubernetes/kubelet.yaml", "--safety-margin=9s", "--dry-run"},
+			nodeSelector: map[string]string{"pool": "gpu"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ds, role := renderDaemonSet(t, tc.name, "--set", tc.set)
+			spec := ds.Spec.Template.Spec
+			c := spec.Containers[0]
+			if spec.HostNetwork != tc.hostNetwork {
+				t.Errorf("hostNetwork %v, want %v", spec.HostNetwork, tc.hostNetwork)
+			}
+			if tc.hostNetwork && spec.DNSPolicy != "ClusterFirstWithHostNet" {
+				t.Errorf("dnsPolicy %q with the host network, want ClusterFirstWithHostNet", spec.DNSPolicy)
+			}
+			hostPath := false
+			for _, v := range spec.Volumes {
+				if v.HostPath != nil {
+					hostPath = true
+					if v.HostPath.Path != "/" {
+						t.Errorf("hostPath %q, want /", v.HostPath.Path)
+					}
+					for _, m := range c.VolumeMounts {
+						if m.Name == v.Name && (m.MountPath != "/host" || !m.ReadOnly) {
+							t.Errorf("the host's / mounted at %s readOnly=%v, want /host read-only", m.MountPath, m.ReadOnly)
+						}
+					}
+				}
+			}
+			if hostPath != tc.hostPath {
+				t.Errorf("hostPath volume %v, want %v", hostPath, tc.hostPath)
+			}
+			// The agent finds the kubelet's Summary API from its node (InternalIP and kubelet
+			// port): nothing about it belongs in the pod spec.
+			if slices.ContainsFunc(c.Env, func(e v1.EnvVar) bool { return e.Name == "HOST_IP" }) {
+				t.Error("HOST_IP in the pod spec; the agent reads the kubelet's address from its node")
+			}
+			for _, a := range tc.args {
+				if !slices.Contains(c.Args, a) {
+					t.Errorf("args %q lack %s", c.Args, a)
+				}
+			}
+			for _, a := range tc.absentArgs {
+				if slices.ContainsFunc(c.Args, func(s string) bool { return strings.HasPrefix(s, a) }) {
+					t.Errorf("args %q have %s, which no value asked for", c.Args, a)
+				}
+			}
+			if tc.nodeSelector != nil && !reflect.DeepEqual(spec.NodeSelector, tc.nodeSelector) {
+				t.Errorf("nodeSelector %v, want %v", spec.NodeSelector, tc.nodeSelector)
+			}
+			if tc.affinityKeys != nil {
+				var keys []string
+				if spec.Affinity != nil && spec.Affinity.NodeAffinity != nil && spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+					for _, term := range spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+						for _, e := range term.MatchExpressions {
+							keys = append(keys, e.Key)
+						}
+					}
+				}
+				if !reflect.DeepEqual(keys, tc.affinityKeys) || spec.NodeSelector != nil {
+					t.Errorf("node affinity on %v and nodeSelector %v, want affinity on %v alone", keys, spec.NodeSelector, tc.affinityKeys)
+				}
+			} else if spec.Affinity != nil {
+				t.Errorf("affinity %v, want none", spec.Affinity)
+			}
+			nodesStats := false
+			for _, r := range role.Rules {
+				if slices.Contains(r.Resources, "nodes/stats") {
+					nodesStats = reflect.DeepEqual(r.Verbs, []string{"get"})
+				}
+			}
+			if nodesStats != tc.nodesStats {
+				t.Errorf("ClusterRole grants get on nodes/stats: %v, want %v", nodesStats, tc.nodesStats)
+			}
+		})
+	}
+
+	// Every flag the chart writes is one the agent has: a renamed flag fails here, not at a
+	// pod's start.
+	t.Run("flags-exist", func(t *testing.T) {
+		fs := pflag.NewFlagSet("reprieve", pflag.ContinueOnError)
+		cfg := agent.DefaultConfig()
+		cfg.AddFlags(fs)
+		for _, c := range chartCases {
+			ds, _ := renderDaemonSet(t, c.name, c.args...)
+			for _, a := range ds.Spec.Template.Spec.Containers[0].Args {
+				name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+				if a == "-v=2" { // klog's, from extraArgs
+					continue
+				}
+				if fs.Lookup(name) == nil {
+					t.Errorf("%s: the chart passes %s, which the agent does not have", c.name, a)
+				}
+			}
+		}
+	})
+
+	t.Run("every-value", func(t *testing.T) {
+		var c chartCase
+		for _, cc := range chartCases {
+			if cc.name == "every-value" {
+				c = cc
+			}
+		}
+		manifest := render(t, "reprieve", c.args...)
+		ds, _ := renderDaemonSet(t, c.name, c.args...)
+		spec := ds.Spec.Template.Spec
+		ctr := spec.Containers[0]
+		for _, a := range []string{"--metrics-bind-address=:9090", "--interruption-taint=example.com/reclaim:NoExecute",
+			"--webhook-url-file=/etc/reprieve/webhook-url/endpoint", "--webhook-headers-file=/etc/reprieve/webhook-headers/headers",
+			"--evict-daemonset-pods", "-v=2"} {
+			if !slices.Contains(ctr.Args, a) {
+				t.Errorf("args %q lack %s", ctr.Args, a)
+			}
+		}
+		if len(ctr.Ports) != 1 || ctr.Ports[0].ContainerPort != 9090 || ctr.Ports[0].Name != "metrics" ||
+			ctr.LivenessProbe.HTTPGet.Port.String() != "metrics" || ctr.ReadinessProbe.HTTPGet.Port.String() != "metrics" {
+			t.Errorf("ports %+v and probes on %s/%s, want metrics on 9090 for both", ctr.Ports,
+				ctr.LivenessProbe.HTTPGet.Port.String(), ctr.ReadinessProbe.HTTPGet.Port.String())
+		}
+		var tolerated []string
+		for _, tt := range spec.Tolerations {
+			tolerated = append(tolerated, fmt.Sprintf("%s/%s/%s/%s", tt.Key, tt.Operator, tt.Value, tt.Effect))
+		}
+		want := []string{"example.com/reclaim/Exists//NoExecute", "reprieve.io/rebalance-recommended/Exists//",
+			"reprieve.io/scheduled-maintenance/Exists//", "/Exists//NoSchedule", "nvidia.com/gpu/Exists//NoExecute"}
+		if !reflect.DeepEqual(tolerated, want) {
+			t.Errorf("tolerations %q, want %q", tolerated, want)
+		}
+		if spec.NodeSelector != nil || spec.Affinity == nil {
+			t.Errorf("nodeSelector %v and affinity %v: the pool's affinity should replace GKE's default selection", spec.NodeSelector, spec.Affinity)
+		}
+		secrets := map[string]bool{}
+		for _, v := range spec.Volumes {
+			if v.Secret != nil {
+				secrets[v.Secret.SecretName] = true
+			}
+		}
+		for _, m := range ctr.VolumeMounts {
+			if !m.ReadOnly {
+				t.Errorf("volume %s mounted writable", m.Name)
+			}
+		}
+		if !secrets["hook"] || !secrets["hook-headers"] {
+			t.Errorf("secret volumes %v, want hook and hook-headers", secrets)
+		}
+		// The admission policy lets the agent set its own interruption taint's key.
+		if !bytes.Contains(manifest, []byte("t.key == 'example.com/reclaim'")) || bytes.Contains(manifest, []byte("t.key == 'cloud'")) {
+			t.Errorf("the admission policy does not follow interruptionTaint")
+		}
+	})
+}
