@@ -46,7 +46,8 @@ unit:
 FUZZTIME ?= 20000x
 FUZZ_TARGETS := FuzzParseSpotInstanceAction:./providers/aws FuzzParseRebalance:./providers/aws \
   FuzzParseScheduledEvents:./providers/aws FuzzParseDocument:./providers/azure \
-  FuzzParseValues:./providers/gcp FuzzParseTaint:./agent
+  FuzzParseValues:./providers/gcp FuzzParseTaint:./agent \
+  FuzzParseThresholds:./kubelet FuzzParseSummary:./kubelet FuzzParseConfig:./kubelet
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 	  echo "fuzz $${t%%:*} ($(FUZZTIME))"; \
