@@ -110,6 +110,7 @@ var wantAlerts = []string{
 	"ReprieveEvictionMissedDeadline",
 	"ReprievePodsBlockedByPDB",
 	"ReprievePressureTaintTooLong",
+	"ReprievePressureSignalsUnreadable",
 	"ReprieveMetadataFailing",
 	"ReprieveAgentDown",
 	"ReprieveAgentAbsent",
