@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -251,5 +252,66 @@ func TestPressure(t *testing.T) {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("metrics lack %s", want)
 		}
+	}
+}
+
+// TestPressureHostSource runs the real binary on this machine's own /proc, /sys and root
+// filesystem (--pressure-source=host, the DaemonSet's default) with thresholds that cannot be
+// crossed: every signal is read, with sane values, no read error, and no taint.
+func TestPressureHostSource(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const ns, node = "pressure-host", "pressure-host-node"
+	setupNode(ctx, t, ns, node, nil)
+	rp, addr, err := scenario.StartReprieve(ctx, reprieveBin, logDir, node, "--kubeconfig="+agentKubeconfig, "--provider=none",
+		"--pressure-source=host", "--host-root=/", "--kubelet-root-dir=/", "--imagefs-dir=/", "--kubelet-config=/nonexistent/config.yaml",
+		"--pressure-thresholds=memory.available<1Ki,nodefs.available<1Ki,nodefs.inodesFree<1,imagefs.available<1Ki,imagefs.inodesFree<1,pid.available<1",
+		"--pressure-interval=200ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = rp.Stop() }()
+	var metrics string
+	waitFor(ctx, t, "every signal in the metrics", func() bool {
+		metrics, _ = scenario.Scrape(addr)
+		return strings.Contains(metrics, `reprieve_pressure_available{signal="pid.available"}`) &&
+			strings.Contains(metrics, `reprieve_pressure_available{signal="imagefs.inodesFree"}`)
+	})
+	values := map[string]float64{}
+	for _, line := range strings.Split(metrics, "\n") {
+		if v, ok := strings.CutPrefix(line, `reprieve_pressure_available{signal="`); ok {
+			name, num, _ := strings.Cut(v, `"} `)
+			f, err := strconv.ParseFloat(num, 64)
+			if err != nil {
+				t.Fatalf("metric line %q: %v", line, err)
+			}
+			values[name] = f
+		}
+	}
+	meminfo, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(string(meminfo), "\n") {
+		if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
+			total = kb * 1024
+		}
+	}
+	t.Logf("signals read on this machine: %v (MemTotal %.0f)", values, total)
+	if m := values["memory.available"]; m <= 0 || m >= total {
+		t.Errorf("memory.available %v, want between 0 and MemTotal %v", m, total)
+	}
+	for _, s := range []string{"nodefs.available", "nodefs.inodesFree", "imagefs.available", "imagefs.inodesFree", "pid.available"} {
+		if values[s] <= 0 {
+			t.Errorf("%s = %v, want > 0", s, values[s])
+		}
+	}
+	if !strings.Contains(metrics, "reprieve_pressure_read_errors_total 0") {
+		t.Error("pressure read errors on this machine's own host files")
+	}
+	if n, err := env.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err != nil || hasTaint(n, "reprieve.io/memory-pressure", v1.TaintEffectNoSchedule) {
+		t.Errorf("a pressure taint with thresholds that cannot be crossed: %v", err)
 	}
 }
