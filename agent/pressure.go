@@ -399,9 +399,13 @@ func (a *Agent) pressureEvict(ctx context.Context, now time.Time, r pressure.Res
 		a.metrics.EvictionRequestsTotal.WithLabelValues(ResultEvicted).Inc()
 		logger.Info("Evicted pod for pressure", "pod", klog.KObj(pod), "signal", lvl.Signal, "available", lvl.Available,
 			"kubeletHard", lvl.Hard, "timeToHard", ttl, "grace", grace, "podGrace", ev.Candidate.Grace, "usage", ev.Usage)
+		verb := "Evicted"
+		if a.cfg.DryRun {
+			verb = "Dry run: would have evicted"
+		}
 		a.recorder.Eventf(pod, v1.EventTypeWarning, ReasonPressureEviction,
-			"Evicted for %s pressure with a %s grace (the pod asks %s): %s reaches the kubelet's hard threshold %s %s",
-			r, grace, ev.Candidate.Grace, lvl.Signal, FormatAmount(lvl.Signal, lvl.Hard), eta)
+			"%s for %s pressure with a %s grace (the pod asks %s): %s reaches the kubelet's hard threshold %s %s",
+			verb, r, grace, ev.Candidate.Grace, lvl.Signal, FormatAmount(lvl.Signal, lvl.Hard), eta)
 	case apierrors.IsTooManyRequests(err):
 		b := p.blocked[pod.UID]
 		b.attempts++

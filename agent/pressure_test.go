@@ -201,3 +201,30 @@ func TestPressureTaintSurvivesRestart(t *testing.T) {
 		t.Fatal("pressure taint kept past the transition period")
 	}
 }
+
+// While an interruption is pending, a pressure eviction's grace is bounded by the window too:
+// a pod that tolerates the interruption taint forever, evicted for pressure, still ends
+// before the window's end.
+func TestPressureEvictionFitsTheInterruptionWindow(t *testing.T) {
+	h := newHarness(t, pressureConfig(t), testNode(), pressurePod("web", 60, func(p *v1.Pod) {
+		p.Spec.Tolerations = []v1.Toleration{spotToleration(nil)}
+	}))
+	h.notice(t0.Add(42 * time.Second)) // window end: 42 s - 5 s margin
+	// Falling 10 MiB/s from 1000 MiB: the hard threshold (100Mi) comes within 60 s of grace +
+	// 5 s of margin after about 25 s. The estimate would allow about 59 s of grace; the window
+	// leaves about 10.
+	for i := range 40 {
+		h.observe(int64(1000 - 10*i))
+		if len(h.evictions()) > 0 {
+			break
+		}
+	}
+	evs := h.evictions()
+	if len(evs) != 1 || evs[0].Name != "web" {
+		t.Fatalf("evictions %v, want web", evictionNames(evs))
+	}
+	end := t0.Add(37 * time.Second)
+	if left := end.Sub(h.clock.Now()); left < 5*time.Second || time.Duration(*evs[0].DeleteOptions.GracePeriodSeconds)*time.Second > left {
+		t.Fatalf("grace %d s outlives the interruption window (%v left)", *evs[0].DeleteOptions.GracePeriodSeconds, left)
+	}
+}
