@@ -285,24 +285,29 @@ func renderDaemonSet(t *testing.T, source string, args ...string) (*appsv1.Daemo
 	return ds, role
 }
 
+// hostSourcePaths are the host paths the DaemonSet mounts for pressure.source=host.
+var hostSourcePaths = []string{"/proc", "/sys/fs/cgroup", "/var/lib/kubelet", "/var/lib/containerd"}
+
 // TestChartValues checks what each value does to the rendered DaemonSet, ClusterRole and
 // admission policy.
 func TestChartValues(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		set  string
-		// hostNetwork and hostPath: whether the pod uses the host network and the host-root
-		// volume; nodesStats: whether the ClusterRole grants get on nodes/stats.
-		hostNetwork, hostPath, nodesStats bool
-		args, absentArgs                  []string
-		nodeSelector                      map[string]string
-		affinityKeys                      []string
+		// hostNetwork: whether the pod uses the host network; hostPaths: the host paths it
+		// mounts (read-only, under /host); nodesStats: whether the ClusterRole grants get on
+		// nodes/stats.
+		hostNetwork, nodesStats bool
+		hostPaths               []string
+		args, absentArgs        []string
+		nodeSelector            map[string]string
+		affinityKeys            []string
 	}{
-		{name: "aws", set: "cloud=aws", hostNetwork: true, hostPath: true,
+		{name: "aws", set: "cloud=aws", hostNetwork: true, hostPaths: hostSourcePaths,
 			args:         []string{"--provider=aws", "--metrics-bind-address=:8080", "--pressure-source=host", "--host-root=/host"},
 			absentArgs:   []string{"--kubelet-insecure-tls", "--dry-run", "--safety-margin", "--interruption-taint", "--pressure-thresholds", "--pressure-headroom", "--pressure-transition-period", "--kubelet-config", "--webhook"},
 			nodeSelector: map[string]string{"karpenter.sh/capacity-type": "spot"}},
-		{name: "gcp", set: "cloud=gcp", hostPath: true,
+		{name: "gcp", set: "cloud=gcp", hostPaths: hostSourcePaths,
 			args:         []string{"--provider=gcp", "--pressure-source=host", "--host-root=/host"},
 			affinityKeys: []string{"cloud.google.com/gke-spot", "cloud.google.com/gke-preemptible"}},
 		{name: "azure-summary", set: "cloud=azure,pressure.source=summary,pressure.kubeletInsecureTLS=true", nodesStats: true,
@@ -312,9 +317,13 @@ func TestChartValues(t *testing.T) {
 		{name: "gcp-off", set: "cloud=gcp,pressure.source=off",
 			args: []string{"--pressure-source=off"}, absentArgs: []string{"--host-root", "--kubelet-insecure-tls"},
 			affinityKeys: []string{"cloud.google.com/gke-spot", "cloud.google.com/gke-preemptible"}},
-		{name: "pool-selector", set: "cloud=gcp,nodeSelector.pool=gpu,pressure.thresholds=memory.available<1Gi,pressure.headroom=0.1,pressure.transitionPeriod=1m,pressure.kubeletConfig=/etc/kubernetes/kubelet.yaml,safetyMargin=9s,dryRun=true", hostPath: true,
+		{name: "pool-selector", set: "cloud=gcp,nodeSelector.pool=gpu,pressure.thresholds=memory.available<1Gi,pressure.headroom=0.1,pressure.transitionPeriod=1m,pressure.kubeletConfig=/etc/kubernetes/kubelet.yaml,safetyMargin=9s,dryRun=true",
+			hostPaths:    append(slices.Clone(hostSourcePaths), "/etc/kubernetes/kubelet.yaml"),
 			args:         []string{"--pressure-thresholds=memory.available<1Gi", "--pressure-headroom=0.1", "--pressure-transition-period=1m", "--kubelet-config=/etc/kubernetes/kubelet.yaml", "--safety-margin=9s", "--dry-run"},
 			nodeSelector: map[string]string{"pool": "gpu"}},
+		{name: "crio", set: "cloud=azure,pressure.imageFsDir=/var/lib/containers/storage,pressure.kubeletRootDir=/data/kubelet",
+			hostPaths: []string{"/proc", "/sys/fs/cgroup", "/data/kubelet", "/var/lib/containers/storage"},
+			args:      []string{"--imagefs-dir=/var/lib/containers/storage", "--kubelet-root-dir=/data/kubelet"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ds, role := renderDaemonSet(t, tc.name, "--set", tc.set)
@@ -326,22 +335,27 @@ func TestChartValues(t *testing.T) {
 			if tc.hostNetwork && spec.DNSPolicy != "ClusterFirstWithHostNet" {
 				t.Errorf("dnsPolicy %q with the host network, want ClusterFirstWithHostNet", spec.DNSPolicy)
 			}
-			hostPath := false
+			var hostPaths []string
 			for _, v := range spec.Volumes {
-				if v.HostPath != nil {
-					hostPath = true
-					if v.HostPath.Path != "/" {
-						t.Errorf("hostPath %q, want /", v.HostPath.Path)
-					}
-					for _, m := range c.VolumeMounts {
-						if m.Name == v.Name && (m.MountPath != "/host" || !m.ReadOnly) {
-							t.Errorf("the host's / mounted at %s readOnly=%v, want /host read-only", m.MountPath, m.ReadOnly)
+				if v.HostPath == nil {
+					continue
+				}
+				hostPaths = append(hostPaths, v.HostPath.Path)
+				mounted := false
+				for _, m := range c.VolumeMounts {
+					if m.Name == v.Name {
+						mounted = true
+						if m.MountPath != "/host"+v.HostPath.Path || !m.ReadOnly {
+							t.Errorf("host path %s mounted at %s readOnly=%v, want /host%s read-only", v.HostPath.Path, m.MountPath, m.ReadOnly, v.HostPath.Path)
 						}
 					}
 				}
+				if !mounted {
+					t.Errorf("host path volume %s is not mounted", v.Name)
+				}
 			}
-			if hostPath != tc.hostPath {
-				t.Errorf("hostPath volume %v, want %v", hostPath, tc.hostPath)
+			if !slices.Equal(hostPaths, tc.hostPaths) {
+				t.Errorf("host paths %q, want %q (only what the pressure readers need, never the whole /)", hostPaths, tc.hostPaths)
 			}
 			// The agent finds the kubelet's Summary API from its node (InternalIP and kubelet
 			// port): nothing about it belongs in the pod spec.
