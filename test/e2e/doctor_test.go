@@ -30,7 +30,9 @@ func TestDoctor(t *testing.T) {
 	setupNode(ctx, t, ns, node, nil)
 	doctor := func(t *testing.T, kubeconfig string, args ...string) (int, string) {
 		t.Helper()
-		cmd := exec.CommandContext(ctx, reprieveBin, append([]string{"doctor", "--kubeconfig=" + kubeconfig, "--node=" + node}, args...)...)
+		// This machine runs no kubelet: its root filesystem stands in for nodefs and imagefs.
+		cmd := exec.CommandContext(ctx, reprieveBin, append([]string{"doctor", "--kubeconfig=" + kubeconfig, "--node=" + node,
+			"--kubelet-root-dir=/", "--imagefs-dir=/"}, args...)...)
 		cmd.Env = append(os.Environ(), "NODE_NAME=")
 		out, err := cmd.CombinedOutput()
 		var exit *exec.ExitError
@@ -55,7 +57,8 @@ func TestDoctor(t *testing.T) {
 			t.Fatalf("exit %d:\n%s", code, out)
 		}
 		for _, want := range []string{"ok    Kubernetes API server reachable", "ok    authenticated as system:serviceaccount:kube-system:reprieve",
-			"ok    permission create pods/eviction", "ok    node doctor-node exists", "ok    IMDSv2 token", "ok    metadata service (aws) answers", "Every check passed."} {
+			"ok    permission create pods/eviction", "ok    node doctor-node exists", "ok    IMDSv2 token", "ok    metadata service (aws) answers",
+			"the kubelet's defaults apply", "ok    memory.available ", "ok    nodefs.available ", "ok    pid.available ", "Every check passed."} {
 			if !strings.Contains(out, want) {
 				t.Errorf("output lacks %q:\n%s", want, out)
 			}
