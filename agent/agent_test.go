@@ -312,7 +312,7 @@ func TestPDBBlockedEvictionFallsBackToDeleteAtLatest(t *testing.T) {
 		if a.GetSubresource() != "eviction" {
 			return false, nil, nil
 		}
-		return true, nil, apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 0)
+		return true, nil, pdbRefusal()
 	})
 	h.notice(deadline)
 	forceAt := deadline.Add(-5*time.Second - 5*time.Second - evictionLead)
@@ -388,7 +388,7 @@ func TestWithoutDeadlinePDBsAreAlwaysRespected(t *testing.T) {
 	added := metav1.NewTime(t0)
 	h := newHarness(t, nil, testNode(v1.Taint{Key: "other", Effect: v1.TaintEffectNoExecute, TimeAdded: &added}), testPod("pdb", 5))
 	h.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		return a.GetSubresource() == "eviction", nil, apierrors.NewTooManyRequests("pdb", 0)
+		return a.GetSubresource() == "eviction", nil, pdbRefusal()
 	})
 	h.step()
 	for range 50 {
@@ -654,4 +654,12 @@ func TestNoApprovalUnlessEnabled(t *testing.T) {
 	if len(wp.approved) != 0 {
 		t.Fatal("approved without --azure-approve-events")
 	}
+}
+
+// pdbRefusal is the API server's answer to an eviction that a PodDisruptionBudget forbids.
+func pdbRefusal() error {
+	err := apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 0)
+	err.ErrStatus.Details.Causes = append(err.ErrStatus.Details.Causes, metav1.StatusCause{
+		Type: policyv1.DisruptionBudgetCause, Message: "The disruption budget pdb needs 1 healthy pods and has 1 currently"})
+	return err
 }

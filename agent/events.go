@@ -30,6 +30,7 @@ const (
 	ReasonPressureDetected    = "PressureDetected"
 	ReasonPressureCleared     = "PressureCleared"
 	ReasonPressureEviction    = "PressureEviction"
+	ReasonPressureDisabled    = "PressureDisabled"
 )
 
 // newRecorder starts client-go's event broadcaster for the agent. Its correlator aggregates

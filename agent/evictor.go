@@ -193,7 +193,7 @@ func (a *Agent) syncPod(ctx context.Context, key string) time.Duration {
 		return 0
 	}
 	st.attempts++
-	if apierrors.IsTooManyRequests(err) {
+	if isPDBRefusal(err) {
 		a.metrics.EvictionRequestsTotal.WithLabelValues(ResultPDBBlocked).Inc()
 		logger.Info("Eviction blocked by a PodDisruptionBudget; retrying", "pod", klog.KObj(pod), "attempt", st.attempts, "forceAt", plan.Latest, "err", err.Error())
 		if !st.blocked {
@@ -216,7 +216,7 @@ func (a *Agent) syncPod(ctx context.Context, key string) time.Duration {
 	// A PDB refusal backs off to 10 s; any other failure (the API server unreachable, a
 	// timeout) only to 1 s, so that evictions resume within a second of the server's return.
 	limit := evictionBackoffMax
-	if !apierrors.IsTooManyRequests(err) {
+	if !isPDBRefusal(err) {
 		limit = failureBackoffMax
 	}
 	backoff := min(evictionBackoffBase<<min(st.attempts-1, 10), limit)
@@ -278,6 +278,13 @@ func (a *Agent) evict(ctx context.Context, pod *v1.Pod, grace time.Duration) err
 		return fmt.Errorf("evicting pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	return nil
+}
+
+// isPDBRefusal reports whether an eviction failed because a PodDisruptionBudget allows no
+// disruption: a 429 that names the DisruptionBudget cause. A 429 without it is the API server's
+// own throttling (API Priority and Fairness), which is retried like any failure.
+func isPDBRefusal(err error) bool {
+	return apierrors.IsTooManyRequests(err) && apierrors.HasStatusCause(err, policyv1.DisruptionBudgetCause)
 }
 
 // postEviction creates the eviction without client-go's own retries. Not EvictV1: client-go

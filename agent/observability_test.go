@@ -7,7 +7,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
@@ -23,7 +22,7 @@ func TestEventsThroughAnInterruption(t *testing.T) {
 	)
 	h.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		if a.GetSubresource() == "eviction" && a.(k8stesting.CreateAction).GetObject().(interface{ GetName() string }).GetName() == "pdb" {
-			return true, nil, apierrors.NewTooManyRequests("pdb", 0)
+			return true, nil, pdbRefusal()
 		}
 		return false, nil, nil
 	})

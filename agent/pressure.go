@@ -42,12 +42,18 @@ type pressureState struct {
 	// blocked are pods a PodDisruptionBudget protected, with when to try again.
 	blocked map[types.UID]blockedPod
 	lastErr string
+	// configErr is why the kubelet's config could not be read; it turns pressure handling off.
+	configErr error
+	// warned remembers the signals already warned about (a threshold not above the kubelet's).
+	warned map[kubelet.Signal]bool
 }
 
 type inFlight struct {
 	key      string
 	resource pressure.Resource
-	usage    int64
+	// signal is the one it was evicted for, and usage what it uses of it.
+	signal kubelet.Signal
+	usage  int64
 }
 
 type blockedPod struct {
@@ -66,9 +72,11 @@ func newPressure(cfg Config, source kubelet.Source) (*pressureState, error) {
 		return nil, err
 	}
 	path := filepath.Join(cfg.HostRoot, cfg.KubeletConfig)
-	kc, err := kubelet.ReadConfig(path)
-	if err != nil {
-		return nil, fmt.Errorf("reading the kubelet's eviction thresholds: %w", err)
+	kc, kcErr := kubelet.ReadConfig(path)
+	if kcErr != nil {
+		// The flags are fine; the node's file is not. Only the pressure handling depends on it:
+		// startPressure turns it off and says why, and the interruption handling runs on.
+		kcErr = fmt.Errorf("reading the kubelet's eviction thresholds: %w", kcErr)
 	}
 	if reclaim == nil {
 		reclaim = kc.MinimumReclaim
@@ -78,12 +86,14 @@ func newPressure(cfg Config, source kubelet.Source) (*pressureState, error) {
 	}
 	return &pressureState{
 		source:     source,
-		thresholds: pressure.Thresholds{Explicit: explicit, Headroom: headroom, Hard: kc.Hard, MinReclaim: reclaim},
+		thresholds: pressure.Thresholds{Explicit: explicit, Headroom: headroom, Hard: kc.Hard, Soft: kc.Soft, MinReclaim: reclaim},
 		kubeletCfg: kc,
+		configErr:  kcErr,
 		tracker:    pressure.NewTracker(cfg.PressureTransitionPeriod),
 		trend:      pressure.NewTrend(cfg.PressureTrendWindow),
 		inFlight:   map[types.UID]inFlight{},
 		blocked:    map[types.UID]blockedPod{},
+		warned:     map[kubelet.Signal]bool{},
 	}, nil
 }
 
@@ -93,6 +103,11 @@ func newPressure(cfg Config, source kubelet.Source) (*pressureState, error) {
 func (a *Agent) startPressure(ctx context.Context) error {
 	p := a.pressure
 	logger := klog.FromContext(ctx)
+	if p.configErr != nil {
+		a.recorder.Eventf(nodeRef(a.cfg.NodeName), v1.EventTypeWarning, ReasonPressureDisabled,
+			"Local pressure handling is off: %v", p.configErr)
+		return p.configErr
+	}
 	node := a.cachedNode()
 	if p.source == nil {
 		url := a.cfg.KubeletSummaryURL
@@ -137,7 +152,7 @@ func (a *Agent) startPressure(ctx context.Context) error {
 		own := setOf(parseOwned(node).Taints)
 		for _, r := range pressure.Resources {
 			if own[taintID(a.pressureTaint(r))] {
-				p.tracker.Set(r, true, a.clock.Now())
+				p.tracker.Restore(r, a.clock.Now())
 				a.setPressureTaint(r, true)
 				logger.Info("Pressure taint found on the node; keeping it until the pressure is seen to be over", "resource", r)
 			}
@@ -223,8 +238,17 @@ func (a *Agent) observePressure(ctx context.Context) {
 		p.lastErr = ""
 	}
 	levels := p.thresholds.Levels(sample.Node)
-	for _, l := range levels {
-		p.trend.Add(now, l.Signal, l.Available)
+	for i := range levels {
+		l := &levels[i]
+		if l.At.IsZero() || l.At.After(now) {
+			l.At = now
+		}
+		p.trend.Add(l.At, l.Signal, l.Available)
+		if l.Threshold <= l.Hard && l.Hard > 0 && !p.warned[l.Signal] {
+			p.warned[l.Signal] = true
+			logger.Error(nil, "reprieve's pressure threshold is not above the kubelet's hard threshold: the kubelet will evict first",
+				"signal", l.Signal, "threshold", l.Threshold, "kubeletHard", l.Hard)
+		}
 		s := string(l.Signal)
 		a.metrics.PressureAvailable.WithLabelValues(s).Set(float64(l.Available))
 		a.metrics.PressureThreshold.WithLabelValues(s, "reprieve").Set(float64(l.Threshold))
@@ -239,7 +263,7 @@ func (a *Agent) observePressure(ctx context.Context) {
 	for _, r := range pressure.Resources {
 		a.metrics.PressureActive.WithLabelValues(string(r)).Set(b2f(p.tracker.Active(r)))
 	}
-	a.evictForPressure(ctx, now, levels, sample.Pods)
+	a.evictForPressure(ctx, now, levels, sample)
 }
 
 func (a *Agent) reportPressureChange(ctx context.Context, ch pressure.Change) {
@@ -273,8 +297,27 @@ func FormatAmount(s kubelet.Signal, v int64) string {
 	return strconv.FormatInt(v, 10)
 }
 
+// stuckAfter is how long past its deletionTimestamp a pod evicted for pressure still counts as
+// in flight: one held longer (a finalizer) no longer blocks the next eviction, and what it
+// was to free no longer counts.
+const stuckAfter = 5 * time.Second
+
+// evictsFor reports whether reprieve evicts pods for signal s. The kubelet answers disk
+// pressure by deleting unused images and containers first, which reprieve cannot do: for
+// imagefs, and for nodefs when the images share its filesystem, reprieve taints and leaves
+// the rest to the kubelet's garbage collection.
+func evictsFor(s kubelet.Signal, dedicatedImageFs bool) bool {
+	switch s {
+	case kubelet.ImageFsAvailable, kubelet.ImageFsInodesFree:
+		return false
+	case kubelet.NodeFsAvailable, kubelet.NodeFsInodesFree:
+		return dedicatedImageFs
+	}
+	return true
+}
+
 // evictForPressure applies the predictive rule to every resource under pressure.
-func (a *Agent) evictForPressure(ctx context.Context, now time.Time, levels []pressure.Level, usage map[types.UID]kubelet.PodUsage) {
+func (a *Agent) evictForPressure(ctx context.Context, now time.Time, levels []pressure.Level, sample kubelet.Sample) {
 	p := a.pressure
 	pods, err := a.podLister.List(labels.Everything())
 	if err != nil {
@@ -286,7 +329,10 @@ func (a *Agent) evictForPressure(ctx context.Context, now time.Time, levels []pr
 		present[pod.UID] = pod
 	}
 	for uid := range p.inFlight {
-		if _, ok := present[uid]; !ok {
+		pod, ok := present[uid]
+		switch {
+		case !ok, pod.Status.Phase == v1.PodSucceeded, pod.Status.Phase == v1.PodFailed,
+			pod.DeletionTimestamp != nil && now.After(pod.DeletionTimestamp.Add(stuckAfter)):
 			delete(p.inFlight, uid)
 		}
 	}
@@ -301,21 +347,27 @@ func (a *Agent) evictForPressure(ctx context.Context, now time.Time, levels []pr
 			a.metrics.PressureTimeToHard.WithLabelValues(string(r)).Set(math.Inf(1))
 			continue
 		}
-		// The signal of r nearest its hard threshold decides.
+		// The signal of r nearest its hard threshold decides, among those reprieve evicts for.
 		var lvl pressure.Level
-		ttl := pressure.Never
+		ttl, shown := pressure.Never, pressure.Never
 		for _, l := range levels {
 			if pressure.ResourceOf(l.Signal) != r {
 				continue
 			}
 			slope, ok := p.trend.Slope(l.Signal)
-			if t := pressure.TimeTo(l.Available, l.Hard, slope, ok); t <= ttl {
+			t := pressure.TimeTo(l.Available, l.Hard, slope, ok)
+			if t != pressure.Never {
+				// The estimate runs from when the source measured, not from now.
+				t = max(t-now.Sub(l.At), 0)
+			}
+			shown = min(shown, t)
+			if evictsFor(l.Signal, sample.DedicatedImageFs) && t <= ttl {
 				lvl, ttl = l, t
 			}
 		}
-		a.metrics.PressureTimeToHard.WithLabelValues(string(r)).Set(ttl.Seconds())
+		a.metrics.PressureTimeToHard.WithLabelValues(string(r)).Set(shown.Seconds())
 		if lvl.Signal == "" {
-			continue // nothing read this time
+			continue // nothing read this time, or only signals the kubelet's image GC answers
 		}
 		var evictable []*v1.Pod
 		for _, pod := range pods {
@@ -333,13 +385,15 @@ func (a *Agent) evictForPressure(ctx context.Context, now time.Time, levels []pr
 		a.shortenInFlight(ctx, now, r, ttl, present)
 		in := pressure.Input{
 			Level: lvl, Active: true, TimeToHard: ttl,
-			Ranked:       pressure.Candidates(r, evictable, usage, PodGrace),
+			Ranked:       pressure.Candidates(lvl.Signal, evictable, sample.Pods, PodGrace),
 			SafetyMargin: a.cfg.SafetyMargin, Allowance: requestAllowance,
 		}
 		for _, f := range p.inFlight {
 			if f.resource == r {
 				in.InFlight++
-				in.Reclaiming += f.usage
+				if f.signal == lvl.Signal {
+					in.Reclaiming += f.usage
+				}
 			}
 		}
 		for _, ev := range pressure.Decide(in) {
@@ -384,7 +438,8 @@ func (a *Agent) pressureEvict(ctx context.Context, now time.Time, r pressure.Res
 	pod := ev.Pod
 	grace := ev.Grace
 	if view.window.HasDeadline() {
-		grace = min(grace, GraceAt(ev.Candidate.Grace, view.window, now))
+		// As syncPod does: from when the request lands, not from now.
+		grace = min(grace, GraceAt(ev.Candidate.Grace, view.window, now.Add(requestAllowance)))
 	}
 	eta := "now"
 	if ttl > 0 {
@@ -393,7 +448,7 @@ func (a *Agent) pressureEvict(ctx context.Context, now time.Time, r pressure.Res
 	err := a.evict(ctx, pod, grace)
 	switch {
 	case err == nil:
-		p.inFlight[pod.UID] = inFlight{key: pod.Namespace + "/" + pod.Name, resource: r, usage: ev.Usage}
+		p.inFlight[pod.UID] = inFlight{key: pod.Namespace + "/" + pod.Name, resource: r, signal: lvl.Signal, usage: ev.Usage}
 		delete(p.blocked, pod.UID)
 		a.metrics.PressureEvictionsTotal.WithLabelValues(string(lvl.Signal)).Inc()
 		a.metrics.EvictionRequestsTotal.WithLabelValues(ResultEvicted).Inc()
@@ -406,7 +461,7 @@ func (a *Agent) pressureEvict(ctx context.Context, now time.Time, r pressure.Res
 		a.recorder.Eventf(pod, v1.EventTypeWarning, ReasonPressureEviction,
 			"%s for %s pressure with a %s grace (the pod asks %s): %s reaches the kubelet's hard threshold %s %s",
 			verb, r, grace, ev.Candidate.Grace, lvl.Signal, FormatAmount(lvl.Signal, lvl.Hard), eta)
-	case apierrors.IsTooManyRequests(err):
+	case isPDBRefusal(err):
 		b := p.blocked[pod.UID]
 		b.attempts++
 		b.until = now.Add(min(pressureBlockedBackoff<<min(b.attempts-1, 5), pressureBlockedMax))

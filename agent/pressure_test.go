@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -10,8 +12,11 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/reprieve-dev/reprieve/kubelet"
 )
@@ -194,9 +199,13 @@ func TestPressureTaintSurvivesRestart(t *testing.T) {
 	if !h.hasPressureTaint() {
 		t.Fatal("restart removed the pressure taint at once")
 	}
-	for range 30 {
+	for i := 1; i < 30; i++ {
 		h.observe(2048)
+		if !h.hasPressureTaint() {
+			t.Fatalf("pressure taint removed %d s after the restart, before the 30 s transition period", i)
+		}
 	}
+	h.observe(2048)
 	if h.hasPressureTaint() {
 		t.Fatal("pressure taint kept past the transition period")
 	}
@@ -223,8 +232,147 @@ func TestPressureEvictionFitsTheInterruptionWindow(t *testing.T) {
 	if len(evs) != 1 || evs[0].Name != "web" {
 		t.Fatalf("evictions %v, want web", evictionNames(evs))
 	}
-	end := t0.Add(37 * time.Second)
-	if left := end.Sub(h.clock.Now()); left < 5*time.Second || time.Duration(*evs[0].DeleteOptions.GracePeriodSeconds)*time.Second > left {
-		t.Fatalf("grace %d s outlives the interruption window (%v left)", *evs[0].DeleteOptions.GracePeriodSeconds, left)
+	// No more than the interruption plan gives a pod evicted now: the window's end minus the
+	// time the request takes to land.
+	w := Window{Deadline: t0.Add(42 * time.Second), SafetyMargin: 5 * time.Second}
+	planned := GraceAt(60*time.Second, w, h.clock.Now().Add(requestAllowance))
+	if got := time.Duration(*evs[0].DeleteOptions.GracePeriodSeconds) * time.Second; got > planned || planned > 12*time.Second {
+		t.Fatalf("grace %v, want at most the interruption plan's %v (about 10 s)", got, planned)
+	}
+}
+
+// diskSample is a reading with nodefs at availGi of 100 GiB, imagefs fine.
+func diskSample(availGi int64, dedicated bool) kubelet.Sample {
+	obs := kubelet.Observations{
+		kubelet.NodeFsAvailable:  {Available: availGi << 30, Capacity: 100 << 30},
+		kubelet.ImageFsAvailable: {Available: 80 << 30, Capacity: 100 << 30},
+	}
+	if dedicated {
+		obs[kubelet.ImageFsAvailable] = kubelet.Observation{Available: 80 << 30, Capacity: 200 << 30}
+	}
+	return kubelet.Sample{Node: obs, DedicatedImageFs: dedicated}
+}
+
+// Disk pressure on a nodefs that shares its filesystem with the images is left to the kubelet's
+// image garbage collection (reprieve only taints); with a dedicated imagefs, reprieve evicts.
+func TestDiskPressureEvictsOnlyWithDedicatedImageFs(t *testing.T) {
+	for _, dedicated := range []bool{false, true} {
+		h := newHarness(t, func(c *Config) {
+			pressureConfig(t)(c)
+			c.PressureThresholds = "nodefs.available<20%"
+		}, testNode(), pressurePod("web", 30))
+		for i, gi := range []int64{30, 25, 19, 15, 12} {
+			h.clock.Step(time.Second)
+			h.src.sample, h.src.err = diskSample(gi, dedicated), nil
+			h.a.observePressure(h.ctx)
+			h.a.reconcile(h.ctx)
+			h.syncStores()
+			_ = i
+		}
+		tainted := false
+		for _, tt := range h.node().Spec.Taints {
+			tainted = tainted || tt.Key == "reprieve.io/disk-pressure"
+		}
+		if !tainted {
+			t.Fatalf("dedicated=%v: no disk-pressure taint", dedicated)
+		}
+		if n := len(h.evictions()); (n > 0) != dedicated {
+			t.Fatalf("dedicated imagefs %v: %d evictions", dedicated, n)
+		}
+	}
+}
+
+// A pod evicted for pressure whose end would come after the hard threshold, once the fall
+// speeds up, gets a DELETE with a shorter grace.
+func TestPressureShortensInFlightPods(t *testing.T) {
+	h := newHarness(t, pressureConfig(t), testNode(), pressurePod("web", 60))
+	// A slow fall, 10 MiB/s: web goes once 100Mi is less than its 60 s grace + 5 s away.
+	for i := 0; len(h.evictions()) == 0 && i < 100; i++ {
+		h.observe(1100 - int64(i)*10)
+	}
+	evs := h.evictions()
+	if len(evs) != 1 {
+		t.Fatalf("%d evictions, want web's", len(evs))
+	}
+	grace := *evs[0].DeleteOptions.GracePeriodSeconds
+	// The API server marks it terminating, as the real one would.
+	pod, err := h.client.CoreV1().Pods("ns").Get(h.ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := metav1.NewTime(h.clock.Now().Add(time.Duration(grace) * time.Second))
+	pod.DeletionTimestamp, pod.DeletionGracePeriodSeconds = &end, &grace
+	if _, err := h.client.CoreV1().Pods("ns").Update(h.ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.syncStores()
+	if grace < 50 {
+		t.Fatalf("web evicted with %d s, want most of its 60 s on a slow fall", grace)
+	}
+	// The fall speeds up to 100 MiB/s: the hard threshold is seconds away.
+	last := h.src.sample.Node[kubelet.MemoryAvailable].Available >> 20
+	for range 3 {
+		last -= 100
+		h.observe(last)
+	}
+	dels := h.deletes()
+	if len(dels) == 0 {
+		t.Fatal("no DELETE shortening web's grace after the fall sped up")
+	}
+	got := dels[len(dels)-1].DeleteOptions.GracePeriodSeconds
+	if got == nil || *got >= grace || *got < 1 {
+		t.Fatalf("shortened to %v, want between 1 and %d s", got, grace)
+	}
+}
+
+// A 429 without the DisruptionBudget cause is the API server's throttling, not a PDB: the same
+// pod is tried again, and the next pod is not evicted in its place.
+func TestPressureThrottlingIsNotAPDB(t *testing.T) {
+	h := newHarness(t, pressureConfig(t), testNode(),
+		pressurePod("first", 30, func(p *v1.Pod) { low := int32(-10); p.Spec.Priority = &low }),
+		pressurePod("second", 30))
+	throttled := true
+	h.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() == "eviction" && throttled {
+			return true, nil, apierrors.NewTooManyRequests("too many requests, please try again later", 1)
+		}
+		return false, nil, nil
+	})
+	h.observe(2048)
+	h.observe(1000)
+	h.observe(900)
+	throttled = false
+	h.observe(850)
+	var names []string
+	for _, e := range h.evictions() {
+		names = append(names, e.Name)
+	}
+	if slices.Contains(names, "second") || !slices.Contains(names, "first") {
+		t.Fatalf("eviction attempts %v: want only first, retried through the throttling", names)
+	}
+}
+
+// A kubelet config that does not parse turns pressure handling off, with an event that says
+// why; the agent itself is built and its interruption handling runs on.
+func TestBadKubeletConfigTurnsPressureOffOnly(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "var", "lib", "kubelet"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bad := "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nevictionHard:\n  memory.available: NaN%\n"
+	if err := os.WriteFile(filepath.Join(root, "var", "lib", "kubelet", "config.yaml"), []byte(bad), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, func(c *Config) { pressureConfig(t)(c); c.HostRoot = root }, testNode())
+	err := h.a.startPressure(h.ctx)
+	if err == nil || !strings.Contains(err.Error(), "NaN%") {
+		t.Fatalf("startPressure: %v, want the bad value quoted", err)
+	}
+	if evs := strings.Join(h.drainEvents(), "\n"); !strings.Contains(evs, ReasonPressureDisabled) {
+		t.Fatalf("no %s event in %s", ReasonPressureDisabled, evs)
+	}
+	h.notice(t0.Add(2 * time.Minute))
+	if !hasTaint(h.node().Spec.Taints, h.a.taints.Interruption) {
+		t.Fatal("the interruption taint is missing: a bad kubelet config stopped more than pressure handling")
 	}
 }

@@ -77,7 +77,7 @@ func (h *HostSource) Read(ctx context.Context) (Sample, error) {
 	if o != nil {
 		obs[PIDAvailable] = *o
 	}
-	return Sample{Node: obs}, errors.Join(errs...)
+	return Sample{Node: obs, DedicatedImageFs: dedicatedImageFs(obs)}, errors.Join(errs...)
 }
 
 func orDefault(s, def string) string {

@@ -2,6 +2,7 @@ package kubelet
 
 import (
 	"context"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -45,7 +46,13 @@ func signalIndex(s Signal) int {
 // Observation is one signal's reading: what is available out of what capacity (bytes, inodes or
 // PIDs). Available can be negative for pid.available, as in the kubelet, when more tasks run than
 // the limit it computes.
-type Observation struct{ Available, Capacity int64 }
+type Observation struct {
+	Available, Capacity int64
+	// Time is when the source measured it; zero when it was read just now (the host source).
+	// The Summary API serves stats that the kubelet refreshes about every 10 s: a trend must
+	// use their own time, and skip a reading it has already seen.
+	Time time.Time
+}
 
 // Observations holds one Observation per signal that could be read.
 type Observations map[Signal]Observation
@@ -60,6 +67,8 @@ type PodUsage struct {
 	EphemeralStorage int64
 	// Processes is the pod's process count.
 	Processes int64
+	// Inodes is the inodes the pod's ephemeral storage uses (rootfs, logs, local volumes).
+	Inodes int64
 }
 
 // Sample is one reading of the node. Pods is nil when the source has no per-pod usage (the host
@@ -67,6 +76,10 @@ type PodUsage struct {
 type Sample struct {
 	Node Observations
 	Pods map[types.UID]PodUsage
+	// DedicatedImageFs is true when the image store is on a filesystem of its own, judged by
+	// its capacity differing from nodefs's. Only then does the kubelet not free nodefs by
+	// deleting unused images before it evicts pods for nodefs.
+	DedicatedImageFs bool
 }
 
 // Source reads the node's signals. A partial read returns what it could read and an error naming

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/transport"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
@@ -111,7 +112,7 @@ func ParseSummary(body []byte) (Sample, error) {
 	}
 	obs := Observations{}
 	var errs []error
-	add := func(s Signal, avail, capacity *uint64) {
+	add := func(s Signal, avail, capacity *uint64, at metav1.Time) {
 		if avail == nil || capacity == nil {
 			return
 		}
@@ -121,7 +122,7 @@ func ParseSummary(body []byte) (Sample, error) {
 			errs = append(errs, fmt.Errorf("%s: implausible available %d of capacity %d", s, *avail, *capacity))
 			return
 		}
-		obs[s] = Observation{Available: a, Capacity: c}
+		obs[s] = Observation{Available: a, Capacity: c, Time: at.Time}
 	}
 
 	n := sum.Node
@@ -130,24 +131,24 @@ func ParseSummary(body []byte) (Sample, error) {
 		if capacity < *m.AvailableBytes { // wrapped
 			errs = append(errs, fmt.Errorf("%s: available %d + working set %d overflows", MemoryAvailable, *m.AvailableBytes, *m.WorkingSetBytes))
 		} else {
-			add(MemoryAvailable, m.AvailableBytes, &capacity)
+			add(MemoryAvailable, m.AvailableBytes, &capacity, m.Time)
 		}
 	}
 	if f := n.Fs; f != nil {
-		add(NodeFsAvailable, f.AvailableBytes, f.CapacityBytes)
-		add(NodeFsInodesFree, f.InodesFree, f.Inodes)
+		add(NodeFsAvailable, f.AvailableBytes, f.CapacityBytes, f.Time)
+		add(NodeFsInodesFree, f.InodesFree, f.Inodes, f.Time)
 	}
 	if n.Runtime != nil && n.Runtime.ImageFs != nil {
 		f := n.Runtime.ImageFs
-		add(ImageFsAvailable, f.AvailableBytes, f.CapacityBytes)
-		add(ImageFsInodesFree, f.InodesFree, f.Inodes)
+		add(ImageFsAvailable, f.AvailableBytes, f.CapacityBytes, f.Time)
+		add(ImageFsInodesFree, f.InodesFree, f.Inodes, f.Time)
 	}
 	if r := n.Rlimit; r != nil && r.MaxPID != nil && r.NumOfRunningProcesses != nil {
 		maxPID, cur := *r.MaxPID, *r.NumOfRunningProcesses
 		if maxPID < 0 || cur < 0 {
 			errs = append(errs, fmt.Errorf("%s: negative maxpid %d or curproc %d", PIDAvailable, maxPID, cur))
 		} else {
-			obs[PIDAvailable] = Observation{Available: maxPID - cur, Capacity: maxPID}
+			obs[PIDAvailable] = Observation{Available: maxPID - cur, Capacity: maxPID, Time: r.Time.Time}
 		}
 	}
 
@@ -163,9 +164,12 @@ func ParseSummary(body []byte) (Sample, error) {
 		if p.ProcessStats != nil && p.ProcessStats.ProcessCount != nil {
 			u.Processes = clampInt64(*p.ProcessStats.ProcessCount)
 		}
+		if p.EphemeralStorage != nil && p.EphemeralStorage.InodesUsed != nil {
+			u.Inodes = clampInt64(*p.EphemeralStorage.InodesUsed)
+		}
 		pods[u.UID] = u
 	}
-	return Sample{Node: obs, Pods: pods}, errors.Join(errs...)
+	return Sample{Node: obs, Pods: pods, DedicatedImageFs: dedicatedImageFs(obs)}, errors.Join(errs...)
 }
 
 func toInt64(v uint64) (int64, bool) {
@@ -182,4 +186,19 @@ func clampInt64(v uint64) int64 {
 		return math.MaxInt64
 	}
 	return int64(v)
+}
+
+// dedicatedImageFs judges whether imagefs is a filesystem of its own: its capacity (bytes or
+// inodes) differs from nodefs's. Two distinct filesystems of exactly the same size read as one,
+// which only makes reprieve more careful (it then leaves nodefs to the kubelet's image garbage
+// collection, as for a shared filesystem).
+func dedicatedImageFs(obs Observations) bool {
+	nb, ok1 := obs[NodeFsAvailable]
+	ib, ok2 := obs[ImageFsAvailable]
+	ni, ok3 := obs[NodeFsInodesFree]
+	ii, ok4 := obs[ImageFsInodesFree]
+	if !ok1 || !ok2 {
+		return false
+	}
+	return nb.Capacity != ib.Capacity || (ok3 && ok4 && ni.Capacity != ii.Capacity)
 }

@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -23,21 +24,31 @@ func TestParseSummary(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ParseSummary: %v", err)
 	}
+	// Each with the time the kubelet measured it, not the time it was read.
+	at := time.Date(2026, 3, 4, 10, 21, 31, 0, time.UTC)
 	wantNode := Observations{
 		// availableBytes, with capacity availableBytes + workingSetBytes (not the "pods" container's).
-		MemoryAvailable:   {Available: 5368709120, Capacity: 5368709120 + 2684354560},
-		NodeFsAvailable:   {Available: 42949672960, Capacity: 107374182400},
-		NodeFsInodesFree:  {Available: 6000000, Capacity: 6553600},
-		ImageFsAvailable:  {Available: 21474836480, Capacity: 53687091200},
-		ImageFsInodesFree: {Available: 3000000, Capacity: 3276800},
-		PIDAvailable:      {Available: 4194304 - 1234, Capacity: 4194304},
+		MemoryAvailable:   {Available: 5368709120, Capacity: 5368709120 + 2684354560, Time: at},
+		NodeFsAvailable:   {Available: 42949672960, Capacity: 107374182400, Time: at},
+		NodeFsInodesFree:  {Available: 6000000, Capacity: 6553600, Time: at},
+		ImageFsAvailable:  {Available: 21474836480, Capacity: 53687091200, Time: at},
+		ImageFsInodesFree: {Available: 3000000, Capacity: 3276800, Time: at},
+		PIDAvailable:      {Available: 4194304 - 1234, Capacity: 4194304, Time: at.Add(2 * time.Second)},
 	}
-	if !reflect.DeepEqual(s.Node, wantNode) {
+	if !s.DedicatedImageFs {
+		t.Error("a 50 GiB imagefs beside a 100 GiB nodefs is not judged dedicated")
+	}
+	same := len(s.Node) == len(wantNode)
+	for k, w := range wantNode {
+		g, ok := s.Node[k]
+		same = same && ok && g.Available == w.Available && g.Capacity == w.Capacity && g.Time.Equal(w.Time)
+	}
+	if !same {
 		t.Errorf("Node =\n%v\nwant\n%v", s.Node, wantNode)
 	}
 	wantPods := map[types.UID]PodUsage{
 		"3f1c2a9e-5b7d-4c1e-9a0f-2d6e8b4c1a77": {Namespace: "shop", Name: "web-7c9d8f6b5-x2kqp", UID: "3f1c2a9e-5b7d-4c1e-9a0f-2d6e8b4c1a77",
-			MemoryWorkingSet: 537919488, EphemeralStorage: 1084268544, Processes: 12},
+			MemoryWorkingSet: 537919488, EphemeralStorage: 1084268544, Processes: 12, Inodes: 55},
 		// No ephemeral-storage or process_stats: zero.
 		"a0d9e1c2-7f44-4b8e-b2a1-5c3d9e7f1b20": {Namespace: "jobs", Name: "batch-28951380-9zq4m", UID: "a0d9e1c2-7f44-4b8e-b2a1-5c3d9e7f1b20",
 			MemoryWorkingSet: 3000000000},

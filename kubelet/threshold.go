@@ -118,6 +118,10 @@ func parseThresholdValue(signal Signal, val string) (*Threshold, error) {
 	if q.Sign() <= 0 {
 		return nil, errors.New("quantity must be positive")
 	}
+	if q.AsApproximateFloat64() >= math.MaxInt64 {
+		// Value() would saturate or wrap, silently disabling the threshold.
+		return nil, errors.New("quantity too large")
+	}
 	return &Threshold{Signal: signal, Quantity: &q}, nil
 }
 
@@ -228,6 +232,9 @@ func parseMinimumReclaim(signal Signal, val string) (Threshold, error) {
 	}
 	if q.Sign() < 0 {
 		return Threshold{}, errors.New("quantity must not be negative")
+	}
+	if q.AsApproximateFloat64() >= math.MaxInt64 {
+		return Threshold{}, errors.New("quantity too large")
 	}
 	return Threshold{Signal: signal, Quantity: &q}, nil
 }

@@ -234,3 +234,15 @@ func TestDefaultHard(t *testing.T) {
 		t.Errorf("DefaultHard() = %s, want %s", got, want)
 	}
 }
+
+// A quantity beyond int64 would saturate or wrap when compared: refused, quoting it.
+func TestThresholdQuantityTooLarge(t *testing.T) {
+	for _, spec := range []string{"memory.available<1E30", "nodefs.available<100Ei"} {
+		if _, err := ParseThresholds(spec); err == nil || !strings.Contains(err.Error(), "too large") {
+			t.Errorf("ParseThresholds(%q) = %v, want a too-large error", spec, err)
+		}
+	}
+	if _, err := ParseMinimumReclaim("memory.available=1E30"); err == nil {
+		t.Error("a minimum reclaim beyond int64 accepted")
+	}
+}

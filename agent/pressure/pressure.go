@@ -48,6 +48,8 @@ type Level struct {
 	Signal    kubelet.Signal
 	Available int64
 	Capacity  int64
+	// At is when the source measured it (the Summary API serves stats up to ~10 s old).
+	At time.Time
 	// Threshold is reprieve's: below it the resource is under pressure.
 	Threshold int64
 	// MinReclaim is how far above Threshold the signal must come back before the pressure ends.
@@ -63,78 +65,96 @@ func (l Level) Met(active bool) bool {
 	if l.Available < l.Threshold {
 		return true
 	}
-	return active && l.Available < l.Threshold+l.MinReclaim
+	return active && l.Available < satAdd(l.Threshold, l.MinReclaim)
 }
 
-// Tracker holds the pressure state of each resource with the kubelet's hysteresis: a resource
-// comes under pressure at once, and leaves it only once none of its signals has been met for
-// Transition (evictionPressureTransitionPeriod's rule), so that a signal hovering at the
-// threshold does not flap the taint.
+// satAdd adds without wrapping: thresholds near MaxInt64 stay there.
+func satAdd(a, b int64) int64 {
+	if b > 0 && a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	if b < 0 && a < math.MinInt64-b {
+		return math.MinInt64
+	}
+	return a + b
+}
+
+// Tracker holds the pressure state with the kubelet's hysteresis, per signal: a signal comes
+// under pressure at once, and leaves it only once it has not been met for Transition
+// (evictionPressureTransitionPeriod's rule), so that a signal hovering at the threshold does
+// not flap the taint. A resource is under pressure while any of its signals is. A signal that
+// was not read keeps its state: a failed read, even of one disk signal among four, never
+// clears a taint, and never sets one.
 type Tracker struct {
 	Transition time.Duration
-	active     map[Resource]bool
-	lastMet    map[Resource]time.Time
+	active     map[kubelet.Signal]bool
+	lastMet    map[kubelet.Signal]time.Time
+	// restored holds resources found under pressure at start (their taint on the node), with
+	// when: they stay so until Transition has passed without any signal met.
+	restored map[Resource]time.Time
+	state    map[Resource]bool
 }
 
 // NewTracker returns a tracker with nothing under pressure.
 func NewTracker(transition time.Duration) *Tracker {
-	return &Tracker{Transition: transition, active: map[Resource]bool{}, lastMet: map[Resource]time.Time{}}
+	return &Tracker{Transition: transition, active: map[kubelet.Signal]bool{}, lastMet: map[kubelet.Signal]time.Time{},
+		restored: map[Resource]time.Time{}, state: map[Resource]bool{}}
 }
 
 // Change is a resource whose pressure state changed in an Observe.
 type Change struct {
 	Resource Resource
 	Active   bool
-	// Level is the signal that decided it: the first one met when pressure starts, the last
-	// one met when it ends.
+	// Level is the signal that set the pressure (zero when it ends).
 	Level Level
 }
 
-// Observe records the levels read at now and returns the resources whose state changed. A
-// resource none of whose signals was read keeps its state: a failed read never clears a
-// taint, and never sets one.
+// Observe records the levels read at now and returns the resources whose state changed.
 func (t *Tracker) Observe(now time.Time, levels []Level) []Change {
+	first := map[Resource]Level{}
+	for _, l := range levels {
+		s := l.Signal
+		switch {
+		case l.Met(t.active[s]):
+			if !t.active[s] {
+				if _, ok := first[ResourceOf(s)]; !ok {
+					first[ResourceOf(s)] = l
+				}
+			}
+			t.active[s], t.lastMet[s] = true, now
+		case t.active[s] && now.Sub(t.lastMet[s]) >= t.Transition:
+			t.active[s] = false
+		}
+	}
 	var changes []Change
 	for _, r := range Resources {
-		read, met := false, false
-		var decisive Level
-		for _, l := range levels {
-			if ResourceOf(l.Signal) != r {
-				continue
-			}
-			read = true
-			if l.Met(t.active[r]) && !met {
-				met, decisive = true, l
+		on := false
+		for s, a := range t.active {
+			on = on || (a && ResourceOf(s) == r)
+		}
+		if at, ok := t.restored[r]; ok {
+			if on || now.Sub(at) >= t.Transition {
+				delete(t.restored, r)
+			} else {
+				on = true
 			}
 		}
-		if !read {
-			continue
-		}
-		switch {
-		case met:
-			t.lastMet[r] = now
-			if !t.active[r] {
-				t.active[r] = true
-				changes = append(changes, Change{Resource: r, Active: true, Level: decisive})
-			}
-		case t.active[r] && now.Sub(t.lastMet[r]) >= t.Transition:
-			t.active[r] = false
-			changes = append(changes, Change{Resource: r, Active: false})
+		if on != t.state[r] {
+			t.state[r] = on
+			changes = append(changes, Change{Resource: r, Active: on, Level: first[r]})
 		}
 	}
 	return changes
 }
 
 // Active reports whether r is under pressure.
-func (t *Tracker) Active(r Resource) bool { return t.active[r] }
+func (t *Tracker) Active(r Resource) bool { return t.state[r] }
 
-// Set restores a state, for an agent that finds its own pressure taint on the node at start:
-// it keeps it until the transition period has passed without pressure.
-func (t *Tracker) Set(r Resource, active bool, now time.Time) {
-	t.active[r] = active
-	if active {
-		t.lastMet[r] = now
-	}
+// Restore marks r as under pressure from now, for an agent that finds its own pressure taint on
+// the node at start: it keeps it until the transition period has passed without pressure.
+func (t *Tracker) Restore(r Resource, now time.Time) {
+	t.restored[r] = now
+	t.state[r] = true
 }
 
 // Trend keeps each signal's recent readings and fits a line to them (least squares), which
@@ -155,11 +175,17 @@ func NewTrend(window time.Duration) *Trend {
 	return &Trend{Window: window, samples: map[kubelet.Signal][]point{}}
 }
 
-// Add records a reading of s at now and forgets readings older than the window.
-func (t *Trend) Add(now time.Time, s kubelet.Signal, available int64) {
-	ps := append(t.samples[s], point{at: now, value: float64(available)})
+// Add records a reading of s measured at at, and forgets readings older than the window. A
+// reading not newer than the last one is the same stats served again (the Summary API's
+// cache): it is skipped, or the fit would see a flat stretch and then a cliff.
+func (t *Trend) Add(at time.Time, s kubelet.Signal, available int64) {
+	ps := t.samples[s]
+	if n := len(ps); n > 0 && !at.After(ps[n-1].at) {
+		return
+	}
+	ps = append(ps, point{at: at, value: float64(available)})
 	cut := 0
-	for cut < len(ps) && now.Sub(ps[cut].at) > t.Window {
+	for cut < len(ps) && at.Sub(ps[cut].at) > t.Window {
 		cut++
 	}
 	t.samples[s] = append(ps[:0], ps[cut:]...)
@@ -270,7 +296,8 @@ const MinGrace = time.Second
 // a pod evicted then, with its grace cut to fit, is gone before the kubelet would have killed
 // it with a 1 s grace. With per-pod usage it evicts as many pods as it takes to bring the
 // signal back above reprieve's threshold plus the minimum reclaim, counting what the pods
-// already evicted will free; without, one pod at a time, the next only once the last is gone.
+// already evicted will free; when the pods' usage cannot cover that, or without per-pod usage,
+// one pod at a time, the next only once the last is gone.
 func Decide(in Input) []Eviction {
 	if !in.Active || len(in.Ranked) == 0 || in.TimeToHard == Never {
 		return nil
@@ -284,28 +311,40 @@ func Decide(in Input) []Eviction {
 		// Whole seconds, rounded down: what the API takes, and never more than fits.
 		return max(min(c.Grace, budget).Truncate(time.Second), MinGrace)
 	}
-	if !next.Known {
+	one := func() []Eviction {
+		// One at a time, the next only once the last is gone, as the kubelet goes.
 		if in.InFlight > 0 {
 			return nil
 		}
 		return []Eviction{{Candidate: next, Grace: grace(next)}}
 	}
-	need := in.Level.Threshold + in.Level.MinReclaim - in.Level.Available - in.Reclaiming
+	if !next.Known {
+		return one()
+	}
+	need := satAdd(in.Level.Threshold, in.Level.MinReclaim) - in.Level.Available - in.Reclaiming
+	if need <= 0 {
+		return nil
+	}
+	var cover int64
+	for _, c := range in.Ranked {
+		cover = satAdd(cover, max(c.Usage, 0))
+	}
+	if cover < need {
+		// The pods cannot cover the shortfall (the kernel, or something outside the pods, is
+		// using it): evicting them all at once would be a storm for nothing.
+		return one()
+	}
 	var out []Eviction
 	for _, c := range in.Ranked {
 		if need <= 0 {
 			break
 		}
 		if c.Usage <= 0 {
-			// Evicting it frees nothing of this resource.
+			// Evicting it frees nothing of this signal.
 			continue
 		}
 		out = append(out, Eviction{Candidate: c, Grace: grace(c)})
 		need -= c.Usage
-	}
-	if len(out) == 0 && in.InFlight == 0 && need > 0 {
-		// No pod shows usage, yet the node is short: evict the first in the kubelet's order.
-		out = append(out, Eviction{Candidate: next, Grace: grace(next)})
 	}
 	return out
 }

@@ -80,6 +80,61 @@ func TestTrackerGroupsDiskSignals(t *testing.T) {
 	}
 }
 
+// A disk signal that stops being read keeps its pressure: the three others being fine does
+// not clear the disk taint (per-signal state).
+func TestTrackerPartialReadKeepsState(t *testing.T) {
+	tr := NewTracker(time.Minute)
+	ok := func(s kubelet.Signal) Level { return Level{Signal: s, Available: 500, Threshold: 100} }
+	low := Level{Signal: kubelet.ImageFsAvailable, Available: 50, Threshold: 100}
+	tr.Observe(t0, []Level{ok(kubelet.NodeFsAvailable), ok(kubelet.NodeFsInodesFree), low, ok(kubelet.ImageFsInodesFree)})
+	if !tr.Active(Disk) {
+		t.Fatal("no disk pressure with imagefs below its threshold")
+	}
+	// imagefs.available unreadable for two transition periods; the others fine.
+	for i := 1; i <= 120; i++ {
+		if ch := tr.Observe(t0.Add(time.Duration(i)*time.Second), []Level{ok(kubelet.NodeFsAvailable), ok(kubelet.NodeFsInodesFree), ok(kubelet.ImageFsInodesFree)}); len(ch) != 0 {
+			t.Fatalf("at %d s: %+v while imagefs.available was unreadable", i, ch)
+		}
+	}
+	// Read again, fine: the transition period runs from its last reading below the threshold.
+	high := low
+	high.Available = 500
+	if ch := tr.Observe(t0.Add(121*time.Second), []Level{high}); len(ch) != 1 || ch[0].Active {
+		t.Fatalf("changes %+v, want disk off: imagefs last met 121 s ago", ch)
+	}
+}
+
+// A restored resource (its taint found at start) stays under pressure for a transition period
+// without any signal met, and no longer.
+func TestTrackerRestore(t *testing.T) {
+	tr := NewTracker(time.Minute)
+	tr.Restore(Memory, t0)
+	fine := []Level{mem(2000)}
+	for i := 1; i < 60; i++ {
+		if ch := tr.Observe(t0.Add(time.Duration(i)*time.Second), fine); len(ch) != 0 || !tr.Active(Memory) {
+			t.Fatalf("at %d s: changes %+v, active %v; want the restored pressure kept", i, ch, tr.Active(Memory))
+		}
+	}
+	if ch := tr.Observe(t0.Add(60*time.Second), fine); len(ch) != 1 || ch[0].Active {
+		t.Fatalf("changes %+v at 60 s, want memory off", ch)
+	}
+}
+
+// The Summary API serves the same stats for ~10 s: a reading already seen is skipped, so that
+// stale stats do not read as a flat stretch then a cliff.
+func TestTrendSkipsRepeatedStats(t *testing.T) {
+	tr := NewTrend(30 * time.Second)
+	// True fall: 10 units/s, refreshed every 10 s, read every second.
+	for i := range 31 {
+		at := t0.Add(time.Duration(i/10*10) * time.Second)
+		tr.Add(at, kubelet.MemoryAvailable, 10000-int64(i/10*100))
+	}
+	s, ok := tr.Slope(kubelet.MemoryAvailable)
+	if !ok || math.Abs(s+10) > 1e-9 {
+		t.Fatalf("slope %v %v, want -10 from the refreshes alone", s, ok)
+	}
+}
+
 func TestTrendSlope(t *testing.T) {
 	tr := NewTrend(10 * time.Second)
 	if _, ok := tr.Slope(kubelet.MemoryAvailable); ok {
@@ -183,7 +238,7 @@ func TestRankMemory(t *testing.T) {
 		"over-low-big":   {MemoryWorkingSet: 900 * mi},
 		"under-negative": {MemoryWorkingSet: 10 * mi},
 	}
-	got := names(Candidates(Memory, pods, usage, grace))
+	got := names(Candidates(kubelet.MemoryAvailable, pods, usage, grace))
 	want := []string{"no-stats", "over-low-big", "over-low-small", "over-high", "under-negative", "under-low"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("memory order %v, want %v", got, want)
@@ -194,12 +249,44 @@ func TestRankMemory(t *testing.T) {
 func TestRankPID(t *testing.T) {
 	pods := []*v1.Pod{pod("a", 0, "", 30), pod("b", 0, "", 30), pod("c", -1, "", 30)}
 	usage := map[types.UID]kubelet.PodUsage{"a": {Processes: 3}, "b": {Processes: 300}, "c": {Processes: 1}}
-	if got, want := names(Candidates(PID, pods, usage, grace)), []string{"c", "b", "a"}; !slices.Equal(got, want) {
+	if got, want := names(Candidates(kubelet.PIDAvailable, pods, usage, grace)), []string{"c", "b", "a"}; !slices.Equal(got, want) {
 		t.Fatalf("PID order %v, want %v", got, want)
 	}
 	// Without figures (the host source): priority alone, ties in input order.
-	if got, want := names(Candidates(PID, pods, nil, grace)), []string{"c", "a", "b"}; !slices.Equal(got, want) {
+	if got, want := names(Candidates(kubelet.PIDAvailable, pods, nil, grace)), []string{"c", "a", "b"}; !slices.Equal(got, want) {
 		t.Fatalf("PID order without usage %v, want %v", got, want)
+	}
+}
+
+// PID: priority before everything; a pod without figures goes first only among its equals.
+func TestRankPIDUnknownAfterPriority(t *testing.T) {
+	pods := []*v1.Pod{pod("high-unknown", 1000, "", 30), pod("low-known", 0, "", 30), pod("low-unknown", 0, "", 30)}
+	usage := map[types.UID]kubelet.PodUsage{"low-known": {Processes: 50}, "high-unknown-x": {}}
+	if got, want := names(Candidates(kubelet.PIDAvailable, pods, usage, grace)), []string{"low-unknown", "low-known", "high-unknown"}; !slices.Equal(got, want) {
+		t.Fatalf("PID order %v, want %v", got, want)
+	}
+}
+
+// Inode signals rank and count inodes, not bytes.
+func TestRankInodes(t *testing.T) {
+	a, b := pod("a", 0, "", 30), pod("b", 0, "", 30)
+	usage := map[types.UID]kubelet.PodUsage{"a": {EphemeralStorage: 10 << 30, Inodes: 10}, "b": {EphemeralStorage: 1 << 20, Inodes: 90000}}
+	cs := Candidates(kubelet.NodeFsInodesFree, []*v1.Pod{a, b}, usage, grace)
+	if got, want := names(cs), []string{"b", "a"}; !slices.Equal(got, want) || cs[0].Usage != 90000 {
+		t.Fatalf("inode order %v (usage %d), want %v with 90000 inodes", got, cs[0].Usage, want)
+	}
+}
+
+// Requests as the kubelet computes them: an init container's larger request and the pod's
+// overhead count, so a pod within them is not "above its request".
+func TestRankUsesEffectiveRequests(t *testing.T) {
+	initHeavy := pod("init-heavy", 0, "100Mi", 30)
+	initHeavy.Spec.InitContainers = []v1.Container{{Name: "i", Resources: v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceMemory: resource.MustParse("1Gi")}}}}
+	plain := pod("plain", 0, "100Mi", 30)
+	usage := map[types.UID]kubelet.PodUsage{"init-heavy": {MemoryWorkingSet: 500 * mi}, "plain": {MemoryWorkingSet: 200 * mi}}
+	// init-heavy's effective request is 1Gi: 500Mi is within it; plain exceeds its 100Mi.
+	if got, want := names(Candidates(kubelet.MemoryAvailable, []*v1.Pod{initHeavy, plain}, usage, grace)), []string{"plain", "init-heavy"}; !slices.Equal(got, want) {
+		t.Fatalf("memory order %v, want %v", got, want)
 	}
 }
 
@@ -208,7 +295,7 @@ func TestRankDiskUsesEphemeralStorage(t *testing.T) {
 	a.Spec.Containers[0].Resources.Requests = v1.ResourceList{v1.ResourceEphemeralStorage: resource.MustParse("10Gi")}
 	usage := map[types.UID]kubelet.PodUsage{"a": {EphemeralStorage: 5 << 30, MemoryWorkingSet: 1}, "b": {EphemeralStorage: 1 << 30}}
 	// b exceeds its (zero) request, a does not: b first although a writes more.
-	if got, want := names(Candidates(Disk, []*v1.Pod{a, b}, usage, grace)), []string{"b", "a"}; !slices.Equal(got, want) {
+	if got, want := names(Candidates(kubelet.NodeFsAvailable, []*v1.Pod{a, b}, usage, grace)), []string{"b", "a"}; !slices.Equal(got, want) {
 		t.Fatalf("disk order %v, want %v", got, want)
 	}
 }
@@ -336,5 +423,31 @@ func TestDecideWithoutUsage(t *testing.T) {
 	in.InFlight = 1
 	if got := Decide(in); len(got) != 0 {
 		t.Fatalf("evicts %d more while one is in flight", len(got))
+	}
+}
+
+// When the pods cannot cover the shortfall (something outside them uses it), one pod goes at a
+// time, not every pod at once.
+func TestDecideNoStormWhenPodsCannotCover(t *testing.T) {
+	var ranked []Candidate
+	for i := range 10 {
+		ranked = append(ranked, cand(string(rune('a'+i)), 50*mi, true, 30*time.Second))
+	}
+	in := Input{Level: mem(100), Active: true, TimeToHard: 0, SafetyMargin: 5 * time.Second, Ranked: ranked}
+	got := Decide(in)
+	if len(got) != 1 || got[0].Pod.Name != "a" {
+		t.Fatalf("evicts %d pods, want one (a): 10 x 50 MiB cannot cover 1100 MiB", len(got))
+	}
+	in.InFlight = 1
+	if got := Decide(in); len(got) != 0 {
+		t.Fatalf("evicts %d more while one is in flight", len(got))
+	}
+}
+
+// Thresholds near the int64 limit do not wrap.
+func TestLevelsSaturate(t *testing.T) {
+	l := Level{Signal: kubelet.MemoryAvailable, Available: math.MaxInt64 - 1, Threshold: math.MaxInt64 - 10, MinReclaim: math.MaxInt64}
+	if !l.Met(true) {
+		t.Fatal("threshold + minimum reclaim wrapped below the reading")
 	}
 }

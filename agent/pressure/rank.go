@@ -6,8 +6,8 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
+	resourcehelper "k8s.io/component-helpers/resource"
 
 	"github.com/reprieve-dev/reprieve/kubelet"
 )
@@ -68,54 +68,76 @@ func isDaemonSetPod(pod *v1.Pod) bool {
 	return false
 }
 
-// Candidates turns the evictable pods into candidates for r, with their usage from pods (nil
-// when the source has none) and their own grace, ranked as the kubelet ranks them.
-func Candidates(r Resource, pods []*v1.Pod, usage map[types.UID]kubelet.PodUsage, grace func(*v1.Pod) time.Duration) []Candidate {
+// Candidates turns the evictable pods into candidates for signal s, with their usage of what s
+// measures from usage (nil when the source has none) and their own grace, ranked as the kubelet
+// ranks them for s.
+func Candidates(s kubelet.Signal, pods []*v1.Pod, usage map[types.UID]kubelet.PodUsage, grace func(*v1.Pod) time.Duration) []Candidate {
 	cs := make([]Candidate, 0, len(pods))
 	for _, p := range pods {
 		c := Candidate{Pod: p, Grace: grace(p)}
 		if usage != nil {
 			if u, ok := usage[p.UID]; ok {
 				c.Known = true
-				switch r {
-				case Memory:
+				switch s {
+				case kubelet.MemoryAvailable:
 					c.Usage = u.MemoryWorkingSet
-				case Disk:
+				case kubelet.NodeFsAvailable, kubelet.ImageFsAvailable:
 					c.Usage = u.EphemeralStorage
-				case PID:
+				case kubelet.NodeFsInodesFree, kubelet.ImageFsInodesFree:
+					c.Usage = u.Inodes
+				case kubelet.PIDAvailable:
 					c.Usage = u.Processes
 				}
 			}
 		}
 		cs = append(cs, c)
 	}
-	Rank(r, cs)
+	Rank(s, cs)
 	return cs
 }
 
-// Rank orders candidates the way the kubelet's eviction manager does (rankMemoryPressure,
-// rankDiskPressureFunc, rankPIDPressure):
-//   - memory and disk: pods whose usage exceeds their request first, then lower priority
-//     first, then the larger usage above request first;
-//   - PID: lower priority first, then more processes first.
+// Rank orders candidates for signal s the way the kubelet's eviction manager does
+// (rankMemoryPressure, rankDiskPressureFunc, rankPIDPressure):
+//   - memory and disk: a pod without usage figures first, then pods whose usage exceeds their
+//     request, then lower priority first, then the larger usage above request first (inodes
+//     have no request: any use counts as above it);
+//   - PID: lower priority first, then, among equals, a pod without figures, then more processes.
 //
-// A pod without usage figures ranks first among its peers, as the kubelet's comparators place
-// a pod it has no stats for. Ties keep the input order.
-func Rank(r Resource, cs []Candidate) {
-	name := v1.ResourceMemory
-	if r == Disk {
+// Requests are the pod's effective requests as the kubelet computes them (init containers,
+// sidecars, pod-level resources and overhead). Ties keep the input order.
+func Rank(s kubelet.Signal, cs []Candidate) {
+	var name v1.ResourceName
+	switch s {
+	case kubelet.MemoryAvailable:
+		name = v1.ResourceMemory
+	case kubelet.NodeFsAvailable, kubelet.ImageFsAvailable:
 		name = v1.ResourceEphemeralStorage
 	}
 	above := func(c Candidate) int64 { return c.Usage - requestOf(c.Pod, name) }
-	slices.SortStableFunc(cs, func(a, b Candidate) int {
-		if a.Known != b.Known {
-			if !a.Known {
-				return -1
-			}
-			return 1
+	unknownFirst := func(a, b Candidate) int {
+		switch {
+		case a.Known == b.Known:
+			return 0
+		case !a.Known:
+			return -1
 		}
-		if r != PID {
-			if ea, eb := above(a) > 0, above(b) > 0; a.Known && ea != eb {
+		return 1
+	}
+	slices.SortStableFunc(cs, func(a, b Candidate) int {
+		if s == kubelet.PIDAvailable {
+			if c := cmp.Compare(priorityOf(a.Pod), priorityOf(b.Pod)); c != 0 {
+				return c
+			}
+			if c := unknownFirst(a, b); c != 0 || !a.Known {
+				return c
+			}
+			return cmp.Compare(b.Usage, a.Usage)
+		}
+		if c := unknownFirst(a, b); c != 0 {
+			return c
+		}
+		if a.Known {
+			if ea, eb := above(a) > 0, above(b) > 0; ea != eb {
 				if ea {
 					return -1
 				}
@@ -128,9 +150,6 @@ func Rank(r Resource, cs []Candidate) {
 		if !a.Known {
 			return 0
 		}
-		if r == PID {
-			return cmp.Compare(b.Usage, a.Usage)
-		}
 		return cmp.Compare(above(b), above(a))
 	})
 }
@@ -142,14 +161,16 @@ func priorityOf(pod *v1.Pod) int32 {
 	return 0
 }
 
-// requestOf sums the containers' requests of name (as the kubelet's eviction ranking does,
-// init containers aside).
+// requestOf is the pod's effective request of name, as the kubelet's ranking takes it
+// (GetResourceRequestQuantity): component-helpers' PodRequests, which counts init containers
+// and sidecars, pod-level resources and overhead. Inodes (name "") have no request.
 func requestOf(pod *v1.Pod, name v1.ResourceName) int64 {
-	var sum resource.Quantity
-	for _, c := range pod.Spec.Containers {
-		if q, ok := c.Resources.Requests[name]; ok {
-			sum.Add(q)
-		}
+	if name == "" {
+		return 0
 	}
-	return sum.Value()
+	q, ok := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})[name]
+	if !ok {
+		return 0
+	}
+	return q.Value()
 }

@@ -16,6 +16,9 @@ type Thresholds struct {
 	Headroom float64
 	// Hard are the kubelet's hard eviction thresholds: what reprieve must act before.
 	Hard []kubelet.Threshold
+	// Soft are the kubelet's soft thresholds: a derived threshold starts above them too, so
+	// that reprieve taints before the kubelet's soft eviction begins.
+	Soft []kubelet.Threshold
 	// MinReclaim is how far above its threshold a signal must come back to end the pressure.
 	MinReclaim map[kubelet.Signal]kubelet.Threshold
 }
@@ -29,7 +32,8 @@ func find(ts []kubelet.Threshold, s kubelet.Signal) (kubelet.Threshold, bool) {
 	return kubelet.Threshold{}, false
 }
 
-// Levels returns the level of every watched signal that obs holds, in kubelet.Signals order.
+// Levels returns the level of every watched signal that obs holds, in kubelet.Signals order. A
+// derived threshold is the larger of the kubelet's hard and soft thresholds plus the headroom.
 func (t Thresholds) Levels(obs kubelet.Observations) []Level {
 	var out []Level
 	for _, s := range kubelet.Signals {
@@ -37,7 +41,7 @@ func (t Thresholds) Levels(obs kubelet.Observations) []Level {
 		if !ok {
 			continue
 		}
-		l := Level{Signal: s, Available: o.Available, Capacity: o.Capacity}
+		l := Level{Signal: s, Available: o.Available, Capacity: o.Capacity, At: o.Time}
 		if h, ok := find(t.Hard, s); ok {
 			l.Hard = h.Value(o.Capacity)
 		}
@@ -48,7 +52,11 @@ func (t Thresholds) Levels(obs kubelet.Observations) []Level {
 			}
 			l.Threshold = e.Value(o.Capacity)
 		} else {
-			l.Threshold = l.Hard + int64(t.Headroom*float64(o.Capacity))
+			base := l.Hard
+			if soft, ok := find(t.Soft, s); ok {
+				base = max(base, soft.Value(o.Capacity))
+			}
+			l.Threshold = satAdd(base, int64(t.Headroom*float64(o.Capacity)))
 		}
 		if m, ok := t.MinReclaim[s]; ok {
 			l.MinReclaim = m.Value(o.Capacity)

@@ -303,11 +303,16 @@ func checkPressure(ctx context.Context, r *doctorReport, cfg agent.Config, clien
 	}
 	levels := pressure.Thresholds{Explicit: explicit, Headroom: headroom, Hard: kc.Hard, MinReclaim: reclaim}.Levels(sample.Node)
 	for _, l := range levels {
+		f := func(v int64) string { return agent.FormatAmount(l.Signal, v) }
+		if l.Hard > 0 && l.Threshold <= l.Hard {
+			r.fail(fmt.Sprintf("%s: reprieve's threshold %s is not above the kubelet's hard threshold %s, so the kubelet evicts first", l.Signal, f(l.Threshold), f(l.Hard)),
+				"raise it in --pressure-thresholds, or leave that flag empty to derive thresholds from the kubelet's plus --pressure-headroom")
+			continue
+		}
 		state := "ok"
 		if l.Available < l.Threshold {
 			state = "UNDER PRESSURE"
 		}
-		f := func(v int64) string { return agent.FormatAmount(l.Signal, v) }
 		r.ok("%s %s of %s (reprieve's threshold %s, the kubelet's hard %s): %s", l.Signal, f(l.Available), f(l.Capacity), f(l.Threshold), f(l.Hard), state)
 	}
 }

@@ -93,3 +93,14 @@ func TestDoctorBadKubeletConfig(t *testing.T) {
 		t.Errorf("exit %d, want 1 quoting the bad threshold:\n%s%s", code, out.String(), errOut.String())
 	}
 }
+
+// A threshold of reprieve's at or below the kubelet's hard one fails: the kubelet would act first.
+func TestDoctorThresholdBelowTheKubelets(t *testing.T) {
+	host := filepath.Join("..", "..", "kubelet", "testdata", "cgroupv2")
+	var out, errOut bytes.Buffer
+	code := runDoctor(context.Background(), []string{"--node=n1", "--provider=none", "--host-root=" + host, "--kubelet-root-dir=/", "--imagefs-dir=/",
+		"--pressure-thresholds=memory.available<50Mi"}, &out, &errOut, doctorClient(permission{}, "n1"))
+	if code != 1 || !strings.Contains(out.String(), "FAIL  memory.available: reprieve's threshold 50Mi is not above the kubelet's hard threshold 100Mi") {
+		t.Errorf("exit %d, want 1 naming the threshold:\n%s", code, out.String())
+	}
+}
