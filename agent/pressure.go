@@ -61,32 +61,71 @@ type blockedPod struct {
 	attempts int
 }
 
-// newPressure reads the kubelet's thresholds and sets up the signal source; nil when
-// --pressure-source is off. The Summary API's URL may need the node: it is resolved in Run.
-func newPressure(cfg Config, source kubelet.Source) (*pressureState, error) {
-	if cfg.PressureSource == PressureSourceOff {
-		return nil, nil
-	}
+// PressureThresholds reads what the levels are computed from: reprieve's thresholds from the
+// flags and the kubelet's from its config file under --host-root. A flag that does not parse is
+// err; a kubelet config that cannot be read or parsed is kubeletErr (the thresholds then hold
+// the kubelet's defaults), which turns only the pressure handling off.
+func PressureThresholds(cfg Config) (t pressure.Thresholds, kc kubelet.Config, kubeletErr, err error) {
 	explicit, headroom, reclaim, err := cfg.PressureThresholdsOf()
 	if err != nil {
-		return nil, err
+		return t, kc, nil, err
 	}
-	path := filepath.Join(cfg.HostRoot, cfg.KubeletConfig)
-	kc, kcErr := kubelet.ReadConfig(path)
-	if kcErr != nil {
-		// The flags are fine; the node's file is not. Only the pressure handling depends on it:
-		// startPressure turns it off and says why, and the interruption handling runs on.
-		kcErr = fmt.Errorf("reading the kubelet's eviction thresholds: %w", kcErr)
+	kc, kubeletErr = kubelet.ReadConfig(filepath.Join(cfg.HostRoot, cfg.KubeletConfig))
+	if kubeletErr != nil {
+		kubeletErr = fmt.Errorf("reading the kubelet's eviction thresholds: %w", kubeletErr)
 	}
 	if reclaim == nil {
 		reclaim = kc.MinimumReclaim
 	}
-	if source == nil && cfg.PressureSource == PressureSourceHost {
-		source = &kubelet.HostSource{Root: cfg.HostRoot, KubeletRootDir: cfg.KubeletRootDir, ImageFsDir: cfg.ImageFsDir}
+	return pressure.Thresholds{Explicit: explicit, Headroom: headroom, Hard: kc.Hard, Soft: kc.Soft, MinReclaim: reclaim}, kc, kubeletErr, nil
+}
+
+// NewPressureSource builds the source --pressure-source names. For the Summary API without
+// --kubelet-summary-url, node gives the kubelet's address. It also returns what it reads from.
+func NewPressureSource(cfg Config, node *v1.Node) (kubelet.Source, string, error) {
+	if cfg.PressureSource == PressureSourceHost {
+		return &kubelet.HostSource{Root: cfg.HostRoot, KubeletRootDir: cfg.KubeletRootDir, ImageFsDir: cfg.ImageFsDir}, cfg.HostRoot, nil
+	}
+	url := cfg.KubeletSummaryURL
+	if url == "" {
+		if node == nil {
+			return nil, "", errors.New("finding the kubelet's Summary API: node not found; set --kubelet-summary-url")
+		}
+		var err error
+		if url, err = SummaryURL(node); err != nil {
+			return nil, "", err
+		}
+	}
+	token := cfg.KubeletTokenFile
+	if _, err := os.Stat(token); err != nil {
+		token = ""
+	}
+	ca := cfg.KubeletCAFile
+	if _, err := os.Stat(ca); err != nil || cfg.KubeletInsecureTLS {
+		// Outside a pod (or with a plain-HTTP test server) there is no in-cluster CA: the
+		// system's roots verify the kubelet then.
+		ca = ""
+	}
+	src, err := kubelet.NewSummarySource(url, ca, token, cfg.KubeletInsecureTLS)
+	if err != nil {
+		return nil, "", fmt.Errorf("setting up the kubelet's Summary API client: %w", err)
+	}
+	return src, url, nil
+}
+
+// newPressure reads the thresholds; nil when --pressure-source is off. The source is built in
+// startPressure: the Summary API's address may need the node.
+func newPressure(cfg Config, source kubelet.Source) (*pressureState, error) {
+	if cfg.PressureSource == PressureSourceOff {
+		return nil, nil
+	}
+	thresholds, kc, kcErr, err := PressureThresholds(cfg)
+	if err != nil {
+		return nil, err
 	}
 	return &pressureState{
 		source:     source,
-		thresholds: pressure.Thresholds{Explicit: explicit, Headroom: headroom, Hard: kc.Hard, Soft: kc.Soft, MinReclaim: reclaim},
+		thresholds: thresholds,
 		kubeletCfg: kc,
 		configErr:  kcErr,
 		tracker:    pressure.NewTracker(cfg.PressureTransitionPeriod),
@@ -110,32 +149,12 @@ func (a *Agent) startPressure(ctx context.Context) error {
 	}
 	node := a.cachedNode()
 	if p.source == nil {
-		url := a.cfg.KubeletSummaryURL
-		if url == "" {
-			if node == nil {
-				return errors.New("finding the kubelet's Summary API: node not found")
-			}
-			var err error
-			if url, err = SummaryURL(node); err != nil {
-				return err
-			}
-		}
-		token := a.cfg.KubeletTokenFile
-		if _, err := os.Stat(token); err != nil {
-			token = ""
-		}
-		ca := a.cfg.KubeletCAFile
-		if _, err := os.Stat(ca); err != nil || a.cfg.KubeletInsecureTLS {
-			// Outside a pod (or with a plain-HTTP test server) there is no in-cluster CA: the
-			// system's roots verify the kubelet then.
-			ca = ""
-		}
-		src, err := kubelet.NewSummarySource(url, ca, token, a.cfg.KubeletInsecureTLS)
+		src, from, err := NewPressureSource(a.cfg, node)
 		if err != nil {
-			return fmt.Errorf("setting up the kubelet's Summary API client: %w", err)
+			return err
 		}
 		p.source = src
-		logger.Info("Reading pressure from the kubelet's Summary API", "url", url)
+		logger.Info("Reading pressure signals", "source", a.cfg.PressureSource, "from", from)
 	}
 	thresholds := make([]string, 0, len(p.thresholds.Explicit))
 	for _, t := range p.thresholds.Explicit {

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -15,13 +14,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/reprieve-dev/reprieve/agent"
-	"github.com/reprieve-dev/reprieve/agent/pressure"
-	"github.com/reprieve-dev/reprieve/kubelet"
 	"github.com/reprieve-dev/reprieve/providers/aws"
 	"github.com/reprieve-dev/reprieve/providers/detect"
 )
@@ -237,9 +235,13 @@ func checkPressure(ctx context.Context, r *doctorReport, cfg agent.Config, clien
 		r.skip("local pressure: --pressure-source off")
 		return
 	}
-	kc, err := kubelet.ReadConfig(filepath.Join(cfg.HostRoot, cfg.KubeletConfig))
+	thresholds, kc, kcErr, err := agent.PressureThresholds(cfg)
 	if err != nil {
-		r.fail(err.Error(), "fix the kubelet's config file, or point --kubelet-config at it (a path under --host-root)")
+		r.fail(fmt.Sprintf("pressure thresholds: %v", err), "give the thresholds in the kubelet's syntax, e.g. memory.available<500Mi,nodefs.available<15%")
+		return
+	}
+	if kcErr != nil {
+		r.fail(kcErr.Error(), "fix the kubelet's config file, or point --kubelet-config at it (a path under --host-root)")
 		return
 	}
 	var hard []string
@@ -251,42 +253,17 @@ func checkPressure(ctx context.Context, r *doctorReport, cfg agent.Config, clien
 	} else {
 		r.ok("kubelet config %s not found: the kubelet's defaults apply (evictionHard %s)", kc.Path, strings.Join(hard, ","))
 	}
-	explicit, headroom, reclaim, err := cfg.PressureThresholdsOf()
-	if err != nil {
-		r.fail(fmt.Sprintf("pressure thresholds: %v", err), "give the thresholds in the kubelet's syntax, e.g. memory.available<500Mi,nodefs.available<15%")
-		return
-	}
-	if reclaim == nil {
-		reclaim = kc.MinimumReclaim
-	}
-	var src kubelet.Source = &kubelet.HostSource{Root: cfg.HostRoot, KubeletRootDir: cfg.KubeletRootDir, ImageFsDir: cfg.ImageFsDir}
-	if cfg.PressureSource == agent.PressureSourceSummary {
-		url := cfg.KubeletSummaryURL
-		if url == "" {
-			if client == nil {
-				r.fail("kubelet Summary API: no API server to find the node's address", "pass --kubelet-summary-url")
-				return
-			}
-			n, err := client.CoreV1().Nodes().Get(ctx, cfg.NodeName, metav1.GetOptions{})
-			if err == nil {
-				url, err = agent.SummaryURL(n)
-			}
-			if err != nil {
-				r.fail(fmt.Sprintf("kubelet Summary API: %v", err), "pass --kubelet-summary-url")
-				return
-			}
-		}
-		token, ca := cfg.KubeletTokenFile, cfg.KubeletCAFile
-		if _, err := os.Stat(token); err != nil {
-			token = ""
-		}
-		if _, err := os.Stat(ca); err != nil || cfg.KubeletInsecureTLS {
-			ca = ""
-		}
-		if src, err = kubelet.NewSummarySource(url, ca, token, cfg.KubeletInsecureTLS); err != nil {
-			r.fail(fmt.Sprintf("kubelet Summary API client: %v", err), "check --kubelet-ca-file and --kubelet-token-file")
+	var node *v1.Node
+	if cfg.PressureSource == agent.PressureSourceSummary && cfg.KubeletSummaryURL == "" && client != nil {
+		if node, err = client.CoreV1().Nodes().Get(ctx, cfg.NodeName, metav1.GetOptions{}); err != nil {
+			r.fail(fmt.Sprintf("kubelet Summary API: reading node %s: %v", cfg.NodeName, err), "pass --kubelet-summary-url")
 			return
 		}
+	}
+	src, _, err := agent.NewPressureSource(cfg, node)
+	if err != nil {
+		r.fail(fmt.Sprintf("kubelet Summary API: %v", err), "pass --kubelet-summary-url, and check --kubelet-ca-file and --kubelet-token-file")
+		return
 	}
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -301,7 +278,7 @@ func checkPressure(ctx context.Context, r *doctorReport, cfg agent.Config, clien
 			return
 		}
 	}
-	levels := pressure.Thresholds{Explicit: explicit, Headroom: headroom, Hard: kc.Hard, MinReclaim: reclaim}.Levels(sample.Node)
+	levels := thresholds.Levels(sample.Node)
 	for _, l := range levels {
 		f := func(v int64) string { return agent.FormatAmount(l.Signal, v) }
 		if l.Hard > 0 && l.Threshold <= l.Hard {

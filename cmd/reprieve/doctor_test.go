@@ -89,7 +89,7 @@ func TestDoctorBadKubeletConfig(t *testing.T) {
 	}
 	var out, errOut bytes.Buffer
 	code := runDoctor(context.Background(), []string{"--node=n1", "--provider=none", "--host-root=" + host}, &out, &errOut, doctorClient(permission{}, "n1"))
-	if code != 1 || !strings.Contains(out.String(), "FAIL  kubelet config ") || !strings.Contains(out.String(), "lots") {
+	if code != 1 || !strings.Contains(out.String(), "FAIL  reading the kubelet's eviction thresholds: kubelet config ") || !strings.Contains(out.String(), "lots") {
 		t.Errorf("exit %d, want 1 quoting the bad threshold:\n%s%s", code, out.String(), errOut.String())
 	}
 }
