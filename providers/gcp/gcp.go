@@ -56,15 +56,19 @@ type Options struct {
 	// copied: its Timeout is dropped, because hanging GETs last a minute and each request
 	// gets its own deadline instead. Nil means a client on DefaultTransport().
 	HTTPClient *http.Client
-	// Clock stamps notices with when they were first seen; nil is the real clock. Backoff and
-	// the hanging GETs run on real time.
+	// Clock stamps notices with when they were first seen; nil is the real clock.
 	Clock clock.PassiveClock
+	// Timers paces Watch's pauses (backoff after a failure, the fallback for a server that
+	// answers every hanging GET at once); nil is the real clock. The hanging GETs themselves
+	// always run on real time.
+	Timers clock.Clock
 }
 
 // Provider reads the GCE metadata server. Poll is for one poller at a time; Watch replaces it.
 type Provider struct {
 	client *metadata.Client
 	clock  clock.PassiveClock
+	timers clock.Clock
 
 	mu sync.Mutex
 	// st holds the last good value of each source, so a failing source neither invents nor
@@ -84,6 +88,9 @@ func New(opts Options) (*Provider, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
+	if opts.Timers == nil {
+		opts.Timers = clock.RealClock{}
+	}
 	var hc http.Client
 	if opts.HTTPClient != nil {
 		hc = *opts.HTTPClient
@@ -99,6 +106,7 @@ func New(opts Options) (*Provider, error) {
 	return &Provider{
 		client: metadata.NewWithOptions(&metadata.Options{Client: &hc}),
 		clock:  opts.Clock,
+		timers: opts.Timers,
 		// Until the scheduling values are read, assume the shorter Spot grace: evicting early
 		// costs less than being powered off with pods still running.
 		st: state{spot: true},

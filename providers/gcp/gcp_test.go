@@ -366,11 +366,28 @@ func TestMetadataFlavorRequired(t *testing.T) {
 type countingTransport struct {
 	n    atomic.Int64
 	next http.RoundTripper
+
+	mu             sync.Mutex
+	sent, deadline time.Time // of the last hanging GET
+	hasDeadline    bool
 }
 
 func (c *countingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	c.n.Add(1)
+	if req.URL.Query().Get("wait_for_change") == "true" {
+		c.mu.Lock()
+		c.deadline, c.hasDeadline = req.Context().Deadline()
+		c.sent = time.Now()
+		c.mu.Unlock()
+	}
 	return c.next.RoundTrip(req)
+}
+
+// hangingDeadline is how far from its sending the last hanging GET's context deadline was.
+func (c *countingTransport) hangingDeadline() (time.Duration, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.deadline.Sub(c.sent), c.hasDeadline
 }
 
 func TestHTTPClientOption(t *testing.T) {
@@ -388,12 +405,10 @@ func TestHTTPClientOption(t *testing.T) {
 	w := startWatch(t, p)
 	w.rec.next(t, "the first update", func(u update) bool { return true })
 	waitParked(t, s, PathPreempted)
-	// An observation window, not synchronisation: with the client's timeout in force, the
-	// hanging GET would be cut and re-sent several times within it.
-	before := s.Count(PathPreempted)
-	time.Sleep(300 * time.Millisecond)
-	if after := s.Count(PathPreempted); after != before || s.Waiting(PathPreempted) != 1 {
-		t.Errorf("hanging GET re-sent %d times within 300ms", after-before)
+	// The caller's 50 ms timeout would show as a deadline on each request's context; the
+	// hanging GET must carry its own bound (waitTimeout) instead.
+	if d, ok := ct.hangingDeadline(); !ok || d < waitTimeout-10*time.Second {
+		t.Errorf("the hanging GET's deadline is %v away (set %v), want about %v: the caller's timeout cuts it", d, ok, waitTimeout)
 	}
 	s.Set(PathPreempted, PreemptedTrue)
 	w.rec.next(t, "the preemption", hasKind(providers.KindPreemption))
@@ -617,24 +632,41 @@ func TestWatchDeduplicates(t *testing.T) {
 func TestWatchServerIgnoringLastETag(t *testing.T) {
 	s := startFake(t, nil)
 	s.SetIgnoreWaitForChange(true)
-	w := startWatch(t, newProvider(t, s, clocktesting.NewFakePassiveClock(t0)))
+	timers := clocktesting.NewFakeClock(t0)
+	p, err := New(Options{Endpoint: s.Addr(), Clock: timers, Timers: timers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := startWatch(t, p)
 	w.rec.next(t, "no notice", empty)
 
 	// Such a server answers every hanging GET at once. Watch must neither spin nor repeat
-	// the unchanged set; it falls back to about one read a second. The sleep is an
-	// observation window, not synchronisation.
+	// the unchanged set; it falls back to one read per minAnswerInterval. On the fake clock
+	// each follower (one per notice path) then waits on a timer, so nothing more is read
+	// until the clock moves, and each step of minAnswerInterval gives exactly one read.
+	paused := func(want int) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(context.Background(), 2*time.Millisecond, waitLimit, true, func(context.Context) (bool, error) {
+			return timers.Waiters() == len(noticePaths) && s.Count(PathPreempted) >= want, nil
+		}); err != nil {
+			t.Fatalf("the followers did not pause after %d reads (%d reads, %d waiting)", want, s.Count(PathPreempted), timers.Waiters())
+		}
+	}
+	paused(0)
 	before := s.Count(PathPreempted)
-	time.Sleep(2 * time.Second)
-	if n := s.Count(PathPreempted) - before; n > 5 {
-		t.Errorf("%d reads in 2s: Watch spins", n)
-	} else if n < 1 {
-		t.Errorf("%d reads in 2s: Watch stopped reading", n)
+	for i := 1; i <= 3; i++ {
+		timers.Step(minAnswerInterval)
+		paused(before + i)
+	}
+	if n := s.Count(PathPreempted) - before; n != 3 {
+		t.Errorf("%d reads over 3 pauses of %v, want 3: Watch spins", n, minAnswerInterval)
 	}
 	if p := w.rec.pending(); len(p) != 0 {
 		t.Errorf("unchanged values gave updates: %s", w.rec.dump())
 	}
 	set := time.Now()
 	s.Set(PathPreempted, PreemptedTrue)
+	timers.Step(minAnswerInterval)
 	u := w.rec.next(t, "the preemption", hasKind(providers.KindPreemption))
 	t.Logf("latency against a server ignoring last_etag: %v", u.at.Sub(set))
 }

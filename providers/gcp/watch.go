@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/reprieve-dev/reprieve/providers"
 )
 
@@ -98,13 +100,14 @@ func (w *watch) follow(ctx context.Context, path, etag string, err error) {
 	// should. One can happen (a value set again to itself moves the ETag on some servers); a
 	// run of them means a server that ignores last_etag.
 	quick := 0
+	clk := w.p.timers
 	if err != nil && etag == "" {
-		if !sleep(ctx, bo.next()) {
+		if !sleep(ctx, clk, bo.next()) {
 			return
 		}
 	}
 	for {
-		start := time.Now()
+		start := clk.Now()
 		// With no ETag (first read failed, or the connection dropped) this reads the current
 		// value without waiting, then waits on that answer's ETag. Waiting without last_etag
 		// would only see the next change and miss one made while the connection was down.
@@ -124,13 +127,13 @@ func (w *watch) follow(ctx context.Context, path, etag string, err error) {
 			pause = noETagInterval
 		default:
 			bo.reset()
-			if !waited || changed || time.Since(start) >= minAnswerInterval {
+			if !waited || changed || clk.Since(start) >= minAnswerInterval {
 				quick = 0
 			} else if quick++; quick > 1 {
-				pause = minAnswerInterval - time.Since(start)
+				pause = minAnswerInterval - clk.Since(start)
 			}
 		}
-		if pause > 0 && !sleep(ctx, pause) {
+		if pause > 0 && !sleep(ctx, clk, pause) {
 			return
 		}
 	}
@@ -140,7 +143,7 @@ func (w *watch) follow(ctx context.Context, path, etag string, err error) {
 // depends on them.
 func (w *watch) retryScheduling(ctx context.Context) {
 	var bo backoff
-	for sleep(ctx, bo.next()) {
+	for sleep(ctx, w.p.timers, bo.next()) {
 		err := w.p.readScheduling(ctx)
 		if ctx.Err() != nil {
 			return
@@ -215,14 +218,14 @@ func (b *backoff) next() time.Duration {
 
 func (b *backoff) reset() { b.d = 0 }
 
-// sleep waits for d, or reports false when ctx ends first.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
+// sleep waits for d on clk, or reports false when ctx ends first.
+func sleep(ctx context.Context, clk clock.Clock, d time.Duration) bool {
+	t := clk.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return false
-	case <-t.C:
+	case <-t.C():
 		return true
 	}
 }
