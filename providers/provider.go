@@ -27,12 +27,17 @@ const (
 	// Preempt).
 	KindPreemption Kind = "preemption"
 	// KindTermination: the machine is being deleted or stopped at the deadline for another
-	// reason (Azure Terminate, GCP TERMINATE_ON_HOST_MAINTENANCE).
+	// reason (Azure Terminate). GCP TERMINATE_ON_HOST_MAINTENANCE is not one: it comes an
+	// hour ahead and is a KindScheduledMaintenance, so that --maintenance-lead applies.
 	KindTermination Kind = "termination"
+	// KindMaintenanceInformation: host maintenance that does not stop the machine (GCP
+	// upcoming-maintenance on a VM that live-migrates). It never has a deadline and gives no
+	// taint: the agent only records an Event and counts it in reprieve_notices_total.
+	KindMaintenanceInformation Kind = "maintenance-information"
 )
 
 // Kinds lists every kind, for metrics that must exist from the start.
-var Kinds = []Kind{KindSpotInterruption, KindRebalanceRecommendation, KindScheduledMaintenance, KindPreemption, KindTermination}
+var Kinds = []Kind{KindSpotInterruption, KindRebalanceRecommendation, KindScheduledMaintenance, KindPreemption, KindTermination, KindMaintenanceInformation}
 
 // Notice is one thing the cloud says about this machine, as long as it says it. Providers
 // report the complete set of notices in force at every poll; a notice that is no longer
@@ -57,7 +62,14 @@ type Notice struct {
 
 // Interrupts reports whether the notice ends the machine's pods at its deadline.
 func (n Notice) Interrupts() bool {
-	return !n.Deadline.IsZero() && n.Kind != KindRebalanceRecommendation
+	return !n.Deadline.IsZero() && n.Kind != KindRebalanceRecommendation && n.Kind != KindMaintenanceInformation
+}
+
+// Readiness is implemented by providers that can be unable to say anything yet for a while
+// after they start (Azure Scheduled Events' first call takes up to two minutes). Ready
+// returns nil when the provider has an answer to go by, else why not.
+type Readiness interface {
+	Ready() error
 }
 
 // Provider reports the notices a cloud currently has for this machine.

@@ -46,6 +46,9 @@ func TestSortAndInterrupts(t *testing.T) {
 		{Notice{Kind: KindScheduledMaintenance, Deadline: at(2)}, true},
 		{Notice{Kind: KindSpotInterruption}, false},
 		{Notice{Kind: KindRebalanceRecommendation, Deadline: at(2)}, false},
+		// Information about maintenance that does not stop the machine never interrupts,
+		// even when a provider got a deadline into it by mistake.
+		{Notice{Kind: KindMaintenanceInformation, Deadline: at(2)}, false},
 	}
 	for _, tc := range tests {
 		if got := tc.n.Interrupts(); got != tc.want {

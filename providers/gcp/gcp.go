@@ -1,6 +1,7 @@
 // Package gcp reads interruption notices from the GCE metadata server: preemption of Spot and
-// preemptible VMs (instance/preempted) and host maintenance (instance/maintenance-event). It
-// polls, or follows both values with hanging GETs so that a change is seen within a round trip.
+// preemptible VMs (instance/preempted), host maintenance (instance/maintenance-event) and
+// scheduled host maintenance (instance/upcoming-maintenance). It polls, or follows the first two
+// with hanging GETs so that a change is seen within a round trip, and the third with a poll.
 package gcp
 
 import (
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/compute/metadata"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/reprieve-dev/reprieve/providers"
@@ -28,7 +30,11 @@ const (
 	PathPreempted         = "instance/preempted"
 	PathMaintenanceEvent  = "instance/maintenance-event"
 	PathPreemptible       = "instance/scheduling/preemptible"
-	PathProvisioningModel = "instance/scheduling/provisioning_model"
+	PathProvisioningModel = "instance/scheduling/provisioning-model"
+	PathOnHostMaintenance = "instance/scheduling/on-host-maintenance"
+	// PathUpcomingMaintenance is a directory, read whole with ?recursive=true; 404 when no
+	// maintenance is scheduled.
+	PathUpcomingMaintenance = "instance/upcoming-maintenance/"
 )
 
 // noticePaths are the values that carry notices, in a fixed order so results are deterministic.
@@ -38,11 +44,19 @@ const (
 	// readTimeout bounds a plain read, including the library's own retries of 5xx answers
 	// and refused or reset connections (5 attempts, at most about 3 s of backoff).
 	readTimeout = 10 * time.Second
-	// waitSeconds is the hanging GET's server-side bound and waitTimeout its client-side one,
-	// as Google's guest agent sets them.
-	waitSeconds = 60
-	waitTimeout = 70 * time.Second
+	// waitSeconds is the hanging GET's server-side bound and waitTimeout its client-side one.
+	// Google's guest agent uses 60 s and 70 s; a metadata server that stalls (the connection
+	// stays open, nothing comes back, no reset) would then hide a preemption, which leaves
+	// 30 s, for up to 70 s. With 10 s re-issued at once a stall is noticed within 15 s, a
+	// change is still seen within a round trip, and the cost is one request per value every
+	// 10 s (docs/benchmarks.md).
+	waitSeconds = 10
+	waitTimeout = 15 * time.Second
 )
+
+// ErrNoAnswer marks a request that the metadata server did not answer within its bound: a
+// stall (the connection stays open, nothing comes back, no reset) or an overloaded server.
+var ErrNoAnswer = errors.New("no answer")
 
 // errNotDefined is a 404 on a value GCE always serves: a wrong endpoint rather than "no notice".
 var errNotDefined = errors.New("not defined (404)")
@@ -59,9 +73,13 @@ type Options struct {
 	// Clock stamps notices with when they were first seen; nil is the real clock.
 	Clock clock.PassiveClock
 	// Timers paces Watch's pauses (backoff after a failure, the fallback for a server that
-	// answers every hanging GET at once); nil is the real clock. The hanging GETs themselves
-	// always run on real time.
+	// answers every hanging GET at once, the upcoming-maintenance poll) and bounds each
+	// request (waitTimeout, readTimeout); nil is the real clock.
 	Timers clock.Clock
+	// MaintenanceNotice is the deadline of TERMINATE_ON_HOST_MAINTENANCE, counted from when
+	// reprieve first saw the value, when upcoming-maintenance gives no window-start-time.
+	// Zero means DefaultMaintenanceNotice (one hour, GCE's notice for GPU VMs).
+	MaintenanceNotice time.Duration
 }
 
 // Provider reads the GCE metadata server. Poll is for one poller at a time; Watch replaces it.
@@ -77,6 +95,8 @@ type Provider struct {
 	// schedulingKnown is set once the scheduling values were read; they do not change while
 	// the VM runs.
 	schedulingKnown bool
+	// unknownLogged remembers the unknown maintenance-event values already logged.
+	unknownLogged map[string]bool
 }
 
 // New returns a provider for the metadata server at opts.Endpoint.
@@ -90,6 +110,12 @@ func New(opts Options) (*Provider, error) {
 	}
 	if opts.Timers == nil {
 		opts.Timers = clock.RealClock{}
+	}
+	if opts.MaintenanceNotice < 0 {
+		return nil, fmt.Errorf("gcp provider: maintenance notice %s: must not be negative", opts.MaintenanceNotice)
+	}
+	if opts.MaintenanceNotice == 0 {
+		opts.MaintenanceNotice = DefaultMaintenanceNotice
 	}
 	var hc http.Client
 	if opts.HTTPClient != nil {
@@ -107,9 +133,10 @@ func New(opts Options) (*Provider, error) {
 		client: metadata.NewWithOptions(&metadata.Options{Client: &hc}),
 		clock:  opts.Clock,
 		timers: opts.Timers,
-		// Until the scheduling values are read, assume the shorter Spot grace: evicting early
-		// costs less than being powered off with pods still running.
-		st: state{spot: true},
+		// Until the scheduling values are read, assume a Spot VM that stops on host
+		// maintenance: acting early costs less than being powered off with pods running.
+		st:            state{spot: true, maintenanceNotice: opts.MaintenanceNotice},
+		unknownLogged: map[string]bool{},
 	}, nil
 }
 
@@ -146,18 +173,48 @@ func endpointHost(endpoint string) (string, error) {
 // Name implements providers.Provider.
 func (p *Provider) Name() string { return Name }
 
-// Poll reads both notice sources (and, until they are known, the scheduling values)
+// Poll reads the notice sources (and, until they are known, the scheduling values)
 // concurrently and returns every notice in force. A source that fails keeps its last good
 // value; the error names each failed source.
 func (p *Provider) Poll(ctx context.Context) ([]providers.Notice, error) {
-	errs := make([]error, len(noticePaths)+1)
+	errs := make([]error, len(noticePaths)+2)
 	var wg sync.WaitGroup
 	for i, path := range noticePaths {
 		wg.Go(func() { _, _, errs[i] = p.refresh(ctx, path, "") })
 	}
-	wg.Go(func() { errs[len(noticePaths)] = p.readScheduling(ctx) })
+	wg.Go(func() { _, errs[len(noticePaths)] = p.refreshUpcoming(ctx) })
+	wg.Go(func() { errs[len(noticePaths)+1] = p.readScheduling(ctx) })
 	wg.Wait()
 	return p.notices(), errors.Join(errs...)
+}
+
+// refreshUpcoming reads instance/upcoming-maintenance and records it: 404 means none, which
+// withdraws a window seen before; a window that moved is a new one. A failed read or a
+// payload that does not decode keeps the last good answer.
+func (p *Provider) refreshUpcoming(ctx context.Context) (changed bool, err error) {
+	body, _, found, err := p.get(ctx, PathUpcomingMaintenance, "")
+	if err != nil {
+		return false, err
+	}
+	var u *Upcoming
+	if found {
+		if u, err = ParseUpcoming([]byte(body)); err != nil {
+			return false, &SourceError{Path: PathUpcomingMaintenance, Err: err}
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.st.upcoming.same(u) {
+		return false, nil
+	}
+	if u != nil {
+		u.since = p.clock.Now()
+		if prev := p.st.upcoming; prev != nil && prev.Type == u.Type && prev.WindowStart.Equal(u.WindowStart) {
+			u.since = prev.since // the same window with another status keeps its first-seen time
+		}
+	}
+	p.st.upcoming = u
+	return true, nil
 }
 
 // notices returns the notices in force according to the last good values.
@@ -178,7 +235,7 @@ func (p *Provider) refresh(ctx context.Context, path, etag string) (newTag strin
 	if !found {
 		return "", false, &SourceError{Path: path, Err: errNotDefined}
 	}
-	changed, err = p.observe(path, value)
+	changed, err = p.observe(ctx, path, value)
 	if err != nil {
 		return newTag, false, &SourceError{Path: path, Err: err}
 	}
@@ -186,14 +243,16 @@ func (p *Provider) refresh(ctx context.Context, path, etag string) (newTag strin
 }
 
 // observe validates a value of path and records it, stamping when a new one was first seen.
-// An unknown value is an error and leaves the last good one in place.
-func (p *Provider) observe(path, raw string) (changed bool, err error) {
+// A malformed value is an error and leaves the last good one in place. An unknown
+// maintenance-event value is not an error (GCE adds values): it is logged once and recorded.
+func (p *Provider) observe(ctx context.Context, path, raw string) (changed bool, err error) {
 	var v string
+	known := true
 	switch path {
 	case PathPreempted:
 		v, err = parsePreempted(raw)
 	case PathMaintenanceEvent:
-		v, err = parseMaintenanceEvent(raw)
+		v, known, err = parseMaintenanceEvent(raw)
 	default:
 		return false, fmt.Errorf("no notices at %s", path)
 	}
@@ -202,6 +261,11 @@ func (p *Provider) observe(path, raw string) (changed bool, err error) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if !known && !p.unknownLogged[v] {
+		p.unknownLogged[v] = true
+		klog.FromContext(ctx).Info("Unknown instance/maintenance-event value: treating it as maintenance without a deadline (new pods kept off the node, nothing evicted)",
+			"value", v)
+	}
 	cur, since := &p.st.preempted, &p.st.preemptedSince
 	if path == PathMaintenanceEvent {
 		cur, since = &p.st.maintenance, &p.st.maintenanceSince
@@ -211,6 +275,9 @@ func (p *Provider) observe(path, raw string) (changed bool, err error) {
 		return false, nil
 	}
 	*cur, *since = v, p.clock.Now()
+	if path == PathMaintenanceEvent {
+		p.st.maintenanceKnown = known
+	}
 	return true, nil
 }
 
@@ -224,15 +291,18 @@ func (p *Provider) readScheduling(ctx context.Context) error {
 		return nil
 	}
 	var (
-		pv, mv         string
-		pFound, mFound bool
-		pErr, mErr     error
-		wg             sync.WaitGroup
+		pv, mv, hv             string
+		pFound, mFound, hFound bool
+		pErr, mErr, hErr       error
+		wg                     sync.WaitGroup
 	)
+	// provisioning-model (SPOT, STANDARD) is the current key; preemptible is kept as the
+	// fallback for preemptible VMs, which predate it.
 	wg.Go(func() { pv, _, pFound, pErr = p.get(ctx, PathPreemptible, "") })
 	wg.Go(func() { mv, _, mFound, mErr = p.get(ctx, PathProvisioningModel, "") })
+	wg.Go(func() { hv, _, hFound, hErr = p.get(ctx, PathOnHostMaintenance, "") })
 	wg.Wait()
-	if err := errors.Join(pErr, mErr); err != nil {
+	if err := errors.Join(pErr, mErr, hErr); err != nil {
 		return err
 	}
 	preemptible, err := parsePreemptible(pv, pFound)
@@ -242,6 +312,7 @@ func (p *Provider) readScheduling(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.st.spot = preemptible || parseProvisioningModel(mv, mFound)
+	p.st.migrates = parseOnHostMaintenance(hv, hFound)
 	p.schedulingKnown = true
 	return nil
 }
@@ -250,22 +321,49 @@ func (p *Provider) readScheduling(ctx context.Context) error {
 // differs from it or after waitSeconds. found is false for a 404.
 func (p *Provider) get(ctx context.Context, path, etag string) (value, newTag string, found bool, err error) {
 	suffix, timeout := path, readTimeout
+	if strings.HasSuffix(path, "/") {
+		suffix += "?recursive=true" // a directory, read whole as JSON
+	}
 	if etag != "" {
 		suffix = fmt.Sprintf("%s?wait_for_change=true&last_etag=%s&timeout_sec=%d", path, url.QueryEscape(etag), waitSeconds)
 		timeout = waitTimeout
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	rctx, cancel := p.withTimeout(ctx, timeout)
 	defer cancel()
 	sink := new(etagSink)
-	value, err = p.client.GetWithContext(context.WithValue(ctx, etagKey{}, sink), suffix)
+	value, err = p.client.GetWithContext(context.WithValue(rctx, etagKey{}, sink), suffix)
 	var nd metadata.NotDefinedError
 	switch {
 	case errors.As(err, &nd):
 		return "", "", false, nil
+	case err != nil && rctx.Err() != nil && ctx.Err() == nil:
+		// Our own bound, not the caller's: the server stalled (or is too slow to matter).
+		return "", "", false, &SourceError{Path: path, Err: fmt.Errorf("%w within %s; the request was abandoned", ErrNoAnswer, timeout)}
 	case err != nil:
 		return "", "", false, &SourceError{Path: path, Err: err}
 	}
 	return value, sink.get(), true, nil
+}
+
+// withTimeout is context.WithTimeout on the provider's timers, so that tests can step the
+// bound of a stalled request on a fake clock.
+func (p *Provider) withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if _, ok := p.timers.(clock.RealClock); ok {
+		return context.WithTimeout(ctx, d)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	t := p.timers.NewTimer(d)
+	go func() {
+		select {
+		case <-t.C():
+			cancel(context.DeadlineExceeded)
+		case <-ctx.Done():
+			t.Stop()
+		}
+	}()
+	// Stopped here, not only in the goroutine, so that a test counting the fake clock's
+	// waiters never sees the timer of a finished request.
+	return ctx, func() { t.Stop(); cancel(context.Canceled) }
 }
 
 // SourceError says which metadata path failed, so logs and metrics can name it.

@@ -56,6 +56,8 @@ func checkErr(t *testing.T, err error, want string) {
 
 func TestNotices(t *testing.T) {
 	later := t0.Add(45 * time.Second)
+	window := &Upcoming{Status: UpcomingStatusPending, Type: UpcomingTypeScheduled, WindowStart: t0.Add(50 * time.Minute), WindowEnd: t0.Add(5 * time.Hour), since: t0.Add(-time.Hour)}
+	weeks := &Upcoming{Status: UpcomingStatusPending, Type: UpcomingTypeScheduled, WindowStart: t0.Add(21 * 24 * time.Hour), since: t0}
 	tests := []struct {
 		name string
 		st   state
@@ -65,35 +67,75 @@ func TestNotices(t *testing.T) {
 		{name: "nothing read yet", st: state{spot: true}, want: []string{}},
 		{name: "preempted", st: state{preempted: PreemptedTrue, preemptedSince: t0, maintenance: MaintenanceNone},
 			want: []string{"preemption preempt deadline=10:00:30 noticed=10:00:00"}},
-		{name: "terminate, standard VM", st: state{preempted: PreemptedFalse, maintenance: MaintenanceTerminate, maintenanceSince: t0},
-			want: []string{"termination terminate-on-host-maintenance deadline=10:02:00 noticed=10:00:00"}},
-		{name: "terminate, Spot VM", st: state{maintenance: MaintenanceTerminate, maintenanceSince: t0, spot: true},
-			want: []string{"termination terminate-on-host-maintenance deadline=10:00:30 noticed=10:00:00"}},
+		// Issue 13: GPU VMs get a one-hour notice; the deadline is the maintenance's start,
+		// not first seen + 120 s (30 s on Spot), and the kind is scheduled maintenance so
+		// that --maintenance-lead applies.
+		{name: "terminate without a window: one hour after first seen", st: state{maintenance: MaintenanceTerminate, maintenanceSince: t0},
+			want: []string{"scheduled-maintenance terminate-on-host-maintenance deadline=11:00:00 noticed=10:00:00"}},
+		{name: "terminate, Spot VM: the same hour", st: state{maintenance: MaintenanceTerminate, maintenanceSince: t0, spot: true},
+			want: []string{"scheduled-maintenance terminate-on-host-maintenance deadline=11:00:00 noticed=10:00:00"}},
+		{name: "terminate, notice set by the option", st: state{maintenance: MaintenanceTerminate, maintenanceSince: t0, maintenanceNotice: 20 * time.Minute},
+			want: []string{"scheduled-maintenance terminate-on-host-maintenance deadline=10:20:00 noticed=10:00:00"}},
+		{name: "terminate with a window: its start",
+			st: state{maintenance: MaintenanceTerminate, maintenanceSince: t0, upcoming: window},
+			want: []string{
+				// Same deadline and kind: ordered by ID.
+				"scheduled-maintenance upcoming-maintenance scheduled pending deadline=10:50:00 noticed=09:00:00",
+				"scheduled-maintenance terminate-on-host-maintenance deadline=10:50:00 noticed=10:00:00",
+			}},
+		{name: "a window weeks ahead on a VM that stops",
+			st:   state{maintenance: MaintenanceNone, upcoming: weeks},
+			want: []string{"scheduled-maintenance upcoming-maintenance scheduled pending deadline=10:00:00 noticed=10:00:00"}},
+		{name: "a window on a VM that live-migrates is information",
+			st:   state{maintenance: MaintenanceNone, upcoming: window, migrates: true},
+			want: []string{"maintenance-information upcoming-maintenance scheduled pending deadline=- noticed=09:00:00"}},
 		{name: "migrate is a soft notice", st: state{maintenance: MaintenanceMigrate, maintenanceSince: t0},
 			want: []string{"scheduled-maintenance migrate-on-host-maintenance deadline=- noticed=10:00:00"}},
+		{name: "an unknown value is a soft notice", st: state{maintenance: "REBOOT_ON_HOST_MAINTENANCE", maintenanceSince: t0},
+			want: []string{"scheduled-maintenance reboot-on-host-maintenance deadline=- noticed=10:00:00"}},
 		{name: "preempted during a terminate, earliest deadline first",
 			st: state{preempted: PreemptedTrue, preemptedSince: later, maintenance: MaintenanceTerminate, maintenanceSince: t0},
 			want: []string{
 				"preemption preempt deadline=10:01:15 noticed=10:00:45",
-				"termination terminate-on-host-maintenance deadline=10:02:00 noticed=10:00:00",
+				"scheduled-maintenance terminate-on-host-maintenance deadline=11:00:00 noticed=10:00:00",
 			}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := tc.st.notices()
-			if got := summaries(ns); !slices.Equal(got, tc.want) {
+			got := summaries(ns)
+			// Weeks ahead does not fit in hh:mm:ss: check that deadline apart.
+			if tc.st.upcoming == weeks {
+				if len(ns) != 1 || !ns[0].Deadline.Equal(weeks.WindowStart) {
+					t.Fatalf("got %q, want the window's start as the deadline", got)
+				}
+			}
+			if !slices.Equal(got, tc.want) {
 				t.Errorf("got %q, want %q", got, tc.want)
 			}
 			for _, n := range ns {
 				if n.Provider != Name || n.ID == "" {
 					t.Errorf("notice %+v: want provider %q and an ID", n, Name)
 				}
-				if want := n.Kind != providers.KindScheduledMaintenance; n.Interrupts() != want {
+				if want := !n.Deadline.IsZero() && n.Kind != providers.KindMaintenanceInformation; n.Interrupts() != want {
 					t.Errorf("notice %s: Interrupts() = %v, want %v", summary(n), n.Interrupts(), want)
+				}
+				if n.Kind == providers.KindTermination {
+					t.Errorf("notice %s: GCP gives no termination notice", summary(n))
 				}
 			}
 		})
 	}
+}
+
+// maintenance is parseMaintenanceEvent in TestParseValues' shape: an unknown value is
+// returned as "unknown VALUE".
+func maintenance(v string) (string, error) {
+	m, known, err := parseMaintenanceEvent(v)
+	if err == nil && !known {
+		m = "unknown " + m
+	}
+	return m, err
 }
 
 func TestParseValues(t *testing.T) {
@@ -109,11 +151,13 @@ func TestParseValues(t *testing.T) {
 		{"preempted lower case", parsePreempted, "true", PreemptedTrue, ""},
 		{"preempted unknown", parsePreempted, "MAYBE", "", `unknown instance/preempted value "MAYBE"`},
 		{"preempted empty", parsePreempted, "", "", `unknown instance/preempted value ""`},
-		{"maintenance NONE", parseMaintenanceEvent, "NONE", MaintenanceNone, ""},
-		{"maintenance migrate", parseMaintenanceEvent, "MIGRATE_ON_HOST_MAINTENANCE", MaintenanceMigrate, ""},
-		{"maintenance terminate", parseMaintenanceEvent, " TERMINATE_ON_HOST_MAINTENANCE\n", MaintenanceTerminate, ""},
-		{"maintenance unknown", parseMaintenanceEvent, "REBOOT_ON_HOST_MAINTENANCE", "", `unknown instance/maintenance-event value "REBOOT_ON_HOST_MAINTENANCE"`},
-		{"maintenance HTML", parseMaintenanceEvent, "<html>", "", `value "<html>"`},
+		{"maintenance NONE", maintenance, "NONE", MaintenanceNone, ""},
+		{"maintenance migrate", maintenance, "MIGRATE_ON_HOST_MAINTENANCE", MaintenanceMigrate, ""},
+		{"maintenance terminate", maintenance, " TERMINATE_ON_HOST_MAINTENANCE\n", MaintenanceTerminate, ""},
+		// GCE may add values: information, not an error.
+		{"maintenance unknown", maintenance, "REBOOT_ON_HOST_MAINTENANCE", "unknown REBOOT_ON_HOST_MAINTENANCE", ""},
+		{"maintenance HTML", maintenance, "<html>", "", `malformed instance/maintenance-event value "<html>"`},
+		{"maintenance empty", maintenance, "", "", `malformed instance/maintenance-event value ""`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -219,14 +263,27 @@ func TestPoll(t *testing.T) {
 		{name: "nothing pending", want: []string{}},
 		{name: "preempted", values: map[string]string{PathPreempted: "TRUE", PathPreemptible: "TRUE"},
 			want: []string{"preemption preempt deadline=10:00:30 noticed=10:00:00"}},
+		// GPU VMs: a one-hour notice, whatever the provisioning model (issue 13).
 		{name: "terminate, standard VM", values: map[string]string{PathMaintenanceEvent: MaintenanceTerminate},
-			want: []string{"termination terminate-on-host-maintenance deadline=10:02:00 noticed=10:00:00"}},
+			want: []string{"scheduled-maintenance terminate-on-host-maintenance deadline=11:00:00 noticed=10:00:00"}},
 		{name: "terminate, standard provisioning model", values: map[string]string{PathMaintenanceEvent: MaintenanceTerminate, PathPreemptible: "FALSE", PathProvisioningModel: "STANDARD"},
-			want: []string{"termination terminate-on-host-maintenance deadline=10:02:00 noticed=10:00:00"}},
+			want: []string{"scheduled-maintenance terminate-on-host-maintenance deadline=11:00:00 noticed=10:00:00"}},
 		{name: "terminate, preemptible VM", values: map[string]string{PathMaintenanceEvent: MaintenanceTerminate, PathPreemptible: "TRUE"},
-			want: []string{"termination terminate-on-host-maintenance deadline=10:00:30 noticed=10:00:00"}},
+			want: []string{"scheduled-maintenance terminate-on-host-maintenance deadline=11:00:00 noticed=10:00:00"}},
 		{name: "terminate, Spot VM", values: map[string]string{PathMaintenanceEvent: MaintenanceTerminate, PathPreemptible: "FALSE", PathProvisioningModel: "SPOT"},
-			want: []string{"termination terminate-on-host-maintenance deadline=10:00:30 noticed=10:00:00"}},
+			want: []string{"scheduled-maintenance terminate-on-host-maintenance deadline=11:00:00 noticed=10:00:00"}},
+		{name: "GPU VM: terminate and a window, the window's start", values: withWindow(map[string]string{
+			PathMaintenanceEvent: MaintenanceTerminate, PathOnHostMaintenance: "TERMINATE"}, "2026-11-29T10:50:00Z"),
+			want: []string{
+				"scheduled-maintenance upcoming-maintenance scheduled pending deadline=10:50:00 noticed=10:00:00",
+				"scheduled-maintenance terminate-on-host-maintenance deadline=10:50:00 noticed=10:00:00",
+			}},
+		{name: "a window before the value changes", values: withWindow(map[string]string{PathOnHostMaintenance: "TERMINATE"}, "2026-11-29T10:50:00Z"),
+			want: []string{"scheduled-maintenance upcoming-maintenance scheduled pending deadline=10:50:00 noticed=10:00:00"}},
+		{name: "a window on a live-migrating VM: information only", values: withWindow(map[string]string{PathOnHostMaintenance: "MIGRATE"}, "2026-11-29T10:50:00Z"),
+			want: []string{"maintenance-information upcoming-maintenance scheduled pending deadline=- noticed=10:00:00"}},
+		{name: "unknown maintenance value: soft notice, no error", values: map[string]string{PathMaintenanceEvent: "REBOOT_ON_HOST_MAINTENANCE"},
+			want: []string{"scheduled-maintenance reboot-on-host-maintenance deadline=- noticed=10:00:00"}},
 		{name: "migrate", values: map[string]string{PathMaintenanceEvent: MaintenanceMigrate},
 			want: []string{"scheduled-maintenance migrate-on-host-maintenance deadline=- noticed=10:00:00"}},
 		{name: "values with a newline", values: map[string]string{PathPreempted: "TRUE\n", PathMaintenanceEvent: "NONE\n"},
@@ -245,6 +302,99 @@ func TestPoll(t *testing.T) {
 				if r.Flavor != "Google" {
 					t.Errorf("request %s without Metadata-Flavor: Google", r.Path)
 				}
+			}
+		})
+	}
+}
+
+// withWindow adds a pending scheduled upcoming-maintenance window starting at start (RFC 3339)
+// to values, as the fake's keys.
+func withWindow(values map[string]string, start string) map[string]string {
+	values[gcpmeta.PathUpcomingMaintenance+"maintenance-status"] = "PENDING"
+	values[gcpmeta.PathUpcomingMaintenance+"type"] = "SCHEDULED"
+	values[gcpmeta.PathUpcomingMaintenance+"window-start-time"] = start
+	values[gcpmeta.PathUpcomingMaintenance+"can-reschedule"] = "false"
+	return values
+}
+
+func TestPollUpcomingMaintenance(t *testing.T) {
+	s := startFake(t, map[string]string{PathOnHostMaintenance: "TERMINATE"})
+	clk := clocktesting.NewFakePassiveClock(t0)
+	p := newProvider(t, s, clk)
+	poll := func(wantErr string) []providers.Notice {
+		t.Helper()
+		ns, err := p.Poll(context.Background())
+		checkErr(t, err, wantErr)
+		return ns
+	}
+	start := t0.Add(3 * 24 * time.Hour)
+	s.SetUpcomingMaintenance(gcpmeta.UpcomingMaintenance{Status: "PENDING", Type: "SCHEDULED", WindowStart: start, WindowEnd: start.Add(4 * time.Hour), CanReschedule: true})
+	first := poll("")
+	if len(first) != 1 || first[0].Kind != providers.KindScheduledMaintenance || !first[0].Deadline.Equal(start) {
+		t.Fatalf("got %q, want a maintenance notice with the window's start as deadline", summaries(first))
+	}
+	if !strings.Contains(first[0].Description, "can be rescheduled") {
+		t.Errorf("description %q does not say the window can be rescheduled", first[0].Description)
+	}
+
+	// A malformed answer keeps the last good window and names the source.
+	s.Set(gcpmeta.PathUpcomingMaintenance+"window-start-time", "next Tuesday")
+	kept := poll(`decoding instance/upcoming-maintenance/: key "windowStartTime": parsing time "next Tuesday"`)
+	if len(kept) != 1 || kept[0].ID != first[0].ID {
+		t.Errorf("malformed: got %q, want the last good window", summaries(kept))
+	}
+
+	// Rescheduled: the deadline moves, under a new ID.
+	clk.SetTime(t0.Add(time.Hour))
+	moved := start.Add(24 * time.Hour)
+	s.Set(gcpmeta.PathUpcomingMaintenance+"window-start-time", moved.Format(time.RFC3339))
+	ns := poll("")
+	if len(ns) != 1 || !ns[0].Deadline.Equal(moved) || ns[0].ID == first[0].ID || !ns[0].NoticeTime.Equal(clk.Now()) {
+		t.Errorf("rescheduled: got %q (ID %s, first %s), want the new start under a new ID", summaries(ns), ns[0].ID, first[0].ID)
+	}
+	// The status turning ONGOING is the same window: same ID.
+	s.Set(gcpmeta.PathUpcomingMaintenance+"maintenance-status", "ONGOING")
+	if again := poll(""); len(again) != 1 || again[0].ID != ns[0].ID || !again[0].NoticeTime.Equal(ns[0].NoticeTime) {
+		t.Errorf("ONGOING: got %q, want the same notice", summaries(again))
+	}
+	// Gone (done or cancelled): withdrawn.
+	s.ClearUpcomingMaintenance()
+	if gone := poll(""); len(gone) != 0 {
+		t.Errorf("after the window disappeared: got %q, want nothing", summaries(gone))
+	}
+}
+
+func TestParseUpcoming(t *testing.T) {
+	tests := []struct {
+		name, body, want, wantErr string
+	}{
+		{name: "GCE's recursive answer (camelCase)",
+			body: `{"canReschedule":"true","latestWindowStartTime":"2026-12-10T09:00:00Z","maintenanceStatus":"PENDING","type":"SCHEDULED","windowEndTime":"2026-12-03T13:00:00Z","windowStartTime":"2026-12-03T09:00:00Z"}`,
+			want: "SCHEDULED PENDING 2026-12-03T09:00:00Z-2026-12-03T13:00:00Z latest=2026-12-10T09:00:00Z reschedule=true"},
+		{name: "hyphenated keys and a boolean",
+			body: `{"maintenance-status":"ongoing","type":"UNSCHEDULED","window-start-time":"2026-12-03T09:00:00.5Z","can-reschedule":false}`,
+			want: "UNSCHEDULED ONGOING 2026-12-03T09:00:00Z-0001-01-01T00:00:00Z latest=0001-01-01T00:00:00Z reschedule=false"},
+		{name: "unknown keys are no error", body: `{"type":"SCHEDULED","windowStartTime":"2026-12-03T09:00:00Z","newKey":"x"}`,
+			want: "SCHEDULED  2026-12-03T09:00:00Z-0001-01-01T00:00:00Z latest=0001-01-01T00:00:00Z reschedule=false"},
+		{name: "HTML", body: "<html>", wantErr: "decoding instance/upcoming-maintenance/"},
+		{name: "an array", body: `[]`, wantErr: "cannot unmarshal array"},
+		{name: "null", body: `null`, wantErr: "not an object"},
+		{name: "empty object", body: `{}`, wantErr: "no maintenance-status, type nor window-start-time"},
+		{name: "a number for a time", body: `{"windowStartTime":5}`, wantErr: `key "windowStartTime": want a string`},
+		{name: "a bad time", body: `{"windowStartTime":"tomorrow"}`, wantErr: `parsing time "tomorrow"`},
+		{name: "a bad boolean", body: `{"type":"SCHEDULED","canReschedule":"maybe"}`, wantErr: `want true or false, got "maybe"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			u, err := ParseUpcoming([]byte(tc.body))
+			checkErr(t, err, tc.wantErr)
+			if err != nil {
+				return
+			}
+			got := fmt.Sprintf("%s %s %s-%s latest=%s reschedule=%v", u.Type, u.Status, u.WindowStart.UTC().Truncate(time.Second).Format(time.RFC3339),
+				u.WindowEnd.UTC().Format(time.RFC3339), u.LatestWindowStart.UTC().Format(time.RFC3339), u.CanReschedule)
+			if got != tc.want {
+				t.Errorf("got %q, want %q", got, tc.want)
 			}
 		})
 	}
@@ -270,11 +420,11 @@ func TestPollTracksValues(t *testing.T) {
 		t.Fatalf("a persisting value moved: %q then %q", summaries(first), summaries(again))
 	}
 
-	// An unknown value keeps the last good one, and the error names it.
-	s.Set(PathMaintenanceEvent, "REBOOT_ON_HOST_MAINTENANCE")
-	kept := poll(`unknown instance/maintenance-event value "REBOOT_ON_HOST_MAINTENANCE"`)
+	// A malformed value keeps the last good one, and the error names it.
+	s.Set(PathMaintenanceEvent, "<html>")
+	kept := poll(`malformed instance/maintenance-event value "<html>"`)
 	if len(kept) != 1 || kept[0].ID != first[0].ID {
-		t.Errorf("unknown value: got %q, want the last good notice kept", summaries(kept))
+		t.Errorf("malformed value: got %q, want the last good notice kept", summaries(kept))
 	}
 	// So does a value that disappeared (GCE always serves it: a wrong endpoint).
 	s.Delete(PathMaintenanceEvent)
@@ -293,7 +443,7 @@ func TestPollTracksValues(t *testing.T) {
 	both := poll("")
 	want := []string{
 		"preemption preempt deadline=10:00:50 noticed=10:00:20",
-		"termination terminate-on-host-maintenance deadline=10:02:20 noticed=10:00:20",
+		"scheduled-maintenance terminate-on-host-maintenance deadline=11:00:20 noticed=10:00:20",
 	}
 	if got := summaries(both); !slices.Equal(got, want) {
 		t.Errorf("got %q, want %q", got, want)
@@ -302,13 +452,13 @@ func TestPollTracksValues(t *testing.T) {
 		t.Error("a second maintenance event kept the first one's ID")
 	}
 	s.Set(PathPreempted, PreemptedFalse)
-	if got := summaries(poll("")); len(got) != 1 || !strings.HasPrefix(got[0], "termination") {
-		t.Errorf("preempted FALSE: got %q, want only the termination", got)
+	if got := summaries(poll("")); len(got) != 1 || !strings.HasPrefix(got[0], "scheduled-maintenance terminate") {
+		t.Errorf("preempted FALSE: got %q, want only the maintenance", got)
 	}
 
 	// The scheduling values were read once for the provider's lifetime.
-	if n := s.Count(PathPreemptible) + s.Count(PathProvisioningModel); n != 2 {
-		t.Errorf("scheduling values read %d times, want 2 (once each)", n)
+	if n := s.Count(PathPreemptible) + s.Count(PathProvisioningModel) + s.Count(PathOnHostMaintenance); n != 3 {
+		t.Errorf("scheduling values read %d times, want 3 (once each)", n)
 	}
 }
 
@@ -517,6 +667,13 @@ func (r *recorder) dump() string {
 	return b.String()
 }
 
+// hasAction matches an update without error holding a notice with the given action.
+func hasAction(a string) func(update) bool {
+	return func(u update) bool {
+		return u.err == nil && slices.ContainsFunc(u.notices, func(n providers.Notice) bool { return n.Action == a })
+	}
+}
+
 func hasKind(k providers.Kind) func(update) bool {
 	return func(u update) bool {
 		return u.err == nil && slices.ContainsFunc(u.notices, func(n providers.Notice) bool { return n.Kind == k })
@@ -593,9 +750,9 @@ func TestWatchLatency(t *testing.T) {
 	if n := u.notices[0]; !n.Deadline.IsZero() || n.Interrupts() {
 		t.Errorf("migration %s: want a soft notice", summary(n))
 	}
-	u = measure(PathMaintenanceEvent, MaintenanceTerminate, "the termination", hasKind(providers.KindTermination))
-	// Standard VM: first seen + 120 s.
-	if want := []string{"termination terminate-on-host-maintenance deadline=10:06:00 noticed=10:04:00"}; !slices.Equal(summaries(u.notices), want) {
+	u = measure(PathMaintenanceEvent, MaintenanceTerminate, "the termination", hasAction(actionTerminateMaintenance))
+	// No window: first seen + one hour.
+	if want := []string{"scheduled-maintenance terminate-on-host-maintenance deadline=11:04:00 noticed=10:04:00"}; !slices.Equal(summaries(u.notices), want) {
 		t.Errorf("got %q, want %q", summaries(u.notices), want)
 	}
 	measure(PathMaintenanceEvent, MaintenanceNone, "the termination withdrawn", empty)
@@ -647,7 +804,8 @@ func TestWatchServerIgnoringLastETag(t *testing.T) {
 	paused := func(want int) {
 		t.Helper()
 		if err := wait.PollUntilContextTimeout(context.Background(), 2*time.Millisecond, waitLimit, true, func(context.Context) (bool, error) {
-			return timers.Waiters() == len(noticePaths) && s.Count(PathPreempted) >= want, nil
+			// One timer per follower, and the upcoming-maintenance poll's.
+			return timers.Waiters() == len(noticePaths)+1 && s.Count(PathPreempted) >= want, nil
 		}); err != nil {
 			t.Fatalf("the followers did not pause after %d reads (%d reads, %d waiting)", want, s.Count(PathPreempted), timers.Waiters())
 		}
@@ -729,7 +887,7 @@ func TestWatchReconnectKeepsChange(t *testing.T) {
 	}
 	s.SetOffline(false)
 	u := w.rec.next(t, "both changes", func(u update) bool {
-		return hasKind(providers.KindPreemption)(u) && hasKind(providers.KindTermination)(u)
+		return hasKind(providers.KindPreemption)(u) && hasAction(actionTerminateMaintenance)(u)
 	})
 	t.Logf("recovered after %v", u.at.Sub(failed.at))
 	// After a failure Watch reads the current value before waiting again: a hanging GET
@@ -749,7 +907,7 @@ func TestWatchReconnectKeepsChange(t *testing.T) {
 	waitParked(t, s, PathPreempted)
 	s.Set(PathPreempted, PreemptedFalse)
 	w.rec.next(t, "the preemption withdrawn", func(u update) bool {
-		return u.err == nil && len(u.notices) == 1 && u.notices[0].Kind == providers.KindTermination
+		return u.err == nil && len(u.notices) == 1 && u.notices[0].Action == actionTerminateMaintenance
 	})
 }
 
@@ -772,12 +930,24 @@ func TestWatchDroppedConnection(t *testing.T) {
 func TestWatchUnknownValue(t *testing.T) {
 	s := startFake(t, map[string]string{PathMaintenanceEvent: MaintenanceTerminate})
 	w := startWatch(t, newProvider(t, s, clocktesting.NewFakePassiveClock(t0)))
-	good := w.rec.next(t, "the termination", hasKind(providers.KindTermination))
+	good := w.rec.next(t, "the termination", hasAction(actionTerminateMaintenance))
 
+	// A value GCE added is information: a maintenance notice without a deadline, no error.
 	waitParked(t, s, PathMaintenanceEvent)
 	s.Set(PathMaintenanceEvent, "REBOOT_ON_HOST_MAINTENANCE")
-	u := w.rec.next(t, "an error", func(u update) bool { return u.err != nil })
-	checkErr(t, u.err, `"REBOOT_ON_HOST_MAINTENANCE"`)
+	u := w.rec.next(t, "the unknown value", hasAction("reboot-on-host-maintenance"))
+	if n := u.notices[0]; n.Kind != providers.KindScheduledMaintenance || !n.Deadline.IsZero() || n.Interrupts() {
+		t.Errorf("unknown value: got %s, want a maintenance notice without a deadline", summary(n))
+	}
+	waitParked(t, s, PathMaintenanceEvent)
+	s.Set(PathMaintenanceEvent, MaintenanceTerminate)
+	good = w.rec.next(t, "the termination", hasAction(actionTerminateMaintenance))
+
+	// A malformed one is an error, and keeps the last good value.
+	waitParked(t, s, PathMaintenanceEvent)
+	s.Set(PathMaintenanceEvent, "<html><body>500</body></html>")
+	u = w.rec.next(t, "an error", func(u update) bool { return u.err != nil })
+	checkErr(t, u.err, `malformed instance/maintenance-event value "<html>`)
 	if !slices.Equal(summaries(u.notices), summaries(good.notices)) || u.notices[0].ID != good.notices[0].ID {
 		t.Errorf("got %q, want the last good %q", summaries(u.notices), summaries(good.notices))
 	}
@@ -788,19 +958,75 @@ func TestWatchUnknownValue(t *testing.T) {
 }
 
 func TestWatchSchedulingRetried(t *testing.T) {
-	s := startFake(t, map[string]string{PathMaintenanceEvent: MaintenanceTerminate})
-	s.SetError(PathPreemptible, http.StatusForbidden, 1)
+	s := startFake(t, withWindow(map[string]string{PathOnHostMaintenance: "MIGRATE"}, "2026-11-29T10:50:00Z"))
+	s.SetError(PathOnHostMaintenance, http.StatusForbidden, 1)
 	w := startWatch(t, newProvider(t, s, clocktesting.NewFakePassiveClock(t0)))
 
-	// Until the VM is known to be standard, the shorter Spot grace applies.
+	// Until the VM is known to live-migrate, its window is taken as a stop.
 	u := w.rec.next(t, "the first update", func(update) bool { return true })
-	checkErr(t, u.err, PathPreemptible)
-	if want := []string{"termination terminate-on-host-maintenance deadline=10:00:30 noticed=10:00:00"}; !slices.Equal(summaries(u.notices), want) {
+	checkErr(t, u.err, PathOnHostMaintenance)
+	if want := []string{"scheduled-maintenance upcoming-maintenance scheduled pending deadline=10:50:00 noticed=10:00:00"}; !slices.Equal(summaries(u.notices), want) {
 		t.Errorf("got %q, want %q", summaries(u.notices), want)
 	}
-	u = w.rec.next(t, "the standard deadline", func(u update) bool { return u.err == nil })
-	if want := []string{"termination terminate-on-host-maintenance deadline=10:02:00 noticed=10:00:00"}; !slices.Equal(summaries(u.notices), want) {
+	u = w.rec.next(t, "information only", func(u update) bool { return u.err == nil })
+	if want := []string{"maintenance-information upcoming-maintenance scheduled pending deadline=- noticed=10:00:00"}; !slices.Equal(summaries(u.notices), want) {
 		t.Errorf("got %q, want %q", summaries(u.notices), want)
+	}
+}
+
+// TestWatchStallNoticed: a hanging GET that the server stops answering (connection open, no
+// reset) blinds the watch for at most waitTimeout; the preemption posted meanwhile is then
+// read by the re-issued request. On the fake clock, stepping waitTimeout ends the stalled
+// request; with the old 70 s bound it would not.
+func TestWatchStallNoticed(t *testing.T) {
+	if waitSeconds > 10 || waitTimeout > 15*time.Second {
+		t.Fatalf("hanging GETs wait %d s, bounded at %v: a stall hides a preemption (30 s) for too long", waitSeconds, waitTimeout)
+	}
+	s := startFake(t, nil)
+	timers := clocktesting.NewFakeClock(t0)
+	p, err := New(Options{Endpoint: s.Addr(), Clock: timers, Timers: timers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := startWatch(t, p)
+	w.rec.next(t, "no notice", empty)
+	waitParked(t, s, PathPreempted)
+	for _, r := range s.Requests() {
+		if r.Query.Has("wait_for_change") {
+			t.Fatalf("a hanging GET was answered before any change: %+v", r)
+		}
+	}
+	s.StallHeld()
+	s.Set(PathPreempted, PreemptedTrue)
+	before := s.Count(PathPreempted)
+	// Nothing comes back while the stall lasts and the clock stands.
+	timers.Step(waitTimeout - time.Second)
+	if pend := w.rec.pending(); len(pend) != 0 {
+		t.Fatalf("updates during the stall: %s", w.rec.dump())
+	}
+	timers.Step(time.Second)
+	// The stalled request is re-issued at once, with no backoff to step through.
+	u := w.rec.next(t, "the preemption", hasKind(providers.KindPreemption))
+	if n := u.notices[0]; !n.NoticeTime.Equal(t0.Add(waitTimeout)) {
+		t.Errorf("preemption noticed at %s, want at the stall's bound %s", hhmmss(n.NoticeTime), hhmmss(t0.Add(waitTimeout)))
+	}
+	reported := false
+	w.rec.mu.Lock()
+	for _, up := range w.rec.ups {
+		reported = reported || errors.Is(up.err, ErrNoAnswer)
+	}
+	w.rec.mu.Unlock()
+	if !reported {
+		t.Errorf("the stall was not reported: %s", w.rec.dump())
+	}
+	if n := s.Count(PathPreempted); n <= before {
+		t.Errorf("no new request for %s after the stall", PathPreempted)
+	}
+	t.Logf("preemption seen %v after the stall's bound on the fake clock", u.at.Sub(time.Now()).Abs())
+	for _, r := range s.Requests() {
+		if r.Query.Has("timeout_sec") && r.Query.Get("timeout_sec") != fmt.Sprint(waitSeconds) {
+			t.Errorf("hanging GET with timeout_sec=%s, want %d", r.Query.Get("timeout_sec"), waitSeconds)
+		}
 	}
 }
 
@@ -838,6 +1064,40 @@ func TestWatchCancel(t *testing.T) {
 				w.done <- err // for the cleanup
 			case <-time.After(waitLimit):
 				t.Fatal("Watch did not return after cancel")
+			}
+		})
+	}
+}
+
+// TestSpotFromProvisioningModel: the Spot key is instance/scheduling/provisioning-model
+// (hyphenated, as every GCE key), with preemptible as the fallback for preemptible VMs.
+func TestSpotFromProvisioningModel(t *testing.T) {
+	tests := []struct {
+		name     string
+		values   map[string]string
+		wantSpot bool
+	}{
+		{"SPOT, no preemptible key", map[string]string{"instance/scheduling/provisioning-model": "SPOT"}, true},
+		{"STANDARD", map[string]string{"instance/scheduling/provisioning-model": "STANDARD", PathPreemptible: "FALSE"}, false},
+		{"preemptible fallback", map[string]string{PathPreemptible: "TRUE"}, true},
+		// A server that spells the key with an underscore is not GCE: ignored.
+		{"underscore spelling", map[string]string{"instance/scheduling/provisioning_model": "SPOT", PathPreemptible: "FALSE"}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := startFake(t, tc.values)
+			p := newProvider(t, s, clocktesting.NewFakePassiveClock(t0))
+			if _, err := p.Poll(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			p.mu.Lock()
+			spot := p.st.spot
+			p.mu.Unlock()
+			if spot != tc.wantSpot {
+				t.Errorf("spot = %v, want %v", spot, tc.wantSpot)
+			}
+			if n := s.Count("instance/scheduling/provisioning-model"); n != 1 {
+				t.Errorf("provisioning-model read %d times, want once", n)
 			}
 		})
 	}

@@ -16,7 +16,7 @@ import (
 const sourceScheduling = "instance/scheduling"
 
 // errorOrder is the order in which the watch joins its sources' errors.
-var errorOrder = []string{PathPreempted, PathMaintenanceEvent, sourceScheduling}
+var errorOrder = []string{PathPreempted, PathMaintenanceEvent, PathUpcomingMaintenance, sourceScheduling}
 
 const (
 	// Backoff after a failed request: doubling from backoffBase to backoffCap, jittered.
@@ -32,6 +32,10 @@ const (
 	minAnswerInterval = time.Second
 	// noETagInterval is the poll interval when the server sends no ETag to wait on.
 	noETagInterval = time.Second
+	// upcomingInterval is how often Watch reads instance/upcoming-maintenance. It is a poll,
+	// not a hanging GET: the directory is absent (404) most of the time, and a window is
+	// announced days or an hour ahead, so a few seconds of delay cost nothing.
+	upcomingInterval = 5 * time.Second
 )
 
 // Watch implements providers.Watcher. It follows instance/preempted and
@@ -52,11 +56,12 @@ func (p *Provider) Watch(ctx context.Context, update func([]providers.Notice, er
 	// Read everything once before the first update, so that it is complete.
 	etags := make([]string, len(noticePaths))
 	errs := make([]error, len(noticePaths))
-	var schedErr error
+	var schedErr, upErr error
 	var wg sync.WaitGroup
 	for i, path := range noticePaths {
 		wg.Go(func() { etags[i], _, errs[i] = p.refresh(ctx, path, "") })
 	}
+	wg.Go(func() { _, upErr = p.refreshUpcoming(ctx) })
 	wg.Go(func() { schedErr = p.readScheduling(ctx) })
 	wg.Wait()
 	if ctx.Err() != nil {
@@ -66,11 +71,13 @@ func (p *Provider) Watch(ctx context.Context, update func([]providers.Notice, er
 		w.errs[path] = errs[i]
 	}
 	w.errs[sourceScheduling] = schedErr
+	w.errs[PathUpcomingMaintenance] = upErr
 	w.publish(true)
 
 	for i, path := range noticePaths {
 		wg.Go(func() { w.follow(ctx, path, etags[i], errs[i]) })
 	}
+	wg.Go(func() { w.pollUpcoming(ctx) })
 	if schedErr != nil {
 		wg.Go(func() { w.retryScheduling(ctx) })
 	}
@@ -120,6 +127,10 @@ func (w *watch) follow(ctx context.Context, path, etag string, err error) {
 		etag = newTag
 		var pause time.Duration
 		switch {
+		case err != nil && newTag == "" && waited && errors.Is(err, ErrNoAnswer):
+			// A hanging GET that stalled: read again at once (without last_etag, so a change
+			// made meanwhile comes back without waiting). Only a second failure backs off.
+			pause = 0
 		case err != nil && newTag == "":
 			pause = bo.next()
 		case newTag == "":
@@ -136,6 +147,17 @@ func (w *watch) follow(ctx context.Context, path, etag string, err error) {
 		if pause > 0 && !sleep(ctx, clk, pause) {
 			return
 		}
+	}
+}
+
+// pollUpcoming reads instance/upcoming-maintenance every upcomingInterval until ctx ends.
+func (w *watch) pollUpcoming(ctx context.Context) {
+	for sleep(ctx, w.p.timers, upcomingInterval) {
+		_, err := w.p.refreshUpcoming(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		w.report(PathUpcomingMaintenance, err)
 	}
 }
 

@@ -2,10 +2,27 @@
 // (https://cloud.google.com/compute/docs/metadata/querying-metadata): it refuses requests
 // without Metadata-Flavor: Google, serves ETags, and implements hanging GETs
 // (wait_for_change, last_etag, timeout_sec) fully, unlike the emulators we found.
-// Faults (error statuses, dropped connections, an unreachable server) are injected per test.
+// Faults (error statuses, dropped connections, an unreachable server, a stall) are injected
+// per test.
+//
+// Behaviours emulated, with their source:
+//   - every key is hyphenated, the provisioning model included:
+//     instance/scheduling/provisioning-model is SPOT or STANDARD (GCE "About VM metadata",
+//     the scheduling/ directory; gcloud's --provisioning-model);
+//   - a directory read with ?recursive=true answers one JSON object whose keys are the
+//     entries' names in camelCase (GCE "Query VM metadata": recursive contents);
+//   - instance/upcoming-maintenance/ holds maintenance-status, type, window-start-time,
+//     window-end-time, latest-window-start-time and can-reschedule while host maintenance is
+//     scheduled, and is absent (404) otherwise (GCE "Monitor and plan for a host maintenance
+//     event");
+//   - a VM with a GPU attached sees maintenance-event TERMINATE_ON_HOST_MAINTENANCE one hour
+//     before it is stopped (GCE "Handling GPU host maintenance events"): ScheduleGPUMaintenance;
+//   - a stall keeps the connection open and answers nothing, without a reset, as a metadata
+//     server that hangs does (issue 13): SetStall and StallHeld.
 package gcpmeta
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -26,12 +43,15 @@ const (
 	PathPreempted         = "instance/preempted"
 	PathMaintenanceEvent  = "instance/maintenance-event"
 	PathPreemptible       = "instance/scheduling/preemptible"
-	PathProvisioningModel = "instance/scheduling/provisioning_model"
-	PathID                = "instance/id"
-	PathName              = "instance/name"
-	PathZone              = "instance/zone"
-	PathProjectID         = "project/project-id"
-	PathNumericProjectID  = "project/numeric-project-id"
+	PathProvisioningModel = "instance/scheduling/provisioning-model"
+	PathOnHostMaintenance = "instance/scheduling/on-host-maintenance"
+	// PathUpcomingMaintenance is a directory: read it with ?recursive=true.
+	PathUpcomingMaintenance = "instance/upcoming-maintenance/"
+	PathID                  = "instance/id"
+	PathName                = "instance/name"
+	PathZone                = "instance/zone"
+	PathProjectID           = "project/project-id"
+	PathNumericProjectID    = "project/numeric-project-id"
 )
 
 // defaults is what a fresh server holds: a standard VM with nothing pending. The scheduling
@@ -91,6 +111,11 @@ type Server struct {
 	ignoreWait bool
 	offline    bool
 	conns      map[net.Conn]struct{}
+	// stalled makes every new request hang unanswered; stallGen is bumped by StallHeld, and
+	// a hanging GET that sees it move stops answering.
+	stalled  bool
+	stallGen uint64
+	timers   []*time.Timer
 
 	srv       *http.Server
 	addr      string
@@ -160,6 +185,9 @@ func (s *Server) Close() error {
 	s.closeOnce.Do(func() { close(s.done) })
 	s.mu.Lock()
 	srv := s.srv
+	for _, t := range s.timers {
+		t.Stop()
+	}
 	s.mu.Unlock()
 	if srv == nil {
 		return nil
@@ -245,6 +273,87 @@ func (s *Server) SetOffline(on bool) {
 	}
 }
 
+// SetStall makes every new request, whatever its path, hang: the connection stays open,
+// nothing is answered and nothing is reset, until the client gives up or the server closes.
+// Requests already held are not affected (see StallHeld). Off serves new requests again.
+func (s *Server) SetStall(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stalled = on
+}
+
+// StallHeld makes every hanging GET held now stall: it will never be answered, not even
+// when its value changes or its timeout_sec passes, and its connection is not reset. New
+// requests are served as usual. This is the silent stall of issue 13: a client that waits
+// as long as its own timeout is blind for that long.
+func (s *Server) StallHeld() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stallGen++
+	close(s.wake)
+	s.wake = make(chan struct{})
+}
+
+// UpcomingMaintenance is the content of instance/upcoming-maintenance/.
+type UpcomingMaintenance struct {
+	Status            string // maintenance-status: PENDING or ONGOING
+	Type              string // SCHEDULED or UNSCHEDULED
+	WindowStart       time.Time
+	WindowEnd         time.Time
+	LatestWindowStart time.Time // zero leaves the key out
+	CanReschedule     bool
+}
+
+// SetUpcomingMaintenance publishes u under instance/upcoming-maintenance/.
+func (s *Server) SetUpcomingMaintenance(u UpcomingMaintenance) {
+	set := func(k, v string) { s.Set(PathUpcomingMaintenance+k, v) }
+	set("maintenance-status", u.Status)
+	set("type", u.Type)
+	set("window-start-time", u.WindowStart.UTC().Format(time.RFC3339))
+	set("window-end-time", u.WindowEnd.UTC().Format(time.RFC3339))
+	if u.LatestWindowStart.IsZero() {
+		s.Delete(PathUpcomingMaintenance + "latest-window-start-time")
+	} else {
+		set("latest-window-start-time", u.LatestWindowStart.UTC().Format(time.RFC3339))
+	}
+	set("can-reschedule", strconv.FormatBool(u.CanReschedule))
+}
+
+// ClearUpcomingMaintenance removes instance/upcoming-maintenance/ (404), as GCE does once
+// the maintenance is done or was cancelled.
+func (s *Server) ClearUpcomingMaintenance() {
+	for _, k := range []string{"maintenance-status", "type", "window-start-time", "window-end-time", "latest-window-start-time", "can-reschedule"} {
+		s.Delete(PathUpcomingMaintenance + k)
+	}
+}
+
+// GPUMaintenanceNotice is how long before a GPU VM is stopped for host maintenance GCE sets
+// maintenance-event to TERMINATE_ON_HOST_MAINTENANCE (GCE "Handling GPU host maintenance
+// events").
+const GPUMaintenanceNotice = time.Hour
+
+// ScheduleGPUMaintenance emulates a GPU VM (on-host-maintenance TERMINATE) with host
+// maintenance whose window starts at windowStart and lasts four hours: upcoming-maintenance
+// says so at once (PENDING, SCHEDULED), maintenance-event turns to
+// TERMINATE_ON_HOST_MAINTENANCE GPUMaintenanceNotice before windowStart (at once when that is
+// already past), and the status turns ONGOING at windowStart.
+func (s *Server) ScheduleGPUMaintenance(windowStart time.Time) {
+	s.Set(PathOnHostMaintenance, "TERMINATE")
+	s.SetUpcomingMaintenance(UpcomingMaintenance{Status: "PENDING", Type: "SCHEDULED", WindowStart: windowStart, WindowEnd: windowStart.Add(4 * time.Hour)})
+	at := func(t time.Time, f func()) {
+		d := time.Until(t)
+		if d <= 0 {
+			f()
+			return
+		}
+		s.mu.Lock()
+		s.timers = append(s.timers, time.AfterFunc(d, f))
+		s.mu.Unlock()
+	}
+	at(windowStart.Add(-GPUMaintenanceNotice), func() { s.Set(PathMaintenanceEvent, "TERMINATE_ON_HOST_MAINTENANCE") })
+	at(windowStart, func() { s.Set(PathUpcomingMaintenance+"maintenance-status", "ONGOING") })
+}
+
 // Waiting returns how many hanging GETs on path are held now.
 func (s *Server) Waiting(path string) int {
 	s.mu.Lock()
@@ -304,6 +413,18 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, q ur
 	}
 
 	s.mu.Lock()
+	if s.stalled {
+		s.waiting[path]++
+		s.mu.Unlock()
+		stall(r, s.done)
+		s.mu.Lock()
+		s.waiting[path]--
+		s.mu.Unlock()
+		return 0
+	}
+	if strings.HasSuffix(path, "/") {
+		return s.serveDirectory(w, path, q) // unlocks s.mu
+	}
 	if f := s.failures[path]; f != nil && f.n > 0 {
 		f.n--
 		s.mu.Unlock()
@@ -345,15 +466,31 @@ func (s *Server) hold(r *http.Request, path string, e *entry, timeout time.Durat
 	defer func() { s.waiting[path]-- }()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
-	start := e.version
-	for e.version == start {
+	start, gen := e.version, s.stallGen
+	for {
+		// The stall is checked first: StallHeld followed at once by a Set must not answer.
+		if s.stallGen != gen {
+			s.mu.Unlock()
+			stall(r, s.done)
+			s.mu.Lock()
+			return false
+		}
+		if e.version != start {
+			return true
+		}
 		wake := s.wake
 		s.mu.Unlock()
 		select {
 		case <-wake:
 		case <-timer.C:
-			// Timed out: the unchanged value, with 200.
+			// Timed out: the unchanged value, with 200, unless the request stalled meanwhile.
 			s.mu.Lock()
+			if s.stallGen != gen {
+				s.mu.Unlock()
+				stall(r, s.done)
+				s.mu.Lock()
+				return false
+			}
 			return true
 		case <-r.Context().Done():
 			s.mu.Lock()
@@ -364,7 +501,64 @@ func (s *Server) hold(r *http.Request, path string, e *entry, timeout time.Durat
 		}
 		s.mu.Lock()
 	}
-	return true
+}
+
+// stall holds a request without answering until the client goes away or the server closes.
+func stall(r *http.Request, done <-chan struct{}) {
+	select {
+	case <-r.Context().Done():
+	case <-done:
+	}
+}
+
+// serveDirectory answers a directory read with ?recursive=true: the present entries under
+// path as one JSON object with camelCase keys, as GCE does; 404 when none is present. It is
+// entered with s.mu held and releases it. Hanging GETs on a directory are answered at once.
+func (s *Server) serveDirectory(w http.ResponseWriter, path string, q url.Values) int {
+	if q.Get("recursive") != "true" {
+		s.mu.Unlock()
+		// GCE lists the entries' names; nothing reprieve reads.
+		return fail(w, http.StatusBadRequest, "This fake serves directories only with recursive=true.")
+	}
+	if f := s.failures[path]; f != nil && f.n > 0 {
+		f.n--
+		s.mu.Unlock()
+		return fail(w, f.status, http.StatusText(f.status))
+	}
+	obj := map[string]string{}
+	h := fnv.New64a()
+	for p, e := range s.entries {
+		name, ok := strings.CutPrefix(p, path)
+		if !ok || !e.present || strings.Contains(name, "/") {
+			continue
+		}
+		obj[camel(name)] = e.value
+		fmt.Fprintf(h, "%s\x00%d\x00", p, e.version)
+	}
+	s.mu.Unlock()
+	if len(obj) == 0 {
+		return fail(w, http.StatusNotFound, "Not found.")
+	}
+	b, err := json.Marshal(obj)
+	if err != nil {
+		return fail(w, http.StatusInternalServerError, err.Error())
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("ETag", fmt.Sprintf("%016x", h.Sum64()))
+	w.WriteHeader(http.StatusOK)
+	w.Write(b)
+	return http.StatusOK
+}
+
+// camel turns a hyphenated key into the camelCase a recursive answer uses.
+func camel(k string) string {
+	parts := strings.Split(k, "-")
+	for i := 1; i < len(parts); i++ {
+		if parts[i] != "" {
+			parts[i] = strings.ToUpper(parts[i][:1]) + parts[i][1:]
+		}
+	}
+	return strings.Join(parts, "")
 }
 
 func waitParams(q url.Values) (wait bool, timeout time.Duration, err error) {

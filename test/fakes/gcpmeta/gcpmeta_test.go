@@ -2,7 +2,10 @@ package gcpmeta
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"testing"
@@ -250,5 +253,103 @@ func TestCloseEndsHangingGets(t *testing.T) {
 	case <-done:
 	case <-time.After(5 * time.Second):
 		t.Fatal("Close left a hanging GET open")
+	}
+}
+
+func TestProvisioningModelKeyIsHyphenated(t *testing.T) {
+	if PathProvisioningModel != "instance/scheduling/provisioning-model" {
+		t.Errorf("PathProvisioningModel = %q: GCE spells every key with hyphens", PathProvisioningModel)
+	}
+	s, base := start(t)
+	s.Set(PathProvisioningModel, "SPOT")
+	if a := get(context.Background(), base, "instance/scheduling/provisioning_model", nil, true); a.status != http.StatusNotFound {
+		t.Errorf("the underscore spelling answered %d %q, want 404 as GCE", a.status, a.body)
+	}
+}
+
+func TestUpcomingMaintenanceDirectory(t *testing.T) {
+	s, base := start(t)
+	ctx := context.Background()
+	rec := url.Values{"recursive": {"true"}}
+	if a := get(ctx, base, PathUpcomingMaintenance, rec, true); a.status != http.StatusNotFound {
+		t.Fatalf("no maintenance: got %d %q, want 404", a.status, a.body)
+	}
+	start := time.Date(2026, 12, 24, 9, 0, 0, 0, time.UTC)
+	s.SetUpcomingMaintenance(UpcomingMaintenance{Status: "PENDING", Type: "SCHEDULED", WindowStart: start, WindowEnd: start.Add(4 * time.Hour), CanReschedule: true})
+	a := get(ctx, base, PathUpcomingMaintenance, rec, true)
+	if a.status != http.StatusOK || a.etag == "" {
+		t.Fatalf("got %d %q (ETag %q), want 200 with an ETag", a.status, a.body, a.etag)
+	}
+	var got map[string]string
+	if err := json.Unmarshal([]byte(a.body), &got); err != nil {
+		t.Fatalf("answer %q is not a JSON object: %v", a.body, err)
+	}
+	want := map[string]string{"maintenanceStatus": "PENDING", "type": "SCHEDULED", "windowStartTime": "2026-12-24T09:00:00Z",
+		"windowEndTime": "2026-12-24T13:00:00Z", "canReschedule": "true"}
+	if !maps.Equal(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+	if v := get(ctx, base, PathUpcomingMaintenance+"window-start-time", nil, true); v.body != "2026-12-24T09:00:00Z" {
+		t.Errorf("single key: got %d %q", v.status, v.body)
+	}
+	s.ClearUpcomingMaintenance()
+	if a := get(ctx, base, PathUpcomingMaintenance, rec, true); a.status != http.StatusNotFound {
+		t.Errorf("after Clear: got %d %q, want 404", a.status, a.body)
+	}
+}
+
+func TestScheduleGPUMaintenance(t *testing.T) {
+	s, _ := start(t)
+	// An hour and a bit ahead: only the window is published.
+	s.ScheduleGPUMaintenance(time.Now().Add(GPUMaintenanceNotice + time.Hour))
+	if v, _ := s.Get(PathMaintenanceEvent); v != "NONE" {
+		t.Errorf("maintenance-event %q more than an hour ahead, want NONE", v)
+	}
+	if v, _ := s.Get(PathOnHostMaintenance); v != "TERMINATE" {
+		t.Errorf("on-host-maintenance %q, want TERMINATE for a GPU VM", v)
+	}
+	// Within the hour: the value is there at once.
+	s2, _ := start(t)
+	s2.ScheduleGPUMaintenance(time.Now().Add(GPUMaintenanceNotice - time.Minute))
+	if v, _ := s2.Get(PathMaintenanceEvent); v != "TERMINATE_ON_HOST_MAINTENANCE" {
+		t.Errorf("maintenance-event %q within the hour, want TERMINATE_ON_HOST_MAINTENANCE", v)
+	}
+	if v, _ := s2.Get(PathUpcomingMaintenance + "maintenance-status"); v != "PENDING" {
+		t.Errorf("maintenance-status %q before the window, want PENDING", v)
+	}
+}
+
+func TestStall(t *testing.T) {
+	s, base := start(t)
+	first := get(context.Background(), base, PathPreempted, nil, true)
+	held := make(chan answer, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		held <- get(ctx, base, PathPreempted, url.Values{"wait_for_change": {"true"}, "last_etag": {first.etag}, "timeout_sec": {"1"}}, true)
+	}()
+	waitUntil(t, 2*time.Second, "the hanging GET", func() bool { return s.Waiting(PathPreempted) == 1 })
+	s.StallHeld()
+	s.Set(PathPreempted, "TRUE")
+	a := <-held
+	// Neither the change nor timeout_sec=1 answered it: the client's own 2 s deadline ended it,
+	// and the connection was not reset (a reset gives another error).
+	if a.err == nil || !errors.Is(a.err, context.DeadlineExceeded) {
+		t.Errorf("stalled hanging GET: got %+v, want the client's deadline", a)
+	}
+	// New requests are served.
+	if a := get(context.Background(), base, PathPreempted, nil, true); a.body != "TRUE" {
+		t.Errorf("after the stall: got %d %q", a.status, a.body)
+	}
+
+	s.SetStall(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if a := get(ctx, base, PathPreempted, nil, true); !errors.Is(a.err, context.DeadlineExceeded) {
+		t.Errorf("while stalled: got %+v, want no answer", a)
+	}
+	s.SetStall(false)
+	if a := get(context.Background(), base, PathPreempted, nil, true); a.status != http.StatusOK {
+		t.Errorf("after SetStall(false): got %d", a.status)
 	}
 }
