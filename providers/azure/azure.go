@@ -30,6 +30,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/reprieve-dev/reprieve/providers"
@@ -54,6 +55,11 @@ const (
 	// defaultRequestTimeout bounds a request whose context has no deadline. The first request
 	// for scheduled events can take up to two minutes while Azure enables the service.
 	defaultRequestTimeout = 2*time.Minute + 10*time.Second
+	// DefaultFirstCallTimeout bounds the first request for scheduled events of the process,
+	// and the first after IMDS answered 404 or 503: "expect a delayed response in your first
+	// call of up to two minutes" (Microsoft, "Azure Metadata Service: Scheduled Events for
+	// Linux VMs"), plus a margin.
+	DefaultFirstCallTimeout = defaultRequestTimeout
 )
 
 // Options configures the provider.
@@ -72,6 +78,14 @@ type Options struct {
 	HTTPClient *http.Client
 	// Clock stamps first-seen times; nil means the real clock.
 	Clock clock.PassiveClock
+	// Timers bounds the first call (FirstCallTimeout); nil means the real clock.
+	Timers clock.Clock
+	// FirstCallTimeout bounds the first request for scheduled events, which Azure may hold for
+	// up to two minutes while it enables the service, and the first after a 404 or 503. That
+	// request runs on its own, not bounded by Poll's context: Poll returns at its context's
+	// end with what is known, and a later Poll picks the answer up. Zero means
+	// DefaultFirstCallTimeout.
+	FirstCallTimeout time.Duration
 }
 
 // Provider polls Scheduled Events. Poll is meant for one poller; Approve may be called
@@ -97,6 +111,23 @@ type Provider struct {
 	lastErr     error
 	// seen remembers each live event naming this machine, by EventId.
 	seen map[string]*seenEvent
+
+	timers           clock.Clock
+	firstCallTimeout time.Duration
+	// enabled is set by a 200 for scheduled events and cleared by a 404 or 503: until it is
+	// set, requests for scheduled events are first calls (see Options.FirstCallTimeout).
+	enabled bool
+	// first is the outstanding first call; nil when none is.
+	first *firstCall
+}
+
+// firstCall is a request for scheduled events that may take up to two minutes.
+type firstCall struct {
+	started time.Time
+	done    chan struct{}
+	body    []byte // set before done is closed
+	err     error
+	logged  bool // the wait was logged
 }
 
 // seenEvent is what reprieve remembers of an event between documents.
@@ -130,14 +161,25 @@ func New(opts Options) (*Provider, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
+	if opts.Timers == nil {
+		opts.Timers = clock.RealClock{}
+	}
+	if opts.FirstCallTimeout < 0 {
+		return nil, fmt.Errorf("azure provider: first call timeout %s: must not be negative", opts.FirstCallTimeout)
+	}
+	if opts.FirstCallTimeout == 0 {
+		opts.FirstCallTimeout = DefaultFirstCallTimeout
+	}
 	return &Provider{
-		eventsURL:  endpoint + ScheduledEventsPath,
-		computeURL: endpoint + ComputePath,
-		client:     opts.HTTPClient,
-		clock:      opts.Clock,
-		freeze:     opts.FreezeInterrupts,
-		resource:   strings.TrimSpace(opts.ResourceName),
-		seen:       map[string]*seenEvent{},
+		timers:           opts.Timers,
+		firstCallTimeout: opts.FirstCallTimeout,
+		eventsURL:        endpoint + ScheduledEventsPath,
+		computeURL:       endpoint + ComputePath,
+		client:           opts.HTTPClient,
+		clock:            opts.Clock,
+		freeze:           opts.FreezeInterrupts,
+		resource:         strings.TrimSpace(opts.ResourceName),
+		seen:             map[string]*seenEvent{},
 	}, nil
 }
 
@@ -161,7 +203,11 @@ func (p *Provider) Poll(ctx context.Context) ([]providers.Notice, error) {
 	if err != nil {
 		return p.lastNotices(), err
 	}
-	body, err := p.do(ctx, http.MethodGet, p.eventsURL, nil, "reading scheduled events")
+	body, pending, err := p.readEvents(ctx)
+	if pending {
+		// Not a failure: Azure is enabling the service, as documented. Readiness says so.
+		return p.lastNotices(), nil
+	}
 	if err != nil {
 		return p.lastNotices(), err
 	}
@@ -184,6 +230,105 @@ func (p *Provider) Poll(ctx context.Context) ([]providers.Notice, error) {
 	// A copy, so that a caller that sorts or edits what it got cannot change what a later poll
 	// of the same incarnation, or a failed one, reports.
 	return slices.Clone(notices), err
+}
+
+// readEvents reads the scheduled events document. Once the service answered, that is one
+// request bounded by ctx. Before (the first call of the process, or the first after a 404 or
+// 503), the request runs on its own bounded by FirstCallTimeout, because Azure may hold it
+// for up to two minutes while it enables the service, and cutting it at every poll would never
+// let it finish; readEvents then waits for it until ctx ends and reports pending when it has
+// not answered by then.
+func (p *Provider) readEvents(ctx context.Context) (body []byte, pending bool, err error) {
+	p.mu.Lock()
+	enabled, fc := p.enabled, p.first
+	if !enabled && fc == nil {
+		fc = &firstCall{started: p.timers.Now(), done: make(chan struct{})}
+		p.first = fc
+		// Detached from ctx (a poll's few seconds) but not from its values (the logger).
+		rctx, cancel := p.withTimeout(context.WithoutCancel(ctx), p.firstCallTimeout)
+		go func() {
+			defer cancel()
+			fc.body, fc.err = p.do(rctx, http.MethodGet, p.eventsURL, nil, "reading scheduled events (first call)")
+			if fc.err != nil && rctx.Err() != nil {
+				fc.err = fmt.Errorf("reading scheduled events (first call): no answer within %s: %w", p.firstCallTimeout, fc.err)
+			}
+			close(fc.done)
+		}()
+	}
+	p.mu.Unlock()
+
+	if enabled {
+		body, err = p.do(ctx, http.MethodGet, p.eventsURL, nil, "reading scheduled events")
+		p.noteStatus(err)
+		return body, false, err
+	}
+	select {
+	case <-fc.done:
+	case <-ctx.Done():
+		p.mu.Lock()
+		if !fc.logged {
+			fc.logged = true
+			klog.FromContext(ctx).Info("Waiting for the first answer of Azure Scheduled Events: the first call enables the service and can take up to two minutes; not ready until it answers",
+				"timeout", p.firstCallTimeout)
+		}
+		p.mu.Unlock()
+		return nil, true, nil
+	}
+	p.mu.Lock()
+	if p.first == fc {
+		p.first = nil
+	}
+	p.mu.Unlock()
+	p.noteStatus(fc.err)
+	return fc.body, false, fc.err
+}
+
+// noteStatus records whether the service answered: a 200 enables it; a 404 or 503 means it
+// is (being) enabled again, so the next request is a first call.
+func (p *Provider) noteStatus(err error) {
+	var se *StatusError
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case err == nil:
+		p.enabled = true
+	case errors.As(err, &se) && (se.StatusCode == http.StatusNotFound || se.StatusCode == http.StatusServiceUnavailable):
+		p.enabled = false
+	}
+}
+
+// Ready implements providers.Readiness: nil once Scheduled Events answered, else why not.
+func (p *Provider) Ready() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.enabled:
+		return nil
+	case p.first != nil:
+		return fmt.Errorf("waiting %s for the first answer of Azure Scheduled Events (the first call enables the service and can take up to two minutes)",
+			p.timers.Since(p.first.started).Round(time.Second))
+	default:
+		return errors.New("azure Scheduled Events has not answered yet")
+	}
+}
+
+// withTimeout is context.WithTimeout on the provider's timers, so that tests can step the
+// first call's bound on a fake clock.
+func (p *Provider) withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if _, ok := p.timers.(clock.RealClock); ok {
+		return context.WithTimeout(ctx, d)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	t := p.timers.NewTimer(d)
+	go func() {
+		select {
+		case <-t.C():
+			cancel(context.DeadlineExceeded)
+		case <-ctx.Done():
+			t.Stop()
+		}
+	}()
+	return ctx, func() { t.Stop(); cancel(context.Canceled) }
 }
 
 // apply turns a new document into notices and updates what the provider remembers of each

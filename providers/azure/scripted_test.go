@@ -15,6 +15,8 @@ type reply struct {
 	status int    // 0 means 200
 	body   string // a testdata file when it starts with "@"
 	hang   bool   // never answer: block until the client gives up or the server closes
+	// gate, when set, holds the answer until it is closed (a slow first call).
+	gate chan struct{}
 }
 
 // request is what the scripted server received.
@@ -105,6 +107,15 @@ func (s *scripted) serve(w http.ResponseWriter, r *http.Request) {
 		case <-s.closed:
 		}
 		return
+	}
+	if rep.gate != nil {
+		select {
+		case <-rep.gate:
+		case <-r.Context().Done():
+			return
+		case <-s.closed:
+			return
+		}
 	}
 	status := rep.status
 	if status == 0 {

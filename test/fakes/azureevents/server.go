@@ -17,10 +17,18 @@
 //   - GET /metadata/instance/compute serves name, vmScaleSetName and a few other fields, every
 //     primitive a string as IMDS serves them.
 //   - Throttle(n) makes the next n requests answer 429, as IMDS does above 5 requests a second.
+//   - SetFirstAnswerDelay(d): the first GET of scheduled events is answered d after it
+//     arrives, with the document as it is then, and so is every GET arriving meanwhile:
+//     "the first call ... enables the service ... expect a delayed response in your first call
+//     of up to two minutes" (Scheduled Events for Linux VMs, "Enabling and disabling").
+//   - SetApprovalStartDelay(d): an approved event turns Started d after the approval rather
+//     than at once: approval lets the platform start the event, which it then does on its own
+//     schedule ("the event may take a while to start": the document shows it Scheduled until
+//     then; Scheduled Events, "Start an event").
 //
 // What it decides where the documentation is silent:
-//   - An approved Scheduled event becomes Started at once (Azure may wait for other tenants of
-//     the host) and stays listed until the test calls RemoveEvent: Azure removes it when the
+//   - An approved Scheduled event becomes Started at once unless SetApprovalStartDelay says
+//     otherwise (Azure may wait for other tenants of the host) and stays listed until the test calls RemoveEvent: Azure removes it when the
 //     event completes, about ten minutes later, on no signal from the VM.
 //   - AddEvent with the EventId of a listed event replaces it in place (a rescheduled event).
 //   - Unknown paths answer 404, other methods 405.
@@ -131,6 +139,12 @@ type Server struct {
 	approvals   []string
 	throttle    int
 	counts      Counts
+	// firstDelay holds GETs of scheduled events until enabledAt, set by the first one.
+	firstDelay   time.Duration
+	enabledAt    time.Time
+	approveDelay time.Duration
+	timers       []*time.Timer
+	closed       chan struct{}
 
 	srv *http.Server
 	ln  net.Listener
@@ -139,7 +153,51 @@ type Server struct {
 // New returns a fake whose compute.name is computeName. Nothing listens until Start; the Server
 // is also an http.Handler for httptest.
 func New(computeName string) *Server {
-	return &Server{incarnation: 1, compute: Compute{Name: computeName, Location: "westeurope"}}
+	return &Server{incarnation: 1, compute: Compute{Name: computeName, Location: "westeurope"}, closed: make(chan struct{})}
+}
+
+// SetFirstAnswerDelay makes the first GET of scheduled events (and every one that arrives
+// before it is answered) wait until d after the first arrived, as Azure enabling the service
+// does. Call it before the first request.
+func (s *Server) SetFirstAnswerDelay(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.firstDelay = d
+}
+
+// SetApprovalStartDelay makes an approved event turn Started d after its approval.
+func (s *Server) SetApprovalStartDelay(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.approveDelay = d
+}
+
+// holdFirst waits, for a GET of scheduled events, until the service is enabled. It reports
+// false when the client went away or the server closed first.
+func (s *Server) holdFirst(r *http.Request) bool {
+	s.mu.Lock()
+	if s.firstDelay <= 0 {
+		s.mu.Unlock()
+		return true
+	}
+	if s.enabledAt.IsZero() {
+		s.enabledAt = time.Now().Add(s.firstDelay)
+	}
+	wait := time.Until(s.enabledAt)
+	s.mu.Unlock()
+	if wait <= 0 {
+		return true
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-r.Context().Done():
+		return false
+	case <-s.closed:
+		return false
+	}
 }
 
 // Start listens on addr, which must be a loopback address ("127.0.0.1:0" when empty), and
@@ -174,6 +232,14 @@ func (s *Server) Start(addr string) (string, error) {
 func (s *Server) Close() {
 	s.mu.Lock()
 	srv := s.srv
+	select {
+	case <-s.closed:
+	default:
+		close(s.closed)
+	}
+	for _, t := range s.timers {
+		t.Stop()
+	}
 	s.mu.Unlock()
 	if srv != nil {
 		_ = srv.Close()
@@ -281,6 +347,9 @@ func (s *Server) index(id string) int {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Read a body before taking the lock, so that a slow client cannot stall the fake.
 	body, bodyErr := io.ReadAll(http.MaxBytesReader(w, r.Body, 64<<10))
+	if r.Method == http.MethodGet && r.URL.Path == ScheduledEventsPath && r.Header.Get("Metadata") == "true" && !s.holdFirst(r) {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	route := r.Method + " " + r.URL.Path
@@ -437,13 +506,24 @@ func (s *Server) approve(w http.ResponseWriter, body []byte, route string) {
 	changed := false
 	for k, i := range idx {
 		s.approvals = append(s.approvals, req.StartRequests[k].EventID)
-		if s.events[i].EventStatus != StatusStarted {
+		if s.events[i].EventStatus != StatusStarted && s.approveDelay <= 0 {
 			s.events[i].EventStatus = StatusStarted
 			changed = true
 		}
 	}
 	if changed {
 		s.incarnation++
+	}
+	if s.approveDelay > 0 {
+		ids := make([]string, 0, len(req.StartRequests))
+		for _, sr := range req.StartRequests {
+			ids = append(ids, sr.EventID)
+		}
+		s.timers = append(s.timers, time.AfterFunc(s.approveDelay, func() {
+			for _, id := range ids {
+				s.SetStatus(id, StatusStarted)
+			}
+		}))
 	}
 	s.counts.Approvals++
 	w.WriteHeader(http.StatusOK)

@@ -282,3 +282,57 @@ func TestStart(t *testing.T) {
 		t.Error("a request succeeded after Close")
 	}
 }
+
+func TestFirstAnswerDelay(t *testing.T) {
+	s := New("vmss_3")
+	const delay = 300 * time.Millisecond
+	s.SetFirstAnswerDelay(delay)
+	type answer struct {
+		code int
+		body string
+		at   time.Time
+	}
+	start := time.Now()
+	first := make(chan answer, 1)
+	go func() {
+		code, body := call(t, s, http.MethodGet, eventsURL, "", nil)
+		first <- answer{code, body, time.Now()}
+	}()
+	// An event posted while the first call is held is in its answer.
+	id := s.AddEvent(Event{EventType: EventTypePreempt, Resources: []string{"vmss_3"}, NotBefore: start.Add(30 * time.Second)})
+	a := <-first
+	if took := a.at.Sub(start); a.code != http.StatusOK || took < delay-20*time.Millisecond {
+		t.Errorf("first answer %d after %v, want 200 after about %v", a.code, took, delay)
+	}
+	if !strings.Contains(a.body, id) {
+		t.Errorf("first answer %s lacks the event posted meanwhile", a.body)
+	}
+	// Later calls are answered at once.
+	before := time.Now()
+	if code, _ := call(t, s, http.MethodGet, eventsURL, "", nil); code != http.StatusOK || time.Since(before) > delay/2 {
+		t.Errorf("second call: %d after %v, want at once", code, time.Since(before))
+	}
+}
+
+func TestApprovalStartDelay(t *testing.T) {
+	s := New("vmss_3")
+	t.Cleanup(s.Close)
+	s.SetApprovalStartDelay(200 * time.Millisecond)
+	id := s.AddEvent(Event{EventType: EventTypeReboot, Resources: []string{"vmss_3"}, NotBefore: time.Now().Add(15 * time.Minute)})
+	if code, body := call(t, s, http.MethodPost, eventsURL, `{"StartRequests":[{"EventId":"`+id+`"}]}`, nil); code != http.StatusOK {
+		t.Fatalf("approval: %d %s", code, body)
+	}
+	if st := s.Events()[0].EventStatus; st == StatusStarted {
+		t.Errorf("status %q right after the approval, want it to start later", st)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for s.Events()[0].EventStatus != StatusStarted {
+		if time.Now().After(deadline) {
+			t.Fatal("the approved event never started")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := s.Approvals(); !slices.Equal(got, []string{id}) {
+		t.Errorf("approvals %v, want [%s]", got, id)
+	}
+}
