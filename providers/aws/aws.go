@@ -44,8 +44,15 @@ var sources = []string{PathSpotInstanceAction, PathRebalance, PathScheduledEvent
 type Options struct {
 	// Endpoint is the IMDS base URL, for example http://169.254.169.254.
 	Endpoint string
-	// HTTPClient overrides the SDK's HTTP client (tests).
+	// HTTPClient overrides the SDK's HTTP client (main passes one instrumented with
+	// RequestMetrics). The SDK's own client dials within 250 ms and wants response headers
+	// within 500 ms; a caller's client has neither, so New bounds each request's time to its
+	// response headers with ResponseHeaderTimeout: a token PUT lost to the IMDS hop limit then
+	// fails in half a second instead of costing a whole poll.
 	HTTPClient imds.HTTPClient
+	// ResponseHeaderTimeout bounds, for a caller's HTTPClient, the time from sending a request
+	// (dial included) to its response headers. Zero means DefaultResponseHeaderTimeout.
+	ResponseHeaderTimeout time.Duration
 	// Clock stamps notices that carry no time of their own.
 	Clock clock.PassiveClock
 }
@@ -72,6 +79,15 @@ func New(opts Options) (*Provider, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
+	if opts.ResponseHeaderTimeout < 0 {
+		return nil, fmt.Errorf("aws provider: response header timeout %s: must not be negative", opts.ResponseHeaderTimeout)
+	}
+	if opts.ResponseHeaderTimeout == 0 {
+		opts.ResponseHeaderTimeout = DefaultResponseHeaderTimeout
+	}
+	if opts.HTTPClient != nil {
+		opts.HTTPClient = headerTimeoutClient{next: opts.HTTPClient, timeout: opts.ResponseHeaderTimeout}
+	}
 	client := imds.New(imds.Options{
 		Endpoint:          strings.TrimRight(opts.Endpoint, "/"),
 		EnableFallback:    awssdk.FalseTernary,
@@ -86,6 +102,14 @@ func New(opts Options) (*Provider, error) {
 			// The standard retryer's token bucket would run dry during a long IMDS outage and
 			// then refuse even the one retry after a 401; the poll loop bounds retries instead.
 			o.RateLimiter = ratelimit.None
+			// A request that got no headers within the bound is not retried: a black hole
+			// stays one, and the retry would double the poll's blind time.
+			o.Retryables = append([]retry.IsErrorRetryable{retry.IsErrorRetryableFunc(func(err error) awssdk.Ternary {
+				if errors.Is(err, ErrNoResponse) {
+					return awssdk.FalseTernary
+				}
+				return awssdk.UnknownTernary
+			})}, o.Retryables...)
 		}),
 		// Without this, imds.New wraps the Retryer in retry.AddWithMaxBackoffDelay(1s),
 		// whose backoff replaces the 100 ms above.
@@ -99,6 +123,60 @@ func New(opts Options) (*Provider, error) {
 	}, nil
 }
 
+// DefaultResponseHeaderTimeout is the SDK's own client's response-header timeout
+// (feature/ec2/imds, defaultResponseHeaderTimeout); its 250 ms dial timeout fits inside it.
+const DefaultResponseHeaderTimeout = 500 * time.Millisecond
+
+// ErrNoResponse marks a request that got no response headers within the bound: a black hole
+// (the token PUT's answer dropped by the hop limit, a stalled IMDS).
+var ErrNoResponse = errors.New("no response headers")
+
+// headerTimeoutClient gives a caller's HTTP client the short bound the SDK's own client has:
+// the request is abandoned when no response headers arrived within timeout. Once they did, the
+// body is read under the request's own context only. The error is not one the SDK retries:
+// the agent's poll loop retries, with backoff.
+type headerTimeoutClient struct {
+	next    imds.HTTPClient
+	timeout time.Duration
+}
+
+func (c headerTimeoutClient) Do(req *http.Request) (*http.Response, error) {
+	ctx, cancel := context.WithCancelCause(req.Context())
+	t := time.AfterFunc(c.timeout, func() { cancel(ErrNoResponse) })
+	resp, err := c.next.Do(req.WithContext(ctx))
+	t.Stop()
+	if err != nil {
+		timedOut := errors.Is(context.Cause(ctx), ErrNoResponse)
+		cancel(context.Canceled)
+		if timedOut {
+			err := fmt.Errorf("%s %s: %w within %s", req.Method, req.URL.Path, ErrNoResponse, c.timeout)
+			if end, ok := req.Context().Value(noResponseKey{}).(context.CancelCauseFunc); ok {
+				end(err)
+			}
+			return nil, err
+		}
+		return nil, err
+	}
+	resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: func() { cancel(context.Canceled) }}
+	return resp, nil
+}
+
+// noResponseKey is the context key of the function that ends a poll whose request got no
+// response headers.
+type noResponseKey struct{}
+
+// cancelOnClose releases a request's context when its body is closed.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel func()
+}
+
+func (b *cancelOnClose) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
+}
+
 // Name implements providers.Provider.
 func (p *Provider) Name() string { return Name }
 
@@ -110,12 +188,21 @@ func (p *Provider) Poll(ctx context.Context) ([]providers.Notice, error) {
 		err     error
 	}
 	results := make([]result, len(sources))
+	// The sources share one token: when its PUT gets no answer, the others would each try
+	// again in turn (the SDK serialises token fetches). The first such failure ends the poll.
+	// The SDK does not keep the token error's chain, so headerTimeoutClient reports it here.
+	pctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	pctx = context.WithValue(pctx, noResponseKey{}, cancel)
 	var wg sync.WaitGroup
 	for i, src := range sources {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			body, found, err := p.get(ctx, src)
+			body, found, err := p.get(pctx, src)
+			if cause := context.Cause(pctx); err != nil && ctx.Err() == nil && errors.Is(cause, ErrNoResponse) {
+				err = &SourceError{Path: src, Err: cause}
+			}
 			if err != nil {
 				results[i] = result{err: err}
 				return
@@ -138,6 +225,7 @@ func (p *Provider) Poll(ctx context.Context) ([]providers.Notice, error) {
 			// Stamped here, under p.mu, not in the goroutines: they run concurrently and
 			// firstSeen is shared.
 			p.stampFirstSeen(results[i].notices, now)
+			hibernateNow(results[i].notices)
 			p.last[src] = results[i].notices
 		}
 		all = append(all, p.last[src]...)
@@ -230,6 +318,29 @@ func (p *Provider) stampFirstSeen(ns []providers.Notice, now time.Time) {
 	}
 }
 
+// ActionHibernate is the spot instance action of an instance that hibernates. Its Notice.Action
+// carries HibernateNote, so that the agent's Event for the notice says why it evicts at once.
+const (
+	ActionHibernate = "hibernate"
+	HibernateNote   = "hibernate: no two-minute warning, hibernation begins immediately; evicting at once"
+)
+
+// hibernateNow moves the deadline of a hibernation notice to when it was first seen, if that
+// is earlier: AWS sends no two-minute warning for hibernation, "the hibernation process begins
+// immediately" (AWS, "Spot Instance interruption notices"), so the time in the document is no
+// deadline to plan on. First seen, not now: the deadline must stay put from poll to poll.
+func hibernateNow(ns []providers.Notice) {
+	for i := range ns {
+		n := &ns[i]
+		if n.Kind != providers.KindSpotInterruption || n.Action != HibernateNote {
+			continue
+		}
+		if !n.NoticeTime.IsZero() && n.NoticeTime.Before(n.Deadline) {
+			n.Deadline = n.NoticeTime
+		}
+	}
+}
+
 // spotInstanceAction is the document at spot/instance-action.
 type spotInstanceAction struct {
 	Action string `json:"action"`
@@ -252,14 +363,20 @@ func ParseSpotInstanceAction(body []byte) ([]providers.Notice, error) {
 	if err != nil {
 		return nil, fmt.Errorf("spot instance action: parsing time %q: %w", doc.Time, err)
 	}
-	return []providers.Notice{{
+	n := providers.Notice{
 		Provider:    Name,
 		Kind:        providers.KindSpotInterruption,
 		ID:          providers.HashID(Name, PathSpotInstanceAction, doc.Action, doc.Time),
 		Deadline:    deadline,
 		Action:      doc.Action,
 		Description: "spot instance " + doc.Action,
-	}}, nil
+	}
+	if doc.Action == ActionHibernate {
+		// The deadline becomes min(time, first seen) in Poll, which knows when that was.
+		n.Action = HibernateNote
+		n.Description = "spot instance hibernate: AWS gives no two-minute warning for hibernation, it begins immediately; the deadline is when reprieve first saw the notice, if earlier than the document's time"
+	}
+	return []providers.Notice{n}, nil
 }
 
 // rebalance is the document at events/recommendations/rebalance.

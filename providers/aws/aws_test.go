@@ -89,7 +89,8 @@ func TestParseSpotInstanceAction(t *testing.T) {
 	}{
 		{name: "terminate", body: "spot_terminate.json", want: []string{"spot-interruption terminate deadline=2017-09-18T08:22:00Z noticed=-"}},
 		{name: "stop", body: "spot_stop.json", want: []string{"spot-interruption stop deadline=2017-09-18T08:22:00Z noticed=-"}},
-		{name: "hibernate", body: "spot_hibernate.json", want: []string{"spot-interruption hibernate deadline=2017-09-18T08:22:00Z noticed=-"}},
+		// The deadline becomes min(time, first seen) in Poll; the action says why.
+		{name: "hibernate", body: "spot_hibernate.json", want: []string{"spot-interruption " + HibernateNote + " deadline=2017-09-18T08:22:00Z noticed=-"}},
 		{name: "tab-indented as amazon-ec2-metadata-mock serves it", body: "spot_terminate_aemm.json", want: []string{"spot-interruption terminate deadline=2026-11-29T10:02:00Z noticed=-"}},
 		{name: "unknown action", body: "spot_unknown_action.json", wantErr: `unknown action "reboot"`},
 		{name: "no action", body: `={"time": "2017-09-18T08:22:00Z"}`, wantErr: `unknown action ""`},
