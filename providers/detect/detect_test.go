@@ -9,18 +9,31 @@ import (
 
 func dmi(t *testing.T, vendor, product string) string {
 	t.Helper()
+	return host(t, map[string]string{"sys/class/dmi/id/sys_vendor": vendor, "sys/class/dmi/id/product_name": product})
+}
+
+// host writes files (path relative to the root: value) under a new root.
+func host(t *testing.T, files map[string]string) string {
+	t.Helper()
 	root := t.TempDir()
-	dir := filepath.Join(root, "sys", "class", "dmi", "id")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for name, v := range map[string]string{"sys_vendor": vendor, "product_name": product} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(v+"\n"), 0o644); err != nil {
+	for name, v := range files {
+		p := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(v+"\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
 	return root
 }
+
+const (
+	dmiDir = "sys/class/dmi/id/"
+	// The values ds-identify reads on an Azure VM and on Hyper-V on premises.
+	msVendor  = "Microsoft Corporation"
+	msProduct = "Virtual Machine"
+)
 
 func TestDetect(t *testing.T) {
 	empty := t.TempDir()
@@ -35,7 +48,16 @@ func TestDetect(t *testing.T) {
 		{"EC2 DMI", "", dmi(t, "Amazon EC2", "c6i.xlarge"), "aws", "Amazon EC2"},
 		{"older Xen EC2 DMI", "", dmi(t, "Xen", "Amazon EC2 t2.micro"), "aws", "product_name"},
 		{"GCE DMI", "", dmi(t, "Google", "Google Compute Engine"), "gcp", "Google"},
-		{"Azure DMI", "", dmi(t, "Microsoft Corporation", "Virtual Machine"), "azure", "Microsoft"},
+		// Issue 13: Hyper-V reports the same vendor and product; only the chassis asset tag is
+		// Azure's (cloud-init ds-identify).
+		{"Azure DMI", "", host(t, map[string]string{dmiDir + "sys_vendor": msVendor, dmiDir + "product_name": msProduct, dmiDir + "chassis_asset_tag": AzureChassisAssetTag}), "azure", "chassis_asset_tag"},
+		{"Azure by the asset tag alone", "", host(t, map[string]string{dmiDir + "chassis_asset_tag": AzureChassisAssetTag}), "azure", AzureChassisAssetTag},
+		{"on-premises Hyper-V is none", "", dmi(t, msVendor, msProduct), "none", "Hyper-V"},
+		{"Hyper-V with another asset tag is none", "", host(t, map[string]string{dmiDir + "sys_vendor": msVendor, dmiDir + "product_name": msProduct, dmiDir + "chassis_asset_tag": "No Asset Tag"}), "none", "without Azure's chassis_asset_tag"},
+		{"Xen EC2 by /sys/hypervisor/uuid", "", host(t, map[string]string{"sys/hypervisor/uuid": "ec2e1916-9099-7caf-fd21-012345abcdef", dmiDir + "sys_vendor": "Xen"}), "aws", "/sys/hypervisor/uuid"},
+		{"Xen EC2 by product_uuid, upper case", "", host(t, map[string]string{dmiDir + "product_uuid": "EC2E1916-9099-7CAF-FD21-012345ABCDEF", dmiDir + "sys_vendor": "Xen", dmiDir + "product_name": "HVM domU"}), "aws", "product_uuid"},
+		{"Xen EC2 by product_serial", "", host(t, map[string]string{dmiDir + "product_serial": "ec2e1916-9099-7caf-fd21-012345abcdef"}), "aws", "product_serial"},
+		{"a Xen host that is not EC2", "", host(t, map[string]string{"sys/hypervisor/uuid": "4b2a3b8e-0000-0000-0000-000000000000", dmiDir + "sys_vendor": "Xen", dmiDir + "product_name": "HVM domU"}), "none", "no cloud"},
 		{"Hyper-V desktop is not Azure without the VM product", "", dmi(t, "Microsoft Corporation", "Surface Laptop"), "none", "no cloud"},
 		{"bare metal", "", dmi(t, "Dell Inc.", "PowerEdge R640"), "none", "no cloud"},
 		{"no DMI at all", "", empty, "none", "no DMI data"},
