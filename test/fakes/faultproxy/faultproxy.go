@@ -6,7 +6,10 @@
 //
 // Faults apply to reads (GET) only: the IMDSv2 token request (PUT) and Azure approvals (POST)
 // always pass, so that a fault hits the notice sources and not the credentials, which
-// the providers' unit tests cover.
+// the providers' unit tests cover. BlackHole is the exception: it swallows every request,
+// the token PUT included, as a route that drops packets does (an IMDSv2 token answer lost to
+// the hop limit of 1 from inside a container: AWS, "Use IMDSv2", the hop limit; a stalled GCP
+// metadata server: issue 13).
 package faultproxy
 
 import (
@@ -34,6 +37,9 @@ const (
 	Unauthorized Mode = "unauthorized" // 401, as IMDSv2 answers an expired token
 	Throttled    Mode = "throttled"    // 429 with Retry-After: 1, as Azure IMDS throttles
 	Reset        Mode = "reset"        // the connection closed without an answer
+	// BlackHole accepts every request, of every method, and never answers nor resets it, not
+	// even when the mode changes: only the client's own timeout ends it.
+	BlackHole Mode = "black-hole"
 )
 
 // MalformedBody is what Malformed serves: not JSON, and no value a metadata server sends.
@@ -147,12 +153,17 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	mode := Pass
 	p.mu.Lock()
 	release := p.release
-	if r.Method == http.MethodGet {
+	if r.Method == http.MethodGet || p.mode == BlackHole {
 		mode = p.mode
 		p.counts[mode]++
 	}
 	p.mu.Unlock()
 	switch mode {
+	case BlackHole:
+		select {
+		case <-r.Context().Done():
+		case <-p.closing:
+		}
 	case ServerError:
 		http.Error(w, "Service Unavailable", http.StatusServiceUnavailable)
 	case Hang:

@@ -182,3 +182,44 @@ func expectReset(t *testing.T, done <-chan error, what string) {
 		t.Fatalf("%s was not released when the mode changed", what)
 	}
 }
+
+// TestBlackHole: every request, the token PUT included, is accepted and never answered nor
+// reset, even when the mode changes; only the client's timeout ends it.
+func TestBlackHole(t *testing.T) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "backend")
+	}))
+	defer backend.Close()
+	p, url := startProxy(t, backend.URL)
+	p.Set(BlackHole)
+	for _, method := range []string{http.MethodGet, http.MethodPut, http.MethodPost} {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		req, _ := http.NewRequestWithContext(ctx, method, url+"/latest/api/token", nil)
+		_, err := http.DefaultClient.Do(req)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s: err %v, want the client's deadline (no answer, no reset)", method, err)
+		}
+	}
+	if n := p.Count(BlackHole); n != 3 {
+		t.Errorf("count %d, want 3", n)
+	}
+	// A request held when the mode changes stays held: unlike Hang, nothing resets it.
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"/x", nil)
+		_, err := http.DefaultClient.Do(req)
+		errc <- err
+	}()
+	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return p.Count(BlackHole) == 4, nil
+	}); err != nil {
+		t.Fatal("the request never reached the proxy")
+	}
+	p.Set(Pass)
+	if err := <-errc; !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("held across a mode change: err %v, want the client's deadline", err)
+	}
+}
