@@ -66,6 +66,8 @@ type options struct {
 
 	// Command is the command line recorded in the report.
 	Command string
+	// Bin is the reprieve binary to measure; empty builds one before anything is timed.
+	Bin string
 	// Logf reports progress.
 	Logf func(format string, args ...any)
 }
@@ -181,9 +183,11 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("creating the log folder: %w", err)
 	}
-	b := &bench{o: o, logDir: logDir}
-	if b.bin, err = scenario.BuildReprieve(ctx, logDir); err != nil {
-		return err
+	b := &bench{o: o, logDir: logDir, bin: o.Bin}
+	if b.bin == "" {
+		if b.bin, err = scenario.BuildReprieve(ctx, logDir); err != nil {
+			return err
+		}
 	}
 	// kube-controller-manager runs for the compliance measurement only: elsewhere its
 	// taint-eviction-controller would act on the same taints and blur what is measured.

@@ -36,8 +36,6 @@ func main() {
 func run(provider string, cloud scenario.Cloud, window, margin time.Duration) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	ctx, cancel := context.WithTimeout(ctx, window+2*time.Minute)
-	defer cancel()
 
 	logDir, err := os.MkdirTemp("", "reprieve-demo-")
 	if err != nil {
@@ -46,11 +44,14 @@ func run(provider string, cloud scenario.Cloud, window, margin time.Duration) er
 	step := func(format string, args ...any) {
 		fmt.Printf("%s  "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
 	}
+	// The build runs before the demo's clock: on a cold Go cache it alone takes minutes.
 	step("building reprieve")
 	bin, err := scenario.BuildReprieve(ctx, logDir)
 	if err != nil {
 		return err
 	}
+	ctx, cancel := context.WithTimeout(ctx, window+2*time.Minute)
+	defer cancel()
 	step("starting etcd, kube-apiserver and kwok on 127.0.0.1 (logs in %s)", logDir)
 	env, err := testenv.Start(ctx, testenv.Options{LogDir: logDir})
 	if err != nil {

@@ -36,17 +36,19 @@ func runMain(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "e2e: skipping, the control plane is not built: %v\n", err)
 		return 0
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	var err error
 	if logDir, err = os.MkdirTemp("", "reprieve-e2e-"); err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
 		return 1
 	}
-	if reprieveBin, err = scenario.BuildReprieve(ctx, logDir); err != nil {
+	// The build has no deadline: cold, it takes minutes beside the other test binaries'
+	// compiles (`make test` builds it before `go test` and hands it over in $REPRIEVE_BIN).
+	if reprieveBin, err = scenario.BuildReprieve(context.Background(), logDir); err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
 		return 1
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	env, err = testenv.Start(ctx, testenv.Options{LogDir: logDir})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: starting the control plane: %v\n", err)
