@@ -86,26 +86,16 @@ type Agent struct {
 	view     planView
 	addedAt  map[string]time.Time
 	seenAt   map[string]time.Time
-	pods     map[string]*podState
 	noticeID map[string]providers.Notice
 	// farLogged remembers the far-ahead notices already logged.
 	farLogged map[string]bool
-	// handling tracks the pending interruption, for the summary at the end of its window.
-	handling *handling
+	// drain is the eviction state of the current window (see drain); never nil.
+	drain *drain
 	// pressureTaints are the pressure taints wanted on the node.
 	pressureTaints map[pressure.Resource]bool
 
 	// pressure is the local-pressure loop's state; nil with --pressure-source off.
 	pressure *pressureState
-}
-
-// handling is one interruption window: the pods reprieve acted on during it.
-type handling struct {
-	window   Window
-	notice   *providers.Notice // the notice that set the deadline
-	acted    map[string]bool
-	done     bool
-	approved bool
 }
 
 // planView is what every pod's plan is computed from.
@@ -152,7 +142,7 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 		nodeChanged: make(chan struct{}, 1),
 		addedAt:     map[string]time.Time{},
 		seenAt:      map[string]time.Time{},
-		pods:        map[string]*podState{},
+		drain:       newDrain(Window{SafetyMargin: cfg.SafetyMargin}, nil),
 		noticeID:    map[string]providers.Notice{},
 		farLogged:   map[string]bool{},
 		recorder:    deps.Recorder,
@@ -384,8 +374,9 @@ func (a *Agent) applyNotices(ctx context.Context, notices []providers.Notice, er
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if err != nil && notices == nil && a.polled {
-		// Nothing better known: keep the previous state rather than withdraw it.
+	if err != nil && notices == nil {
+		// A failed poll is not an answer: keep the previous state rather than withdraw it.
+		// Before the first answer that state is what the node carries (see restoredNotices).
 		return false
 	}
 	seen := map[string]providers.Notice{}
@@ -427,8 +418,13 @@ func (a *Agent) applyNotices(ctx context.Context, notices []providers.Notice, er
 func (a *Agent) reconcile(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	now := a.clock.Now()
+	node := a.cachedNode()
 	a.mu.Lock()
-	intent := Intend(a.notices, now, a.cfg.MaintenanceLead, a.taints)
+	notices := a.notices
+	if !a.polled {
+		notices = a.restoredNotices(node)
+	}
+	intent := Intend(notices, now, a.cfg.MaintenanceLead, a.taints)
 	intent.SoftTaints = append(intent.SoftTaints, a.wantedPressureTaints()...)
 	for _, n := range intent.FarAhead {
 		if !a.farLogged[n.ID] {
@@ -445,7 +441,6 @@ func (a *Agent) reconcile(ctx context.Context) {
 		WriteDeadline: a.provider.Name() != none.Name,
 		AddedAt:       a.addedAtFunc(now),
 	}
-	node := a.cachedNode()
 	if node == nil {
 		logger.Error(nil, "Node not found; waiting for it", "node", a.cfg.NodeName)
 		return
@@ -480,11 +475,16 @@ func (a *Agent) reconcile(ctx context.Context) {
 	a.mu.Lock()
 	changed := !a.view.equal(view)
 	a.view = view
-	switch {
-	case !view.window.HasDeadline():
-		a.handling = nil // withdrawn: nothing to summarise
-	case a.handling == nil || !a.handling.window.Equal(view.window):
-		a.handling = &handling{window: view.window, notice: intent.Interruption, acted: map[string]bool{}}
+	if !a.drain.window.Equal(view.window) {
+		// A new notice, a changed deadline or a withdrawal: the pods' eviction state belongs
+		// to the window it served.
+		a.closeDrain(a.drain)
+		a.drain = newDrain(view.window, intent.Interruption)
+		changed = true
+	} else {
+		// The same window, perhaps under the notice's real ID once the provider answers
+		// after a restart: approvals name the provider's own notice.
+		a.drain.notice = intent.Interruption
 	}
 	a.mu.Unlock()
 	if changed {
@@ -493,6 +493,39 @@ func (a *Agent) reconcile(ctx context.Context) {
 	}
 	a.summarizeWindow(ctx, now)
 }
+
+// restoredNotices is what the node says about the notices before the provider has answered
+// once (an agent restarted while the metadata service fails): reprieve's own interruption taint
+// with the deadline annotation it wrote, and its own soft taints. Reading a failed first poll as
+// "no notice" would remove them and, when the service answers again, taint anew with a new
+// timeAdded, restarting every tolerationSeconds countdown. Nothing is restored with
+// --provider none, whose input the annotation already is.
+func (a *Agent) restoredNotices(node *v1.Node) []providers.Notice {
+	if node == nil || a.provider.Name() == none.Name {
+		return nil
+	}
+	own := setOf(parseOwned(node).Taints)
+	name := a.provider.Name()
+	var out []providers.Notice
+	if own[taintID(a.taints.Interruption)] && hasTaint(node.Spec.Taints, a.taints.Interruption) {
+		if v, ok := node.Annotations[AnnotationReclaimDeadline]; ok {
+			if d, err := time.Parse(time.RFC3339, v); err == nil {
+				out = append(out, providers.Notice{Provider: name, Kind: providers.KindSpotInterruption, ID: restoredID, Deadline: d,
+					Description: "restored from the node's " + AnnotationReclaimDeadline + " annotation"})
+			}
+		}
+	}
+	if own[taintID(a.taints.Rebalance)] && hasTaint(node.Spec.Taints, a.taints.Rebalance) {
+		out = append(out, providers.Notice{Provider: name, Kind: providers.KindRebalanceRecommendation, ID: restoredID + "-rebalance"})
+	}
+	if own[taintID(a.taints.Maintenance)] && hasTaint(node.Spec.Taints, a.taints.Maintenance) {
+		out = append(out, providers.Notice{Provider: name, Kind: providers.KindScheduledMaintenance, ID: restoredID + "-maintenance"})
+	}
+	return out
+}
+
+// restoredID is the ID of a notice read back from the node (restoredNotices).
+const restoredID = "restored-from-node"
 
 // recordTaintChanges emits an event for every taint reprieve added or removed, and measures how
 // long the interruption taint took from the notice.

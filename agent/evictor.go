@@ -44,17 +44,21 @@ const (
 	deleteBackoffMax = 500 * time.Millisecond
 )
 
-// podState is what the eviction loop remembers about one pod (by namespace/name, reset when the
-// UID changes: a new pod of the same name starts afresh).
+// podState is what the eviction loop remembers about one pod during one drain (see drain).
 type podState struct {
 	uid       types.UID
+	drain     *drain // the drain this state belongs to
 	attempts  int
 	nextTry   time.Time
 	done      bool          // an eviction or delete was accepted (or, in a dry run, logged)
 	lastGrace time.Duration // the last grace reprieve asked for; later deletes only shorten
-	logged    SkipReason
-	announced time.Time // the eviction time last announced in an EvictionScheduled event
-	blocked   bool      // the last eviction request was refused by a PodDisruptionBudget
+	// shortenedTo is the end the last shortening asked for (request time + allowance + grace):
+	// the API server stores deletionTimestamp in whole seconds on its own clock, so a pod is
+	// shortened again only when that moves its end at least a second earlier.
+	shortenedTo time.Time
+	logged      SkipReason
+	announced   time.Time // the eviction time last announced in an EvictionScheduled event
+	blocked     bool      // the last eviction request was refused by a PodDisruptionBudget
 	// deleteFailures counts the deletes that failed in a row, for their backoff.
 	deleteFailures int
 }
@@ -74,12 +78,17 @@ func (a *Agent) worker(ctx context.Context) {
 }
 
 // setBlocked keeps reprieve_evictions_blocked_pods equal to the number of pods whose last
-// eviction a PodDisruptionBudget refused.
+// eviction a PodDisruptionBudget refused in the current drain.
 func (a *Agent) setBlocked(st *podState, blocked bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	if st.blocked == blocked {
 		return
 	}
 	st.blocked = blocked
+	if st.drain != nil && st.drain.closed {
+		return // closing the drain took its pods out of the gauge
+	}
 	if blocked {
 		a.metrics.BlockedPods.Inc()
 	} else {
@@ -87,28 +96,15 @@ func (a *Agent) setBlocked(st *podState, blocked bool) {
 	}
 }
 
-func (a *Agent) podStateFor(key string, uid types.UID) *podState {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	st, ok := a.pods[key]
-	if !ok || st.uid != uid {
-		if ok && st.blocked {
-			a.metrics.BlockedPods.Dec()
-		}
-		st = &podState{uid: uid}
-		a.pods[key] = st
-	}
-	return st
-}
-
 // forget drops what the loop remembers of a pod that is gone.
 func (a *Agent) forget(key string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if st, ok := a.pods[key]; ok && st.blocked {
-		a.metrics.BlockedPods.Dec()
+	for k, st := range a.drain.pods {
+		if k.key == key {
+			a.dropState(a.drain, k, st)
+		}
 	}
-	delete(a.pods, key)
 }
 
 func (a *Agent) currentView() planView {
@@ -130,8 +126,7 @@ func (a *Agent) syncPod(ctx context.Context, key string) time.Duration {
 		a.forget(key)
 		return 0
 	}
-	st := a.podStateFor(key, pod.UID)
-	view := a.currentView()
+	st, view := a.stateFor(key, pod.UID)
 	now := a.clock.Now()
 	plan := PlanPod(pod, view.taints, view.window, a.filter, a.cfg.TolerationComparisonOperators)
 	if plan.Skip != SkipNone {

@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -64,9 +66,7 @@ func (a *Agent) podEvent(pod *v1.Pod, typ, reason, format string, args ...any) {
 func (a *Agent) markActed(key string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.handling != nil {
-		a.handling.acted[key] = true
-	}
+	a.drain.acted[key] = true
 }
 
 // summarizeWindow runs once the pending interruption's window has ended (deadline - safety
@@ -74,13 +74,15 @@ func (a *Agent) markActed(key string) {
 // them, and one event on the node says how the interruption went.
 func (a *Agent) summarizeWindow(ctx context.Context, now time.Time) {
 	a.mu.Lock()
-	h := a.handling
-	if h == nil || h.done || now.Before(h.window.End()) {
+	h := a.drain
+	if !h.window.HasDeadline() || h.summarized || now.Before(h.window.End()) {
 		a.mu.Unlock()
 		return
 	}
-	h.done = true
-	acted := len(h.acted)
+	h.summarized = true
+	// The workers keep adding to h.acted: take a copy while the lock is held.
+	actedKeys := slices.Collect(maps.Keys(h.acted))
+	acted := len(actedKeys)
 	view := a.view
 	a.mu.Unlock()
 
@@ -96,7 +98,7 @@ func (a *Agent) summarizeWindow(ctx context.Context, now time.Time) {
 		}
 	}
 	inTime := 0
-	for key := range h.acted {
+	for _, key := range actedKeys {
 		if ns, name, err := cache.SplitMetaNamespaceKey(key); err == nil {
 			if p, err := a.podLister.Pods(ns).Get(name); err != nil || !there(p) {
 				inTime++
@@ -164,9 +166,10 @@ func (a *Agent) maybeApprove(ctx context.Context) {
 		return
 	}
 	a.mu.Lock()
-	h, view := a.handling, a.view
+	h, view := a.drain, a.view
+	approved := h.approved
 	a.mu.Unlock()
-	if h == nil || h.approved || h.notice == nil {
+	if approved || h.notice == nil {
 		return
 	}
 	if node := a.cachedNode(); node == nil || !hasTaint(node.Spec.Taints, a.taints.Interruption) {
@@ -185,15 +188,22 @@ func (a *Agent) maybeApprove(ctx context.Context) {
 	n := *h.notice
 	if a.cfg.DryRun {
 		logger.Info("Dry run: would approve the event", "provider", n.Provider, "id", n.ID)
-		h.approved = true
+		a.setApproved(h)
 		return
 	}
 	if err := ap.Approve(ctx, n); err != nil {
 		logger.Error(err, "Approving the event failed; will retry", "provider", n.Provider, "id", n.ID)
 		return
 	}
-	h.approved = true
+	a.setApproved(h)
 	logger.Info("Approved the event: the node is drained", "provider", n.Provider, "id", n.ID)
 	a.recorder.Eventf(nodeRef(a.cfg.NodeName), v1.EventTypeNormal, ReasonEventApproved,
 		"Approved %s %s %s early: every pod reprieve evicts for it is gone", n.Provider, n.Kind, n.ID)
+}
+
+// setApproved records that the cloud was told d's node is drained.
+func (a *Agent) setApproved(d *drain) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	d.approved = true
 }

@@ -1,0 +1,82 @@
+package agent
+
+import (
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/reprieve-dev/reprieve/providers"
+)
+
+// podKey identifies one pod for the eviction loop: a new pod of the same name (a StatefulSet's
+// replacement) is a different pod and starts afresh.
+type podKey struct {
+	key string // namespace/name
+	uid types.UID
+}
+
+// drain is the eviction loop's state for one window: the pods' attempts, backoff and events,
+// the pods reprieve acted on (for the window summary), and whether the cloud was told the node
+// is drained. Its lifetime is the window's: a new notice, a changed deadline or a withdrawal
+// closes it and the next window starts from nothing, so that attempts and backoff from a
+// withdrawn notice never make the next one skip the Eviction API, and a backoff set before any
+// deadline existed never outlasts a new deadline. Without an interruption (a NoExecute taint of
+// someone else) one drain with no deadline serves until an interruption starts.
+//
+// Every field is guarded by Agent.mu, except the podStates' own fields, which belong to the
+// worker syncing that pod (the workqueue never hands one key to two workers at once) apart from
+// blocked, which setBlocked writes under Agent.mu because closing a drain reads it.
+type drain struct {
+	window Window
+	notice *providers.Notice // the notice that set the deadline; nil without one
+	pods   map[podKey]*podState
+	acted  map[string]bool // namespace/name of the pods evicted, deleted or shortened
+	// summarized and approved are set once each: the window summary was given, the cloud
+	// was told the node is drained.
+	summarized, approved bool
+	closed               bool
+}
+
+func newDrain(w Window, n *providers.Notice) *drain {
+	return &drain{window: w, notice: n, pods: map[podKey]*podState{}, acted: map[string]bool{}}
+}
+
+// closeDrain ends d; the blocked-pods gauge forgets its pods. Called with a.mu held.
+func (a *Agent) closeDrain(d *drain) {
+	d.closed = true
+	for _, st := range d.pods {
+		if st.blocked {
+			st.blocked = false
+			a.metrics.BlockedPods.Dec()
+		}
+	}
+}
+
+// stateFor returns the current drain's state for a pod and the view to plan it with, taken
+// together under the lock so that a pod is never planned with one window and remembered in
+// another.
+func (a *Agent) stateFor(key string, uid types.UID) (*podState, planView) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	d := a.drain
+	for k, st := range d.pods {
+		if k.key == key && k.uid != uid {
+			// The pod was replaced under the same name: its predecessor's state goes.
+			a.dropState(d, k, st)
+		}
+	}
+	k := podKey{key: key, uid: uid}
+	st, ok := d.pods[k]
+	if !ok {
+		st = &podState{uid: uid, drain: d}
+		d.pods[k] = st
+	}
+	return st, a.view
+}
+
+// dropState removes one pod's state from d. Called with a.mu held.
+func (a *Agent) dropState(d *drain, k podKey, st *podState) {
+	if st.blocked && !d.closed {
+		a.metrics.BlockedPods.Dec()
+	}
+	st.blocked = false
+	delete(d.pods, k)
+}
