@@ -93,6 +93,8 @@ type Config struct {
 
 	MetricsBindAddress string
 	DryRun             bool
+	// LogFormat is text (klog's own) or json (one JSON object per line, through log/slog).
+	LogFormat string
 
 	// Webhook notifications (off without a URL).
 	WebhookURL      string
@@ -122,6 +124,7 @@ var providerNames = []string{"aws", "gcp", "azure", "auto", "none"}
 func DefaultConfig() Config {
 	return Config{
 		Provider:          "auto",
+		LogFormat:         "text",
 		AWSIMDSEndpoint:   "http://169.254.169.254",
 		AzureIMDSEndpoint: "http://169.254.169.254",
 		HostRoot:          "/",
@@ -196,6 +199,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&c.KubeAPIBurst, "kube-api-burst", c.KubeAPIBurst, "Burst of requests to the API server (evictions due at the same instant).")
 	fs.StringVar(&c.MetricsBindAddress, "metrics-bind-address", c.MetricsBindAddress, "Address to serve /metrics, /healthz and /readyz on; empty or 0 to disable.")
 	fs.BoolVar(&c.DryRun, "dry-run", c.DryRun, "Log what would be done; change nothing on the cluster.")
+	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "Log format: text (klog's) or json (one JSON object per line).")
 	fs.StringVar(&c.WebhookURL, "webhook-url", c.WebhookURL, "POST a message here when a notice arrives and when it has been handled (off when empty).")
 	fs.StringVar(&c.WebhookTemplate, "webhook-template", c.WebhookTemplate, "Go template for the webhook body (default: Slack's {\"text\": ...}).")
 	fs.StringArrayVar(&c.WebhookHeaders, "webhook-header", c.WebhookHeaders, "Header for webhook requests, 'Name: value'; repeatable.")
@@ -296,6 +300,9 @@ func (c *Config) Validate() error {
 	}
 	if !known {
 		errs = append(errs, fmt.Errorf("--provider %q: must be one of %s", c.Provider, strings.Join(providerNames, ", ")))
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		errs = append(errs, fmt.Errorf("--log-format %q: must be text or json", c.LogFormat))
 	}
 	if c.PollInterval < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("--poll-interval %s: must be at least 100ms (IMDS throttles faster clients)", c.PollInterval))

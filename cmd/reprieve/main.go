@@ -80,6 +80,10 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "reprieve: invalid configuration:\n%v\n", err)
 		return 2
 	}
+	if err := setupLogging(cfg.LogFormat, verbosity(fs), os.Stderr); err != nil {
+		fmt.Fprintf(os.Stderr, "reprieve: %v\n", err)
+		return 2
+	}
 	if cfg.Kubeconfig != "" {
 		// Bad input, not a runtime failure: say so before anything touches the cluster.
 		if _, err := clientcmd.LoadFromFile(cfg.Kubeconfig); err != nil {
