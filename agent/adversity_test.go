@@ -1,13 +1,16 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/reprieve-dev/reprieve/providers"
 )
@@ -110,5 +113,135 @@ func providerNotice(id string, deadline time.Time) providers.Notice {
 	return providers.Notice{Provider: "aws", Kind: providers.KindSpotInterruption, ID: id, Deadline: deadline, Action: "terminate"}
 }
 
-var _ = metav1.Now
-var _ v1.Pod
+
+// TestTerminatingForeverToleratingPodIsShortened (item 1): a pod deleted with a 600 s grace two
+// seconds after a 40 s notice, tolerating the interruption taint forever, is leaving: its
+// tolerations no longer keep it, and its grace is cut to end by the window's end.
+func TestTerminatingForeverToleratingPodIsShortened(t *testing.T) {
+	p := testPod("leaving", 600, spotToleration(nil))
+	p.DeletionTimestamp = &metav1.Time{Time: t0.Add(602 * time.Second)}
+	h := newHarness(t, nil, testNode(), p)
+	h.notice(t0.Add(40 * time.Second))
+	h.clock.SetTime(t0.Add(2 * time.Second))
+	h.a.syncPod(h.ctx, "ns/leaving")
+	dels := h.deletes()
+	if len(dels) != 1 {
+		t.Fatalf("deletes = %d, want 1: a terminating pod tolerating forever must be shortened", len(dels))
+	}
+	// The window ends at t0+35s; sent at t0+2s with the 250 ms allowance: 32 s.
+	if g := *dels[0].DeleteOptions.GracePeriodSeconds; g != 32 {
+		t.Errorf("grace = %d, want 32", g)
+	}
+	if uid := *dels[0].DeleteOptions.Preconditions.UID; uid != "uid-leaving" {
+		t.Errorf("UID precondition %q", uid)
+	}
+	// Without a deadline it is left alone, as upstream leaves it.
+	h.prov.Set()
+	h.step()
+	h.a.syncPod(h.ctx, "ns/leaving")
+	if len(h.deletes()) != 1 {
+		t.Error("shortened a terminating pod without a deadline")
+	}
+}
+
+// TestForcedDeleteAfterSlowFailedEvictionUsesTheGraceLeft (item 3): an eviction that hangs 4 s
+// and fails must not be followed by a DELETE with the grace computed before it: the grace is
+// computed from the clock when each request leaves.
+func TestForcedDeleteAfterSlowFailedEvictionUsesTheGraceLeft(t *testing.T) {
+	deadline := t0.Add(40 * time.Second) // window end t0+35s
+	h := newHarness(t, nil, testNode(), testPod("p", 30))
+	h.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "eviction" {
+			return false, nil, nil
+		}
+		h.clock.Step(4 * time.Second)
+		return true, nil, apierrors.NewInternalError(errors.New("etcd timeout"))
+	})
+	h.notice(deadline)
+	forceAt := deadline.Add(-5*time.Second - 30*time.Second - evictionLead)
+	h.clock.SetTime(forceAt)
+	for i := 0; i < 5 && len(h.deletes()) == 0; i++ {
+		h.clock.Step(h.a.syncPod(h.ctx, "ns/p"))
+	}
+	dels := h.deletes()
+	if len(dels) != 1 {
+		t.Fatalf("deletes = %d, want 1", len(dels))
+	}
+	// The delete leaves at forceAt + 4 s = t0+8.5s: 35 - 8.75 = 26.25, so 26 s.
+	if g := *dels[0].DeleteOptions.GracePeriodSeconds; g != 26 {
+		t.Errorf("forced delete grace = %d s, want 26 (the pod would end %d s past the window)", g, g-26)
+	}
+}
+
+// TestNewNoticeStartsEvictionStateAfresh (item 4): a PodDisruptionBudget refused the pod during
+// a notice that was then withdrawn; the next notice goes through the Eviction API (which the
+// budget now allows) and announces the eviction, rather than deleting at once on the old
+// attempts.
+func TestNewNoticeStartsEvictionStateAfresh(t *testing.T) {
+	h := newHarness(t, nil, testNode(), testPod("p", 5, spotToleration(secs(2))))
+	refuse := true
+	h.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		return a.GetSubresource() == "eviction" && refuse, nil, pdbRefusal()
+	})
+	h.notice(t0.Add(20 * time.Second))
+	for h.clock.Now().Before(t0.Add(5 * time.Second)) {
+		d := h.a.syncPod(h.ctx, "ns/p")
+		if d == 0 {
+			t.Fatal("gave up")
+		}
+		h.clock.Step(d)
+	}
+	if len(h.evictions()) < 2 || len(h.deletes()) != 0 {
+		t.Fatalf("evictions %d deletes %d during the first notice", len(h.evictions()), len(h.deletes()))
+	}
+	h.prov.Set()
+	h.step()
+	h.drainEvents()
+
+	refuse = false
+	h.clock.SetTime(t0.Add(6 * time.Second))
+	h.prov.Set(providerNotice("spot-2", t0.Add(18*time.Second))) // window end t0+13s, latest t0+8s
+	h.step()
+	if d := h.a.syncPod(h.ctx, "ns/p"); d <= 0 || d > 2*time.Second {
+		t.Fatalf("requeue %v, want the 2 s toleration of the new taint", d)
+	}
+	if !hasEvent(h.drainEvents(), "Normal EvictionScheduled") {
+		t.Error("the new notice's eviction was not announced")
+	}
+	h.clock.SetTime(t0.Add(8*time.Second - evictionLead))
+	h.a.syncPod(h.ctx, "ns/p")
+	if len(h.deletes()) != 0 {
+		t.Fatal("deleted at once on the withdrawn notice's attempts")
+	}
+	if evs := h.evictions(); len(evs) < 3 {
+		t.Errorf("evictions = %d: the new notice did not go through the Eviction API", len(evs))
+	}
+}
+
+// TestBackoffBeforeADeadlineDoesNotOutlastIt (item 4): a budget refused an eviction for a
+// NoExecute taint of someone else until the backoff reached 10 s; a notice then arrives whose
+// deadline leaves 2 s before the forced delete. The next request must come at once, not after
+// the old backoff.
+func TestBackoffBeforeADeadlineDoesNotOutlastIt(t *testing.T) {
+	added := metav1.NewTime(t0)
+	h := newHarness(t, nil, testNode(v1.Taint{Key: "other", Effect: v1.TaintEffectNoExecute, TimeAdded: &added}), testPod("p", 5))
+	h.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		return a.GetSubresource() == "eviction", nil, pdbRefusal()
+	})
+	h.step()
+	var d time.Duration
+	for d < evictionBackoffMax {
+		d = h.a.syncPod(h.ctx, "ns/p")
+		h.clock.Step(time.Millisecond) // part-way through the backoff
+	}
+	now := h.clock.Now()
+	h.notice(now.Add(5*time.Second + 5*time.Second + 2*time.Second)) // forced delete in about 2 s
+	before := len(h.evictions())
+	d = h.a.syncPod(h.ctx, "ns/p")
+	if len(h.evictions()) != before+1 {
+		t.Errorf("no eviction request when the notice came (next in %v)", d)
+	}
+	if d > 2*time.Second {
+		t.Errorf("next look in %v, past the forced delete", d)
+	}
+}

@@ -128,8 +128,16 @@ func (a *Agent) syncPod(ctx context.Context, key string) time.Duration {
 	}
 	st, view := a.stateFor(key, pod.UID)
 	now := a.clock.Now()
+	if pod.DeletionTimestamp != nil && view.window.HasDeadline() && a.filter.Skip(pod) == SkipNone {
+		// A pod that is already leaving no longer tolerates anything: whatever its
+		// tolerations (forever included), its end must come before the window's.
+		return a.shorten(ctx, key, pod, st, view.window, now)
+	}
 	plan := PlanPod(pod, view.taints, view.window, a.filter, a.cfg.TolerationComparisonOperators)
 	if plan.Skip != SkipNone {
+		// A blocked pod whose plan became a skip (the taint went, a toleration now covers it)
+		// is no longer waiting on a budget.
+		a.setBlocked(st, false)
 		if st.logged != plan.Skip && (view.window.HasDeadline() || plan.Skip == SkipTolerateForever) {
 			st.logged = plan.Skip
 			logger.Info("Leaving pod alone", "pod", klog.KObj(pod), "reason", plan.Skip, "deadline", view.window.Deadline)
@@ -148,6 +156,10 @@ func (a *Agent) syncPod(ctx context.Context, key string) time.Duration {
 	if st.nextTry.After(fireAt) {
 		fireAt = st.nextTry
 	}
+	if view.window.HasDeadline() && fireAt.After(forceAt) {
+		// No wait outlasts the pod's last safe moment.
+		fireAt = forceAt
+	}
 	if now.Before(fireAt) {
 		if st.attempts == 0 && !st.announced.Equal(plan.EvictAt) {
 			st.announced = plan.EvictAt
@@ -160,7 +172,7 @@ func (a *Agent) syncPod(ctx context.Context, key string) time.Duration {
 	// get there, or a pod whose grace was cut to the window would end just past it.
 	grace := GraceAt(plan.Grace, view.window, now.Add(requestAllowance))
 	if view.window.HasDeadline() && st.attempts > 0 && !now.Before(forceAt) {
-		return a.forceDelete(ctx, key, pod, st, plan, grace)
+		return a.forceDelete(ctx, key, pod, st, plan, view.window)
 	}
 	logger.Info("Evicting pod", "pod", klog.KObj(pod), "grace", grace, "podGrace", plan.Grace,
 		"planned", plan.EvictAt, "due", plan.Due, "latest", plan.Latest, "byDeadline", plan.ByDeadline, "attempt", st.attempts+1)
@@ -206,7 +218,7 @@ func (a *Agent) syncPod(ctx context.Context, key string) time.Duration {
 	}
 	if view.window.HasDeadline() && !now.Before(forceAt) {
 		// The machine is going away: a graceful delete now beats a hard stop at the deadline.
-		return a.forceDelete(ctx, key, pod, st, plan, grace)
+		return a.forceDelete(ctx, key, pod, st, plan, view.window)
 	}
 	// A PDB refusal backs off to 10 s; any other failure (the API server unreachable, a
 	// timeout) only to 1 s, so that evictions resume within a second of the server's return.
@@ -318,8 +330,11 @@ func (a *Agent) deletePod(ctx context.Context, pod *v1.Pod, grace time.Duration)
 // forceDelete deletes a pod whose eviction could not happen in time (a PodDisruptionBudget
 // kept refusing, or the API failed) once the deadline leaves no more room, as karpenter's
 // eviction queue does once now > deadline - grace.
-func (a *Agent) forceDelete(ctx context.Context, key string, pod *v1.Pod, st *podState, plan Plan, grace time.Duration) time.Duration {
+func (a *Agent) forceDelete(ctx context.Context, key string, pod *v1.Pod, st *podState, plan Plan, w Window) time.Duration {
 	logger := klog.FromContext(ctx)
+	// From the clock now, not from before the eviction that failed: that request may have
+	// hung for seconds, and a grace computed before it would end the pod past the window.
+	grace := GraceAt(plan.Grace, w, a.clock.Now().Add(requestAllowance))
 	logger.Info("Deleting pod: the reclaim deadline leaves no time for a blocked eviction", "pod", klog.KObj(pod), "grace", grace, "attempts", st.attempts)
 	err := a.deletePod(ctx, pod, grace)
 	switch {
