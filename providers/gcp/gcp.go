@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"cloud.google.com/go/compute/metadata"
@@ -97,6 +98,8 @@ type Provider struct {
 	schedulingKnown bool
 	// unknownLogged remembers the unknown maintenance-event values already logged.
 	unknownLogged map[string]bool
+	// inflight counts the requests under way.
+	inflight atomic.Int64
 }
 
 // New returns a provider for the metadata server at opts.Endpoint.
@@ -275,9 +278,6 @@ func (p *Provider) observe(ctx context.Context, path, raw string) (changed bool,
 		return false, nil
 	}
 	*cur, *since = v, p.clock.Now()
-	if path == PathMaintenanceEvent {
-		p.st.maintenanceKnown = known
-	}
 	return true, nil
 }
 
@@ -328,6 +328,10 @@ func (p *Provider) get(ctx context.Context, path, etag string) (value, newTag st
 		suffix = fmt.Sprintf("%s?wait_for_change=true&last_etag=%s&timeout_sec=%d", path, url.QueryEscape(etag), waitSeconds)
 		timeout = waitTimeout
 	}
+	// Counted before the bound's timer exists and after it is stopped, so that a test on a
+	// fake clock can tell a pause's timer from a request's.
+	p.inflight.Add(1)
+	defer p.inflight.Add(-1)
 	rctx, cancel := p.withTimeout(ctx, timeout)
 	defer cancel()
 	sink := new(etagSink)

@@ -805,7 +805,8 @@ func TestWatchServerIgnoringLastETag(t *testing.T) {
 		t.Helper()
 		if err := wait.PollUntilContextTimeout(context.Background(), 2*time.Millisecond, waitLimit, true, func(context.Context) (bool, error) {
 			// One timer per follower, and the upcoming-maintenance poll's.
-			return timers.Waiters() == len(noticePaths)+1 && s.Count(PathPreempted) >= want, nil
+			// No request under way: its bound's timer would count as a waiter.
+			return p.inflight.Load() == 0 && timers.Waiters() == len(noticePaths)+1 && s.Count(PathPreempted) >= want, nil
 		}); err != nil {
 			t.Fatalf("the followers did not pause after %d reads (%d reads, %d waiting)", want, s.Count(PathPreempted), timers.Waiters())
 		}

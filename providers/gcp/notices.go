@@ -101,7 +101,6 @@ type state struct {
 	preempted        string
 	preemptedSince   time.Time
 	maintenance      string
-	maintenanceKnown bool // false for a value GCE added after this code was written
 	maintenanceSince time.Time
 	// upcoming is instance/upcoming-maintenance; nil when there is none (404).
 	upcoming *Upcoming
