@@ -1103,3 +1103,31 @@ func TestSpotFromProvisioningModel(t *testing.T) {
 		})
 	}
 }
+
+// TestWatchReadsWindowWithMaintenanceEvent: when maintenance-event turns to
+// TERMINATE_ON_HOST_MAINTENANCE, the first update already has the window's start as its
+// deadline: upcoming-maintenance is read at once, not at its next poll.
+func TestWatchReadsWindowWithMaintenanceEvent(t *testing.T) {
+	s := startFake(t, map[string]string{PathOnHostMaintenance: "TERMINATE"})
+	timers := clocktesting.NewFakeClock(t0)
+	p, err := New(Options{Endpoint: s.Addr(), Clock: timers, Timers: timers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := startWatch(t, p)
+	w.rec.next(t, "no notice", empty)
+	waitParked(t, s, PathMaintenanceEvent)
+	start := t0.Add(90 * time.Second)
+	s.SetUpcomingMaintenance(gcpmeta.UpcomingMaintenance{Status: "PENDING", Type: "SCHEDULED", WindowStart: start, WindowEnd: start.Add(time.Hour)})
+	s.Set(PathMaintenanceEvent, MaintenanceTerminate)
+	// The fake clock stands: the upcoming-maintenance poll cannot have run.
+	u := w.rec.next(t, "the maintenance", hasAction(actionTerminateMaintenance))
+	for _, n := range u.notices {
+		if !n.Deadline.Equal(start) {
+			t.Errorf("notice %s: deadline %s, want the window's start %s in the first update", summary(n), hhmmss(n.Deadline), hhmmss(start))
+		}
+	}
+	if len(u.notices) != 2 {
+		t.Errorf("got %q, want the maintenance event and the window", summaries(u.notices))
+	}
+}

@@ -122,6 +122,14 @@ func (w *watch) follow(ctx context.Context, path, etag string, err error) {
 		if ctx.Err() != nil {
 			return
 		}
+		if changed && path == PathMaintenanceEvent {
+			// The maintenance's deadline is upcoming-maintenance's window start: read it now
+			// rather than at the next poll, so that the first update has the right deadline.
+			_, uerr := w.p.refreshUpcoming(ctx)
+			w.mu.Lock()
+			w.errs[PathUpcomingMaintenance] = uerr
+			w.mu.Unlock()
+		}
 		w.report(path, err)
 		waited := etag != ""
 		etag = newTag
