@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -112,7 +113,6 @@ func TestRestartDuringMetadataOutageKeepsTheInterruption(t *testing.T) {
 func providerNotice(id string, deadline time.Time) providers.Notice {
 	return providers.Notice{Provider: "aws", Kind: providers.KindSpotInterruption, ID: id, Deadline: deadline, Action: "terminate"}
 }
-
 
 // TestTerminatingForeverToleratingPodIsShortened (item 1): a pod deleted with a 600 s grace two
 // seconds after a 40 s notice, tolerating the interruption taint forever, is leaving: its
@@ -243,5 +243,85 @@ func TestBackoffBeforeADeadlineDoesNotOutlastIt(t *testing.T) {
 	}
 	if d > 2*time.Second {
 		t.Errorf("next look in %v, past the forced delete", d)
+	}
+}
+
+// TestHugeSecondsDoNotOverflow (item 5): tolerationSeconds above ~9.2e9 overflowed
+// time.Duration and evicted at once where upstream never evicts; a huge
+// terminationGracePeriodSeconds wrapped to a zero grace.
+func TestHugeSecondsDoNotOverflow(t *testing.T) {
+	spot := []v1.Taint{taint("cloud", "spot", v1.TaintEffectNoExecute, t0)}
+	for _, s := range []int64{9_300_000_000, 1 << 62, math.MaxInt64} {
+		p := pod(spotToleration(secs(s)))
+		if plan := PlanPod(p, spot, Window{}, PodFilter{}, false); plan.Skip != SkipTolerateForever {
+			t.Errorf("tolerationSeconds %d: plan %+v, want tolerates-forever", s, plan)
+		}
+	}
+	for _, s := range []int64{9_300_000_000, math.MaxInt64} {
+		g := PodGrace(withGrace(pod(), s))
+		if g < 100*365*24*time.Hour {
+			t.Errorf("terminationGracePeriodSeconds %d: grace %v, want effectively unbounded", s, g)
+		}
+		w := Window{Deadline: t0.Add(time.Minute), SafetyMargin: 5 * time.Second}
+		if got := GraceAt(g, w, t0); got != 55*time.Second {
+			t.Errorf("terminationGracePeriodSeconds %d: grace in a window %v, want 55s", s, got)
+		}
+		plan := PlanPod(withGrace(pod(), s), spot, w, PodFilter{}, false)
+		if !plan.ByDeadline || plan.EvictAt.After(t0) {
+			t.Errorf("terminationGracePeriodSeconds %d: plan %+v, want evicted at once by the deadline", s, plan)
+		}
+	}
+}
+
+// TestFutureTimeAddedIsAnchoredWhenFirstSeen (item 5): a NoExecute taint of someone else whose
+// timeAdded lies in the future (a writer with a fast clock) must not delay an untolerated pod:
+// upstream evicts it at once. The anchor is min(timeAdded, first seen).
+func TestFutureTimeAddedIsAnchoredWhenFirstSeen(t *testing.T) {
+	future := metav1.NewTime(t0.Add(time.Minute))
+	h := newHarness(t, nil, testNode(v1.Taint{Key: "other", Effect: v1.TaintEffectNoExecute, TimeAdded: &future}),
+		testPod("p", 5), testPod("tol10", 5, v1.Toleration{Key: "other", Operator: v1.TolerationOpExists, TolerationSeconds: secs(10)}))
+	h.step()
+	if d := h.a.syncPod(h.ctx, "ns/p"); d != 0 || len(h.evictions()) != 1 {
+		t.Errorf("untolerated pod: requeue %v, %d evictions; want evicted at once", d, len(h.evictions()))
+	}
+	h.clock.Step(3 * time.Second)
+	h.step()
+	if d := h.a.syncPod(h.ctx, "ns/tol10"); d != 7*time.Second {
+		t.Errorf("tolerating 10s: requeue %v, want 7s (from when the taint was first seen)", d)
+	}
+}
+
+// TestShorteningDoesNotFlapOnSkew (item 5): the API server sets deletionTimestamp from its own
+// clock in whole seconds. With its clock 2 s ahead the shortened pod still seems to end after
+// the window; reprieve must not shorten it again every second for nothing.
+func TestShorteningDoesNotFlapOnSkew(t *testing.T) {
+	p := testPod("kcm-deleted", 300)
+	p.DeletionTimestamp = &metav1.Time{Time: t0.Add(300 * time.Second)}
+	h := newHarness(t, nil, testNode(), p)
+	h.notice(t0.Add(60 * time.Second))
+	h.a.syncPod(h.ctx, "ns/kcm-deleted")
+	if len(h.deletes()) != 1 {
+		t.Fatalf("deletes = %d, want 1", len(h.deletes()))
+	}
+	// The server, 2 s ahead, answered with deletionTimestamp = its now + 54 s.
+	skewed := p.DeepCopy()
+	skewed.DeletionTimestamp = &metav1.Time{Time: t0.Add(56 * time.Second)}
+	if err := h.a.podFactory.Core().V1().Pods().Informer().GetIndexer().Update(skewed); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		h.clock.Step(time.Second)
+		h.a.syncPod(h.ctx, "ns/kcm-deleted")
+	}
+	if n := len(h.deletes()); n != 1 {
+		t.Errorf("deletes = %d: shortened again for less than a second each time", n)
+	}
+	// A real move (the deadline comes 10 s earlier) shortens it again.
+	h.prov.Set(providerNotice("spot-1", t0.Add(50*time.Second)))
+	h.a.pollOnce(h.ctx) // not h.step: the fake API removed the deleted pod at once
+	h.a.reconcile(h.ctx)
+	h.a.syncPod(h.ctx, "ns/kcm-deleted")
+	if n := len(h.deletes()); n != 2 {
+		t.Errorf("deletes = %d after the deadline moved 10 s earlier, want 2", n)
 	}
 }

@@ -585,9 +585,11 @@ func b2f(b bool) float64 {
 	return 0
 }
 
-// noExecuteTaints returns the NoExecute taints with TimeAdded filled: a taint written without
-// one (kubectl never sets it) is anchored on when this agent first saw it, as upstream anchors
-// every taint.
+// noExecuteTaints returns the NoExecute taints with TimeAdded set to the countdown's anchor:
+// the earlier of the taint's timeAdded and when this agent first saw it. A taint written without
+// one (kubectl never sets it) is anchored on when it was first seen, as upstream anchors every
+// taint; a timeAdded in the future (a writer with a fast clock) must not delay a pod that
+// upstream would evict at once.
 func (a *Agent) noExecuteTaints(taints []v1.Taint, now time.Time) []v1.Taint {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -597,14 +599,14 @@ func (a *Agent) noExecuteTaints(taints []v1.Taint, now time.Time) []v1.Taint {
 		if t.Effect != v1.TaintEffectNoExecute {
 			continue
 		}
-		if t.TimeAdded == nil {
-			id := taintID(t) + "=" + t.Value
-			seen[id] = true
-			at, ok := a.seenAt[id]
-			if !ok {
-				at = now.Truncate(time.Second)
-				a.seenAt[id] = at
-			}
+		id := taintID(t) + "=" + t.Value
+		seen[id] = true
+		at, ok := a.seenAt[id]
+		if !ok {
+			at = now.Truncate(time.Second)
+			a.seenAt[id] = at
+		}
+		if t.TimeAdded == nil || at.Before(t.TimeAdded.Time) {
 			t.TimeAdded = &metav1.Time{Time: at}
 		}
 		out = append(out, t)

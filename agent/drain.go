@@ -44,7 +44,6 @@ func (a *Agent) closeDrain(d *drain) {
 	d.closed = true
 	for _, st := range d.pods {
 		if st.blocked {
-			st.blocked = false
 			a.metrics.BlockedPods.Dec()
 		}
 	}

@@ -180,6 +180,7 @@ func (a *Agent) syncPod(ctx context.Context, key string) time.Duration {
 	switch {
 	case err == nil:
 		st.done, st.lastGrace = true, grace
+		st.shortenedTo = now.Add(requestAllowance).Add(grace)
 		a.setBlocked(st, false)
 		a.markActed(key)
 		a.observeLateness(ctx, pod, plan, view, now, grace, st.attempts)
@@ -334,12 +335,14 @@ func (a *Agent) forceDelete(ctx context.Context, key string, pod *v1.Pod, st *po
 	logger := klog.FromContext(ctx)
 	// From the clock now, not from before the eviction that failed: that request may have
 	// hung for seconds, and a grace computed before it would end the pod past the window.
-	grace := GraceAt(plan.Grace, w, a.clock.Now().Add(requestAllowance))
+	sent := a.clock.Now()
+	grace := GraceAt(plan.Grace, w, sent.Add(requestAllowance))
 	logger.Info("Deleting pod: the reclaim deadline leaves no time for a blocked eviction", "pod", klog.KObj(pod), "grace", grace, "attempts", st.attempts)
 	err := a.deletePod(ctx, pod, grace)
 	switch {
 	case err == nil:
 		st.done, st.lastGrace = true, grace
+		st.shortenedTo = sent.Add(requestAllowance).Add(grace)
 		wasBlocked := st.blocked
 		a.setBlocked(st, false)
 		a.markActed(key)
@@ -378,8 +381,11 @@ func (a *Agent) shorten(ctx context.Context, key string, pod *v1.Pod, st *podSta
 		return 0
 	}
 	grace := GraceAt(pod.DeletionTimestamp.Sub(now), w, now.Add(requestAllowance))
-	if st.lastGrace > 0 && grace >= st.lastGrace {
-		// Asked already; a second DELETE could not shorten it further.
+	end := now.Add(requestAllowance).Add(grace)
+	if !st.shortenedTo.IsZero() && end.After(st.shortenedTo.Add(-time.Second)) {
+		// Asked already in this window. deletionTimestamp is the API server's clock in whole
+		// seconds: compared with ours it can seem past the window's end by a skew or a
+		// rounding; shortening again for less than a second would only repeat the DELETE.
 		return 0
 	}
 	logger := klog.FromContext(ctx)
@@ -388,7 +394,7 @@ func (a *Agent) shorten(ctx context.Context, key string, pod *v1.Pod, st *podSta
 	err := a.deletePod(ctx, pod, grace)
 	switch {
 	case err == nil:
-		st.lastGrace = grace
+		st.lastGrace, st.shortenedTo = grace, end
 		a.markActed(key)
 		a.metrics.EvictionRequestsTotal.WithLabelValues(ResultGraceShortened).Inc()
 		a.podEvent(pod, v1.EventTypeWarning, ReasonGraceShortened, "Terminating pod would end at %s, after %s: grace shortened to %s",

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"math"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -168,6 +169,11 @@ func NoExecuteDue(tolerations []v1.Toleration, taints []v1.Taint, comparisonOper
 		case tol == nil:
 		case tol.TolerationSeconds == nil:
 			continue
+		case *tol.TolerationSeconds > maxSeconds:
+			// More seconds than a time.Duration holds (about 292 years): upstream's product
+			// wraps, and reads the negative results as forever; any such value is forever
+			// for a node.
+			continue
 		case *tol.TolerationSeconds > 0:
 			at = anchor.Add(time.Duration(*tol.TolerationSeconds) * time.Second)
 		}
@@ -183,12 +189,19 @@ func PodGrace(pod *v1.Pod) time.Duration {
 	if pod.Spec.TerminationGracePeriodSeconds == nil {
 		return DefaultGracePeriod
 	}
-	g := time.Duration(*pod.Spec.TerminationGracePeriodSeconds) * time.Second
-	if g < 0 {
+	s := *pod.Spec.TerminationGracePeriodSeconds
+	switch {
+	case s < 0:
 		return 0
+	case s > maxSeconds:
+		// It would wrap to a short or negative time.Duration; a window cuts it anyway.
+		return time.Duration(math.MaxInt64)
 	}
-	return g
+	return time.Duration(s) * time.Second
 }
+
+// maxSeconds is the largest number of seconds a time.Duration holds.
+const maxSeconds = int64(math.MaxInt64 / int64(time.Second))
 
 // GraceAt is the grace to give a pod evicted at now: its own grace, shortened so that it is
 // gone by the window's end, and never below one second. Without a deadline it is the pod's own.
