@@ -1,9 +1,11 @@
 package agent
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -323,5 +325,51 @@ func TestShorteningDoesNotFlapOnSkew(t *testing.T) {
 	h.a.syncPod(h.ctx, "ns/kcm-deleted")
 	if n := len(h.deletes()); n != 2 {
 		t.Errorf("deletes = %d after the deadline moved 10 s earlier, want 2", n)
+	}
+}
+
+// TestDisruptionTargetBeforeDeleting (item 8): the Eviction API adds DisruptionTarget=True; a
+// plain DELETE does not, so a Job whose podFailurePolicy ignores disruptions would count a
+// forced deletion as a failure. Before a forced DELETE and before shortening, reprieve patches
+// the condition onto the pod's status, as the taint-eviction controller does.
+func TestDisruptionTargetBeforeDeleting(t *testing.T) {
+	leaving := testPod("leaving", 300)
+	leaving.DeletionTimestamp = &metav1.Time{Time: t0.Add(300 * time.Second)}
+	h := newHarness(t, nil, testNode(), testPod("pdb", 5), leaving)
+	h.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		return a.GetSubresource() == "eviction", nil, pdbRefusal()
+	})
+	var order []string
+	h.client.PrependReactor("*", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetVerb() == "patch" || a.GetVerb() == "delete" {
+			order = append(order, a.GetVerb()+" "+a.GetSubresource()+" "+a.(interface{ GetName() string }).GetName())
+		}
+		return false, nil, nil
+	})
+	h.notice(t0.Add(60 * time.Second))
+	h.a.syncPod(h.ctx, "ns/leaving")
+	for i := 0; i < 200 && len(h.deletes()) < 2; i++ {
+		h.clock.Step(h.a.syncPod(h.ctx, "ns/pdb"))
+	}
+	want := []string{"patch status leaving", "delete  leaving", "patch status pdb", "delete  pdb"}
+	if !slices.Equal(order, want) {
+		t.Fatalf("requests = %q, want %q", order, want)
+	}
+	for _, a := range h.actions("patch", "pods", "status") {
+		var patch v1.Pod
+		if err := json.Unmarshal(a.(k8stesting.PatchAction).GetPatch(), &patch); err != nil {
+			t.Fatal(err)
+		}
+		c := patch.Status.Conditions
+		if len(c) != 1 || c[0].Type != v1.DisruptionTarget || c[0].Status != v1.ConditionTrue || c[0].Reason == "" || c[0].LastTransitionTime.IsZero() {
+			t.Errorf("status patch conditions = %+v", c)
+		}
+	}
+	// A dry run patches nothing.
+	d := newHarness(t, func(c *Config) { c.DryRun = true }, testNode(), leaving)
+	d.notice(t0.Add(60 * time.Second))
+	d.a.syncPod(d.ctx, "ns/leaving")
+	if n := len(d.actions("patch", "pods", "status")); n != 0 {
+		t.Errorf("dry run patched %d pod statuses", n)
 	}
 }

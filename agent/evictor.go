@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -61,6 +62,8 @@ type podState struct {
 	blocked     bool      // the last eviction request was refused by a PodDisruptionBudget
 	// deleteFailures counts the deletes that failed in a row, for their backoff.
 	deleteFailures int
+	// marked is set once DisruptionTarget was patched onto the pod (markDisruptionTarget).
+	marked bool
 }
 
 func (a *Agent) worker(ctx context.Context) {
@@ -335,6 +338,7 @@ func (a *Agent) forceDelete(ctx context.Context, key string, pod *v1.Pod, st *po
 	logger := klog.FromContext(ctx)
 	// From the clock now, not from before the eviction that failed: that request may have
 	// hung for seconds, and a grace computed before it would end the pod past the window.
+	a.markDisruptionTarget(ctx, pod, st, w)
 	sent := a.clock.Now()
 	grace := GraceAt(plan.Grace, w, sent.Add(requestAllowance))
 	logger.Info("Deleting pod: the reclaim deadline leaves no time for a blocked eviction", "pod", klog.KObj(pod), "grace", grace, "attempts", st.attempts)
@@ -389,6 +393,12 @@ func (a *Agent) shorten(ctx context.Context, key string, pod *v1.Pod, st *podSta
 		return 0
 	}
 	logger := klog.FromContext(ctx)
+	if a.markDisruptionTarget(ctx, pod, st, w) {
+		// The patch took time: the grace counts from when the DELETE leaves.
+		now = a.clock.Now()
+		grace = GraceAt(pod.DeletionTimestamp.Sub(now), w, now.Add(requestAllowance))
+		end = now.Add(requestAllowance).Add(grace)
+	}
 	logger.Info("Shortening the grace of a terminating pod to meet the reclaim deadline", "pod", klog.KObj(pod),
 		"deletionTimestamp", pod.DeletionTimestamp.Time, "grace", grace, "windowEnd", w.End())
 	err := a.deletePod(ctx, pod, grace)
@@ -407,4 +417,50 @@ func (a *Agent) shorten(ctx context.Context, key string, pod *v1.Pod, st *podSta
 	logger.Error(err, "Shortening grace failed; retrying", "pod", klog.KObj(pod))
 	st.deleteFailures++
 	return deleteRetryAfter(st.deleteFailures)
+}
+
+// Reason and message of the DisruptionTarget condition reprieve sets before it deletes a pod.
+const (
+	disruptionReason = "DeletionByReprieve"
+)
+
+// markDisruptionTarget patches DisruptionTarget=True onto pod's status before a plain DELETE,
+// as the taint-eviction controller does before its deletes (addConditionAndDeletePod in
+// pkg/controller/tainteviction/taint_eviction.go): the Eviction API sets it itself, a DELETE
+// does not, and a Job whose podFailurePolicy ignores disruptions relies on it. A failure is
+// logged and the DELETE goes ahead: ending the pod before the machine goes matters more. It
+// reports whether it sent a request.
+func (a *Agent) markDisruptionTarget(ctx context.Context, pod *v1.Pod, st *podState, w Window) bool {
+	if a.cfg.DryRun || st.marked {
+		return false
+	}
+	st.marked = true // once per pod and window, even when it failed: the DELETE is what counts
+	for _, c := range pod.Status.Conditions {
+		if c.Type == v1.DisruptionTarget && c.Status == v1.ConditionTrue {
+			return false
+		}
+	}
+	msg := "reprieve: deleting the pod before its node's reclaim deadline"
+	if w.HasDeadline() {
+		msg += " " + w.Deadline.UTC().Format(time.RFC3339)
+	}
+	patch, err := json.Marshal(map[string]any{
+		// The UID is immutable: a pod recreated under the same name fails the patch.
+		"metadata": map[string]any{"uid": pod.UID},
+		"status": map[string]any{"conditions": []v1.PodCondition{{
+			Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: disruptionReason, Message: msg,
+			LastTransitionTime: metav1.NewTime(a.clock.Now()),
+		}}},
+	})
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Encoding the DisruptionTarget condition failed", "pod", klog.KObj(pod))
+		return false
+	}
+	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	if _, err := a.client.CoreV1().Pods(pod.Namespace).Patch(rctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		klog.FromContext(ctx).Error(fmt.Errorf("patching the DisruptionTarget condition of pod %s/%s: %w", pod.Namespace, pod.Name, err),
+			"Marking the pod as a disruption target failed; deleting it anyway", "pod", klog.KObj(pod))
+	}
+	return true
 }
