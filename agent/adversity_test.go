@@ -6,13 +6,17 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/reprieve-dev/reprieve/providers"
@@ -371,5 +375,74 @@ func TestDisruptionTargetBeforeDeleting(t *testing.T) {
 	d.a.syncPod(d.ctx, "ns/leaving")
 	if n := len(d.actions("patch", "pods", "status")); n != 0 {
 		t.Errorf("dry run patched %d pod statuses", n)
+	}
+}
+
+// TestPDBRefusalsAndTheBlockedGauge (item 6): a 403 carrying the DisruptionBudget cause is a
+// budget's refusal like a 429; the blocked-pods gauge drops when a blocked pod's plan becomes a
+// skip (here: the NoExecute taint is removed).
+func TestPDBRefusalsAndTheBlockedGauge(t *testing.T) {
+	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "p", errors.New("the disruption budget forbids it"))
+	forbidden.ErrStatus.Details.Causes = append(forbidden.ErrStatus.Details.Causes, metav1.StatusCause{Type: policyv1.DisruptionBudgetCause})
+	if !isPDBRefusal(forbidden) {
+		t.Error("a 403 with the DisruptionBudget cause is not read as a budget's refusal")
+	}
+	if isPDBRefusal(apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "p", errors.New("RBAC"))) {
+		t.Error("a plain 403 read as a budget's refusal")
+	}
+
+	added := metav1.NewTime(t0)
+	other := v1.Taint{Key: "other", Effect: v1.TaintEffectNoExecute, TimeAdded: &added}
+	h := newHarness(t, nil, testNode(other), testPod("p", 5))
+	h.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		return a.GetSubresource() == "eviction", nil, forbidden
+	})
+	h.step()
+	h.a.syncPod(h.ctx, "ns/p")
+	if got := testutil.ToFloat64(h.a.metrics.BlockedPods); got != 1 {
+		t.Fatalf("blocked pods = %v after a 403 DisruptionBudget refusal, want 1", got)
+	}
+	n := h.node()
+	n.Spec.Taints = nil
+	if _, err := h.client.CoreV1().Nodes().Update(h.ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.syncStores()
+	h.step()
+	h.a.syncPod(h.ctx, "ns/p")
+	if got := testutil.ToFloat64(h.a.metrics.BlockedPods); got != 0 {
+		t.Errorf("blocked pods = %v once the pod's plan became a skip, want 0", got)
+	}
+}
+
+// TestPlanPDBsEmptySelectorAndTwoBudgets (item 6): in policy/v1 an empty selector selects
+// every pod of the namespace; a pod covered by two budgets is refused by the Eviction API
+// (500) and is deleted at its latest time.
+func TestPlanPDBsEmptySelectorAndTwoBudgets(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.NodeName = nodeName
+	web := testPod("web", 10)
+	web.Labels = map[string]string{"app": "web"}
+	budget := func(name string, sel *metav1.LabelSelector, allowed int32) policyv1.PodDisruptionBudget {
+		return policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"},
+			Spec: policyv1.PodDisruptionBudgetSpec{Selector: sel}, Status: policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: allowed}}
+	}
+	in := WhatIf{Node: testNode(), Pods: []*v1.Pod{web, testPod("other", 10)}, Deadline: t0.Add(2 * time.Minute), Now: t0,
+		PDBs: []policyv1.PodDisruptionBudget{
+			budget("all", &metav1.LabelSelector{}, 0),
+			budget("web", &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}, 1),
+			budget("none", nil, 0),
+		}}
+	got := PlanWhatIf(cfg, in)
+	if len(got.Pods) != 2 {
+		t.Fatalf("pods = %d, want 2", len(got.Pods))
+	}
+	other, webPlan := got.Pods[0], got.Pods[1]
+	if other.PDB == nil || other.PDB.Name != "all" || !other.PDB.Blocks {
+		t.Errorf("other: PDB %+v, want the empty-selector budget \"all\", blocking", other.PDB)
+	}
+	if webPlan.PDB == nil || !webPlan.PDB.Blocks || !slices.Equal(webPlan.PDB.Covering, []string{"all", "web"}) ||
+		!strings.Contains(webPlan.PDB.Then, "more than one") {
+		t.Errorf("web: PDB %+v, want both budgets, refused, deleted at its latest time", webPlan.PDB)
 	}
 }

@@ -292,10 +292,12 @@ func (a *Agent) evict(ctx context.Context, pod *v1.Pod, grace time.Duration) err
 }
 
 // isPDBRefusal reports whether an eviction failed because a PodDisruptionBudget allows no
-// disruption: a 429 that names the DisruptionBudget cause. A 429 without it is the API server's
-// own throttling (API Priority and Fairness), which is retried like any failure.
+// disruption: a 429 or a 403 that names the DisruptionBudget cause (the eviction registry
+// answers 403 with that cause when the budget's selector or status forbids the eviction). A 429
+// without it is the API server's own throttling (API Priority and Fairness), which is retried
+// like any failure.
 func isPDBRefusal(err error) bool {
-	return apierrors.IsTooManyRequests(err) && apierrors.HasStatusCause(err, policyv1.DisruptionBudgetCause)
+	return (apierrors.IsTooManyRequests(err) || apierrors.IsForbidden(err)) && apierrors.HasStatusCause(err, policyv1.DisruptionBudgetCause)
 }
 
 // postEviction creates the eviction without client-go's own retries. Not EvictV1: client-go

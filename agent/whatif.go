@@ -83,6 +83,9 @@ type PDBPlan struct {
 	DisruptionsAllowed int32  `json:"disruptionsAllowed"`
 	Blocks             bool   `json:"blocks"`
 	Then               string `json:"then,omitempty"`
+	// Covering lists every budget that selects the pod when there is more than one: the
+	// Eviction API then refuses it (500) whatever the budgets allow.
+	Covering []string `json:"covering,omitempty"`
 }
 
 // PlanWhatIf says what the agent with cfg would do if a notice with in.Deadline arrived at
@@ -155,9 +158,21 @@ func PlanWhatIf(cfg Config, in WhatIf) NodePlan {
 		pp.SendAt, pp.ByDeadline = &send, plan.ByDeadline
 		pp.PodGraceSeconds = plan.Grace.Seconds()
 		pp.GraceSeconds = float64(int64(GraceAt(plan.Grace, w, send.Add(requestAllowance)) / time.Second))
-		if pdb := coveringPDB(pod, in.PDBs); pdb != nil {
+		if pdbs := coveringPDBs(pod, in.PDBs); len(pdbs) > 0 {
+			pdb := pdbs[0]
 			pp.PDB = &PDBPlan{Name: pdb.Name, DisruptionsAllowed: pdb.Status.DisruptionsAllowed, Blocks: pdb.Status.DisruptionsAllowed < 1}
+			if len(pdbs) > 1 {
+				pp.PDB.Blocks = true
+				for _, p := range pdbs {
+					pp.PDB.Covering = append(pp.PDB.Covering, p.Name)
+				}
+			}
 			switch {
+			case len(pdbs) > 1 && w.HasDeadline():
+				pp.PDB.Then = fmt.Sprintf("the Eviction API refuses a pod that more than one PodDisruptionBudget covers: retried until %s, then deleted with the grace left",
+					plan.Latest.Add(-evictionLead).UTC().Format(time.RFC3339))
+			case len(pdbs) > 1:
+				pp.PDB.Then = "the Eviction API refuses a pod that more than one PodDisruptionBudget covers (no deadline: never deleted)"
 			case !pp.PDB.Blocks:
 			case w.HasDeadline():
 				pp.PDB.Then = fmt.Sprintf("evictions retried with backoff until %s, then the pod is deleted with the grace left",
@@ -207,22 +222,25 @@ func tolerationOf(pod *v1.Pod, taint *v1.Taint, comparisonOperators bool) string
 	return "none"
 }
 
-// coveringPDB returns the first PodDisruptionBudget of pod's namespace whose selector matches it.
-func coveringPDB(pod *v1.Pod, pdbs []policyv1.PodDisruptionBudget) *policyv1.PodDisruptionBudget {
+// coveringPDBs returns the PodDisruptionBudgets of pod's namespace whose selector matches it,
+// as the eviction registry finds them: in policy/v1 a nil selector selects nothing and an empty
+// one every pod of the namespace.
+func coveringPDBs(pod *v1.Pod, pdbs []policyv1.PodDisruptionBudget) []*policyv1.PodDisruptionBudget {
+	var out []*policyv1.PodDisruptionBudget
 	for i := range pdbs {
 		pdb := &pdbs[i]
 		if pdb.Namespace != pod.Namespace || pdb.Spec.Selector == nil {
 			continue
 		}
 		sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
-		if err != nil || sel.Empty() {
+		if err != nil {
 			continue
 		}
 		if sel.Matches(labels.Set(pod.Labels)) {
-			return pdb
+			out = append(out, pdb)
 		}
 	}
-	return nil
+	return out
 }
 
 // taintSetOf parses cfg's taints; Validate has checked that they parse.

@@ -114,6 +114,9 @@ func readWhatIf(ctx context.Context, c kubernetes.Interface, node string, in *ag
 	}
 	namespaces := map[string]bool{}
 	for i := range pods.Items {
+		if pods.Items[i].Spec.NodeName != node {
+			continue // a server (or a fake) that ignored the field selector
+		}
 		in.Pods = append(in.Pods, &pods.Items[i])
 		namespaces[pods.Items[i].Namespace] = true
 	}
@@ -164,6 +167,9 @@ func writePlanTable(w io.Writer, plan agent.NodePlan) error {
 		pdb := "-"
 		if p.PDB != nil {
 			pdb = p.PDB.Name
+			if len(p.PDB.Covering) > 1 {
+				pdb = strings.Join(p.PDB.Covering, "+")
+			}
 			if p.PDB.Blocks {
 				pdb += " blocks: " + p.PDB.Then
 			}

@@ -26,6 +26,9 @@ func planClient(t *testing.T) func(agent.Config) (kubernetes.Interface, error) {
 		{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop"}, Spec: v1.PodSpec{NodeName: "n1", TerminationGracePeriodSeconds: sec(10),
 			Tolerations: []v1.Toleration{{Key: "cloud", Operator: v1.TolerationOpEqual, Value: "spot", Effect: v1.TaintEffectNoExecute, TolerationSeconds: sec(30)}}}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "batch", Namespace: "jobs"}, Spec: v1.PodSpec{NodeName: "n1", TerminationGracePeriodSeconds: sec(5)}},
+		// On another node: the fake clientset ignores the spec.nodeName field selector, so
+		// this pod proves the plan keeps only the node's own pods.
+		{ObjectMeta: metav1.ObjectMeta{Name: "elsewhere", Namespace: "jobs"}, Spec: v1.PodSpec{NodeName: "n2", TerminationGracePeriodSeconds: sec(5)}},
 	}
 	c := fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
 	for _, p := range objs {
