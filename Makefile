@@ -10,11 +10,17 @@ export REPRIEVE_TOOLS_BIN ?= $(TOOLS_BIN)
 # before any of them starts a clock: cold, the build alone takes minutes on two cores.
 E2E_BIN := $(CURDIR)/.cache/e2e/reprieve
 
-.PHONY: build e2e-bin tools helm manifests promtool test unit e2e lint fuzz demo bench soak clean
+.PHONY: build release e2e-bin tools helm manifests promtool test unit e2e lint fuzz demo bench soak clean
 
 ## build: the static binary the Dockerfile builds (CGO off, trimmed paths, version baked in)
 build:
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o bin/reprieve ./cmd/reprieve
+
+## release: the release artifacts in $(DIST) for VERSION=X.Y.Z: static linux/amd64 and linux/arm64
+## binaries, an SPDX SBOM of each, and the chart packaged with its appVersion (the image tag) pinned
+DIST ?= dist
+release: helm
+	HELM=$(REPRIEVE_TOOLS_BIN)/helm bash deploy/release.sh "$(VERSION)" "$(DIST)"
 
 ## e2e-bin: the binary the tests run, built as `build` builds it (the version says e2e: v0.0.0-e2e)
 e2e-bin:
