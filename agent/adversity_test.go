@@ -1,12 +1,15 @@
 package agent
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	goruntime "runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	k8stesting "k8s.io/client-go/testing"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/reprieve-dev/reprieve/providers"
 )
@@ -444,5 +448,47 @@ func TestPlanPDBsEmptySelectorAndTwoBudgets(t *testing.T) {
 	if webPlan.PDB == nil || !webPlan.PDB.Blocks || !slices.Equal(webPlan.PDB.Covering, []string{"all", "web"}) ||
 		!strings.Contains(webPlan.PDB.Then, "more than one") {
 		t.Errorf("web: PDB %+v, want both budgets, refused, deleted at its latest time", webPlan.PDB)
+	}
+}
+
+// TestStopDuringAnInterruptionFinishesTheWindow (item 7): SIGTERM during an interruption keeps
+// the agent working until the window's end; outside one it stops at once.
+func TestStopDuringAnInterruptionFinishesTheWindow(t *testing.T) {
+	h := newHarness(t, nil, testNode())
+	parent, cancel := context.WithCancel(h.ctx)
+	cancel() // the signal
+	stopped := make(chan struct{})
+	workDone := make(chan struct{})
+	defer close(workDone)
+	go h.a.lingerOnStop(parent, h.clock, func() { close(stopped) }, workDone)
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("without an interruption the agent did not stop at once")
+	}
+
+	h = newHarness(t, nil, testNode())
+	h.notice(t0.Add(40 * time.Second)) // window end t0+35s
+	// The linger gets a clock of its own: the harness's is shared with the work queue, whose
+	// timers would hide whether the linger is waiting.
+	clk := clocktesting.NewFakeClock(t0.Add(3 * time.Second))
+	var once sync.Once
+	stopped = make(chan struct{})
+	go h.a.lingerOnStop(parent, clk, func() { once.Do(func() { close(stopped) }) }, workDone)
+	for clk.Now().Before(t0.Add(35 * time.Second)) {
+		for !clk.HasWaiters() {
+			select {
+			case <-stopped:
+				t.Fatalf("stopped at T+%v, before the window's end", clk.Now().Sub(t0))
+			default:
+				goruntime.Gosched()
+			}
+		}
+		clk.Step(time.Second)
+	}
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("did not stop at the window's end")
 	}
 }

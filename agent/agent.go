@@ -189,8 +189,17 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	return a, nil
 }
 
-// Run runs every loop of the agent until ctx ends. It returns nil on a clean stop.
+// Run runs every loop of the agent until ctx ends. It returns nil on a clean stop. When ctx
+// ends during an interruption (SIGTERM while the node drains), the agent keeps carrying out the
+// plan until the window's end (or until the kubelet's SIGKILL at the end of its pod's grace),
+// then delivers the queued webhooks and returns.
 func (a *Agent) Run(ctx context.Context) error {
+	parent := ctx
+	ctx, stopWork := context.WithCancel(context.WithoutCancel(parent))
+	defer stopWork()
+	workDone := make(chan struct{})
+	defer close(workDone)
+	go a.lingerOnStop(parent, a.clock, stopWork, workDone)
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting reprieve", "version", Version, "node", a.cfg.NodeName, "provider", a.provider.Name(),
 		"interruptionTaint", a.cfg.InterruptionTaint, "safetyMargin", a.cfg.SafetyMargin, "dryRun", a.cfg.DryRun)
@@ -275,7 +284,22 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.ready.Store(true)
 
 	if a.notifier != nil {
-		g.Go(func() error { a.notifier.Run(ctx); return nil })
+		// The notifier outlives the work: what the work queued is flushed once it stops.
+		nctx, stopNotify := context.WithCancel(context.WithoutCancel(ctx))
+		notified := make(chan struct{})
+		go func() { defer close(notified); a.notifier.Run(nctx) }()
+		defer func() {
+			a.notifier.Flush()
+			t := a.clock.NewTimer(notifyFlushTimeout)
+			defer t.Stop()
+			select {
+			case <-notified:
+			case <-t.C():
+				logger.Info("Delivering the queued webhooks took too long; dropping the rest", "timeout", notifyFlushTimeout)
+			}
+			stopNotify()
+			<-notified
+		}()
 	}
 	if w, ok := a.provider.(providers.Watcher); ok {
 		a.watching = true
@@ -292,6 +316,47 @@ func (a *Agent) Run(ctx context.Context) error {
 	err := g.Wait()
 	logger.Info("Stopped reprieve")
 	return err
+}
+
+// notifyFlushTimeout bounds the delivery of the queued webhooks when the agent stops.
+const notifyFlushTimeout = 10 * time.Second
+
+// lingerOnStop ends the agent's work (stopWork) once parent ends, unless an interruption is
+// pending: a DaemonSet rollout or a node shutdown that sends SIGTERM in the middle of a window
+// must not drop the evictions still due in it. The pod's own grace is the time to finish; the
+// chart sets it to cover a whole window. The agent then keeps working until the window's end,
+// or until the interruption is withdrawn. It returns when workDone is closed.
+func (a *Agent) lingerOnStop(parent context.Context, clk clock.WithTicker, stopWork func(), workDone <-chan struct{}) {
+	select {
+	case <-parent.Done():
+	case <-workDone:
+		return
+	}
+	logger := klog.FromContext(parent)
+	said := false
+	for {
+		a.mu.Lock()
+		w := a.drain.window
+		a.mu.Unlock()
+		now := clk.Now()
+		if !w.HasDeadline() || !now.Before(w.End()) {
+			stopWork()
+			return
+		}
+		if !said {
+			said = true
+			logger.Info("Stop requested during an interruption: carrying out the plan until the window's end",
+				"windowEnd", w.End(), "deadline", w.Deadline)
+		}
+		// Look again every second: a withdrawn notice ends the wait early.
+		t := clk.NewTimer(min(w.End().Sub(now), time.Second))
+		select {
+		case <-t.C():
+		case <-workDone:
+			t.Stop()
+			return
+		}
+	}
 }
 
 // nodeLoop polls the provider and reconciles the node on every poll and every node change.

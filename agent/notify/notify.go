@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"text/template"
 	"time"
@@ -74,6 +75,9 @@ type Notifier struct {
 	stopped atomic.Bool
 	// unlogged counts drops that Run has not logged yet: Notify only counts, Run logs.
 	unlogged atomic.Int64
+	// flush is closed by Flush: Run then delivers what is queued and returns.
+	flush     chan struct{}
+	flushOnce sync.Once
 }
 
 // Option changes a Notifier's dependencies.
@@ -116,6 +120,7 @@ func New(cfg Config, opts ...Option) (*Notifier, error) {
 		clock:   clock.RealClock{},
 		rand:    rand.Float64,
 		queue:   make(chan Message, cfg.QueueSize),
+		flush:   make(chan struct{}),
 		metrics: newMetrics(),
 	}
 	for _, o := range opts {
@@ -145,7 +150,7 @@ func (n *Notifier) Notify(m Message) bool {
 }
 
 // Run delivers queued messages one at a time until ctx ends, then drops what is left (logging
-// how many) and returns. Call it once.
+// how many) and returns. After Flush it delivers what is queued and returns. Call it once.
 func (n *Notifier) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	for {
@@ -153,6 +158,9 @@ func (n *Notifier) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			n.stop(logger, 0)
+			return
+		case <-n.flush:
+			n.deliverQueued(ctx, logger)
 			return
 		case m := <-n.queue:
 			if ctx.Err() != nil {
@@ -163,6 +171,31 @@ func (n *Notifier) Run(ctx context.Context) {
 				n.stop(logger, 1)
 				return
 			}
+		}
+	}
+}
+
+// Flush asks Run to deliver the queued messages and return; messages notified after it are
+// dropped. Run's ctx still bounds the delivery: cancel it to give up.
+func (n *Notifier) Flush() {
+	if n == nil {
+		return
+	}
+	n.flushOnce.Do(func() { close(n.flush) })
+}
+
+// deliverQueued delivers the queued messages until the queue is empty or ctx ends, then stops.
+func (n *Notifier) deliverQueued(ctx context.Context, logger klog.Logger) {
+	for {
+		select {
+		case m := <-n.queue:
+			if ctx.Err() != nil || !n.deliver(ctx, m) {
+				n.stop(logger, 1)
+				return
+			}
+		default:
+			n.stop(logger, 0)
+			return
 		}
 	}
 }

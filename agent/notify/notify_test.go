@@ -3,6 +3,7 @@ package notify
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -685,5 +686,27 @@ func TestParseHeaders(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestFlushDeliversTheQueue (issue 12 item 7): an agent stopping after an interruption flushes
+// the queued messages rather than dropping them, and Run then returns.
+func TestFlushDeliversTheQueue(t *testing.T) {
+	r := newReceiver(t)
+	n, _, _ := newTestNotifier(t, testConfig(r.URL))
+	for i := range 3 {
+		if !n.Notify(Message{Kind: KindNotice, Node: "n1", Text: fmt.Sprint("m", i)}) {
+			t.Fatal("message dropped before the flush")
+		}
+	}
+	n.Flush()
+	done := make(chan struct{})
+	go func() { defer close(done); n.Run(context.Background()) }()
+	waitDone(t, done)
+	if got := len(r.requests()); got != 3 {
+		t.Errorf("delivered %d messages, want the 3 queued", got)
+	}
+	if n.Notify(Message{Kind: KindNotice}) {
+		t.Error("a message after the flush was accepted")
 	}
 }

@@ -94,6 +94,9 @@ func run(args []string) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The first signal asks the agent to stop (during an interruption it finishes the window
+	// first); a second one ends the process at once.
+	go func() { <-ctx.Done(); stop() }()
 	logger := klog.Background()
 	ctx = klog.NewContext(ctx, logger)
 
