@@ -114,8 +114,9 @@ func PlanWhatIf(cfg Config, in WhatIf) NodePlan {
 		if t.Effect != v1.TaintEffectNoExecute {
 			continue
 		}
-		if t.TimeAdded == nil {
-			t.TimeAdded = &metav1.Time{Time: in.Now.Truncate(time.Second)}
+		if now := in.Now.Truncate(time.Second); t.TimeAdded == nil || now.Before(t.TimeAdded.Time) {
+			// As the agent anchors it: min(timeAdded, first seen).
+			t.TimeAdded = &metav1.Time{Time: now}
 		}
 		noExecute = append(noExecute, t)
 		out.NoExecuteTaints = append(out.NoExecuteTaints, taintString(t)+"@"+t.TimeAdded.UTC().Format(time.RFC3339))
