@@ -21,6 +21,9 @@
 //     arrives, with the document as it is then, and so is every GET arriving meanwhile:
 //     "the first call ... enables the service ... expect a delayed response in your first call
 //     of up to two minutes" (Scheduled Events for Linux VMs, "Enabling and disabling").
+//     A client that gives up before the answer has not enabled anything: the next GET waits
+//     the whole delay again, as issue 13 saw with a 3 s per-poll timeout ("aborts it over and
+//     over ... a Preempt in those minutes is missed").
 //   - SetApprovalStartDelay(d): an approved event turns Started d after the approval rather
 //     than at once: approval lets the platform start the event, which it then does on its own
 //     schedule ("the event may take a while to start": the document shows it Scheduled until
@@ -165,6 +168,14 @@ func (s *Server) SetFirstAnswerDelay(d time.Duration) {
 	s.firstDelay = d
 }
 
+// FirstAnswerAt returns when the delayed first answer is (or was) given; zero before the first
+// GET of scheduled events or without SetFirstAnswerDelay.
+func (s *Server) FirstAnswerAt() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.enabledAt
+}
+
 // SetApprovalStartDelay makes an approved event turn Started d after its approval.
 func (s *Server) SetApprovalStartDelay(d time.Duration) {
 	s.mu.Lock()
@@ -194,6 +205,11 @@ func (s *Server) holdFirst(r *http.Request) bool {
 	case <-t.C:
 		return true
 	case <-r.Context().Done():
+		s.mu.Lock()
+		if time.Now().Before(s.enabledAt) {
+			s.enabledAt = time.Time{} // abandoned: the next call starts over
+		}
+		s.mu.Unlock()
 		return false
 	case <-s.closed:
 		return false

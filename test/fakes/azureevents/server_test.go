@@ -1,6 +1,7 @@
 package azureevents
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -301,6 +302,9 @@ func TestFirstAnswerDelay(t *testing.T) {
 	// An event posted while the first call is held is in its answer.
 	id := s.AddEvent(Event{EventType: EventTypePreempt, Resources: []string{"vmss_3"}, NotBefore: start.Add(30 * time.Second)})
 	a := <-first
+	if at := s.FirstAnswerAt(); at.Before(start.Add(delay-20*time.Millisecond)) || at.After(a.at) {
+		t.Errorf("FirstAnswerAt %v, want about %v after the first request (answered %v)", at.Sub(start), delay, a.at.Sub(start))
+	}
 	if took := a.at.Sub(start); a.code != http.StatusOK || took < delay-20*time.Millisecond {
 		t.Errorf("first answer %d after %v, want 200 after about %v", a.code, took, delay)
 	}
@@ -334,5 +338,29 @@ func TestApprovalStartDelay(t *testing.T) {
 	}
 	if got := s.Approvals(); !slices.Equal(got, []string{id}) {
 		t.Errorf("approvals %v, want [%s]", got, id)
+	}
+}
+
+// TestFirstAnswerAbandoned: a first call given up before its answer enables nothing; the next
+// one waits the whole delay again.
+func TestFirstAnswerAbandoned(t *testing.T) {
+	s := New("vmss_3")
+	const delay = 400 * time.Millisecond
+	s.SetFirstAnswerDelay(delay)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	r := httptest.NewRequest(http.MethodGet, eventsURL, nil).WithContext(ctx)
+	r.Header.Set("Metadata", "true")
+	w := httptest.NewRecorder()
+	s.ServeHTTP(w, r)
+	cancel()
+	if !s.FirstAnswerAt().IsZero() {
+		t.Errorf("FirstAnswerAt %v after an abandoned first call, want it reset", s.FirstAnswerAt())
+	}
+	start := time.Now()
+	if code, _ := call(t, s, http.MethodGet, eventsURL, "", nil); code != http.StatusOK {
+		t.Fatalf("second call: %d", code)
+	}
+	if took := time.Since(start); took < delay-20*time.Millisecond {
+		t.Errorf("second call answered after %v, want the whole delay %v again", took, delay)
 	}
 }
