@@ -38,6 +38,7 @@ helm:
 ## that the committed files equal a fresh render)
 manifests: helm
 	cp deploy/prometheus/rules.yaml deploy/chart/reprieve/files/rules.yaml
+	cp deploy/grafana/dashboard.json deploy/chart/reprieve/files/dashboard.json
 	HELM=$(REPRIEVE_TOOLS_BIN)/helm bash deploy/chart/render.sh deploy/manifests
 
 ## promtool: Debian's prometheus package (promtool and the server) for the rule and alert tests

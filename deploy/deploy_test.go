@@ -114,6 +114,7 @@ var wantAlerts = []string{
 	"ReprieveMetadataFailing",
 	"ReprieveAgentDown",
 	"ReprieveAgentAbsent",
+	"ReprieveAgentNotReady",
 }
 
 func TestRules(t *testing.T) {
@@ -681,6 +682,25 @@ func TestDashboard(t *testing.T) {
 	if !hasDS {
 		t.Errorf("dashboard has no Prometheus datasource variable named datasource")
 	}
+	// A second release (job reprieve-gpu) and a second cluster are a variable away: every query
+	// selects on both, none on a fixed job.
+	names := map[string]bool{}
+	for _, v := range vars {
+		v, _ := v.(map[string]any)
+		name, _ := v["name"].(string)
+		names[name] = true
+	}
+	if !names["cluster"] || !names["job"] {
+		t.Errorf("dashboard variables %v: want cluster and job", names)
+	}
+	for title, e := range dashboardQueries(t, dash) {
+		if strings.HasPrefix(title, ".templating.") {
+			continue // the variables' own queries, which list the clusters and jobs
+		}
+		if !strings.Contains(e, `cluster=~"$cluster", job=~"$job"`) || strings.Contains(e, `job="`) {
+			t.Errorf("panel %q: %s does not select cluster=~\"$cluster\", job=~\"$job\"", title, e)
+		}
+	}
 	// Every Prometheus datasource reference goes through the variable: no instance's uid.
 	var walk func(path string, v any)
 	walk = func(path string, v any) {
@@ -856,7 +876,7 @@ func TestPodMonitor(t *testing.T) {
 }
 
 // grafanaVars stand in for the dashboard's variables when promtool parses its queries.
-var grafanaVars = strings.NewReplacer("$__rate_interval", "1m", "$__interval", "1m", "$__range", "1h", "$node", ".*")
+var grafanaVars = strings.NewReplacer("$__rate_interval", "1m", "$__interval", "1m", "$__range", "1h", "$node", ".*", "$cluster", ".*", "$job", ".*")
 
 // TestPromtool runs promtool over the rules, their unit tests, and the dashboard's queries
 // (as recording rules, which promtool parses).
@@ -883,8 +903,42 @@ func TestPromtool(t *testing.T) {
 	}
 	run(append([]string{"test", "rules"}, tests...)...)
 
+	// A second release, as the chart renders its rules (templates/prometheusrule.yaml): the same
+	// substitution of job and daemonset in the rules and in the tests' series and expectations.
+	// Every test passes for it too, so no alert is tied to the default release's name.
+	gpu := strings.NewReplacer(`job="reprieve"`, `job="reprieve-gpu"`, `daemonset="reprieve"`, `daemonset="reprieve-gpu"`,
+		"job: reprieve\n", "job: reprieve-gpu\n", "daemonset: reprieve\n", "daemonset: reprieve-gpu\n",
+		"kube-system/reprieve ", "kube-system/reprieve-gpu ")
+	dir := t.TempDir()
+	rules, err := os.ReadFile(rulesPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(gpu.Replace(string(rules)), `job="reprieve"`) || !strings.Contains(gpu.Replace(string(rules)), `daemonset="reprieve-gpu"`) {
+		t.Fatal("the second release's rules still select the default release")
+	}
+	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), []byte(gpu.Replace(string(rules))), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "tests"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var gpuTests []string
+	for _, f := range tests {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := filepath.Join(dir, "tests", filepath.Base(f))
+		if err := os.WriteFile(out, []byte(gpu.Replace(string(b))), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		gpuTests = append(gpuTests, out)
+	}
+	run(append([]string{"test", "rules"}, gpuTests...)...)
+
 	queries := dashboardQueries(t, loadDashboard(t))
-	var rules []map[string]string
+	var records []map[string]string
 	for i, where := range sortedKeys(queries) {
 		e := queries[where]
 		if labelValuesRE.MatchString(e) {
@@ -894,9 +948,9 @@ func TestPromtool(t *testing.T) {
 		if strings.Contains(e, "$") {
 			t.Errorf("%s: a Grafana variable this test does not know: %s", where, e)
 		}
-		rules = append(rules, map[string]string{"record": fmt.Sprintf("dashboard:query_%d", i), "expr": e})
+		records = append(records, map[string]string{"record": fmt.Sprintf("dashboard:query_%d", i), "expr": e})
 	}
-	data, err := json.Marshal(map[string]any{"groups": []any{map[string]any{"name": "dashboard", "rules": rules}}})
+	data, err := json.Marshal(map[string]any{"groups": []any{map[string]any{"name": "dashboard", "rules": records}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -932,19 +986,24 @@ func sortedKeys[V any](m map[string]V) []string {
 }
 
 // chartRulesPath is the chart's copy of rulesPath: a chart cannot read files outside itself.
-const chartRulesPath = "chart/reprieve/files/rules.yaml"
+const (
+	chartRulesPath     = "chart/reprieve/files/rules.yaml"
+	chartDashboardPath = "chart/reprieve/files/dashboard.json"
+)
 
 // TestChartRulesCopy checks that the chart's PrometheusRule carries the alerts of rules.yaml.
 func TestChartRulesCopy(t *testing.T) {
-	want, err := os.ReadFile(rulesPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := os.ReadFile(chartRulesPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs from %s: run `make manifests`", chartRulesPath, rulesPath)
+	for src, dst := range map[string]string{rulesPath: chartRulesPath, dashboardPath: chartDashboardPath} {
+		want, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(dst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s differs from %s: run `make manifests`", dst, src)
+		}
 	}
 }

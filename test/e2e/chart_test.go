@@ -100,9 +100,13 @@ var chartCases = []chartCase{
 			"transitionPeriod": "2m", "kubeletConfig": "/etc/kubernetes/kubelet.yaml"},
 		"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
 			{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["batch"]}]}]}}},
+		"tolerateAllTaints": false,
 		"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute"}],
+		"logFormat": "json", "extraEnv": [{"name": "REPRIEVE_EVICTION_WORKERS", "value": "32"}],
+		"updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "10%"}},
+		"podLabels": {"team": "platform"}, "podAnnotations": {"example.com/owner": "platform"},
 		"podMonitor": {"enabled": true, "labels": {"release": "kube-prometheus-stack"}},
-		"prometheusRule": {"enabled": true}}`}},
+		"prometheusRule": {"enabled": true}, "grafanaDashboard": {"enabled": true}}`}},
 }
 
 // TestChartLint runs `helm lint --strict` on the chart with each case's values, and checks
@@ -119,6 +123,11 @@ func TestChartLint(t *testing.T) {
 		{"interruptionTaint=cloud=spot:NoSchedule", "interruptionTaint"},
 		{"pressure.kubeletInsecureTLS=true", "pressure.source=summary only"},
 		{"metrics.port=0", "port"},
+		// Misspelled keys are errors, not silently ignored values.
+		{"toleration[0].operator=Exists", "toleration"},
+		{"nodeselector.pool=gpu", "nodeselector"},
+		{"podMonitor.enable=true", "enable"},
+		{"logFormat=xml", "logFormat"},
 	} {
 		_, err := helm(t, "template", "reprieve", chartDir, "--set", bad.set)
 		if err == nil || !strings.Contains(err.Error(), bad.want) {
@@ -285,6 +294,25 @@ func renderDaemonSet(t *testing.T, source string, args ...string) (*appsv1.Daemo
 	return ds, role
 }
 
+// settings is what the agent's container sets, as flags: its args, and each REPRIEVE_<FLAG>
+// variable as --flag=value (and a "true" one also as the bare --flag). The chart passes its
+// settings as variables so that `reprieve doctor` run in the pod sees them too.
+func settings(c v1.Container) []string {
+	out := slices.Clone(c.Args)
+	for _, e := range c.Env {
+		name, ok := strings.CutPrefix(e.Name, "REPRIEVE_")
+		if !ok {
+			continue
+		}
+		flag := "--" + strings.ToLower(strings.ReplaceAll(name, "_", "-"))
+		out = append(out, flag+"="+e.Value)
+		if e.Value == "true" {
+			out = append(out, flag)
+		}
+	}
+	return out
+}
+
 // hostSourcePaths are the host paths the DaemonSet mounts for pressure.source=host.
 var hostSourcePaths = []string{"/proc", "/sys/fs/cgroup", "/var/lib/kubelet", "/var/lib/containerd"}
 
@@ -362,14 +390,18 @@ func TestChartValues(t *testing.T) {
 			if slices.ContainsFunc(c.Env, func(e v1.EnvVar) bool { return e.Name == "HOST_IP" }) {
 				t.Error("HOST_IP in the pod spec; the agent reads the kubelet's address from its node")
 			}
+			set := settings(c)
+			if len(c.Args) != 0 {
+				t.Errorf("args %q: the chart's settings belong in REPRIEVE_* variables, args are for extraArgs", c.Args)
+			}
 			for _, a := range tc.args {
-				if !slices.Contains(c.Args, a) {
-					t.Errorf("args %q lack %s", c.Args, a)
+				if !slices.Contains(set, a) {
+					t.Errorf("settings %q lack %s", set, a)
 				}
 			}
 			for _, a := range tc.absentArgs {
-				if slices.ContainsFunc(c.Args, func(s string) bool { return strings.HasPrefix(s, a) }) {
-					t.Errorf("args %q have %s, which no value asked for", c.Args, a)
+				if slices.ContainsFunc(set, func(s string) bool { return strings.HasPrefix(s, a) }) {
+					t.Errorf("settings %q have %s, which no value asked for", set, a)
 				}
 			}
 			if tc.nodeSelector != nil && !reflect.DeepEqual(spec.NodeSelector, tc.nodeSelector) {
@@ -410,7 +442,8 @@ func TestChartValues(t *testing.T) {
 		cfg.AddFlags(fs)
 		for _, c := range chartCases {
 			ds, _ := renderDaemonSet(t, c.name, c.args...)
-			for _, a := range ds.Spec.Template.Spec.Containers[0].Args {
+			// A misspelled variable would be ignored silently: each must name a flag.
+			for _, a := range settings(ds.Spec.Template.Spec.Containers[0]) {
 				name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
 				if a == "-v=2" { // klog's, from extraArgs
 					continue
@@ -433,12 +466,23 @@ func TestChartValues(t *testing.T) {
 		ds, _ := renderDaemonSet(t, c.name, c.args...)
 		spec := ds.Spec.Template.Spec
 		ctr := spec.Containers[0]
+		set := settings(ctr)
 		for _, a := range []string{"--metrics-bind-address=:9090", "--interruption-taint=example.com/reclaim:NoExecute",
 			"--webhook-url-file=/etc/reprieve/webhook-url/endpoint", "--webhook-headers-file=/etc/reprieve/webhook-headers/headers",
-			"--evict-daemonset-pods", "-v=2"} {
-			if !slices.Contains(ctr.Args, a) {
-				t.Errorf("args %q lack %s", ctr.Args, a)
+			"--evict-daemonset-pods", "-v=2", "--log-format=json", "--eviction-workers=32"} {
+			if !slices.Contains(set, a) {
+				t.Errorf("settings %q lack %s", set, a)
 			}
+		}
+		if !slices.Equal(ctr.Args, []string{"--evict-daemonset-pods", "-v=2"}) {
+			t.Errorf("args %q, want extraArgs alone", ctr.Args)
+		}
+		if u := ds.Spec.UpdateStrategy; u.Type != appsv1.RollingUpdateDaemonSetStrategyType || u.RollingUpdate == nil ||
+			u.RollingUpdate.MaxUnavailable == nil || u.RollingUpdate.MaxUnavailable.String() != "10%" {
+			t.Errorf("updateStrategy %+v, want RollingUpdate with maxUnavailable 10%%", u)
+		}
+		if ds.Spec.Template.Labels["team"] != "platform" || ds.Spec.Template.Annotations["example.com/owner"] != "platform" {
+			t.Errorf("pod labels %v and annotations %v lack podLabels and podAnnotations", ds.Spec.Template.Labels, ds.Spec.Template.Annotations)
 		}
 		if len(ctr.Ports) != 1 || ctr.Ports[0].ContainerPort != 9090 || ctr.Ports[0].Name != "metrics" ||
 			ctr.LivenessProbe.HTTPGet.Port.String() != "metrics" || ctr.ReadinessProbe.HTTPGet.Port.String() != "metrics" {

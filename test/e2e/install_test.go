@@ -107,6 +107,9 @@ func installDaemonSet(ctx context.Context, t *testing.T, cloud, file string, spo
 			t.Fatal(err)
 		}
 	}
+	// A pool with a NoExecute taint of its own, as GPU pools have: the agent must land there too
+	// (it tolerates every taint), or the node's pods die with the machine unannounced.
+	patchNode(ctx, t, map[string]any{"spec": map[string]any{"taints": []v1.Taint{{Key: "nvidia.com/gpu", Value: "present", Effect: v1.TaintEffectNoExecute}}}}, nodes[2])
 	onDemand := ns + "-on-demand"
 	if _, err := env.CreateNode(ctx, onDemand, nil); err != nil {
 		t.Fatal(err)

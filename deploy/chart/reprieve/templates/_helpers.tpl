@@ -1,10 +1,21 @@
-{{/* The release's full name: "reprieve" for a release named reprieve (or reprieve-*), else
-<release>-reprieve. Object names, and the ServiceAccount unless serviceAccount.name says. */}}
+{{/* The chart's name, or nameOverride: the app.kubernetes.io/name label. */}}
+{{- define "reprieve.name" -}}
+{{- .Values.nameOverride | default .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The release's full name: fullnameOverride when set; else "reprieve" for a release named
+reprieve (or one containing the name), else <release>-reprieve. Object names, and the
+ServiceAccount unless serviceAccount.name says. */}}
 {{- define "reprieve.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "reprieve.name" . -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
@@ -12,15 +23,19 @@
 {{- .Values.serviceAccount.name | default (include "reprieve.fullname" .) -}}
 {{- end -}}
 
-{{/* Selector labels. The PodMonitor selects on app.kubernetes.io/name alone, and the alerts
-expect job="reprieve", its value. */}}
+{{/* Selector labels: fixed for a release's life (a DaemonSet's selector cannot change). */}}
 {{- define "reprieve.selectorLabels" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/name: {{ include "reprieve.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* The common labels of every object (Helm's and Kubernetes' recommended set). */}}
 {{- define "reprieve.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{ include "reprieve.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | trunc 63 | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: reprieve
 {{- end -}}
 
 {{/* The interruption taint (--interruption-taint, default cloud=spot:NoExecute) as a dict
@@ -43,4 +58,10 @@ of key, value and effect, for the toleration and the admission policy. */}}
 {{- if and .Values.pressure.kubeletInsecureTLS (ne .Values.pressure.source "summary") -}}
 {{- fail "pressure.kubeletInsecureTLS applies to pressure.source=summary only" -}}
 {{- end -}}
+{{- end -}}
+
+{{/* The job label of the agent's series: monitoring.job, else the release's name. The PodMonitor
+sets it; the alert rules and the dashboard select on it, so every release sees its own agents. */}}
+{{- define "reprieve.job" -}}
+{{- .Values.monitoring.job | default .Release.Name -}}
 {{- end -}}
