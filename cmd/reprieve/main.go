@@ -152,6 +152,7 @@ func start(ctx context.Context, cfg agent.Config) error {
 	if err != nil {
 		return err
 	}
+	noteKarpenter(ctx, client, cfg.NodeName, clock.RealClock{})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	provider, err := newProvider(ctx, cfg, client, reg)

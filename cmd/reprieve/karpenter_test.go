@@ -1,0 +1,54 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+// TestNoteKarpenter: a node with Karpenter's nodepool label gets one Event naming the label; a
+// node labelled only with the capacity type (a managed node group sharing selectors) gets none.
+func TestNoteKarpenter(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
+	for _, tc := range []struct {
+		name   string
+		labels map[string]string
+		events int
+	}{
+		{"nodepool", map[string]string{"karpenter.sh/nodepool": "spot", "karpenter.sh/capacity-type": "spot"}, 1},
+		{"provisioner", map[string]string{"karpenter.sh/provisioner-name": "default"}, 1},
+		{"capacity-type-only", map[string]string{"karpenter.sh/capacity-type": "spot"}, 0},
+		{"none", nil, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: tc.labels}})
+			noteKarpenter(context.Background(), client, "n1", clk)
+			evs, err := client.CoreV1().Events(metav1.NamespaceDefault).List(context.Background(), metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(evs.Items) != tc.events {
+				t.Fatalf("%d events, want %d", len(evs.Items), tc.events)
+			}
+			if tc.events == 1 {
+				e := evs.Items[0]
+				if e.Reason != ReasonKarpenterManaged || e.InvolvedObject.Kind != "Node" || e.InvolvedObject.Name != "n1" ||
+					!strings.Contains(e.Message, "karpenter.sh/") || !e.FirstTimestamp.Time.Equal(clk.Now()) {
+					t.Errorf("event %+v: want KarpenterManaged on node n1 naming the label, at the clock's time", e)
+				}
+			}
+		})
+	}
+	// A node that cannot be read: nothing recorded, no panic.
+	client := fake.NewClientset()
+	noteKarpenter(context.Background(), client, "missing", clk)
+	if evs, _ := client.CoreV1().Events(metav1.NamespaceDefault).List(context.Background(), metav1.ListOptions{}); len(evs.Items) != 0 {
+		t.Errorf("%d events for a node that does not exist", len(evs.Items))
+	}
+}
