@@ -153,7 +153,7 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	if a.metrics, err = NewMetrics(deps.Registerer, a.provider.Name()); err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
-	a.metrics.BuildInfo.WithLabelValues(Version, runtime.Version()).Set(1)
+	a.metrics.BuildInfo.WithLabelValues(Version, buildRevision(), runtime.Version(), runtime.GOOS, runtime.GOARCH).Set(1)
 	if ncfg, ok, err := cfg.NotifyConfig(); ok {
 		if err != nil {
 			return nil, fmt.Errorf("configuring the webhook: %w", err)

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	"runtime/debug"
 
 	"github.com/reprieve-dev/reprieve/kubelet"
 	"github.com/reprieve-dev/reprieve/providers"
@@ -91,7 +92,7 @@ func NewMetrics(reg prometheus.Registerer, provider string) (*Metrics, error) {
 		BuildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "build_info",
 			Help: "Always 1; the labels say which build is running.",
-		}, []string{"version", "goversion"}),
+		}, []string{"version", "revision", "goversion", "goos", "goarch"}),
 		// The pressure signals keep the kubelet's names and units: bytes for memory.available,
 		// nodefs.available and imagefs.available, inodes for *.inodesFree, PIDs for pid.available.
 		PressureAvailable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -139,4 +140,30 @@ func NewMetrics(reg prometheus.Registerer, provider string) (*Metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// buildRevision is the VCS revision the Go toolchain recorded in the binary (vcs.revision, with
+// "-dirty" for a modified tree), or "unknown" for a build without it (-buildvcs=false, or a
+// source tree without its .git).
+func buildRevision() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	rev, dirty := "", false
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if rev == "" {
+		return "unknown"
+	}
+	if dirty {
+		rev += "-dirty"
+	}
+	return rev
 }

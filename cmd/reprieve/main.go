@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -38,39 +39,99 @@ func main() {
 	os.Exit(run(os.Args[1:]))
 }
 
+// exitCode is an error that carries the process's exit status out of a cobra command.
+type exitCode int
+
+func (c exitCode) Error() string { return fmt.Sprintf("exit status %d", int(c)) }
+
 // run returns the process's exit status: 0 on a clean stop, 1 on a failure while running, 2 on
 // bad usage (a flag or variable that does not parse, an invalid configuration).
 func run(args []string) int {
 	agent.Version = version
-	if len(args) > 0 && args[0] == "version" {
-		fmt.Printf("reprieve %s (%s)\n", version, runtime.Version())
+	root := newRootCommand()
+	root.SetArgs(args)
+	err := root.Execute()
+	var code exitCode
+	switch {
+	case err == nil:
 		return 0
-	}
-	if len(args) > 0 && args[0] == "doctor" {
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		defer stop()
-		return runDoctor(ctx, args[1:], os.Stdout, os.Stderr, newClient)
-	}
-	if len(args) > 0 && args[0] == "plan" {
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		defer stop()
-		return runPlan(ctx, args[1:], os.Stdout, os.Stderr, time.Now(), newClient)
-	}
-
-	cfg := agent.DefaultConfig()
-	fs := agentFlagSet(&cfg)
-	fs.Usage = func() { fmt.Fprintf(os.Stderr, "%s\n%s", usageHeader, fs.FlagUsages()) }
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return 0
-		}
+	case errors.As(err, &code):
+		return int(code)
+	default:
+		// cobra's own usage errors: an unknown command or flag.
 		fmt.Fprintf(os.Stderr, "reprieve: %v\n", err)
 		return 2
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "reprieve: unknown command %q (want no argument, plan, doctor or version)\n", fs.Arg(0))
-		return 2
+}
+
+// newRootCommand is the reprieve command and its subcommands (spf13/cobra): per-command help,
+// --version, and shell completion (`reprieve completion bash`). The agent's flags stay a pflag
+// set of agent.Config's, so that `plan` and `doctor` parse the same flags the same way.
+func newRootCommand() *cobra.Command {
+	cfg := agent.DefaultConfig()
+	fs := agentFlagSet(&cfg)
+	root := &cobra.Command{
+		Use:           "reprieve",
+		Short:         "Node agent: drains spot and preemptible nodes before the cloud reclaims them",
+		Version:       version,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if code := runAgent(fs, &cfg); code != 0 {
+				return exitCode(code)
+			}
+			return nil
+		},
 	}
+	root.SetVersionTemplate("reprieve {{.Version}} (" + runtime.Version() + ")\n")
+	root.Flags().AddFlagSet(fs)
+	root.SetUsageFunc(func(cmd *cobra.Command) error {
+		fmt.Fprintf(cmd.OutOrStderr(), "%s\n%s", usageHeader, fs.FlagUsages())
+		return nil
+	})
+	root.SetHelpFunc(func(cmd *cobra.Command, _ []string) {
+		if cmd != root {
+			fmt.Fprint(cmd.OutOrStdout(), cmd.UsageString())
+			return
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "%s\n%s", usageHeader, fs.FlagUsages())
+	})
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		fmt.Fprintf(os.Stderr, "reprieve: %v\n", err)
+		return exitCode(2)
+	})
+	// plan and doctor parse their own flags (the agent's plus theirs), with their own --help.
+	sub := func(name, short string, runSub func(ctx context.Context, args []string) int) *cobra.Command {
+		return &cobra.Command{
+			Use: name, Short: short, DisableFlagParsing: true, SilenceUsage: true, SilenceErrors: true,
+			RunE: func(cmd *cobra.Command, args []string) error {
+				ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+				defer stop()
+				if code := runSub(ctx, args); code != 0 {
+					return exitCode(code)
+				}
+				return nil
+			},
+		}
+	}
+	root.AddCommand(
+		sub("plan", "What the agent would do for a notice, changing nothing", func(ctx context.Context, args []string) int {
+			return runPlan(ctx, args, os.Stdout, os.Stderr, time.Now(), newClient)
+		}),
+		sub("doctor", "Check permissions, the node and the metadata service", func(ctx context.Context, args []string) int {
+			return runDoctor(ctx, args, os.Stdout, os.Stderr, newClient)
+		}),
+		&cobra.Command{
+			Use: "version", Short: "Print the version", Args: cobra.NoArgs,
+			Run: func(*cobra.Command, []string) { fmt.Printf("reprieve %s (%s)\n", version, runtime.Version()) },
+		},
+	)
+	return root
+}
+
+// runAgent runs the agent with the flags fs has parsed into cfg, and returns the exit status.
+func runAgent(fs *pflag.FlagSet, cfg *agent.Config) int {
 	if err := agent.ApplyEnv(fs, "REPRIEVE_", os.LookupEnv); err != nil {
 		fmt.Fprintf(os.Stderr, "reprieve: %v\n", err)
 		return 2
@@ -100,7 +161,7 @@ func run(args []string) int {
 	logger := klog.Background()
 	ctx = klog.NewContext(ctx, logger)
 
-	if err := start(ctx, cfg); err != nil {
+	if err := start(ctx, *cfg); err != nil {
 		logger.Error(err, "reprieve failed")
 		klog.Flush()
 		return 1
@@ -113,7 +174,8 @@ func run(args []string) int {
 const usageHeader = `Usage: reprieve [flags]
        reprieve plan --node NAME --deadline 120s [-o table|json] [flags]
        reprieve doctor [flags]
-       reprieve version
+       reprieve version | --version
+       reprieve completion bash|zsh|fish|powershell
 
 Every flag also reads $REPRIEVE_<FLAG> (dashes as underscores).
 `

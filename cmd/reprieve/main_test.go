@@ -12,7 +12,13 @@ func TestRunExitCodes(t *testing.T) {
 		want int
 	}{
 		{"version", []string{"version"}, nil, 0},
+		{"--version", []string{"--version"}, nil, 0},
 		{"help", []string{"--help"}, nil, 0},
+		{"plan help", []string{"plan", "--help"}, nil, 0},
+		{"doctor help", []string{"doctor", "--help"}, nil, 0},
+		{"completion", []string{"completion", "bash"}, nil, 0},
+		{"plan flag that does not parse", []string{"plan", "--safety-margin=lots"}, nil, 2},
+		{"argument to the agent", []string{"--node-name=n", "extra"}, nil, 2},
 		{"flag that does not parse", []string{"--poll-interval=often"}, nil, 2},
 		{"unknown flag", []string{"--no-such-flag"}, nil, 2},
 		{"variable that does not parse", []string{"--node-name=n"}, map[string]string{"REPRIEVE_SAFETY_MARGIN": "lots"}, 2},
