@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"time"
 
 	"github.com/reprieve-dev/reprieve/test/scenario"
@@ -20,6 +21,8 @@ func main() {
 	provider := flag.String("provider", "aws", "simulated cloud: aws (amazon-ec2-metadata-mock), gcp or azure (the test tree's servers)")
 	window := flag.Duration("window", 40*time.Second, "time from the notice to the reclaim deadline (GCP's is always 30s)")
 	margin := flag.Duration("safety-margin", 5*time.Second, "reprieve's --safety-margin")
+	scen := flag.String("scenario", envOr("REPRIEVE_DEMO_SCENARIO", "preemption"),
+		"preemption, or gpu-maintenance (with -provider=gcp: host maintenance of a GPU VM, whose window starts -window after the notice, 90s unless set; $REPRIEVE_DEMO_SCENARIO)")
 	flag.Parse()
 	clouds := map[string]scenario.Cloud{"aws": scenario.AWS{}, "gcp": scenario.GCP{}, "azure": scenario.Azure{}}
 	cloud, ok := clouds[*provider]
@@ -27,13 +30,41 @@ func main() {
 		fmt.Fprintf(os.Stderr, "demo: -provider %q: want aws, gcp or azure\n", *provider)
 		os.Exit(2)
 	}
-	if err := run(*provider, cloud, *window, *margin); err != nil {
+	var extra []string
+	switch *scen {
+	case "preemption":
+	case "gpu-maintenance":
+		if *provider != "gcp" {
+			fmt.Fprintf(os.Stderr, "demo: -scenario gpu-maintenance needs -provider gcp, not %q\n", *provider)
+			os.Exit(2)
+		}
+		windowSet := false
+		flag.Visit(func(f *flag.Flag) { windowSet = windowSet || f.Name == "window" })
+		if !windowSet {
+			*window = 90 * time.Second
+		}
+		// A lead shorter than the window shows both steps: the NoSchedule maintenance taint at
+		// the notice, the interruption at window start - lead.
+		cloud, extra = scenario.GCPMaintenance{}, []string{"--maintenance-lead=" + (*window * 2 / 3).String()}
+	default:
+		fmt.Fprintf(os.Stderr, "demo: -scenario %q: want preemption or gpu-maintenance\n", *scen)
+		os.Exit(2)
+	}
+	if err := run(*provider, *scen, cloud, *window, *margin, extra); err != nil {
 		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(provider string, cloud scenario.Cloud, window, margin time.Duration) error {
+// envOr returns the environment variable name, or def when it is empty.
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func run(provider, scen string, cloud scenario.Cloud, window, margin time.Duration, extra []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
@@ -65,10 +96,15 @@ func run(provider string, cloud scenario.Cloud, window, margin time.Duration) er
 		"gcp":   "the GCP metadata server will set preempted=TRUE in 3s (30s window)",
 		"azure": fmt.Sprintf("the Scheduled Events server will post a Preempt in 3s with NotBefore %s later", window),
 	}[provider]
+	if scen == "gpu-maintenance" {
+		what = fmt.Sprintf("in 3s the GCP metadata server will announce host maintenance of a GPU VM: upcoming-maintenance with window-start-time %s later "+
+			"and maintenance-event TERMINATE_ON_HOST_MAINTENANCE; reprieve (%s) keeps new pods off at once and interrupts at the window's start - lead",
+			window, strings.Join(extra, " "))
+	}
 	step("creating node demo-node with %d pods; %s", len(pods), what)
 	res, err := scenario.RunSpot(ctx, scenario.SpotOptions{
 		Env: env, ReprieveBin: bin, Namespace: "demo", Node: "demo-node", Pods: pods, Cloud: cloud,
-		NoticeDelay: 3 * time.Second, Window: window, SafetyMargin: margin, LogDir: logDir,
+		NoticeDelay: 3 * time.Second, Window: window, SafetyMargin: margin, LogDir: logDir, ExtraArgs: extra,
 	})
 	if err != nil {
 		return err
