@@ -91,12 +91,17 @@ func TestDeadlineOddities(t *testing.T) {
 		if hasTaint(n, taint.Key, taint.Effect) {
 			t.Errorf("interruption taint for a deadline a year away: %v", n.Spec.Taints)
 		}
-		// Give the agent a few polls to do anything it would do.
-		select {
-		case <-time.After(3 * time.Second):
-		case <-ctx.Done():
-			t.Fatal(ctx.Err())
+		// Give the agent three more polls (each one re-plans) to do anything it would do,
+		// counted from its metrics rather than slept.
+		polls := func() float64 {
+			text, err := scenario.Scrape(addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return sumMetric(text, `reprieve_metadata_polls_total{outcome="ok",provider="none"}`)
 		}
+		seen := polls()
+		waitFor(ctx, t, "three more polls", func() bool { return polls() >= seen+3 })
 		if r := obs.Records(); !r["due"].DeletedAt.IsZero() || !r["tolerates"].DeletedAt.IsZero() {
 			t.Errorf("pods evicted for a deadline a year away: %+v", r)
 		}

@@ -119,7 +119,11 @@ func TestSmoke(t *testing.T) {
 		if err := env.Client.CoreV1().Pods(ns).Delete(ctx, "q", metav1.DeleteOptions{}); err != nil {
 			t.Fatalf("deleting pod: %v", err)
 		}
-		time.Sleep(500 * time.Millisecond)
+		// The second delete must meet a pod already terminating with its 60 s grace.
+		waitFor(ctx, t, 15*time.Second, "pod terminating", func() bool {
+			p, err := env.Client.CoreV1().Pods(ns).Get(ctx, "q", metav1.GetOptions{})
+			return err == nil && p.DeletionTimestamp != nil
+		})
 		deleted = time.Now()
 		if err := env.Client.CoreV1().Pods(ns).Delete(ctx, "q", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](1)}); err != nil {
 			t.Fatalf("deleting pod again: %v", err)
