@@ -129,8 +129,16 @@ func TestLoadSlowAPIServer(t *testing.T) {
 		t.Errorf("missed-deadline metric: %s", grep(text, "reprieve_evictions_missed_deadline_total"))
 	}
 	sort.Slice(lateness, func(i, j int) bool { return lateness[i] < lateness[j] })
+	if len(lateness) == 0 {
+		t.Error("no pod with a plan after the notice was evicted: nothing to measure")
+	}
 	if len(lateness) > 0 {
 		p50, p99 := lateness[len(lateness)/2], lateness[len(lateness)*99/100]
+		// The promise is every eviction within 1 s of its plan (slack); the proxy adds its
+		// latency on top (docs/benchmarks.md measured max 316 ms here).
+		if worst := lateness[len(lateness)-1]; worst > slack+apiLatency || lateness[0] < -slack {
+			t.Errorf("eviction minus plan ranges %v to %v, want within %v and %v", lateness[0].Round(time.Millisecond), worst.Round(time.Millisecond), -slack, slack+apiLatency)
+		}
 		t.Logf("%d pods with a plan after the notice, behind a %v API latency: eviction (as the watch saw it) minus plan p50 %v, p99 %v, max %v",
 			len(lateness), apiLatency, p50.Round(time.Millisecond), p99.Round(time.Millisecond), lateness[len(lateness)-1].Round(time.Millisecond))
 	}
