@@ -1097,6 +1097,14 @@ func TestSpotFromProvisioningModel(t *testing.T) {
 			if spot != tc.wantSpot {
 				t.Errorf("spot = %v, want %v", spot, tc.wantSpot)
 			}
+			s.Set(PathPreempted, PreemptedTrue)
+			ns, err := p.Poll(context.Background())
+			if err != nil || len(ns) != 1 {
+				t.Fatalf("preempted: got %q, %v", summaries(ns), err)
+			}
+			if got := strings.Contains(ns[0].Description, "standard"); got == tc.wantSpot {
+				t.Errorf("description %q on a VM with spot=%v", ns[0].Description, tc.wantSpot)
+			}
 			if n := s.Count("instance/scheduling/provisioning-model"); n != 1 {
 				t.Errorf("provisioning-model read %d times, want once", n)
 			}

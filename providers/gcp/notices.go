@@ -104,7 +104,9 @@ type state struct {
 	maintenanceSince time.Time
 	// upcoming is instance/upcoming-maintenance; nil when there is none (404).
 	upcoming *Upcoming
-	// spot is true for a Spot or preemptible VM.
+	// spot is true for a Spot or preemptible VM (provisioning-model SPOT, or preemptible
+	// TRUE). It changes no deadline (a GPU VM's maintenance notice is an hour either way); the
+	// preemption's description says when a VM that should not be preempted was.
 	spot bool
 	// migrates is true when the VM live-migrates on host maintenance (on-host-maintenance
 	// MIGRATE); such a VM keeps running through upcoming maintenance.
@@ -118,6 +120,11 @@ type state struct {
 func (s state) notices() []providers.Notice {
 	var ns []providers.Notice
 	if s.preempted == PreemptedTrue {
+		desc := "GCE is preempting this Spot or preemptible VM"
+		if !s.spot {
+			// Only Spot and preemptible VMs are preempted; say so rather than guess.
+			desc = "GCE reports preempted=TRUE on a VM whose provisioning-model and preemptible say it is standard; handled as a preemption"
+		}
 		ns = append(ns, providers.Notice{
 			Provider:    Name,
 			Kind:        providers.KindPreemption,
@@ -125,7 +132,7 @@ func (s state) notices() []providers.Notice {
 			NoticeTime:  s.preemptedSince,
 			Deadline:    s.preemptedSince.Add(preemptGrace),
 			Action:      actionPreempt,
-			Description: "GCE is preempting this Spot or preemptible VM",
+			Description: desc,
 		})
 	}
 	window := time.Time{}
