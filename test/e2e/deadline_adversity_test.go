@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -20,7 +21,10 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -414,5 +418,90 @@ func TestAdversitySlowFailingEvictions(t *testing.T) {
 	if r := recs["grace-33"]; r.DeletedAt.Add(time.Duration(r.Grace) * time.Second).After(end) {
 		t.Errorf("the forced delete at T%+.2fs asked for %d s: it ends at T%+.2fs, past the window's end", r.DeletedAt.Sub(T).Seconds(), r.Grace,
 			r.DeletedAt.Add(time.Duration(r.Grace)*time.Second).Sub(T).Seconds())
+	}
+}
+
+// TestAdversityStatusPatchIsNodeBound (item 8): the DisruptionTarget patch needs patch on
+// pods/status; the shipped admission policy binds it to the token's node like the deletes: an
+// agent may mark a pod on its own node, not one on another node.
+func TestAdversityStatusPatchIsNodeBound(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const ns, sa, nodeA, nodeB = "adv-vap", "reprieve-adv-vap", "adv-vap-a", "adv-vap-b"
+	c := env.Client
+	setupNode(ctx, t, ns, nodeA, nil)
+	if _, err := env.CreateNode(ctx, nodeB, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CoreV1().ServiceAccounts(ns).Create(ctx, &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: sa},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "reprieve"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: ns}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.RbacV1().ClusterRoleBindings().Delete(context.Background(), sa, metav1.DeleteOptions{}) })
+	const shipped = "system:serviceaccount:kube-system:reprieve"
+	manifest := strings.ReplaceAll(string(readRepoFile(t, "deploy", "manifests", "admission-policy.yaml")), shipped, "system:serviceaccount:"+ns+":"+sa)
+	if err := scenario.Apply(ctx, c, []byte(manifest)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, name := range []string{"reprieve-node-bound", "reprieve-pod-delete-bound"} {
+			_ = c.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(context.Background(), name, metav1.DeleteOptions{})
+			_ = c.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(context.Background(), name, metav1.DeleteOptions{})
+		}
+	})
+	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	for _, node := range []string{nodeA, nodeB} {
+		if err := scenario.Create(ctx, c, ns, node, taint, []scenario.Pod{
+			{Name: "agent-" + node, Kind: scenario.DaemonSet, ServiceAccount: sa},
+			{Name: "victim-" + node, Kind: scenario.Plain, Tolerate: ptr64(3600), Grace: ptr64(1)},
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	agentPod, err := c.CoreV1().Pods(ns).Get(ctx, "agent-"+nodeA, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeA, err := env.BoundServiceAccountKubeconfig(ctx, ns, sa, agentPod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientA := clientFor(t, kubeA)
+	mark := func(pod string) error {
+		b, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []v1.PodCondition{{
+			Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: "DeletionByReprieve", Message: "test", LastTransitionTime: metav1.Now()}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = clientA.CoreV1().Pods(ns).Patch(ctx, pod, types.StrategicMergePatchType, b, metav1.PatchOptions{}, "status")
+		return err
+	}
+	// The policy takes a moment to be in force.
+	waitFor(ctx, t, "the policy in force", func() bool {
+		err := mark("victim-" + nodeB)
+		return err != nil && strings.Contains(err.Error(), "only pods on the node its token is bound to")
+	})
+	if err := mark("victim-" + nodeB); err == nil || !apierrors.IsForbidden(err) {
+		t.Errorf("node A's agent marking a pod on node B: %v, want it refused", err)
+	}
+	if err := mark("victim-" + nodeA); err != nil {
+		t.Errorf("node A's agent marking a pod on node A: %v, want it allowed (RBAC pods/status patch and the policy)", err)
+	}
+	p, err := c.CoreV1().Pods(ns).Get(ctx, "victim-"+nodeA, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, cond := range p.Status.Conditions {
+		found = found || (cond.Type == v1.DisruptionTarget && cond.Status == v1.ConditionTrue)
+	}
+	if !found {
+		t.Errorf("victim-%s has no DisruptionTarget=True after the allowed patch: %+v", nodeA, p.Status.Conditions)
 	}
 }
