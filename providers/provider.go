@@ -32,7 +32,7 @@ const (
 	KindTermination Kind = "termination"
 	// KindMaintenanceInformation: host maintenance that does not stop the machine (GCP
 	// upcoming-maintenance on a VM that live-migrates). It never has a deadline and gives no
-	// taint: the agent only records an Event and counts it in reprieve_notices_total.
+	// taint: the agent only records an Event and counts it in reprieve_notices_received_total.
 	KindMaintenanceInformation Kind = "maintenance-information"
 )
 
