@@ -59,7 +59,10 @@ type Config struct {
 
 	// GCP and Azure endpoints and options, and the host root that --provider auto reads DMI
 	// data under.
-	GCPMetadataEndpoint   string
+	GCPMetadataEndpoint string
+	// GCPMaintenanceNotice is how long after TERMINATE_ON_HOST_MAINTENANCE first appears a GCP
+	// VM is stopped, when instance/upcoming-maintenance gives no window.
+	GCPMaintenanceNotice  time.Duration
 	AzureIMDSEndpoint     string
 	AzureResourceName     string
 	AzureFreezeInterrupts bool
@@ -123,18 +126,19 @@ var providerNames = []string{"aws", "gcp", "azure", "auto", "none"}
 // DefaultConfig returns the defaults that the flags show.
 func DefaultConfig() Config {
 	return Config{
-		Provider:          "auto",
-		LogFormat:         "text",
-		AWSIMDSEndpoint:   "http://169.254.169.254",
-		AzureIMDSEndpoint: "http://169.254.169.254",
-		HostRoot:          "/",
-		PollInterval:      time.Second,
-		MaintenanceLead:   10 * time.Minute,
-		InterruptionTaint: "cloud=spot:NoExecute",
-		RebalanceTaint:    "reprieve.io/rebalance-recommended=true:PreferNoSchedule",
-		MaintenanceTaint:  "reprieve.io/scheduled-maintenance=true:NoSchedule",
-		SafetyMargin:      5 * time.Second,
-		EvictionWorkers:   64,
+		Provider:             "auto",
+		LogFormat:            "text",
+		GCPMaintenanceNotice: time.Hour,
+		AWSIMDSEndpoint:      "http://169.254.169.254",
+		AzureIMDSEndpoint:    "http://169.254.169.254",
+		HostRoot:             "/",
+		PollInterval:         time.Second,
+		MaintenanceLead:      10 * time.Minute,
+		InterruptionTaint:    "cloud=spot:NoExecute",
+		RebalanceTaint:       "reprieve.io/rebalance-recommended=true:PreferNoSchedule",
+		MaintenanceTaint:     "reprieve.io/scheduled-maintenance=true:NoSchedule",
+		SafetyMargin:         5 * time.Second,
+		EvictionWorkers:      64,
 
 		PressureSource:           PressureSourceHost,
 		KubeletConfig:            "/var/lib/kubelet/config.yaml",
@@ -166,6 +170,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.Provider, "provider", c.Provider, "Cloud to watch: "+strings.Join(providerNames, "|")+". 'none' takes the deadline from the node annotation "+AnnotationReclaimDeadline+".")
 	fs.StringVar(&c.AWSIMDSEndpoint, "aws-imds-endpoint", c.AWSIMDSEndpoint, "Base URL of the EC2 instance metadata service.")
 	fs.StringVar(&c.GCPMetadataEndpoint, "gcp-metadata-endpoint", c.GCPMetadataEndpoint, "GCP metadata server, host:port (else $GCE_METADATA_HOST, else metadata.google.internal).")
+	fs.DurationVar(&c.GCPMaintenanceNotice, "gcp-maintenance-notice", c.GCPMaintenanceNotice, "GCP: how long after maintenance-event turns TERMINATE_ON_HOST_MAINTENANCE the VM stops, when instance/upcoming-maintenance gives no window (GCE gives GPU VMs one hour: \"Handling GPU host maintenance events\").")
 	fs.StringVar(&c.AzureIMDSEndpoint, "azure-imds-endpoint", c.AzureIMDSEndpoint, "Base URL of Azure's instance metadata service (Scheduled Events).")
 	fs.StringVar(&c.AzureResourceName, "azure-resource-name", c.AzureResourceName, "This machine's name in Scheduled Events' Resources (else from the node's providerID, else IMDS compute.name).")
 	fs.BoolVar(&c.AzureFreezeInterrupts, "azure-freeze-interrupts", c.AzureFreezeInterrupts, "Treat an Azure Freeze like a Reboot (evict) instead of a soft notice.")
@@ -300,6 +305,9 @@ func (c *Config) Validate() error {
 	}
 	if !known {
 		errs = append(errs, fmt.Errorf("--provider %q: must be one of %s", c.Provider, strings.Join(providerNames, ", ")))
+	}
+	if c.GCPMaintenanceNotice <= 0 {
+		errs = append(errs, fmt.Errorf("--gcp-maintenance-notice %s: must be positive", c.GCPMaintenanceNotice))
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		errs = append(errs, fmt.Errorf("--log-format %q: must be text or json", c.LogFormat))

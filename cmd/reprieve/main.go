@@ -267,7 +267,7 @@ func newProvider(ctx context.Context, cfg agent.Config, client kubernetes.Interf
 		return p, nil
 	case gcp.Name:
 		// No client timeout: hanging GETs wait up to a minute (the provider bounds each one).
-		p, err := gcp.New(gcp.Options{Endpoint: cfg.GCPMetadataEndpoint, HTTPClient: metadataClient})
+		p, err := gcp.New(gcp.Options{Endpoint: cfg.GCPMetadataEndpoint, HTTPClient: metadataClient, MaintenanceNotice: cfg.GCPMaintenanceNotice})
 		if err != nil {
 			return nil, fmt.Errorf("creating the GCP provider: %w", err)
 		}
