@@ -727,7 +727,22 @@ func (a *Agent) enqueueAll() {
 }
 
 // Ready reports whether the caches have synced and the provider has been asked once.
-func (a *Agent) Ready() bool { return a.ready.Load() }
+func (a *Agent) Ready() bool { return a.notReady() == "" }
+
+// notReady says why the agent is not ready ("" when it is): its caches and first poll, or the
+// provider itself, such as Azure's first Scheduled Events call, which may take two minutes while
+// the platform enables the service (providers.Readiness).
+func (a *Agent) notReady() string {
+	if !a.ready.Load() {
+		return "caches syncing or provider not yet polled"
+	}
+	if r, ok := a.provider.(providers.Readiness); ok {
+		if err := r.Ready(); err != nil {
+			return err.Error()
+		}
+	}
+	return ""
+}
 
 func (a *Agent) metricsServer() *http.Server {
 	addr := a.cfg.MetricsBindAddress
@@ -738,8 +753,8 @@ func (a *Agent) metricsServer() *http.Server {
 	mux.Handle("/metrics", promhttp.HandlerFor(a.gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !a.Ready() {
-			http.Error(w, "not ready: caches syncing or provider not yet polled", http.StatusServiceUnavailable)
+		if why := a.notReady(); why != "" {
+			http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ok"))
