@@ -492,3 +492,23 @@ func TestStopDuringAnInterruptionFinishesTheWindow(t *testing.T) {
 		t.Fatal("did not stop at the window's end")
 	}
 }
+
+// TestPlanWhatIfFutureTimeAdded: reprieve plan anchors a foreign taint whose timeAdded lies in
+// the future on now, as the agent does, but keeps the imagined notice's own time, however far
+// ahead (TestPlanMatchesTheAgent plans a notice 3 s ahead).
+func TestPlanWhatIfFutureTimeAdded(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.NodeName = nodeName
+	future := metav1.NewTime(t0.Add(time.Minute))
+	in := WhatIf{Node: testNode(v1.Taint{Key: "other", Effect: v1.TaintEffectNoExecute, TimeAdded: &future}),
+		Pods: []*v1.Pod{testPod("p", 5)}, Now: t0}
+	got := PlanWhatIf(cfg, in)
+	if len(got.Pods) != 1 || got.Pods[0].Due == nil || !got.Pods[0].Due.Equal(t0) {
+		t.Errorf("foreign taint in the future: %+v, want due now", got.Pods)
+	}
+	in = WhatIf{Node: testNode(), Pods: []*v1.Pod{testPod("p", 5)}, Now: t0, NoticeTime: t0.Add(3 * time.Second), Deadline: t0.Add(time.Minute)}
+	got = PlanWhatIf(cfg, in)
+	if len(got.Pods) != 1 || got.Pods[0].Due == nil || !got.Pods[0].Due.Equal(t0.Add(3*time.Second)) {
+		t.Errorf("notice 3 s ahead: %+v, want due at the notice time", got.Pods)
+	}
+}

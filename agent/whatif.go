@@ -108,14 +108,19 @@ func PlanWhatIf(cfg Config, in WhatIf) NodePlan {
 		AddedAt: func(string) time.Time { return noticeAt }}).Taints
 	// As the agent does, a NoExecute taint without timeAdded counts from when it is first seen.
 	var noExecute []v1.Taint
+	onNode := map[string]bool{}
+	for _, t := range in.Node.Spec.Taints {
+		onNode[taintID(t)] = true
+	}
 	out := NodePlan{Node: in.Node.Name, NoticeTime: noticeAt, SafetyMarginSeconds: cfg.SafetyMargin.Seconds(),
 		FarAhead: len(intent.FarAhead) > 0, NoExecuteTaints: []string{}, Pods: []PodPlan{}}
 	for _, t := range taints {
 		if t.Effect != v1.TaintEffectNoExecute {
 			continue
 		}
-		if now := in.Now.Truncate(time.Second); t.TimeAdded == nil || now.Before(t.TimeAdded.Time) {
-			// As the agent anchors it: min(timeAdded, first seen).
+		// As the agent anchors a taint already on the node: min(timeAdded, first seen). The
+		// imagined notice's own taint keeps its notice time, future or not.
+		if now := in.Now.Truncate(time.Second); t.TimeAdded == nil || (onNode[taintID(t)] && now.Before(t.TimeAdded.Time)) {
 			t.TimeAdded = &metav1.Time{Time: now}
 		}
 		noExecute = append(noExecute, t)

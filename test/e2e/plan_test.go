@@ -75,6 +75,10 @@ func TestPlanMatchesTheAgent(t *testing.T) {
 	waitHandled(ctx, t, node)
 
 	recs := obs.Records()
+	// A plan of no pods would pass every check below.
+	if len(plan.Pods) != 7 {
+		t.Fatalf("the plan has %d pods, want the 7 created: %+v", len(plan.Pods), plan.Pods)
+	}
 	for _, p := range plan.Pods {
 		r := recs[p.Name]
 		if p.Action == "skip" {
