@@ -312,23 +312,9 @@ func (p *Provider) Ready() error {
 	}
 }
 
-// withTimeout is context.WithTimeout on the provider's timers, so that tests can step the
-// first call's bound on a fake clock.
+// withTimeout is providers.WithTimeout on the provider's timers.
 func (p *Provider) withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	if _, ok := p.timers.(clock.RealClock); ok {
-		return context.WithTimeout(ctx, d)
-	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	t := p.timers.NewTimer(d)
-	go func() {
-		select {
-		case <-t.C():
-			cancel(context.DeadlineExceeded)
-		case <-ctx.Done():
-			t.Stop()
-		}
-	}()
-	return ctx, func() { t.Stop(); cancel(context.Canceled) }
+	return providers.WithTimeout(ctx, p.timers, d)
 }
 
 // apply turns a new document into notices and updates what the provider remembers of each

@@ -349,25 +349,9 @@ func (p *Provider) get(ctx context.Context, path, etag string) (value, newTag st
 	return value, sink.get(), true, nil
 }
 
-// withTimeout is context.WithTimeout on the provider's timers, so that tests can step the
-// bound of a stalled request on a fake clock.
+// withTimeout is providers.WithTimeout on the provider's timers.
 func (p *Provider) withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	if _, ok := p.timers.(clock.RealClock); ok {
-		return context.WithTimeout(ctx, d)
-	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	t := p.timers.NewTimer(d)
-	go func() {
-		select {
-		case <-t.C():
-			cancel(context.DeadlineExceeded)
-		case <-ctx.Done():
-			t.Stop()
-		}
-	}()
-	// Stopped here, not only in the goroutine, so that a test counting the fake clock's
-	// waiters never sees the timer of a finished request.
-	return ctx, func() { t.Stop(); cancel(context.Canceled) }
+	return providers.WithTimeout(ctx, p.timers, d)
 }
 
 // SourceError says which metadata path failed, so logs and metrics can name it.
