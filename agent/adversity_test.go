@@ -512,3 +512,22 @@ func TestPlanWhatIfFutureTimeAdded(t *testing.T) {
 		t.Errorf("notice 3 s ahead: %+v, want due at the notice time", got.Pods)
 	}
 }
+
+// TestDeadlineMovingEarlierDoesNotEvictTwice: a changed deadline starts a fresh drain, but a
+// pod already evicted in the same interruption is not evicted again before the informer shows
+// its deletionTimestamp (one request per pod).
+func TestDeadlineMovingEarlierDoesNotEvictTwice(t *testing.T) {
+	h := newHarness(t, nil, testNode(), testPod("p", 5))
+	h.notice(t0.Add(60 * time.Second))
+	h.a.syncPod(h.ctx, "ns/p")
+	if len(h.evictions()) != 1 {
+		t.Fatalf("evictions = %d, want 1", len(h.evictions()))
+	}
+	h.prov.Set(providerNotice("spot-1", t0.Add(50*time.Second)))
+	h.a.pollOnce(h.ctx) // not h.step: the informer has not seen the eviction yet
+	h.a.reconcile(h.ctx)
+	h.a.syncPod(h.ctx, "ns/p")
+	if n := len(h.evictions()); n != 1 {
+		t.Errorf("evictions = %d after the deadline moved earlier, want still 1", n)
+	}
+}

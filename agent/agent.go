@@ -543,8 +543,14 @@ func (a *Agent) reconcile(ctx context.Context) {
 	if !a.drain.window.Equal(view.window) {
 		// A new notice, a changed deadline or a withdrawal: the pods' eviction state belongs
 		// to the window it served.
-		a.closeDrain(a.drain)
+		old := a.drain
+		a.closeDrain(old)
 		a.drain = newDrain(view.window, intent.Interruption)
+		if old.window.HasDeadline() && view.window.HasDeadline() {
+			// The same interruption with a new deadline: what was already sent stands (one
+			// request per pod), the rest starts afresh.
+			a.drain.carryDone(old)
+		}
 		changed = true
 	} else {
 		// The same window, perhaps under the notice's real ID once the provider answers

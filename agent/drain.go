@@ -23,7 +23,8 @@ type podKey struct {
 //
 // Every field is guarded by Agent.mu, except the podStates' own fields, which belong to the
 // worker syncing that pod (the workqueue never hands one key to two workers at once) apart from
-// blocked, which setBlocked writes under Agent.mu because closing a drain reads it.
+// blocked, done, lastGrace and shortenedTo, which the worker writes under Agent.mu (setBlocked,
+// recordSent) because closing a drain and carryDone read them.
 type drain struct {
 	window Window
 	notice *providers.Notice // the notice that set the deadline; nil without one
@@ -78,4 +79,19 @@ func (a *Agent) dropState(d *drain, k podKey, st *podState) {
 	}
 	st.blocked = false
 	delete(d.pods, k)
+}
+
+// carryDone copies from prev the pods already evicted or deleted, with the end they were asked
+// to meet, so that a deadline moving within one interruption does not send them a second
+// eviction before the informer shows their deletionTimestamp. Attempts and backoff are not
+// carried. Called with a.mu held.
+func (d *drain) carryDone(prev *drain) {
+	for k, st := range prev.pods {
+		if st.done {
+			d.pods[k] = &podState{uid: st.uid, drain: d, done: true, lastGrace: st.lastGrace, shortenedTo: st.shortenedTo}
+		}
+	}
+	for key := range prev.acted {
+		d.acted[key] = true
+	}
 }

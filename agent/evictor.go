@@ -99,6 +99,21 @@ func (a *Agent) setBlocked(st *podState, blocked bool) {
 	}
 }
 
+// recordSent records, under a.mu (a new drain may carry it over, see carryDone), that a request
+// for st's pod was accepted: done when it was an eviction or a delete that ends the pod's plan,
+// with the grace asked for and the end it was to meet (zero values leave them as they were).
+func (a *Agent) recordSent(st *podState, done bool, grace time.Duration, end time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st.done = st.done || done
+	if grace > 0 {
+		st.lastGrace = grace
+	}
+	if !end.IsZero() {
+		st.shortenedTo = end
+	}
+}
+
 // forget drops what the loop remembers of a pod that is gone.
 func (a *Agent) forget(key string) {
 	a.mu.Lock()
@@ -182,8 +197,7 @@ func (a *Agent) syncPod(ctx context.Context, key string) time.Duration {
 	err = a.evict(ctx, pod, grace)
 	switch {
 	case err == nil:
-		st.done, st.lastGrace = true, grace
-		st.shortenedTo = now.Add(requestAllowance).Add(grace)
+		a.recordSent(st, true, grace, now.Add(requestAllowance).Add(grace))
 		a.setBlocked(st, false)
 		a.markActed(key)
 		a.observeLateness(ctx, pod, plan, view, now, grace, st.attempts)
@@ -200,7 +214,7 @@ func (a *Agent) syncPod(ctx context.Context, key string) time.Duration {
 		// Gone already, or a new pod of the same name (the UID precondition failed): done.
 		a.metrics.EvictionRequestsTotal.WithLabelValues(ResultGone).Inc()
 		a.setBlocked(st, false)
-		st.done = true
+		a.recordSent(st, true, 0, time.Time{})
 		return 0
 	}
 	st.attempts++
@@ -347,8 +361,7 @@ func (a *Agent) forceDelete(ctx context.Context, key string, pod *v1.Pod, st *po
 	err := a.deletePod(ctx, pod, grace)
 	switch {
 	case err == nil:
-		st.done, st.lastGrace = true, grace
-		st.shortenedTo = sent.Add(requestAllowance).Add(grace)
+		a.recordSent(st, true, grace, sent.Add(requestAllowance).Add(grace))
 		wasBlocked := st.blocked
 		a.setBlocked(st, false)
 		a.markActed(key)
@@ -363,7 +376,7 @@ func (a *Agent) forceDelete(ctx context.Context, key string, pod *v1.Pod, st *po
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		a.metrics.EvictionRequestsTotal.WithLabelValues(ResultGone).Inc()
 		a.setBlocked(st, false)
-		st.done = true
+		a.recordSent(st, true, 0, time.Time{})
 		return 0
 	}
 	a.metrics.EvictionRequestsTotal.WithLabelValues(ResultFailed).Inc()
@@ -406,7 +419,7 @@ func (a *Agent) shorten(ctx context.Context, key string, pod *v1.Pod, st *podSta
 	err := a.deletePod(ctx, pod, grace)
 	switch {
 	case err == nil:
-		st.lastGrace, st.shortenedTo = grace, end
+		a.recordSent(st, false, grace, end)
 		a.markActed(key)
 		a.metrics.EvictionRequestsTotal.WithLabelValues(ResultGraceShortened).Inc()
 		a.podEvent(pod, v1.EventTypeWarning, ReasonGraceShortened, "Terminating pod would end at %s, after %s: grace shortened to %s",
