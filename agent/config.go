@@ -103,6 +103,8 @@ type Config struct {
 	WebhookURL      string
 	WebhookTemplate string
 	WebhookHeaders  []string
+	// WebhookAllowHTTP accepts an http:// webhook URL (the default is https only).
+	WebhookAllowHTTP bool
 	// WebhookURLFile and WebhookHeadersFile read the URL and headers from files (a mounted
 	// Secret), so that they appear in no manifest, flag or log.
 	WebhookURLFile     string
@@ -208,6 +210,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.WebhookURL, "webhook-url", c.WebhookURL, "POST a message here when a notice arrives and when it has been handled (off when empty).")
 	fs.StringVar(&c.WebhookTemplate, "webhook-template", c.WebhookTemplate, "Go template for the webhook body (default: Slack's {\"text\": ...}).")
 	fs.StringArrayVar(&c.WebhookHeaders, "webhook-header", c.WebhookHeaders, "Header for webhook requests, 'Name: value'; repeatable.")
+	fs.BoolVar(&c.WebhookAllowHTTP, "webhook-allow-http", c.WebhookAllowHTTP, "Accept an http:// webhook URL; without it only https:// is (the message and headers would cross the network in the clear). Redirects are never followed.")
 	fs.StringVar(&c.WebhookURLFile, "webhook-url-file", c.WebhookURLFile, "Read the webhook URL from this file (a mounted Secret) instead of --webhook-url; it is never logged.")
 	fs.StringVar(&c.WebhookHeadersFile, "webhook-headers-file", c.WebhookHeadersFile, "Read more webhook headers from this file (a mounted Secret), one 'Name: value' per line; never logged.")
 	fs.DurationVar(&c.WebhookTimeout, "webhook-timeout", c.WebhookTimeout, "Timeout of one webhook attempt.")
@@ -250,6 +253,7 @@ func (c *Config) NotifyConfig() (cfg notify.Config, ok bool, err error) {
 	}
 	cfg = notify.DefaultConfig()
 	cfg.URL, cfg.Template, cfg.Timeout, cfg.MaxAttempts = url, c.WebhookTemplate, c.WebhookTimeout, c.WebhookMaxAttempts
+	cfg.AllowHTTP = c.WebhookAllowHTTP
 	if cfg.Headers, err = notify.ParseHeaders(headers); err != nil {
 		return cfg, true, err
 	}

@@ -42,6 +42,9 @@ type Config struct {
 	MaxAttempts int
 	// QueueSize is how many messages may wait; Notify drops messages beyond it.
 	QueueSize int
+	// AllowHTTP accepts an http:// URL. Without it only https:// is: the message and the
+	// headers (often an API key) would cross the network in the clear.
+	AllowHTTP bool
 }
 
 // DefaultConfig returns a Config with every default filled in and no URL.
@@ -53,7 +56,7 @@ func DefaultConfig() Config {
 // start from DefaultConfig.
 func (c Config) Validate() error {
 	var errs []error
-	if err := validateURL(c.URL); err != nil {
+	if err := validateURL(c.URL, c.AllowHTTP); err != nil {
 		errs = append(errs, err)
 	}
 	if _, err := parseTemplate(c.Template); err != nil {
@@ -82,7 +85,7 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-func validateURL(raw string) error {
+func validateURL(raw string, allowHTTP bool) error {
 	if raw == "" {
 		return errors.New("webhook url is empty")
 	}
@@ -100,6 +103,9 @@ func validateURL(raw string) error {
 	}
 	if u.Host == "" {
 		return errors.New("webhook url has no host")
+	}
+	if u.Scheme == "http" && !allowHTTP {
+		return errors.New("webhook url scheme \"http\": the message and its headers would cross the network in the clear; use https, or allow plain HTTP explicitly (--webhook-allow-http)")
 	}
 	return nil
 }

@@ -85,10 +85,22 @@ type Option func(*Notifier)
 
 // WithHTTPClient sets the client requests are sent with (default: a client on
 // http.DefaultTransport, which honours HTTPS_PROXY). Its own Timeout, if any, applies on top of
-// Config.Timeout.
+// Config.Timeout. A copy is used, which never follows redirects (refuseRedirect).
 func WithHTTPClient(c *http.Client) Option {
-	return func(n *Notifier) { n.client = c }
+	return func(n *Notifier) {
+		cc := *c
+		cc.CheckRedirect = refuseRedirect
+		n.client = &cc
+	}
 }
+
+// errRedirect is the error of a webhook request the receiver redirected.
+var errRedirect = errors.New("the receiver answered with a redirect, which reprieve does not follow")
+
+// refuseRedirect refuses every redirect. Go's client forwards custom headers (an API key from the
+// headers file) to a redirect's target on the same domain and, before it strips them, a redirect
+// is also a way to turn an https URL into an http one; a webhook has no reason to redirect.
+func refuseRedirect(*http.Request, []*http.Request) error { return errRedirect }
 
 // WithClock sets the clock that retry backoff waits on (default: the real clock).
 func WithClock(c clock.WithTicker) Option {
@@ -116,7 +128,7 @@ func New(cfg Config, opts ...Option) (*Notifier, error) {
 		headers: headers,
 		timeout: cfg.Timeout,
 		max:     cfg.MaxAttempts,
-		client:  &http.Client{},
+		client:  &http.Client{CheckRedirect: refuseRedirect},
 		clock:   clock.RealClock{},
 		rand:    rand.Float64,
 		queue:   make(chan Message, cfg.QueueSize),
@@ -296,6 +308,10 @@ func (n *Notifier) post(ctx context.Context, body []byte) result {
 	resp, err := n.client.Do(req)
 	if err != nil && errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
 		return result{err: fmt.Errorf("posting webhook: no answer within %s", n.timeout), retry: true}
+	}
+	if err != nil && errors.Is(err, errRedirect) {
+		// A configuration problem, not a passing one: retrying gets the same redirect.
+		return result{err: fmt.Errorf("posting webhook: %w", errRedirect)}
 	}
 	if err != nil {
 		// Connection refused, reset, timed out: the receiver may be back on the next attempt.

@@ -88,6 +88,7 @@ func (c *countingTransport) RoundTrip(req *http.Request) (*http.Response, error)
 func testConfig(url string) Config {
 	cfg := DefaultConfig()
 	cfg.URL = url
+	cfg.AllowHTTP = true // httptest servers speak plain HTTP
 	return cfg
 }
 
@@ -580,7 +581,9 @@ func TestValidate(t *testing.T) {
 		want   []string // substrings of the error; none: valid
 	}{
 		{name: "defaults", modify: func(*Config) {}},
-		{name: "http", modify: func(c *Config) { c.URL = "http://10.0.0.1:8080/hook" }},
+		{name: "http allowed", modify: func(c *Config) { c.URL = "http://10.0.0.1:8080/hook" }},
+		{name: "http not allowed", modify: func(c *Config) { c.URL = "http://10.0.0.1:8080/hook"; c.AllowHTTP = false },
+			want: []string{`scheme "http"`, "--webhook-allow-http"}},
 		{name: "custom template and headers", modify: func(c *Config) {
 			c.Template = `{{.Node}}: {{json .Text}}`
 			c.Headers = map[string]string{"Authorization": "Bearer x"}

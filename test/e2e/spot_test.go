@@ -62,7 +62,7 @@ func TestSpotInterruption(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	hook := newReceiver(t)
-	res := run(ctx, t, "spot", "--webhook-url="+hook.URL, "--webhook-header=X-Test: spot")
+	res := run(ctx, t, "spot", "--webhook-url="+hook.URL, "--webhook-allow-http", "--webhook-header=X-Test: spot")
 
 	// The webhook: one message per notice (spot and the mock's rebalance recommendation) and
 	// one when the interruption was handled, in Slack's {"text": ...} shape.
