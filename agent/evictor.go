@@ -306,10 +306,9 @@ func (a *Agent) evict(ctx context.Context, pod *v1.Pod, grace time.Duration) err
 }
 
 // isPDBRefusal reports whether an eviction failed because a PodDisruptionBudget allows no
-// disruption: a 429 or a 403 that names the DisruptionBudget cause (the eviction registry
-// answers 403 with that cause when the budget's selector or status forbids the eviction). A 429
-// without it is the API server's own throttling (API Priority and Fairness), which is retried
-// like any failure.
+// disruption: a 429, or a 403, that names the DisruptionBudget cause (the eviction registry,
+// pkg/registry/core/pod/storage/eviction.go, answers both ways). A 429 without it is the API
+// server's own throttling (API Priority and Fairness), which is retried like any failure.
 func isPDBRefusal(err error) bool {
 	return (apierrors.IsTooManyRequests(err) || apierrors.IsForbidden(err)) && apierrors.HasStatusCause(err, policyv1.DisruptionBudgetCause)
 }
@@ -352,9 +351,9 @@ func (a *Agent) deletePod(ctx context.Context, pod *v1.Pod, grace time.Duration)
 // eviction queue does once now > deadline - grace.
 func (a *Agent) forceDelete(ctx context.Context, key string, pod *v1.Pod, st *podState, plan Plan, w Window) time.Duration {
 	logger := klog.FromContext(ctx)
+	a.markDisruptionTarget(ctx, pod, st, w)
 	// From the clock now, not from before the eviction that failed: that request may have
 	// hung for seconds, and a grace computed before it would end the pod past the window.
-	a.markDisruptionTarget(ctx, pod, st, w)
 	sent := a.clock.Now()
 	grace := GraceAt(plan.Grace, w, sent.Add(requestAllowance))
 	logger.Info("Deleting pod: the reclaim deadline leaves no time for a blocked eviction", "pod", klog.KObj(pod), "grace", grace, "attempts", st.attempts)
