@@ -306,9 +306,9 @@ func (a *Agent) evict(ctx context.Context, pod *v1.Pod, grace time.Duration) err
 }
 
 // isPDBRefusal reports whether an eviction failed because a PodDisruptionBudget allows no
-// disruption: a 429, or a 403, that names the DisruptionBudget cause (the eviction registry,
-// pkg/registry/core/pod/storage/eviction.go, answers both ways). A 429 without it is the API
-// server's own throttling (API Priority and Fairness), which is retried like any failure.
+// disruption: a 429 that names the DisruptionBudget cause, or a 403 that names it (a refusal
+// too, not a permission problem). A 429 without it is the API server's own throttling (API
+// Priority and Fairness), which is retried like any failure.
 func isPDBRefusal(err error) bool {
 	return (apierrors.IsTooManyRequests(err) || apierrors.IsForbidden(err)) && apierrors.HasStatusCause(err, policyv1.DisruptionBudgetCause)
 }
