@@ -3,6 +3,7 @@ package agent
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"runtime/debug"
+	"strings"
 
 	"github.com/reprieve-dev/reprieve/kubelet"
 	"github.com/reprieve-dev/reprieve/providers"
@@ -39,8 +40,8 @@ type Metrics struct {
 	MissedDeadlineTotal   prometheus.Counter
 	BuildInfo             *prometheus.GaugeVec
 
-	PressureAvailable      *prometheus.GaugeVec
-	PressureThreshold      *prometheus.GaugeVec
+	PressureAvailable      unitGauges
+	PressureThreshold      unitGauges
 	PressureActive         *prometheus.GaugeVec
 	PressureTimeToHard     *prometheus.GaugeVec
 	PressureEvictionsTotal *prometheus.CounterVec
@@ -93,16 +94,11 @@ func NewMetrics(reg prometheus.Registerer, provider string) (*Metrics, error) {
 			Namespace: namespace, Name: "build_info",
 			Help: "Always 1; the labels say which build is running.",
 		}, []string{"version", "revision", "goversion", "goos", "goarch"}),
-		// The pressure signals keep the kubelet's names and units: bytes for memory.available,
-		// nodefs.available and imagefs.available, inodes for *.inodesFree, PIDs for pid.available.
-		PressureAvailable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: namespace, Subsystem: "pressure", Name: "available",
-			Help: "The last reading of each pressure signal, in its unit (bytes, inodes or PIDs), as the kubelet computes it.",
-		}, []string{"signal"}),
-		PressureThreshold: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: namespace, Subsystem: "pressure", Name: "threshold",
-			Help: "Each signal's thresholds in its unit: kind=reprieve (taint and predictive evictions from here) and kind=kubelet_hard (the kubelet evicts with a 1 s grace here).",
-		}, []string{"signal", "kind"}),
+		// The pressure signals keep the kubelet's names; one metric per unit (the Prometheus
+		// naming guide): bytes for memory.available, nodefs.available and imagefs.available,
+		// inodes for *.inodesFree, PIDs for pid.available.
+		PressureAvailable: newUnitGauges("available", "The last reading of each pressure signal, as the kubelet computes it", "signal"),
+		PressureThreshold: newUnitGauges("threshold", "Each signal's thresholds: kind=reprieve (taint and predictive evictions from here) and kind=kubelet_hard (the kubelet evicts with a 1 s grace here)", "signal", "kind"),
 		PressureActive: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace, Subsystem: "pressure", Name: "active",
 			Help: "1 while the resource (memory, disk, pid) is under pressure by reprieve's thresholds.",
@@ -134,7 +130,8 @@ func NewMetrics(reg prometheus.Registerer, provider string) (*Metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{m.NoticesTotal, m.ReclaimDeadline, m.NoticeToTaint, m.PollsTotal, m.TaintActive,
 		m.EvictionRequestsTotal, m.EvictionLateness, m.BlockedPods, m.MissedDeadlineTotal, m.BuildInfo,
-		m.PressureAvailable, m.PressureThreshold, m.PressureActive, m.PressureTimeToHard, m.PressureEvictionsTotal, m.PressureReadErrors} {
+		m.PressureAvailable.bytes, m.PressureAvailable.inodes, m.PressureAvailable.pids,
+		m.PressureThreshold.bytes, m.PressureThreshold.inodes, m.PressureThreshold.pids, m.PressureActive, m.PressureTimeToHard, m.PressureEvictionsTotal, m.PressureReadErrors} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -166,4 +163,36 @@ func buildRevision() string {
 		rev += "-dirty"
 	}
 	return rev
+}
+
+// unitGauges is one pressure gauge split by unit: reprieve_pressure_<name>_bytes, _inodes and
+// _pids, each with the same labels, the first of which is the kubelet's signal name.
+type unitGauges struct {
+	bytes, inodes, pids *prometheus.GaugeVec
+}
+
+func newUnitGauges(name, help string, labels ...string) unitGauges {
+	vec := func(unit, which string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Subsystem: "pressure", Name: name + "_" + unit,
+			Help: help + ", in " + unit + " (" + which + ").",
+		}, labels)
+	}
+	return unitGauges{
+		bytes:  vec("bytes", "memory.available, nodefs.available, imagefs.available"),
+		inodes: vec("inodes", "nodefs.inodesFree, imagefs.inodesFree"),
+		pids:   vec("pids", "pid.available"),
+	}
+}
+
+// WithLabelValues returns the gauge of the signal's unit; the first value is the signal.
+func (u unitGauges) WithLabelValues(signal string, rest ...string) prometheus.Gauge {
+	vec := u.bytes
+	switch {
+	case strings.HasSuffix(signal, ".inodesFree"):
+		vec = u.inodes
+	case signal == "pid.available":
+		vec = u.pids
+	}
+	return vec.WithLabelValues(append([]string{signal}, rest...)...)
 }

@@ -382,7 +382,7 @@ func knownMetrics(t *testing.T) map[string]bool {
 	// A Vec with no children is not gathered, so its type would be unknown: give those that
 	// start empty a child.
 	m.TaintActive.WithLabelValues("cloud").Set(1)
-	m.BuildInfo.WithLabelValues("test", runtime.Version()).Set(1)
+	m.BuildInfo.WithLabelValues("test", "0000000", runtime.Version(), runtime.GOOS, runtime.GOARCH).Set(1)
 	req, err := http.NewRequest(http.MethodGet, "http://169.254.169.254/latest/meta-data/spot/instance-action", nil)
 	if err != nil {
 		t.Fatal(err)

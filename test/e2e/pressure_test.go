@@ -246,7 +246,7 @@ func TestPressure(t *testing.T) {
 	}
 	for _, want := range []string{
 		`reprieve_pressure_evictions_total{signal="memory.available"} 1`,
-		`reprieve_pressure_threshold{kind="kubelet_hard",signal="memory.available"} 1.073741824e+09`,
+		`reprieve_pressure_threshold_bytes{kind="kubelet_hard",signal="memory.available"} 1.073741824e+09`,
 		`reprieve_pressure_active{resource="memory"} 0`,
 	} {
 		if !strings.Contains(metrics, want) {
@@ -274,12 +274,17 @@ func TestPressureHostSource(t *testing.T) {
 	var metrics string
 	waitFor(ctx, t, "every signal in the metrics", func() bool {
 		metrics, _ = scenario.Scrape(addr)
-		return strings.Contains(metrics, `reprieve_pressure_available{signal="pid.available"}`) &&
-			strings.Contains(metrics, `reprieve_pressure_available{signal="imagefs.inodesFree"}`)
+		return strings.Contains(metrics, `reprieve_pressure_available_pids{signal="pid.available"}`) &&
+			strings.Contains(metrics, `reprieve_pressure_available_inodes{signal="imagefs.inodesFree"}`)
 	})
 	values := map[string]float64{}
 	for _, line := range strings.Split(metrics, "\n") {
-		if v, ok := strings.CutPrefix(line, `reprieve_pressure_available{signal="`); ok {
+		// One metric per unit: _bytes, _inodes, _pids.
+		name, rest, _ := strings.Cut(line, "{")
+		if !strings.HasPrefix(name, "reprieve_pressure_available_") {
+			continue
+		}
+		if v, ok := strings.CutPrefix(rest, `signal="`); ok {
 			name, num, _ := strings.Cut(v, `"} `)
 			f, err := strconv.ParseFloat(num, 64)
 			if err != nil {
