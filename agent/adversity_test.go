@@ -531,3 +531,23 @@ func TestDeadlineMovingEarlierDoesNotEvictTwice(t *testing.T) {
 		t.Errorf("evictions = %d after the deadline moved earlier, want still 1", n)
 	}
 }
+
+// TestPlanPodTakesFirstSeen (item 6): the exported planner is right on its own: a taint without
+// timeAdded counts from when the caller first saw it, not from the zero time, and a timeAdded
+// in the future counts from first seen too.
+func TestPlanPodTakesFirstSeen(t *testing.T) {
+	seen := t0.Add(5 * time.Second)
+	tol10 := pod(spotToleration(secs(10)))
+	bare := []v1.Taint{{Key: "cloud", Value: "spot", Effect: v1.TaintEffectNoExecute}}
+	if due, _, _ := NoExecuteDue(tol10.Spec.Tolerations, bare, seen, false); !due.Equal(seen.Add(10 * time.Second)) {
+		t.Errorf("taint without timeAdded: due %v, want first seen + 10s", due)
+	}
+	future := []v1.Taint{taint("cloud", "spot", v1.TaintEffectNoExecute, t0.Add(time.Hour))}
+	if plan := PlanPodAt(tol10, future, seen, Window{}, PodFilter{}, false); !plan.Due.Equal(seen.Add(10 * time.Second)) {
+		t.Errorf("timeAdded in the future: due %v, want first seen + 10s", plan.Due)
+	}
+	past := []v1.Taint{taint("cloud", "spot", v1.TaintEffectNoExecute, t0)}
+	if plan := PlanPodAt(tol10, past, seen, Window{}, PodFilter{}, false); !plan.Due.Equal(t0.Add(10 * time.Second)) {
+		t.Errorf("timeAdded before first seen: due %v, want timeAdded + 10s", plan.Due)
+	}
+}

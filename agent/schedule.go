@@ -109,14 +109,21 @@ type Plan struct {
 	ByDeadline bool
 }
 
-// PlanPod computes when pod is to be evicted, from the node's NoExecute taints (each with
-// TimeAdded set, see FillTimeAdded) and the reclaim window. It is pure: the same inputs give the
-// same plan, so a restarted agent re-plans to the same times.
+// PlanPod is PlanPodAt for taints that already carry their anchors in TimeAdded, as the
+// agent's plan view and `reprieve plan` fill them (min(timeAdded, first seen)). A taint without
+// TimeAdded counts from the zero time, that is at once: use PlanPodAt when that can happen.
 func PlanPod(pod *v1.Pod, taints []v1.Taint, w Window, filter PodFilter, comparisonOperators bool) Plan {
+	return PlanPodAt(pod, taints, time.Time{}, w, filter, comparisonOperators)
+}
+
+// PlanPodAt computes when pod is to be evicted, from the node's NoExecute taints, when the
+// caller first saw them (firstSeen; see NoExecuteDue) and the reclaim window. It is pure: the
+// same inputs give the same plan, so a restarted agent re-plans to the same times.
+func PlanPodAt(pod *v1.Pod, taints []v1.Taint, firstSeen time.Time, w Window, filter PodFilter, comparisonOperators bool) Plan {
 	if r := filter.Skip(pod); r != SkipNone {
 		return Plan{Skip: r}
 	}
-	due, dueTaint, anyNoExecute := NoExecuteDue(pod.Spec.Tolerations, taints, comparisonOperators)
+	due, dueTaint, anyNoExecute := NoExecuteDue(pod.Spec.Tolerations, taints, firstSeen, comparisonOperators)
 	if !anyNoExecute {
 		return Plan{Skip: SkipNoNoExecuteTaint}
 	}
@@ -141,11 +148,16 @@ func PlanPod(pod *v1.Pod, taints []v1.Taint, w Window, filter PodFilter, compari
 // each taint's time is anchored on its timeAdded instead of on when a controller happened to
 // observe it, as the DRA device-taint controller does, so that restarts reset nothing.
 //
+// Each taint's anchor is the earlier of its timeAdded and firstSeen, when the caller first saw
+// the taints (as upstream anchors on observing them): a taint without timeAdded (kubectl never
+// sets one) counts from firstSeen, and a timeAdded in the future (a writer with a fast clock)
+// does not delay a pod upstream would evict at once. A zero firstSeen trusts timeAdded alone.
+//
 // For every NoExecute taint the first toleration in spec order that tolerates it is used:
-// none tolerates it: timeAdded; tolerationSeconds <= 0: timeAdded; finite: timeAdded + s;
-// unset: never. due is the earliest of these (zero when all are never), taint the one that
-// decides it, and anyNoExecute whether the node has a NoExecute taint at all.
-func NoExecuteDue(tolerations []v1.Toleration, taints []v1.Taint, comparisonOperators bool) (due time.Time, taint *v1.Taint, anyNoExecute bool) {
+// none tolerates it: anchor; tolerationSeconds <= 0: anchor; finite: anchor + s; unset:
+// never. due is the earliest of these (zero when all are never), taint the one that decides
+// it, and anyNoExecute whether the node has a NoExecute taint at all.
+func NoExecuteDue(tolerations []v1.Toleration, taints []v1.Taint, firstSeen time.Time, comparisonOperators bool) (due time.Time, taint *v1.Taint, anyNoExecute bool) {
 	logger := klog.Background()
 	for i := range taints {
 		t := &taints[i]
@@ -153,8 +165,8 @@ func NoExecuteDue(tolerations []v1.Toleration, taints []v1.Taint, comparisonOper
 			continue
 		}
 		anyNoExecute = true
-		var anchor time.Time
-		if t.TimeAdded != nil {
+		anchor := firstSeen
+		if t.TimeAdded != nil && (firstSeen.IsZero() || t.TimeAdded.Time.Before(firstSeen)) {
 			anchor = t.TimeAdded.Time
 		}
 		var tol *v1.Toleration

@@ -105,7 +105,7 @@ func TestNoExecuteDue(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			due, dt, anyNE := NoExecuteDue(tc.tolerations, tc.taints, false)
+			due, dt, anyNE := NoExecuteDue(tc.tolerations, tc.taints, time.Time{}, false)
 			if !due.Equal(tc.wantDue) {
 				t.Errorf("due = %v, want %v", due, tc.wantDue)
 			}
@@ -126,7 +126,7 @@ func TestNoExecuteDue(t *testing.T) {
 func TestNoExecuteDueComparisonOperators(t *testing.T) {
 	taints := []v1.Taint{taint("gen", "5", v1.TaintEffectNoExecute, t0)}
 	tols := []v1.Toleration{tol("gen", v1.TolerationOpGt, "3", v1.TaintEffectNoExecute, nil)}
-	if due, _, _ := NoExecuteDue(tols, taints, true); !due.IsZero() {
+	if due, _, _ := NoExecuteDue(tols, taints, time.Time{}, true); !due.IsZero() {
 		t.Errorf("with the gate on, Gt 3 should tolerate 5 forever; due = %v", due)
 	}
 }
