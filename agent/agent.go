@@ -460,7 +460,7 @@ func (a *Agent) applyNotices(ctx context.Context, notices []providers.Notice, er
 					"provider", n.Provider, "id", n.ID, "deadline", n.Deadline)
 			}
 			text := describeNotice(n, a.clock.Now())
-			a.recorder.Eventf(nodeRef(a.cfg.NodeName), typ, ReasonNoticeReceived, "%s", text)
+			a.recorder.Eventf(nodeRef(a.cfg.NodeName), typ, NoticeReason(n.Kind), "%s", text)
 			a.notifier.Notify(notify.Message{Kind: notify.KindNotice, Node: a.cfg.NodeName, Provider: n.Provider,
 				NoticeKind: string(n.Kind), NoticeID: n.ID, Action: n.Action, Deadline: n.Deadline, NoticeTime: n.NoticeTime,
 				Text: fmt.Sprintf("Node %s: %s", a.cfg.NodeName, text)})

@@ -10,28 +10,63 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
+
+	"github.com/reprieve-dev/reprieve/providers"
 )
 
 // Event reasons. Node events: what the cloud said and what reprieve did to the node; pod events:
 // what happened to each pod and why.
 const (
-	ReasonNoticeReceived      = "NoticeReceived"
 	ReasonNoticeWithdrawn     = "NoticeWithdrawn"
 	ReasonTaintApplied        = "TaintApplied"
 	ReasonTaintRemoved        = "TaintRemoved"
 	ReasonInterruptionHandled = "InterruptionHandled"
 	ReasonEventApproved       = "EventApproved"
 	ReasonEvictionScheduled   = "EvictionScheduled"
-	ReasonEvicted             = "Evicted"
-	ReasonEvictionBlocked     = "EvictionBlocked"
-	ReasonForceDeleted        = "ForceDeleted"
-	ReasonGraceShortened      = "GraceShortened"
-	ReasonMissedDeadline      = "MissedDeadline"
-	ReasonPressureDetected    = "PressureDetected"
-	ReasonPressureCleared     = "PressureCleared"
-	ReasonPressureEviction    = "PressureEviction"
-	ReasonPressureDisabled    = "PressureDisabled"
+	// ReasonEvicted is reprieve's own, not the kubelet's "Evicted": an alert or a query on the
+	// kubelet's node-pressure evictions must not count reprieve's graceful ones.
+	ReasonEvicted          = "InterruptionEviction"
+	ReasonEvictionBlocked  = "EvictionBlocked"
+	ReasonForceDeleted     = "ForceDeleted"
+	ReasonGraceShortened   = "GraceShortened"
+	ReasonMissedDeadline   = "MissedDeadline"
+	ReasonPressureDetected = "PressureDetected"
+	ReasonPressureCleared  = "PressureCleared"
+	ReasonPressureEviction = "PressureEviction"
+	ReasonPressureDisabled = "PressureDisabled"
 )
+
+// Node event reasons for a notice, one per kind, so that `kubectl get events
+// --field-selector reason=SpotInterruption` and an event exporter's rules tell them apart.
+const (
+	ReasonSpotInterruption        = "SpotInterruption"
+	ReasonRebalanceRecommendation = "RebalanceRecommendation"
+	ReasonScheduledMaintenance    = "ScheduledMaintenance"
+	ReasonPreemption              = "Preemption"
+	ReasonTermination             = "Termination"
+	ReasonHostMaintenance         = "HostMaintenance"
+	// ReasonNoticeReceived is for a kind this build does not know.
+	ReasonNoticeReceived = "NoticeReceived"
+)
+
+// NoticeReason is the reason of the node event that reports a notice of kind.
+func NoticeReason(kind providers.Kind) string {
+	switch kind {
+	case providers.KindSpotInterruption:
+		return ReasonSpotInterruption
+	case providers.KindRebalanceRecommendation:
+		return ReasonRebalanceRecommendation
+	case providers.KindScheduledMaintenance:
+		return ReasonScheduledMaintenance
+	case providers.KindPreemption:
+		return ReasonPreemption
+	case providers.KindTermination:
+		return ReasonTermination
+	case providers.KindMaintenanceInformation:
+		return ReasonHostMaintenance
+	}
+	return ReasonNoticeReceived
+}
 
 // newRecorder starts client-go's event broadcaster for the agent. Its correlator aggregates
 // repeated events and its spam filter allows a burst of 25 events per object and reason, then

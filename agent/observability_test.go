@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"github.com/reprieve-dev/reprieve/providers"
 	"strings"
 	"testing"
 	"time"
@@ -29,7 +30,7 @@ func TestEventsThroughAnInterruption(t *testing.T) {
 	h.notice(deadline)
 	ev := h.drainEvents()
 	for _, want := range []string{
-		"Warning NoticeReceived aws spot-interruption (terminate), deadline 2026-11-29T12:01:00Z (in 1m0s)",
+		"Warning SpotInterruption aws spot-interruption (terminate), deadline 2026-11-29T12:01:00Z (in 1m0s)",
 		"Normal TaintApplied added taint cloud=spot:NoExecute",
 	} {
 		if !hasEvent(ev, want) {
@@ -41,7 +42,7 @@ func TestEventsThroughAnInterruption(t *testing.T) {
 	}
 	ev = h.drainEvents()
 	for _, want := range []string{
-		"Normal Evicted Evicted with grace 10s (planned 2026-11-29T12:00:00Z: taint cloud=spot:NoExecute not tolerated)",
+		"Normal InterruptionEviction Evicted with grace 10s (planned 2026-11-29T12:00:00Z: taint cloud=spot:NoExecute not tolerated)",
 		"Normal EvictionScheduled Eviction planned at 2026-11-29T12:00:20Z (in 20s) with grace 5s: taint cloud=spot:NoExecute tolerated for 20s",
 		"Warning GraceShortened Grace shortened from 5m0s to 54s",
 		"Warning EvictionBlocked Eviction refused by a PodDisruptionBudget; retrying until 2026-11-29T12:00:50Z, then deleting",
@@ -204,3 +205,25 @@ reprieve_taints_active{key="reprieve.io/scheduled-maintenance"} 0
 }
 
 func metav1DeleteNow() metav1.DeleteOptions { return metav1.DeleteOptions{GracePeriodSeconds: secs(0)} }
+
+// TestNoticeReasons: each notice kind has its own node event reason, none of them the kubelet's
+// Evicted nor the fallback for an unknown kind.
+func TestNoticeReasons(t *testing.T) {
+	seen := map[string]providers.Kind{}
+	for _, k := range providers.Kinds {
+		r := NoticeReason(k)
+		if r == ReasonNoticeReceived || r == "Evicted" {
+			t.Errorf("kind %s: reason %s, want one of its own", k, r)
+		}
+		if other, dup := seen[r]; dup {
+			t.Errorf("kinds %s and %s share the reason %s", other, k, r)
+		}
+		seen[r] = k
+	}
+	if r := NoticeReason("something-new"); r != ReasonNoticeReceived {
+		t.Errorf("an unknown kind's reason is %s, want %s", r, ReasonNoticeReceived)
+	}
+	if ReasonEvicted == "Evicted" {
+		t.Error("reprieve's pod eviction event reuses the kubelet's Evicted reason")
+	}
+}

@@ -2,12 +2,12 @@ package e2e
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/reprieve-dev/reprieve/agent"
 	"github.com/reprieve-dev/reprieve/test/fakes/azureevents"
@@ -160,9 +160,12 @@ func TestDeadlineOddities(t *testing.T) {
 		if c := strings.Count(logTail(200), `"Notice received"`); c != 2 {
 			t.Errorf("%d 'Notice received' log lines, want one per notice", c)
 		}
-		evs, err := env.Client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=two-node,reason=" + agent.ReasonNoticeReceived})
-		if err != nil || len(evs.Items) != 2 {
-			t.Errorf("NoticeReceived events: %d, %v; want 2", len(evs.Items), err)
+		// One event per notice, each with its kind's reason: Preempt is a preemption, Reboot a
+		// scheduled maintenance.
+		evs := noticeEvents(ctx, t, "two-node")
+		slices.Sort(evs)
+		if len(evs) != 2 || !strings.HasPrefix(evs[0], agent.ReasonPreemption+": ") || !strings.HasPrefix(evs[1], agent.ReasonScheduledMaintenance+": ") {
+			t.Errorf("notice events %q; want one Preemption and one ScheduledMaintenance", evs)
 		}
 	})
 }

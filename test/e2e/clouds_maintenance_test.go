@@ -51,12 +51,12 @@ func TestGCPGPUMaintenanceHourAhead(t *testing.T) {
 	defer func() { _ = rp.Stop() }()
 
 	waitNode(ctx, t, node, "the maintenance taint", func(n *v1.Node) bool { return hasTaint(n, maintenance.Key, maintenance.Effect) })
-	// The deadline the agent knows, as its NoticeReceived events say it.
+	// The deadline the agent knows, as its ScheduledMaintenance events say it.
 	want := "deadline " + windowStart.UTC().Format(time.RFC3339)
 	var msgs []string
-	waitFor(ctx, t, "NoticeReceived events with the window's start", func() bool {
+	waitFor(ctx, t, "ScheduledMaintenance events with the window's start", func() bool {
 		evs, err := env.Client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{
-			FieldSelector: "involvedObject.name=" + node + ",reason=" + agent.ReasonNoticeReceived})
+			FieldSelector: "involvedObject.name=" + node + ",reason=" + agent.ReasonScheduledMaintenance})
 		if err != nil {
 			return false
 		}

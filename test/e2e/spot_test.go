@@ -157,7 +157,7 @@ func TestSpotInterruption(t *testing.T) {
 	reasons := res.EventReasons()
 	node := "spot-node"
 	for _, want := range []string{
-		node + " " + agent.ReasonNoticeReceived, node + " " + agent.ReasonTaintApplied, node + " " + agent.ReasonInterruptionHandled,
+		node + " " + agent.ReasonSpotInterruption, node + " " + agent.ReasonTaintApplied, node + " " + agent.ReasonInterruptionHandled,
 		"no-toleration " + agent.ReasonEvicted, "tolerate-10s " + agent.ReasonEvictionScheduled, "tolerate-10s " + agent.ReasonEvicted,
 		"tolerate-600s " + agent.ReasonEvictionScheduled, "grace-longer-than-window " + agent.ReasonGraceShortened,
 		"pdb-blocked " + agent.ReasonEvictionBlocked, "pdb-blocked " + agent.ReasonForceDeleted,
