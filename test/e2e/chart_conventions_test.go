@@ -72,6 +72,13 @@ func TestChartConventions(t *testing.T) {
 			t.Errorf("default tolerations %q, want %q: every taint, as node agents do", got, want)
 		}
 	})
+	t.Run("grace-covers-a-window", func(t *testing.T) {
+		ds, _ := renderDaemonSet(t, "defaults")
+		// The agent finishes an interruption's window on SIGTERM: AWS's is 120 s.
+		if g := ds.Spec.Template.Spec.TerminationGracePeriodSeconds; g == nil || *g < 130 {
+			t.Errorf("terminationGracePeriodSeconds %v, want at least 130 s (AWS's 120 s window and a margin)", g)
+		}
+	})
 	t.Run("update-strategy", func(t *testing.T) {
 		ds, _ := renderDaemonSet(t, "defaults")
 		u := ds.Spec.UpdateStrategy

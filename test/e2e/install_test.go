@@ -10,6 +10,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/reprieve-dev/reprieve/agent"
 	"github.com/reprieve-dev/reprieve/test/scenario"
@@ -182,12 +183,14 @@ func installDaemonSet(ctx context.Context, t *testing.T, cloud, file string, spo
 		p, err := env.Client.CoreV1().Pods(ns).Get(ctx, "workload", metav1.GetOptions{})
 		return apierrors.IsNotFound(err) || (err == nil && p.DeletionTimestamp != nil)
 	})
-	// Give the controllers a few seconds more to do anything else they would do.
-	select {
-	case <-time.After(3 * time.Second):
-	case <-ctx.Done():
-		t.Fatal(ctx.Err())
+	// For 3 s more, the controllers may do anything else they would do: the agent's pod must stay
+	// the same running pod throughout (checked every 100 ms, failing at the first change).
+	stayed := func(p *v1.Pod) bool {
+		return p != nil && p.UID == before.UID && p.DeletionTimestamp == nil && p.Status.Phase == v1.PodRunning
 	}
+	_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 3*time.Second, true, func(context.Context) (bool, error) {
+		return !stayed(agentPod(nodes[0])), nil
+	})
 	after := agentPod(nodes[0])
 	if after == nil || after.UID != before.UID || after.DeletionTimestamp != nil || after.Status.Phase != v1.PodRunning {
 		t.Errorf("the reprieve pod on the tainted node: before %s, after %+v; want it still running (its tolerations hold)", before.UID, after)
