@@ -80,11 +80,11 @@ fuzz-run:
 
 ## e2e: end-to-end tests on the real control plane
 e2e: tools promtool e2e-bin
-	REPRIEVE_BIN=$(E2E_BIN) REPRIEVE_E2E_REQUIRED=1 go test -race -count=1 -timeout 20m ./test/...
+	REPRIEVE_BIN=$(E2E_BIN) REPRIEVE_E2E_REQUIRED=1 go test -race -count=1 -timeout 45m ./test/...
 
 ## test: everything CI runs: lint, unit and end-to-end tests
 test: tools promtool lint fuzz-outside e2e-bin
-	REPRIEVE_BIN=$(E2E_BIN) REPRIEVE_E2E_REQUIRED=1 go test -race -count=1 -timeout 25m ./...
+	REPRIEVE_BIN=$(E2E_BIN) REPRIEVE_E2E_REQUIRED=1 go test -race -count=1 -timeout 45m ./...
 
 ## demo: a spot interruption on a local control plane with a simulated cloud, with a table
 ## (PROVIDER=aws|gcp|azure). More: make demo PROVIDER=gcp DEMO_ARGS=-scenario=gpu-maintenance
