@@ -551,3 +551,26 @@ func TestPlanPodTakesFirstSeen(t *testing.T) {
 		t.Errorf("timeAdded before first seen: due %v, want timeAdded + 10s", plan.Due)
 	}
 }
+
+// TestStopLeavesAFarWindowToTheNextAgent: on SIGTERM during an interruption whose window ends
+// after --stop-grace (a scheduled maintenance two hours away), the agent stops at once instead of
+// lingering past its pod's grace; the next agent resumes from the node.
+func TestStopLeavesAFarWindowToTheNextAgent(t *testing.T) {
+	h := newHarness(t, nil, testNode())
+	h.notice(t0.Add(2 * time.Hour))
+	parent, cancel := context.WithCancel(h.ctx)
+	cancel() // the signal
+	stopped := make(chan struct{})
+	workDone := make(chan struct{})
+	defer close(workDone)
+	clk := clocktesting.NewFakeClock(t0.Add(3 * time.Second))
+	go h.a.lingerOnStop(parent, clk, func() { close(stopped) }, workDone)
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the agent lingered for a window two hours away")
+	}
+	if clk.Now() != t0.Add(3*time.Second) {
+		t.Errorf("the clock moved to %v: the stop should not wait for it", clk.Now())
+	}
+}

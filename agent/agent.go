@@ -333,6 +333,11 @@ func (a *Agent) lingerOnStop(parent context.Context, clk clock.WithTicker, stopW
 		return
 	}
 	logger := klog.FromContext(parent)
+	// The agent's own grace bounds how long it may linger (--stop-grace, under the pod's
+	// terminationGracePeriodSeconds). A window that ends after it (a scheduled maintenance hours
+	// away) is not this process's to finish: it stops at once, and the next agent resumes from
+	// the node's taint, its timeAdded and the deadline annotation.
+	limit := clk.Now().Add(a.cfg.StopGrace)
 	said := false
 	for {
 		a.mu.Lock()
@@ -340,6 +345,12 @@ func (a *Agent) lingerOnStop(parent context.Context, clk clock.WithTicker, stopW
 		a.mu.Unlock()
 		now := clk.Now()
 		if !w.HasDeadline() || !now.Before(w.End()) {
+			stopWork()
+			return
+		}
+		if !said && w.End().After(limit) {
+			logger.Info("Stop requested during an interruption whose window ends after --stop-grace: stopping now; the next agent resumes from the node",
+				"windowEnd", w.End(), "stopGrace", a.cfg.StopGrace)
 			stopWork()
 			return
 		}

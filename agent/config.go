@@ -98,6 +98,9 @@ type Config struct {
 	DryRun             bool
 	// LogFormat is text (klog's own) or json (one JSON object per line, through log/slog).
 	LogFormat string
+	// StopGrace is how long the agent may keep working after SIGTERM to finish an interruption's
+	// window; a window that ends later is left to the next agent.
+	StopGrace time.Duration
 
 	// Webhook notifications (off without a URL).
 	WebhookURL      string
@@ -130,6 +133,7 @@ func DefaultConfig() Config {
 	return Config{
 		Provider:             "auto",
 		LogFormat:            "text",
+		StopGrace:            140 * time.Second,
 		GCPMaintenanceNotice: time.Hour,
 		AWSIMDSEndpoint:      "http://169.254.169.254",
 		AzureIMDSEndpoint:    "http://169.254.169.254",
@@ -207,6 +211,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.MetricsBindAddress, "metrics-bind-address", c.MetricsBindAddress, "Address to serve /metrics, /healthz and /readyz on; empty or 0 to disable.")
 	fs.BoolVar(&c.DryRun, "dry-run", c.DryRun, "Log what would be done; change nothing on the cluster.")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "Log format: text (klog's) or json (one JSON object per line).")
+	fs.DurationVar(&c.StopGrace, "stop-grace", c.StopGrace, "On SIGTERM during an interruption, keep carrying out the plan until the window's end if it ends within this long (keep it under the pod's terminationGracePeriodSeconds); a later window is left to the next agent.")
 	fs.StringVar(&c.WebhookURL, "webhook-url", c.WebhookURL, "POST a message here when a notice arrives and when it has been handled (off when empty).")
 	fs.StringVar(&c.WebhookTemplate, "webhook-template", c.WebhookTemplate, "Go template for the webhook body (default: Slack's {\"text\": ...}).")
 	fs.StringArrayVar(&c.WebhookHeaders, "webhook-header", c.WebhookHeaders, "Header for webhook requests, 'Name: value'; repeatable.")
@@ -309,6 +314,9 @@ func (c *Config) Validate() error {
 	}
 	if !known {
 		errs = append(errs, fmt.Errorf("--provider %q: must be one of %s", c.Provider, strings.Join(providerNames, ", ")))
+	}
+	if c.StopGrace < 0 {
+		errs = append(errs, fmt.Errorf("--stop-grace %s: must not be negative", c.StopGrace))
 	}
 	if c.GCPMaintenanceNotice <= 0 {
 		errs = append(errs, fmt.Errorf("--gcp-maintenance-notice %s: must be positive", c.GCPMaintenanceNotice))

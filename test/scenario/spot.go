@@ -316,7 +316,7 @@ func (o SpotOptions) kubeconfig() string {
 
 // StartReprieve starts the reprieve binary for node with args (which must include
 // --kubeconfig and --provider), a 1 s poll interval, -v=2 and metrics on a free loopback
-// port, and waits until /readyz answers 200. Its log is reprieve-<node>.log in logDir.
+// port, and waits until /readyz answers 200 (at most 2.5 min). Its log is reprieve-<node>.log in logDir.
 func StartReprieve(ctx context.Context, bin, logDir, node string, args ...string) (*testenv.Process, string, error) {
 	port, err := testenv.FreePort()
 	if err != nil {
@@ -331,7 +331,9 @@ func StartReprieve(ctx context.Context, bin, logDir, node string, args ...string
 	if err != nil {
 		return nil, "", err
 	}
-	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+	// Up to 2.5 min: an agent is not Ready while Azure's first Scheduled Events call is still
+	// outstanding, which may take two minutes (the caller's ctx may bound it sooner).
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 150*time.Second, true, func(context.Context) (bool, error) {
 		if p.Exited() {
 			return false, fmt.Errorf("reprieve exited: %s", p.ExitDescription())
 		}
