@@ -1,0 +1,137 @@
+package guard
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// writePair writes a self-signed certificate for 127.0.0.1 named cn, and its key, and sets both
+// files' modification time to mod (a reload must not depend on the file system's resolution).
+func writePair(t *testing.T, dir, cn string, mod time.Time) (certFile, keyFile string, cert *x509.Certificate) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{certFile, keyFile} {
+		if err := os.Chtimes(f, mod, mod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cert, err = x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile, cert
+}
+
+func servedCN(t *testing.T, r *CertReloader) string {
+	t.Helper()
+	c, err := r.GetCertificate(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(c.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return leaf.Subject.CommonName
+}
+
+func TestCertReloader(t *testing.T) {
+	dir := t.TempDir()
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	certFile, keyFile, _ := writePair(t, dir, "first", t0)
+	r, err := NewCertReloader(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cn := servedCN(t, r); cn != "first" {
+		t.Fatalf("serving %q; want first", cn)
+	}
+	writePair(t, dir, "second", t0.Add(time.Minute))
+	if cn := servedCN(t, r); cn != "second" {
+		t.Errorf("after rotation serving %q; want second", cn)
+	}
+	// Half a rotation (a key that does not match, or none): the previous pair stays.
+	if err := os.WriteFile(keyFile, []byte("not a key"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if cn := servedCN(t, r); cn != "second" {
+		t.Errorf("with a broken key serving %q; want the previous pair, second", cn)
+	}
+	if err := os.Remove(certFile); err != nil {
+		t.Fatal(err)
+	}
+	if cn := servedCN(t, r); cn != "second" {
+		t.Errorf("with the certificate gone serving %q; want the previous pair, second", cn)
+	}
+	if _, err := NewCertReloader(certFile, keyFile); err == nil {
+		t.Error("NewCertReloader loaded a missing pair; want an error")
+	}
+}
+
+// TestServe serves HTTPS with the reloader's pair until the context ends, and returns nil.
+func TestServe(t *testing.T) {
+	certFile, keyFile, cert := writePair(t, t.TempDir(), "guard", time.Now())
+	certs, err := NewCertReloader(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	addr := make(chan net.Addr, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- Serve(ctx, ServerOptions{BindAddress: "127.0.0.1:0", Certs: certs, Handler: &Handler{},
+			Gatherer: prometheus.NewRegistry(), Listening: func(a net.Addr) { addr <- a }})
+	}()
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	resp, err := client.Get("https://" + (<-addr).String() + PathReadyz)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("readyz: %d; want 200", resp.StatusCode)
+	}
+	client.CloseIdleConnections()
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Serve after cancel: %v; want nil", err)
+	}
+}

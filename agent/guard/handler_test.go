@@ -1,0 +1,228 @@
+package guard
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	admissionv1 "k8s.io/api/admission/v1"
+	authnv1 "k8s.io/api/authentication/v1"
+	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+const agentUser = "system:serviceaccount:kube-system:reprieve"
+
+// pods is a PodGetter over a fixed set of pods, counting its calls.
+type pods struct {
+	byName map[string]*v1.Pod
+	err    error
+	calls  int
+}
+
+func (p *pods) get(_ context.Context, ns, name string) (*v1.Pod, error) {
+	p.calls++
+	if p.err != nil {
+		return nil, p.err
+	}
+	if pod, ok := p.byName[ns+"/"+name]; ok {
+		return pod, nil
+	}
+	return nil, apierrors.NewNotFound(v1.Resource("pods"), name)
+}
+
+func pod(name, node string, uid types.UID) *v1.Pod {
+	return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: uid}, Spec: v1.PodSpec{NodeName: node}}
+}
+
+// eviction is an admission request as the API server sends it for POST pods/NAME/eviction.
+func eviction(t *testing.T, user, node, name string, uid *types.UID) *admissionv1.AdmissionRequest {
+	t.Helper()
+	secs := int64(5)
+	ev := policyv1.Eviction{TypeMeta: metav1.TypeMeta{APIVersion: "policy/v1", Kind: "Eviction"},
+		ObjectMeta:    metav1.ObjectMeta{Name: name, Namespace: "ns"},
+		DeleteOptions: &metav1.DeleteOptions{GracePeriodSeconds: &secs}}
+	if uid != nil {
+		ev.DeleteOptions.Preconditions = &metav1.Preconditions{UID: uid}
+	}
+	raw, err := json.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &admissionv1.AdmissionRequest{
+		UID:         "review-1",
+		Resource:    metav1.GroupVersionResource{Version: "v1", Resource: "pods"},
+		SubResource: "eviction",
+		Name:        name, Namespace: "ns",
+		Operation: admissionv1.Create,
+		UserInfo:  authnv1.UserInfo{Username: user},
+		Object:    runtime.RawExtension{Raw: raw},
+	}
+	if node != "" {
+		req.UserInfo.Extra = map[string]authnv1.ExtraValue{NodeClaim: {node}}
+	}
+	return req
+}
+
+func TestReview(t *testing.T) {
+	uidA, other := types.UID("uid-a"), types.UID("uid-other")
+	cluster := map[string]*v1.Pod{
+		"ns/on-a":    pod("on-a", "node-a", uidA),
+		"ns/on-b":    pod("on-b", "node-b", "uid-b"),
+		"ns/unbound": pod("unbound", "", "uid-u"),
+	}
+	for _, c := range []struct {
+		name      string
+		req       func(t *testing.T) *admissionv1.AdmissionRequest
+		getErr    error
+		allowed   bool
+		wantErr   bool
+		wantMsg   []string
+		wantReads int
+	}{
+		{name: "own node with the pod's UID", req: func(t *testing.T) *admissionv1.AdmissionRequest {
+			return eviction(t, agentUser, "node-a", "on-a", &uidA)
+		}, allowed: true, wantReads: 1},
+		{name: "own node without a UID precondition (the policy refuses that)", req: func(t *testing.T) *admissionv1.AdmissionRequest {
+			return eviction(t, agentUser, "node-a", "on-a", nil)
+		}, allowed: true, wantReads: 1},
+		{name: "another node", req: func(t *testing.T) *admissionv1.AdmissionRequest {
+			return eviction(t, agentUser, "node-a", "on-b", nil)
+		}, wantMsg: []string{"(node-a)", "ns/on-b is on node-b"}, wantReads: 1},
+		{name: "an unscheduled pod", req: func(t *testing.T) *admissionv1.AdmissionRequest {
+			return eviction(t, agentUser, "node-a", "unbound", nil)
+		}, wantMsg: []string{"(node-a)", "no node"}, wantReads: 1},
+		{name: "own node, another pod's UID", req: func(t *testing.T) *admissionv1.AdmissionRequest {
+			return eviction(t, agentUser, "node-a", "on-a", &other)
+		}, wantMsg: []string{"uid-other", "uid-a"}, wantReads: 1},
+		{name: "no node claim", req: func(t *testing.T) *admissionv1.AdmissionRequest {
+			return eviction(t, agentUser, "", "on-a", &uidA)
+		}, wantMsg: []string{"bound to no node"}},
+		{name: "two node claims", req: func(t *testing.T) *admissionv1.AdmissionRequest {
+			r := eviction(t, agentUser, "node-a", "on-a", &uidA)
+			r.UserInfo.Extra[NodeClaim] = authnv1.ExtraValue{"node-a", "node-b"}
+			return r
+		}, wantMsg: []string{"bound to no node"}},
+		{name: "no such pod", req: func(t *testing.T) *admissionv1.AdmissionRequest {
+			return eviction(t, agentUser, "node-a", "gone", nil)
+		}, wantMsg: []string{"ns/gone not found"}, wantReads: 1},
+		{name: "the API fails", req: func(t *testing.T) *admissionv1.AdmissionRequest {
+			return eviction(t, agentUser, "node-a", "on-a", &uidA)
+		}, getErr: apierrors.NewServiceUnavailable("etcd"), wantErr: true, wantReads: 1},
+		{name: "another identity is not judged", req: func(t *testing.T) *admissionv1.AdmissionRequest {
+			return eviction(t, "system:serviceaccount:kube-system:other", "node-a", "on-b", nil)
+		}, allowed: true},
+		{name: "a pod delete is not judged", req: func(t *testing.T) *admissionv1.AdmissionRequest {
+			r := eviction(t, agentUser, "node-a", "on-b", nil)
+			r.SubResource, r.Operation = "", admissionv1.Delete
+			return r
+		}, allowed: true},
+		{name: "an undecodable Eviction", req: func(t *testing.T) *admissionv1.AdmissionRequest {
+			r := eviction(t, agentUser, "node-a", "on-a", nil)
+			r.Object.Raw = []byte(`{"deleteOptions": 7}`)
+			return r
+		}, wantMsg: []string{"decoding the Eviction"}, wantReads: 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := &pods{byName: cluster, err: c.getErr}
+			h := &Handler{Username: agentUser, GetPod: p.get}
+			v, err := h.Review(context.Background(), c.req(t))
+			if (err != nil) != c.wantErr {
+				t.Fatalf("error %v; want one: %v", err, c.wantErr)
+			}
+			if v.Allowed != c.allowed {
+				t.Errorf("allowed %v (%q); want %v", v.Allowed, v.Message, c.allowed)
+			}
+			for _, m := range c.wantMsg {
+				if !strings.Contains(v.Message, m) {
+					t.Errorf("message %q; want it to name %q", v.Message, m)
+				}
+			}
+			if p.calls != c.wantReads {
+				t.Errorf("%d pod reads; want %d", p.calls, c.wantReads)
+			}
+		})
+	}
+}
+
+// TestServeHTTP posts AdmissionReviews as the API server does and checks the response and the
+// counter of each result.
+func TestServeHTTP(t *testing.T) {
+	uidA := types.UID("uid-a")
+	p := &pods{byName: map[string]*v1.Pod{"ns/on-a": pod("on-a", "node-a", uidA), "ns/on-b": pod("on-b", "node-b", "uid-b")}}
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &Handler{Username: agentUser, GetPod: p.get, Metrics: m}
+	srv := httptest.NewServer(Mux(h, reg))
+	defer srv.Close()
+	post := func(req *admissionv1.AdmissionRequest) (*http.Response, admissionv1.AdmissionReview) {
+		t.Helper()
+		b, err := json.Marshal(admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"}, Request: req})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.Post(srv.URL+PathValidate, "application/json", bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out admissionv1.AdmissionReview
+		if resp.StatusCode == http.StatusOK {
+			if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return resp, out
+	}
+
+	resp, out := post(eviction(t, agentUser, "node-a", "on-a", &uidA))
+	if resp.StatusCode != http.StatusOK || out.Response == nil || !out.Response.Allowed || out.Response.UID != "review-1" ||
+		out.APIVersion != "admission.k8s.io/v1" || out.Kind != "AdmissionReview" {
+		t.Errorf("own node: %d %+v; want an allowed v1 AdmissionReview answering review-1", resp.StatusCode, out)
+	}
+	resp, out = post(eviction(t, agentUser, "node-a", "on-b", &uidA))
+	if resp.StatusCode != http.StatusOK || out.Response == nil || out.Response.Allowed || out.Response.Result == nil ||
+		out.Response.Result.Code != http.StatusForbidden || !strings.Contains(out.Response.Result.Message, "on node-b") {
+		t.Errorf("node B: %d %+v; want a 403 refusal naming node-b", resp.StatusCode, out.Response)
+	}
+	p.err = errors.New("connection refused")
+	if resp, _ = post(eviction(t, agentUser, "node-a", "on-a", &uidA)); resp.StatusCode != http.StatusInternalServerError {
+		t.Errorf("the API failing: status %d; want 500, for the API server's failurePolicy", resp.StatusCode)
+	}
+	if r, err := http.Post(srv.URL+PathValidate, "application/json", strings.NewReader("{}")); err != nil || r.StatusCode != http.StatusBadRequest {
+		t.Errorf("a review without a request: %v %v; want 400", r, err)
+	} else {
+		r.Body.Close()
+	}
+	want := `# HELP reprieve_guard_reviews_total Eviction admission reviews answered by the eviction guard, by result (allowed, denied, error).
+# TYPE reprieve_guard_reviews_total counter
+reprieve_guard_reviews_total{result="allowed"} 1
+reprieve_guard_reviews_total{result="denied"} 1
+reprieve_guard_reviews_total{result="error"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "reprieve_guard_reviews_total"); err != nil {
+		t.Error(err)
+	}
+	for _, path := range []string{PathHealthz, PathReadyz, PathMetrics} {
+		r, err := http.Get(srv.URL + path)
+		if err != nil || r.StatusCode != http.StatusOK {
+			t.Errorf("GET %s: %v %v; want 200", path, r, err)
+			continue
+		}
+		r.Body.Close()
+	}
+}
