@@ -116,6 +116,7 @@ func newRootCommand() *cobra.Command {
 		}
 	}
 	root.AddCommand(
+		newGuardCommand(),
 		sub("plan", "What the agent would do for a notice, changing nothing", func(ctx context.Context, args []string) int {
 			return runPlan(ctx, args, os.Stdout, os.Stderr, time.Now(), newClient)
 		}),

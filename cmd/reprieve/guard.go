@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/guard"
+)
+
+// guardConfig is the eviction guard's flags.
+type guardConfig struct {
+	BindAddress    string
+	TLSCertFile    string
+	TLSKeyFile     string
+	ServiceAccount string
+	Kubeconfig     string
+	LogFormat      string
+}
+
+func (c *guardConfig) addFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&c.BindAddress, "bind-address", ":8443", "host:port of the HTTPS listener (reviews at "+guard.PathValidate+", /healthz, /readyz, /metrics)")
+	fs.StringVar(&c.TLSCertFile, "tls-cert-file", "", "serving certificate (PEM), reloaded when the file changes")
+	fs.StringVar(&c.TLSKeyFile, "tls-private-key-file", "", "serving certificate's private key (PEM), reloaded when the file changes")
+	fs.StringVar(&c.ServiceAccount, "agent-service-account", "kube-system:reprieve", "NAMESPACE:NAME of the agent's ServiceAccount, whose evictions the guard binds to their token's node")
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, else in-cluster)")
+	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
+}
+
+// username is the agent's ServiceAccount as the API server names it in userInfo.
+func (c *guardConfig) username() (string, error) {
+	ns, name, ok := strings.Cut(c.ServiceAccount, ":")
+	if !ok || ns == "" || name == "" || strings.Contains(name, ":") {
+		return "", fmt.Errorf("--agent-service-account %q: want NAMESPACE:NAME", c.ServiceAccount)
+	}
+	return "system:serviceaccount:" + ns + ":" + name, nil
+}
+
+// newGuardCommand is `reprieve eviction-guard`: the validating admission webhook that lets the
+// agent's ServiceAccount evict only pods on its token's node (agent/guard, docs/eviction-guard.md).
+func newGuardCommand() *cobra.Command {
+	var cfg guardConfig
+	cmd := &cobra.Command{
+		Use:   "eviction-guard",
+		Short: "Admission webhook: the agent may evict only pods on its own node",
+		Args:  cobra.NoArgs, SilenceUsage: true, SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if code := runGuard(cmd.Flags(), &cfg); code != 0 {
+				return exitCode(code)
+			}
+			return nil
+		},
+	}
+	cfg.addFlags(cmd.Flags())
+	// Its own usage: the root's lists the agent's flags, which the guard does not take.
+	cmd.SetUsageFunc(func(c *cobra.Command) error {
+		fmt.Fprintf(c.OutOrStderr(), "Usage: reprieve eviction-guard [flags]\n\nEvery flag also reads $REPRIEVE_GUARD_<FLAG> (dashes as underscores).\n\n%s", c.Flags().FlagUsages())
+		return nil
+	})
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	cmd.Flags().AddGoFlag(klogFlags.Lookup("v"))
+	return cmd
+}
+
+// runGuard checks the flags (exit status 2 when they are wrong), then serves until SIGTERM.
+func runGuard(fs *pflag.FlagSet, cfg *guardConfig) int {
+	if err := agent.ApplyEnv(fs, "REPRIEVE_GUARD_", os.LookupEnv); err != nil {
+		fmt.Fprintf(os.Stderr, "reprieve eviction-guard: %v\n", err)
+		return 2
+	}
+	user, err := cfg.username()
+	if err == nil && (cfg.TLSCertFile == "" || cfg.TLSKeyFile == "") {
+		err = fmt.Errorf("--tls-cert-file and --tls-private-key-file are required")
+	}
+	if err == nil {
+		err = setupLogging(cfg.LogFormat, verbosity(fs), os.Stderr)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "reprieve eviction-guard: %v\n", err)
+		return 2
+	}
+	certs, err := guard.NewCertReloader(cfg.TLSCertFile, cfg.TLSKeyFile)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "reprieve eviction-guard: %v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	logger := klog.Background()
+	ctx = klog.NewContext(ctx, logger)
+	if err := serveGuard(ctx, *cfg, user, certs); err != nil {
+		logger.Error(err, "The eviction guard failed")
+		klog.Flush()
+		return 1
+	}
+	klog.Flush()
+	return 0
+}
+
+// serveGuard wires the client, the metrics and the handler, and serves until ctx ends.
+func serveGuard(ctx context.Context, cfg guardConfig, user string, certs *guard.CertReloader) error {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = cfg.Kubeconfig
+	restCfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return fmt.Errorf("loading the Kubernetes client configuration: %w", err)
+	}
+	// One GET per eviction: a node's drain sends a few dozen at once, a fleet's reclaim more.
+	restCfg.QPS, restCfg.Burst = 50, 100
+	restCfg.UserAgent = "reprieve-eviction-guard/" + version
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("creating the Kubernetes client: %w", err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics, err := guard.NewMetrics(reg)
+	if err != nil {
+		return err
+	}
+	h := &guard.Handler{Username: user, Metrics: metrics, GetPod: func(ctx context.Context, ns, name string) (*v1.Pod, error) {
+		return client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	}}
+	return guard.Serve(ctx, guard.ServerOptions{BindAddress: cfg.BindAddress, Certs: certs, Handler: h, Gatherer: reg})
+}
