@@ -123,6 +123,9 @@ func newRootCommand() *cobra.Command {
 		sub("doctor", "Check permissions, the node and the metadata service", func(ctx context.Context, args []string) int {
 			return runDoctor(ctx, args, os.Stdout, os.Stderr, newClient)
 		}),
+		sub("audit", "What a spot notice would do to each workload on spot nodes, changing nothing", func(ctx context.Context, args []string) int {
+			return runAudit(ctx, args, os.Stdout, os.Stderr, time.Now(), newClient)
+		}),
 		&cobra.Command{
 			Use: "version", Short: "Print the version", Args: cobra.NoArgs,
 			Run: func(*cobra.Command, []string) { fmt.Printf("reprieve %s (%s)\n", version, runtime.Version()) },
