@@ -285,7 +285,10 @@ func renderDaemonSet(t *testing.T, source string, args ...string) (*appsv1.Daemo
 		case *appsv1.DaemonSet:
 			ds = o
 		case *rbacv1.ClusterRole:
-			role = o
+			// The agent's, not the eviction guard's (get pods only).
+			if o.Labels["app.kubernetes.io/component"] != "eviction-guard" {
+				role = o
+			}
 		}
 	}
 	if ds == nil {
@@ -332,7 +335,7 @@ func TestChartValues(t *testing.T) {
 		affinityKeys            []string
 	}{
 		{name: "aws", set: "cloud=aws", hostNetwork: true, hostPaths: hostSourcePaths,
-			args:         []string{"--provider=aws", "--metrics-bind-address=:8080", "--pressure-source=host", "--host-root=/host"},
+			args:         []string{"--provider=aws", "--metrics-bind-address=:10271", "--pressure-source=host", "--host-root=/host"},
 			absentArgs:   []string{"--kubelet-insecure-tls", "--dry-run", "--safety-margin", "--interruption-taint", "--pressure-thresholds", "--pressure-headroom", "--pressure-transition-period", "--kubelet-config", "--webhook"},
 			nodeSelector: map[string]string{"karpenter.sh/capacity-type": "spot"}},
 		{name: "gcp", set: "cloud=gcp", hostPaths: hostSourcePaths,

@@ -1,0 +1,382 @@
+package e2e
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/guard"
+	"github.com/reprieve-dev/reprieve/test/scenario"
+	"github.com/reprieve-dev/reprieve/test/testenv"
+)
+
+// shippedAgentUser is the agent's identity in the chart's default render (release reprieve in
+// kube-system).
+const shippedAgentUser = "system:serviceaccount:kube-system:reprieve"
+
+// startEvictionGuard runs the eviction guard for the agent ServiceAccount ns/sa and registers
+// the chart's own ValidatingWebhookConfiguration for it, as the chart renders it (helm template
+// --show-only templates/eviction-guard.yaml) with three changes only: its name (sa-ns-...,
+// cluster-scoped, so that tests do not collide), its matchConditions' ServiceAccount (ns/sa
+// instead of kube-system/reprieve), and its clientConfig (https://127.0.0.1:PORT with a CA the
+// call makes, instead of the in-cluster Service). The guard is `$REPRIEVE_BIN eviction-guard`,
+// a local process, with its own ServiceAccount (ns/sa-guard) bound to the chart's ClusterRole
+// for it (get pods only).
+//
+// Call it after binding ns/sa to the shipped ClusterRole "reprieve": it returns once the API
+// server calls the guard for that identity (it probes with a dry-run eviction as ns/sa). stop
+// ends the guard process (the webhook stays registered, so the agent's evictions then fail with
+// a 500, as with every replica down); stop may be called more than once. t.Cleanup stops the
+// guard and deletes the webhook configuration and the guard's RBAC.
+func startEvictionGuard(ctx context.Context, t *testing.T, sa, ns string) (stop func()) {
+	t.Helper()
+	c := env.Client
+	prefix := sa + "-" + ns
+	objs := chartObjects(t, "eviction-guard", render(t, "reprieve", "--show-only", "templates/eviction-guard.yaml"))
+	var hook *admissionregistrationv1.ValidatingWebhookConfiguration
+	var role *rbacv1.ClusterRole
+	for _, o := range objs {
+		switch o := o.(type) {
+		case *admissionregistrationv1.ValidatingWebhookConfiguration:
+			hook = o
+		case *rbacv1.ClusterRole:
+			role = o
+		}
+	}
+	if hook == nil || role == nil || len(hook.Webhooks) != 1 || len(hook.Webhooks[0].MatchConditions) != 1 ||
+		!strings.Contains(hook.Webhooks[0].MatchConditions[0].Expression, `"`+shippedAgentUser+`"`) {
+		t.Fatalf("the chart's eviction guard render lacks a webhook for %s, or its ClusterRole: %+v %+v", shippedAgentUser, hook, role)
+	}
+
+	// The guard's own identity, with the chart's ClusterRole.
+	guardSA := sa + "-guard"
+	if _, err := c.CoreV1().ServiceAccounts(ns).Create(ctx, &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: guardSA}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	role.ObjectMeta = metav1.ObjectMeta{Name: prefix + "-eviction-guard"}
+	if _, err := c.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: guardSA, Namespace: ns}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	guardKube, err := env.ServiceAccountKubeconfig(ctx, ns, guardSA)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A self-signed serving certificate for 127.0.0.1, which is also the webhook's CA.
+	dir := t.TempDir()
+	certPEM, certFile, keyFile := selfSignedPair(t, dir)
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	p, err := testenv.StartProcess(ctx, "eviction-guard", filepath.Join(logDir, "eviction-guard-"+prefix+".log"), reprieveBin,
+		[]string{"eviction-guard", "--bind-address=" + addr, "--tls-cert-file=" + certFile, "--tls-private-key-file=" + keyFile,
+			"--agent-service-account=" + ns + ":" + sa, "--kubeconfig=" + guardKube, "-v=4"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop = func() { _ = p.Stop() }
+	t.Cleanup(stop)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(certPEM)
+	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		if p.Exited() {
+			return false, os.ErrProcessDone
+		}
+		resp, err := hc.Get("https://" + addr + guard.PathReadyz)
+		if err != nil {
+			return false, nil
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	}); err != nil {
+		t.Fatalf("waiting for the eviction guard: %v\n%s", err, p.LogTail(30))
+	}
+
+	url := "https://" + addr + guard.PathValidate
+	wh := &hook.Webhooks[0]
+	wh.ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: certPEM}
+	wh.MatchConditions[0].Expression = strings.ReplaceAll(wh.MatchConditions[0].Expression, shippedAgentUser, "system:serviceaccount:"+ns+":"+sa)
+	hook.ObjectMeta = metav1.ObjectMeta{Name: prefix + "-eviction-guard", Labels: hook.Labels}
+	if _, err := c.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, hook, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		_ = c.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, hook.Name, metav1.DeleteOptions{})
+		_ = c.RbacV1().ClusterRoleBindings().Delete(ctx, role.Name, metav1.DeleteOptions{})
+		_ = c.RbacV1().ClusterRoles().Delete(ctx, role.Name, metav1.DeleteOptions{})
+	})
+
+	// In force once the guard answers for ns/sa: a dry-run eviction of a pod that does not exist,
+	// as ns/sa with a node claim (impersonated by the admin), is refused by the guard ("not
+	// found" in its words) rather than by the registry.
+	probe := impersonate(t, sa, ns, prefix+"-probe")
+	probeName := prefix + "-guard-probe"
+	waitFor(ctx, t, "the eviction guard in force", func() bool {
+		err := evict(ctx, probe, ns, probeName, ptr64(1), ptrUID("probe"), true)
+		return err != nil && strings.Contains(err.Error(), "pod "+ns+"/"+probeName+" not found") && strings.Contains(err.Error(), "admission webhook")
+	})
+	return stop
+}
+
+// selfSignedPair writes a self-signed ECDSA certificate for 127.0.0.1 and its key into dir.
+func selfSignedPair(t *testing.T, dir string) (certPEM []byte, certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: "eviction-guard-e2e"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	if err := os.WriteFile(certFile, certPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certPEM, certFile, keyFile
+}
+
+func ptrUID(u types.UID) *types.UID { return &u }
+
+// evict posts an Eviction for ns/name with the given grace and UID precondition (nil: none).
+func evict(ctx context.Context, cl kubernetes.Interface, ns, name string, grace *int64, uid *types.UID, dryRun bool) error {
+	opts := &metav1.DeleteOptions{GracePeriodSeconds: grace}
+	if uid != nil {
+		opts.Preconditions = &metav1.Preconditions{UID: uid}
+	}
+	if dryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	return cl.PolicyV1().Evictions(ns).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, DeleteOptions: opts})
+}
+
+// TestEvictionGuardBindsEvictionsToTheNode tries, with the token of node A's agent (a real
+// ServiceAccount token bound to the agent's pod on A, with the shipped ClusterRole, admission
+// policies and eviction guard webhook), to evict a pod on node B (refused by the guard, naming
+// both nodes), a pod on A with grace 0 or without a UID precondition (refused by the policy),
+// and a pod on A as the agent does (allowed). Then, with the guard stopped, an eviction on A
+// fails with a 500 and the real agent still ends A's pods before the reclaim deadline with its
+// node-bound DELETE.
+func TestEvictionGuardBindsEvictionsToTheNode(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const ns, sa, nodeA, nodeB = "evguard", "reprieve-evguard", "evguard-a", "evguard-b"
+	c := env.Client
+	setupNode(ctx, t, ns, nodeA, nil)
+	if _, err := env.CreateNode(ctx, nodeB, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CoreV1().ServiceAccounts(ns).Create(ctx, &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: sa},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "reprieve"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: ns}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.RbacV1().ClusterRoleBindings().Delete(context.Background(), sa, metav1.DeleteOptions{}) })
+	installShippedPolicies(ctx, t, sa, ns)
+
+	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	for _, node := range []string{nodeA, nodeB} {
+		if err := scenario.Create(ctx, c, ns, node, taint, []scenario.Pod{
+			{Name: "agent-" + node, Kind: scenario.DaemonSet, ServiceAccount: sa},
+			{Name: "victim-" + node, Kind: scenario.Plain, Tolerate: ptr64(3600), Grace: ptr64(1)},
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := scenario.Create(ctx, c, ns, nodeA, taint, []scenario.Pod{
+		{Name: "evicted", Kind: scenario.Plain, Tolerate: ptr64(3600), Grace: ptr64(5)},
+		{Name: "work", Kind: scenario.Plain, Tolerate: ptr64(2), Grace: ptr64(1)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	pod := func(name string) *v1.Pod {
+		t.Helper()
+		p, err := c.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	kubeA, err := env.BoundServiceAccountKubeconfig(ctx, ns, sa, pod("agent-"+nodeA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientA := clientFor(t, kubeA)
+	stopGuard := startEvictionGuard(ctx, t, sa, ns)
+
+	onB, onA := pod("victim-"+nodeB), pod("victim-"+nodeA)
+	err = evict(ctx, clientA, ns, onB.Name, ptr64(5), &onB.UID, false)
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "bound to ("+nodeA+")") || !strings.Contains(err.Error(), "is on "+nodeB) {
+		t.Errorf("node A's agent evicting a pod on node B: %v; want a 403 from the guard naming %s and %s", err, nodeA, nodeB)
+	}
+	err = evict(ctx, clientA, ns, onA.Name, ptr64(0), &onA.UID, false)
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "gracePeriodSeconds of at least 1") {
+		t.Errorf("evicting a pod on node A with grace 0: %v; want a 403 from the policy", err)
+	}
+	err = evict(ctx, clientA, ns, onA.Name, nil, &onA.UID, false)
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "gracePeriodSeconds of at least 1") {
+		t.Errorf("evicting a pod on node A without a grace: %v; want a 403 from the policy", err)
+	}
+	err = evict(ctx, clientA, ns, onA.Name, ptr64(1), nil, false)
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "UID precondition") {
+		t.Errorf("evicting a pod on node A without a UID precondition: %v; want a 403 from the policy", err)
+	}
+	if p := pod(onA.Name); p.DeletionTimestamp != nil {
+		t.Fatalf("the refused evictions deleted %s", p.Name)
+	}
+	evicted := pod("evicted")
+	if err := evict(ctx, clientA, ns, evicted.Name, ptr64(1), &evicted.UID, false); err != nil {
+		t.Errorf("node A's agent evicting a pod on node A as the agent does: %v; want it allowed", err)
+	}
+	if p, err := c.CoreV1().Pods(ns).Get(ctx, evicted.Name, metav1.GetOptions{}); err == nil && p.DeletionTimestamp == nil {
+		t.Errorf("the allowed eviction left %s running", evicted.Name)
+	}
+
+	// Every guard replica down: the webhook still matches, the API server cannot call it, and
+	// failurePolicy Fail refuses the agent's evictions with a 500.
+	stopGuard()
+	err = evict(ctx, clientA, ns, onA.Name, ptr64(1), &onA.UID, false)
+	if !apierrors.IsInternalError(err) || !strings.Contains(err.Error(), "failed calling webhook") {
+		t.Errorf("evicting a pod on node A with the guard down: %v; want a 500 (failed calling webhook)", err)
+	}
+
+	// The real agent, with A's token, through an interruption with the guard down: each pod on A
+	// ends by the node-bound DELETE at its last safe moment, before the deadline.
+	rp, _, err := scenario.StartReprieve(ctx, reprieveBin, logDir, nodeA, "--kubeconfig="+kubeA, "--provider=none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = rp.Stop() }()
+	deadline := time.Now().Add(25 * time.Second).Truncate(time.Second)
+	setDeadline(ctx, t, nodeA, deadline.UTC().Format(time.RFC3339))
+	gone := func(name string) bool {
+		p, err := c.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err) || (err == nil && p.DeletionTimestamp != nil)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 40*time.Second, true, func(context.Context) (bool, error) {
+		return gone("work") && gone(onA.Name), nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for node A's pods to end with the guard down: %v\n%s", err, rp.LogTail(60))
+	}
+	if now := time.Now(); !now.Before(deadline) {
+		t.Errorf("node A's pods were deleted %v after the deadline", now.Sub(deadline))
+	}
+	log := rp.LogTail(400)
+	for _, want := range []string{"failed calling webhook", "Deleting pod: the reclaim deadline leaves no time"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("the agent's log lacks %q:\n%s", want, log)
+		}
+	}
+	if p := pod(onB.Name); p.DeletionTimestamp != nil {
+		t.Errorf("the pod on node B was deleted; want it untouched")
+	}
+	if p := pod("agent-" + nodeA); p.DeletionTimestamp != nil {
+		t.Errorf("the agent's own pod was deleted; want it left alone")
+	}
+}
+
+// installShippedPolicies applies deploy/manifests/admission-policy.yaml for ServiceAccount ns/sa,
+// each policy and binding renamed with the prefix sa-ns (they are cluster-scoped, and other
+// tests apply the same manifest), and deletes them when the test ends.
+func installShippedPolicies(ctx context.Context, t *testing.T, sa, ns string) {
+	t.Helper()
+	manifest := string(readRepoFile(t, "deploy", "manifests", "admission-policy.yaml"))
+	if !strings.Contains(manifest, shippedAgentUser) || !strings.Contains(manifest, "name: reprieve-eviction-options") {
+		t.Fatalf("the shipped policies do not name %s or lack the eviction policy", shippedAgentUser)
+	}
+	prefix := sa + "-" + ns + "-"
+	manifest = strings.ReplaceAll(manifest, shippedAgentUser, "system:serviceaccount:"+ns+":"+sa)
+	manifest = strings.ReplaceAll(manifest, "name: reprieve-", "name: "+prefix)
+	manifest = strings.ReplaceAll(manifest, "policyName: reprieve-", "policyName: "+prefix)
+	objs := manifestObjects(t, "admission-policy.yaml", []byte(manifest))
+	t.Cleanup(func() {
+		ctx := context.Background()
+		for _, o := range objs {
+			switch o.GetKind() {
+			case "ValidatingAdmissionPolicyBinding":
+				_ = env.Client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, o.GetName(), metav1.DeleteOptions{})
+			case "ValidatingAdmissionPolicy":
+				_ = env.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(ctx, o.GetName(), metav1.DeleteOptions{})
+			}
+		}
+	})
+	if err := scenario.Apply(ctx, env.Client, []byte(manifest)); err != nil {
+		t.Fatal(err)
+	}
+	// In force once a dry-run eviction with grace 0 as ns/sa is refused by the policy (it runs
+	// before the registry looks the pod up, so the pod need not exist).
+	probe := impersonate(t, sa, ns, sa+"-"+ns+"-probe")
+	waitFor(ctx, t, "the eviction policy in force", func() bool {
+		err := evict(ctx, probe, ns, sa+"-policy-probe", ptr64(0), ptrUID("probe"), true)
+		return err != nil && strings.Contains(err.Error(), "gracePeriodSeconds of at least 1")
+	})
+}
+
+// impersonate is a client that acts as ServiceAccount ns/sa with node as its token's node claim
+// (the admin impersonates it, extra included).
+func impersonate(t *testing.T, sa, ns, node string) kubernetes.Interface {
+	t.Helper()
+	imp := rest.CopyConfig(env.Config)
+	imp.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":" + sa,
+		Extra: map[string][]string{guard.NodeClaim: {node}}}
+	cl, err := kubernetes.NewForConfig(imp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl
+}
