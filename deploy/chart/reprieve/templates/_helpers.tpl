@@ -65,3 +65,30 @@ sets it; the alert rules and the dashboard select on it, so every release sees i
 {{- define "reprieve.job" -}}
 {{- .Values.monitoring.job | default .Release.Name -}}
 {{- end -}}
+
+{{/*
+"true" when the agent runs on the host network, "" when not: the hostNetwork value, or when it is
+null, the cloud's need (aws: IMDSv2's default hop limit of 1 keeps the token's answer from pods).
+*/}}
+{{- define "reprieve.hostNetwork" -}}
+{{- if kindIs "bool" .Values.hostNetwork -}}
+{{- if .Values.hostNetwork }}true{{ end -}}
+{{- else if eq .Values.cloud "aws" -}}
+true
+{{- end -}}
+{{- end }}
+
+{{/*
+"true" when the admission policies are rendered: admissionPolicy.enabled and the cluster serves
+ValidatingAdmissionPolicy at admissionregistration.k8s.io/v1 (Kubernetes 1.30 and later). Where it
+does not, applying them would fail the whole release; NOTES.txt says that the node binding is off.
+*/}}
+{{- define "reprieve.admissionPolicy" -}}
+{{- /* A cluster's discovery lists kinds (apps/v1/DaemonSet); `helm template` without a cluster
+lists only group versions, and then the chart's kubeVersion (>=1.30) stands for the API. */ -}}
+{{- $discovered := .Capabilities.APIVersions.Has "apps/v1/DaemonSet" -}}
+{{- $served := .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy" -}}
+{{- if and .Values.admissionPolicy.enabled (or $served (not $discovered)) -}}
+true
+{{- end -}}
+{{- end }}
