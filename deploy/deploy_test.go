@@ -114,6 +114,7 @@ var wantAlerts = []string{
 	"ReprieveMetadataFailing",
 	"ReprieveAgentDown",
 	"ReprieveAgentAbsent",
+	"ReprieveNodeWritesRefused",
 	"ReprieveAgentNotReady",
 }
 
