@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -379,4 +380,88 @@ func impersonate(t *testing.T, sa, ns, node string) kubernetes.Interface {
 		t.Fatal(err)
 	}
 	return cl
+}
+
+// TestEvictionGuardChartKeepsItsKeyPair renders the chart's eviction guard against the real API
+// server (helm template --dry-run=server, where lookup reads the cluster): the first render
+// generates a CA and a serving certificate for the guard's Service that verifies against the
+// webhook's caBundle; once that Secret exists, a second render (an upgrade) reuses it, so the
+// pair and the caBundle do not rotate.
+func TestEvictionGuardChartKeepsItsKeyPair(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const ns = "evguard-tls"
+	if err := env.CreateNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	renderGuard := func() (*v1.Secret, *admissionregistrationv1.ValidatingWebhookConfiguration) {
+		t.Helper()
+		// A release of its own: the cluster's "reprieve" ClusterRole belongs to no release.
+		out, err := helm(t, "template", "evguard", chartDir, "--namespace", ns, "--dry-run=server", "--kubeconfig", env.Kubeconfig,
+			"--show-only", "templates/eviction-guard.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var secret *v1.Secret
+		var hook *admissionregistrationv1.ValidatingWebhookConfiguration
+		for _, o := range chartObjects(t, "eviction-guard", out) {
+			switch o := o.(type) {
+			case *v1.Secret:
+				secret = o
+			case *admissionregistrationv1.ValidatingWebhookConfiguration:
+				hook = o
+			}
+		}
+		if secret == nil || hook == nil || len(hook.Webhooks) != 1 {
+			t.Fatalf("the render lacks the guard's Secret or webhook:\n%s", out)
+		}
+		return secret, hook
+	}
+	first, hook := renderGuard()
+	if !bytes.Equal(hook.Webhooks[0].ClientConfig.CABundle, first.Data["ca.crt"]) {
+		t.Error("the webhook's caBundle is not the Secret's ca.crt")
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(first.Data["ca.crt"]) {
+		t.Fatal("ca.crt holds no certificate")
+	}
+	block, _ := pem.Decode(first.Data["tls.crt"])
+	if block == nil {
+		t.Fatal("tls.crt holds no certificate")
+	}
+	leaf, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The name the API server dials for a service reference: <service>.<namespace>.svc.
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, DNSName: "evguard-reprieve-eviction-guard." + ns + ".svc",
+		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+		t.Errorf("the serving certificate does not verify for the Service: %v", err)
+	}
+	if _, err := tls.X509KeyPair(first.Data["tls.crt"], first.Data["tls.key"]); err != nil {
+		t.Errorf("tls.crt and tls.key are not a pair: %v", err)
+	}
+
+	// Without the Secret in the cluster each render generates anew; with it, the render reuses it.
+	if again, _ := renderGuard(); bytes.Equal(again.Data["tls.key"], first.Data["tls.key"]) {
+		t.Error("two renders without a Secret gave the same key; want a generated pair each time")
+	}
+	// As helm install leaves it: owned by the release.
+	first.Namespace = ns
+	first.Annotations = map[string]string{"meta.helm.sh/release-name": "evguard", "meta.helm.sh/release-namespace": ns}
+	if _, err := env.Client.CoreV1().Secrets(ns).Create(ctx, first, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.Client.CoreV1().Secrets(ns).Delete(context.Background(), first.Name, metav1.DeleteOptions{})
+	})
+	upgrade, upgradeHook := renderGuard()
+	for _, k := range []string{"ca.crt", "tls.crt", "tls.key"} {
+		if !bytes.Equal(upgrade.Data[k], first.Data[k]) {
+			t.Errorf("an upgrade render changed %s; want the installed Secret's", k)
+		}
+	}
+	if !bytes.Equal(upgradeHook.Webhooks[0].ClientConfig.CABundle, first.Data["ca.crt"]) {
+		t.Error("an upgrade render changed the webhook's caBundle; want the installed CA")
+	}
 }
