@@ -76,6 +76,7 @@ type Agent struct {
 	evictFn                 func(context.Context, *policyv1.Eviction) error
 	recorder                record.EventRecorder
 	notifier                *notify.Notifier // nil when webhooks are off
+	podNotice               *podNotifier     // the pods' early warning; nil with --pod-notice=false
 	nodeChanged             chan struct{}
 	ready                   atomic.Bool
 	watching                bool // the provider pushes changes; the loop does not poll it
@@ -186,6 +187,9 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 		return nil, err
 	}
 	a.writer = &nodeWriter{client: deps.Client, nodeName: cfg.NodeName, dryRun: cfg.DryRun, cached: a.cachedNode}
+	if cfg.PodNotice {
+		a.podNotice = newPodNotifier(deps.Client, a.podLister, deps.Clock, cfg.DryRun)
+	}
 	return a, nil
 }
 
@@ -305,6 +309,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.watching = true
 		g.Go(func() error { a.watch(ctx, w); return nil })
 	}
+	a.startPodNotice(ctx, g)
 	g.Go(func() error { a.nodeLoop(ctx); return nil })
 	if a.pressure != nil {
 		g.Go(func() error { a.pressureLoop(ctx); return nil })

@@ -87,6 +87,9 @@ type Config struct {
 	PressureTaintEffect      string
 
 	EvictDaemonSetPods bool
+	// PodNotice writes the early warning on each pod a notice concerns: the
+	// reprieve.io/Interruption condition and the evict-at and reclaim-deadline annotations.
+	PodNotice bool
 	// TolerationComparisonOperators matches the cluster's TaintTolerationComparisonOperators
 	// feature gate (alpha in 1.35, off by default): Lt/Gt tolerations match only when it is on.
 	TolerationComparisonOperators bool
@@ -145,6 +148,7 @@ func DefaultConfig() Config {
 		MaintenanceTaint:     "reprieve.io/scheduled-maintenance=true:NoSchedule",
 		SafetyMargin:         5 * time.Second,
 		EvictionWorkers:      64,
+		PodNotice:            true,
 
 		PressureSource:           PressureSourceHost,
 		KubeletConfig:            "/var/lib/kubelet/config.yaml",
@@ -204,6 +208,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.PressureTrendWindow, "pressure-trend-window", c.PressureTrendWindow, "How far back readings count in a signal's trend (the predictive rule).")
 	fs.StringVar(&c.PressureTaintEffect, "pressure-taint-effect", c.PressureTaintEffect, "Effect of the pressure taints reprieve.io/{memory,disk,pid}-pressure: NoSchedule or PreferNoSchedule.")
 	fs.BoolVar(&c.EvictDaemonSetPods, "evict-daemonset-pods", c.EvictDaemonSetPods, "Evict DaemonSet pods too (kubectl drain does not).")
+	fs.BoolVar(&c.PodNotice, "pod-notice", c.PodNotice, "At a notice, mark every pod it concerns (planned for eviction, or tolerating it forever) with the condition reprieve.io/Interruption and the annotations reprieve.io/evict-at and reprieve.io/reclaim-deadline, through pods/status; withdrawn with the notice.")
 	fs.BoolVar(&c.TolerationComparisonOperators, "toleration-comparison-operators", c.TolerationComparisonOperators, "Match Lt/Gt tolerations, as with the cluster's TaintTolerationComparisonOperators feature gate.")
 	fs.IntVar(&c.EvictionWorkers, "eviction-workers", c.EvictionWorkers, "How many evictions may be in flight at once.")
 	fs.Float32Var(&c.KubeAPIQPS, "kube-api-qps", c.KubeAPIQPS, "Sustained requests per second to the API server.")

@@ -152,6 +152,7 @@ func (a *Agent) syncPod(ctx context.Context, key string) time.Duration {
 		return a.shorten(ctx, key, pod, st, view.window, now)
 	}
 	plan := PlanPod(pod, view.taints, view.window, a.filter, a.cfg.TolerationComparisonOperators)
+	a.warnPod(pod, plan, view.window)
 	if plan.Skip != SkipNone {
 		// A blocked pod whose plan became a skip (the taint went, a toleration now covers it)
 		// is no longer waiting on a budget.

@@ -1,0 +1,339 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/reprieve-dev/reprieve/providers"
+)
+
+// The early warning on each pod that a notice concerns (--pod-notice): a condition a job can
+// watch, and annotations it can read through the downward API, so that it can checkpoint at the
+// notice rather than at SIGTERM. The pod carries AnnotationReclaimDeadline too.
+const (
+	// PodConditionInterruption is True while a notice plans the pod's eviction (or, for a pod
+	// that tolerates the interruption forever, its end with the machine), False once withdrawn.
+	PodConditionInterruption v1.PodConditionType = "reprieve.io/Interruption"
+	// AnnotationEvictAt is when reprieve plans to evict the pod (RFC 3339); absent on a pod
+	// that tolerates the interruption forever.
+	AnnotationEvictAt = "reprieve.io/evict-at"
+)
+
+// Bounds of the warning writer. Each warning is one request; 16 in flight write 110 pods in
+// about seven rounds of a local API server's latency, and leave the client's burst to the
+// evictions. Failed writes back off as the eviction queue does, to 10 s at most, and are retried
+// until they succeed or the pod is gone.
+const (
+	podNoticeWorkers     = 16
+	podNoticeBackoffBase = 100 * time.Millisecond
+	podNoticeBackoffMax  = 10 * time.Second
+)
+
+// podWarning is what one pod should carry. Its fields are all comparable, so that an unchanged
+// re-plan is recognised and not written again; it holds no relative times for that reason.
+type podWarning struct {
+	active   bool
+	reason   string
+	message  string
+	evictAt  time.Time // zero when the pod is not evicted (it tolerates the interruption forever)
+	deadline time.Time
+}
+
+// wanted is a warning for one pod, identified by its UID: a pod recreated under the same name
+// is warned only by its own plan.
+type wanted struct {
+	uid  types.UID
+	warn podWarning
+}
+
+// podNotifier writes the warnings. The eviction loop only records what each pod should carry
+// (set, which never waits on the API server); its own workers write it. Many producers, one
+// owner of the writes: the workqueue hands a key to one worker at a time and coalesces
+// repeated re-plans of a pod into one write of the latest.
+type podNotifier struct {
+	client kubernetes.Interface
+	pods   corelisters.PodLister
+	clock  clock.Clock
+	dryRun bool
+	queue  workqueue.TypedRateLimitingInterface[string]
+
+	mu sync.Mutex
+	// want holds the active warnings by namespace/name; a pod without an entry should carry
+	// none. written holds what the last successful write put on a pod, so that a re-plan that
+	// changes nothing sends nothing even before the informer shows the write. Both hold only
+	// pods a notice concerned, and lose them when the pod is gone (podDeleted).
+	want, written map[string]wanted
+}
+
+func newPodNotifier(client kubernetes.Interface, pods corelisters.PodLister, clk clock.WithTicker, dryRun bool) *podNotifier {
+	return &podNotifier{
+		client: client, pods: pods, clock: clk, dryRun: dryRun,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](podNoticeBackoffBase, podNoticeBackoffMax),
+			workqueue.TypedRateLimitingQueueConfig[string]{Clock: clk}),
+		want:    map[string]wanted{},
+		written: map[string]wanted{},
+	}
+}
+
+// warnPod records what pod should carry under plan and the window; the eviction loop calls it
+// for every pod it plans. It returns at once.
+func (a *Agent) warnPod(pod *v1.Pod, plan Plan, w Window) {
+	if a.podNotice == nil {
+		return
+	}
+	a.mu.Lock()
+	n := a.drain.notice
+	a.mu.Unlock()
+	a.podNotice.set(pod, warningFor(plan, w, n))
+}
+
+// warningFor is the warning a pod planned as plan should carry: pods reprieve will evict, and
+// pods that tolerate the interruption forever (they stay and die with the machine, which is
+// what their owner most needs to know). Pods reprieve leaves alone for other reasons (DaemonSet
+// and mirror pods, finished pods, its own) carry none: they are the node's, not a workload's.
+func warningFor(plan Plan, w Window, n *providers.Notice) podWarning {
+	if !w.HasDeadline() || (plan.Skip != SkipNone && plan.Skip != SkipTolerateForever) {
+		return podWarning{}
+	}
+	reason, what := ReasonSpotInterruption, "an interruption notice"
+	if n != nil {
+		reason, what = NoticeReason(n.Kind), fmt.Sprintf("a %s %s notice", n.Provider, n.Kind)
+	}
+	deadline := w.Deadline.UTC().Format(time.RFC3339)
+	pw := podWarning{active: true, reason: reason, deadline: w.Deadline}
+	if plan.Skip == SkipTolerateForever {
+		pw.message = fmt.Sprintf("Not evicted: the pod tolerates the interruption taint forever and stops when the machine is reclaimed at %s (%s)",
+			deadline, what)
+		return pw
+	}
+	pw.evictAt = plan.EvictAt
+	pw.message = fmt.Sprintf("Eviction planned at %s with grace %s; the machine is reclaimed at %s (%s)",
+		plan.EvictAt.UTC().Format(time.RFC3339), plan.Grace, deadline, what)
+	return pw
+}
+
+// set records what pod should carry and queues a write unless the pod carries it already or
+// the last write put it there.
+func (n *podNotifier) set(pod *v1.Pod, pw podWarning) {
+	key := pod.Namespace + "/" + pod.Name
+	n.mu.Lock()
+	if pw.active {
+		n.want[key] = wanted{uid: pod.UID, warn: pw}
+	} else {
+		delete(n.want, key)
+	}
+	last, wrote := n.written[key]
+	n.mu.Unlock()
+	if wrote && last.uid == pod.UID && last.warn == pw {
+		return
+	}
+	if !wrote && carries(pod, pw) {
+		// Already there: written by this agent before a restart, or nothing to withdraw.
+		return
+	}
+	n.queue.Add(key)
+}
+
+// run writes the queued warnings with podNoticeWorkers workers until ctx ends.
+func (n *podNotifier) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for range podNoticeWorkers {
+		wg.Go(func() {
+			for n.next(ctx) {
+			}
+		})
+	}
+	<-ctx.Done()
+	n.queue.ShutDown()
+	wg.Wait()
+}
+
+// next writes one queued pod's warning; false once the queue is shut down.
+func (n *podNotifier) next(ctx context.Context) bool {
+	key, shutdown := n.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer n.queue.Done(key)
+	if err := n.sync(ctx, key); err != nil {
+		// Never dropped: a warning that could not be written is retried with backoff until it
+		// is written, superseded or the pod is gone.
+		klog.FromContext(ctx).Error(err, "Writing the pod's interruption warning failed; retrying", "pod", key)
+		n.queue.AddRateLimited(key)
+		return true
+	}
+	n.queue.Forget(key)
+	return true
+}
+
+// sync brings one pod to its wanted warning with one patch of its status subresource.
+func (n *podNotifier) sync(ctx context.Context, key string) error {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil
+	}
+	pod, err := n.pods.Pods(ns).Get(name)
+	if err != nil {
+		n.forget(key)
+		return nil
+	}
+	n.mu.Lock()
+	w, ok := n.want[key]
+	last, wrote := n.written[key]
+	n.mu.Unlock()
+	var pw podWarning
+	if ok {
+		if w.uid != pod.UID {
+			// Wanted for a predecessor of the same name; this pod is planned on its own.
+			return nil
+		}
+		pw = w.warn
+	}
+	if (wrote && last.uid == pod.UID && last.warn == pw) || (!wrote && carries(pod, pw)) {
+		return nil
+	}
+	if n.dryRun {
+		klog.FromContext(ctx).Info("Dry run: would write the pod's interruption warning", "pod", klog.KObj(pod), "active", pw.active, "message", pw.message)
+		n.record(key, pod.UID, pw)
+		return nil
+	}
+	patch, err := warningPatch(pod, pw, n.clock.Now())
+	if err != nil {
+		return err
+	}
+	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	_, err = n.client.CoreV1().Pods(ns).Patch(rctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	switch {
+	case err == nil:
+		n.record(key, pod.UID, pw)
+		return nil
+	case apierrors.IsNotFound(err) || apierrors.IsInvalid(err):
+		// Gone, or replaced under the same name (the UID in the patch is immutable): the
+		// successor is planned on its own.
+		n.forget(key)
+		return nil
+	}
+	return fmt.Errorf("patching the interruption warning of pod %s: %w", key, err)
+}
+
+// record remembers a successful write, a withdrawal too: until the informer shows it, the
+// cached pod still carries the warning and would look as if it needed a second one.
+func (n *podNotifier) record(key string, uid types.UID, pw podWarning) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.written[key] = wanted{uid: uid, warn: pw}
+}
+
+func (n *podNotifier) forget(key string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.want, key)
+	delete(n.written, key)
+}
+
+// podDeleted lets the notifier forget a pod that is gone (an informer delete handler).
+func (n *podNotifier) podDeleted(obj any) {
+	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+		n.forget(key)
+	}
+}
+
+// startPodNotice starts the warning writer under g, once the caches have synced; nothing with
+// --pod-notice=false.
+func (a *Agent) startPodNotice(ctx context.Context, g *errgroup.Group) {
+	if a.podNotice == nil {
+		return
+	}
+	if _, err := a.podFactory.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		DeleteFunc: a.podNotice.podDeleted,
+	}); err != nil {
+		// Only a stopped informer refuses a handler: the agent is stopping. The warnings still
+		// go out; only deleted pods stay in memory.
+		klog.FromContext(ctx).Error(err, "Watching pod deletions for the pods' warnings failed")
+	}
+	g.Go(func() error { a.podNotice.run(ctx); return nil })
+}
+
+// carries reports whether pod already shows pw: for an active warning, the annotations and a
+// True condition with the same reason and message; for none, no annotation and no True
+// condition.
+func carries(pod *v1.Pod, pw podWarning) bool {
+	cond := interruptionCondition(pod)
+	if !pw.active {
+		_, a := pod.Annotations[AnnotationEvictAt]
+		_, d := pod.Annotations[AnnotationReclaimDeadline]
+		return !a && !d && (cond == nil || cond.Status != v1.ConditionTrue)
+	}
+	evictAt, ok := pod.Annotations[AnnotationEvictAt]
+	if pw.evictAt.IsZero() {
+		if ok {
+			return false
+		}
+	} else if evictAt != rfc3339(pw.evictAt) {
+		return false
+	}
+	return pod.Annotations[AnnotationReclaimDeadline] == rfc3339(pw.deadline) &&
+		cond != nil && cond.Status == v1.ConditionTrue && cond.Reason == pw.reason && cond.Message == pw.message
+}
+
+func interruptionCondition(pod *v1.Pod) *v1.PodCondition {
+	for i := range pod.Status.Conditions {
+		if pod.Status.Conditions[i].Type == PodConditionInterruption {
+			return &pod.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+func rfc3339(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+// warningPatch is the strategic merge patch of pod's status subresource that makes it carry pw.
+// One request writes the condition and the annotations together: the pods/status subresource
+// keeps every metadata change but owner references (podStatusStrategy.PrepareForUpdate in
+// pkg/registry/core/pod/strategy.go), so the agent needs no permission to update pods
+// themselves, and a job never sees the condition without the annotations. The UID makes the
+// patch fail on a pod recreated under the same name, as markDisruptionTarget's does.
+func warningPatch(pod *v1.Pod, pw podWarning, now time.Time) ([]byte, error) {
+	cond := v1.PodCondition{Type: PodConditionInterruption, Status: v1.ConditionFalse, Reason: ReasonNoticeWithdrawn,
+		Message: "The interruption notice was withdrawn: no eviction is planned"}
+	annotations := map[string]any{AnnotationEvictAt: nil, AnnotationReclaimDeadline: nil}
+	if pw.active {
+		cond.Status, cond.Reason, cond.Message = v1.ConditionTrue, pw.reason, pw.message
+		annotations[AnnotationReclaimDeadline] = rfc3339(pw.deadline)
+		if !pw.evictAt.IsZero() {
+			annotations[AnnotationEvictAt] = rfc3339(pw.evictAt)
+		}
+	}
+	// The transition time moves only when the status does: a re-plan keeps the time the
+	// warning first appeared.
+	cond.LastTransitionTime = metav1.NewTime(now)
+	if old := interruptionCondition(pod); old != nil && old.Status == cond.Status {
+		cond.LastTransitionTime = old.LastTransitionTime
+	}
+	b, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"uid": pod.UID, "annotations": annotations},
+		"status":   map[string]any{"conditions": []v1.PodCondition{cond}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("encoding the interruption warning of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return b, nil
+}

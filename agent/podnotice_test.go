@@ -1,0 +1,277 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/reprieve-dev/reprieve/providers"
+)
+
+func TestWarningFor(t *testing.T) {
+	deadline := t0.Add(120 * time.Second)
+	w := Window{Deadline: deadline, SafetyMargin: 5 * time.Second}
+	spot := &providers.Notice{Provider: "aws", Kind: providers.KindSpotInterruption}
+	planned := Plan{EvictAt: t0.Add(25 * time.Second), Grace: 90 * time.Second}
+	for _, tc := range []struct {
+		name    string
+		plan    Plan
+		w       Window
+		n       *providers.Notice
+		want    podWarning
+		message string
+	}{
+		{name: "planned", plan: planned, w: w, n: spot,
+			want:    podWarning{active: true, reason: ReasonSpotInterruption, evictAt: planned.EvictAt, deadline: deadline},
+			message: "Eviction planned at 2026-11-29T12:00:25Z with grace 1m30s; the machine is reclaimed at 2026-11-29T12:02:00Z (a aws spot-interruption notice)"},
+		{name: "tolerates forever", plan: Plan{Skip: SkipTolerateForever}, w: w,
+			n:       &providers.Notice{Provider: "azure", Kind: providers.KindPreemption},
+			want:    podWarning{active: true, reason: ReasonPreemption, deadline: deadline},
+			message: "Not evicted: the pod tolerates the interruption taint forever"},
+		{name: "daemonset pod", plan: Plan{Skip: SkipDaemonSet}, w: w, n: spot},
+		{name: "finished pod", plan: Plan{Skip: SkipFinished}, w: w, n: spot},
+		{name: "no deadline (someone else's NoExecute taint)", plan: planned, w: Window{SafetyMargin: 5 * time.Second}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := warningFor(tc.plan, tc.w, tc.n)
+			if !strings.HasPrefix(got.message, tc.message) {
+				t.Errorf("message %q, want it to start with %q", got.message, tc.message)
+			}
+			got.message = ""
+			if got != tc.want {
+				t.Errorf("warningFor = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// drainPodNotice writes every queued warning, as the notifier's workers would.
+func (h *harness) drainPodNotice() {
+	h.t.Helper()
+	for h.a.podNotice.queue.Len() > 0 {
+		h.a.podNotice.next(h.ctx)
+	}
+}
+
+func (h *harness) warningPatches() []k8stesting.PatchAction {
+	var out []k8stesting.PatchAction
+	for _, a := range h.actions("patch", "pods", "status") {
+		p := a.(k8stesting.PatchAction)
+		if strings.Contains(string(p.GetPatch()), string(PodConditionInterruption)) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (h *harness) pod(name string) *v1.Pod {
+	h.t.Helper()
+	p, err := h.client.CoreV1().Pods("ns").Get(h.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return p
+}
+
+// syncAll runs the eviction loop once over every pod, as enqueueAll would.
+func (h *harness) syncAll(names ...string) {
+	for _, n := range names {
+		h.a.syncPod(h.ctx, "ns/"+n)
+	}
+}
+
+func TestPodWarningFollowsTheNotice(t *testing.T) {
+	ds := testPod("ds", 10)
+	ds.OwnerReferences = []metav1.OwnerReference{{Kind: "DaemonSet", Name: "d", Controller: ptr(true)}}
+	h := newHarness(t, nil, testNode(),
+		testPod("job", 90, spotToleration(secs(3600))),
+		testPod("forever", 10, spotToleration(nil)),
+		ds,
+	)
+	pods := []string{"job", "forever", "ds"}
+	// No notice: nothing to say, nothing queued.
+	h.syncAll(pods...)
+	if n := h.a.podNotice.queue.Len(); n != 0 {
+		t.Fatalf("%d pods queued without a notice", n)
+	}
+
+	deadline := t0.Add(120 * time.Second)
+	h.notice(deadline)
+	h.syncAll(pods...)
+	h.drainPodNotice()
+	if n := len(h.warningPatches()); n != 2 {
+		t.Fatalf("%d warnings written, want 2 (job and forever; not the DaemonSet pod)", n)
+	}
+	job := h.pod("job")
+	// The 90 s grace must end 5 s before the deadline: evicted at t0+25s.
+	if got := job.Annotations[AnnotationEvictAt]; got != "2026-11-29T12:00:25Z" {
+		t.Errorf("job evict-at %q, want 2026-11-29T12:00:25Z", got)
+	}
+	if got := job.Annotations[AnnotationReclaimDeadline]; got != "2026-11-29T12:02:00Z" {
+		t.Errorf("job reclaim-deadline %q", got)
+	}
+	c := interruptionCondition(job)
+	if c == nil || c.Status != v1.ConditionTrue || c.Reason != ReasonSpotInterruption || !c.LastTransitionTime.Time.Equal(t0) {
+		t.Fatalf("job condition %+v, want True, %s, since t0", c, ReasonSpotInterruption)
+	}
+	forever := h.pod("forever")
+	if _, ok := forever.Annotations[AnnotationEvictAt]; ok || forever.Annotations[AnnotationReclaimDeadline] != "2026-11-29T12:02:00Z" {
+		t.Errorf("forever annotations %v, want only the deadline", forever.Annotations)
+	}
+	if c := interruptionCondition(forever); c == nil || c.Status != v1.ConditionTrue || !strings.HasPrefix(c.Message, "Not evicted") {
+		t.Errorf("forever condition %+v", c)
+	}
+	if len(h.pod("ds").Annotations) != 0 || interruptionCondition(h.pod("ds")) != nil {
+		t.Errorf("the DaemonSet pod was warned")
+	}
+
+	// The same plan again, before and after the informer shows the writes: nothing is sent.
+	h.syncAll(pods...)
+	h.drainPodNotice()
+	h.syncStores()
+	h.syncAll(pods...)
+	h.drainPodNotice()
+	if n := len(h.warningPatches()); n != 2 {
+		t.Errorf("%d warnings written after unchanged re-plans, want still 2", n)
+	}
+
+	// The deadline moves earlier: the times follow, the transition time stays.
+	h.clock.Step(10 * time.Second)
+	h.notice(t0.Add(100 * time.Second))
+	h.syncAll(pods...)
+	h.drainPodNotice()
+	job = h.pod("job")
+	if got := job.Annotations[AnnotationEvictAt]; got != "2026-11-29T12:00:05Z" {
+		t.Errorf("job evict-at after the re-plan %q, want 2026-11-29T12:00:05Z (100 s less the 5 s margin and the 90 s grace)", got)
+	}
+	if c := interruptionCondition(job); c == nil || !strings.Contains(c.Message, "2026-11-29T12:01:40Z") || !c.LastTransitionTime.Time.Equal(t0) {
+		t.Errorf("job condition after the re-plan %+v, want the new deadline and the first transition time", c)
+	}
+
+	// Withdrawn: annotations gone, condition False.
+	h.clock.Step(time.Second)
+	h.prov.Set()
+	h.step()
+	h.syncAll(pods...)
+	h.drainPodNotice()
+	for _, name := range []string{"job", "forever"} {
+		p := h.pod(name)
+		if _, ok := p.Annotations[AnnotationEvictAt]; ok {
+			t.Errorf("%s still has %s", name, AnnotationEvictAt)
+		}
+		if _, ok := p.Annotations[AnnotationReclaimDeadline]; ok {
+			t.Errorf("%s still has %s", name, AnnotationReclaimDeadline)
+		}
+		c := interruptionCondition(p)
+		if c == nil || c.Status != v1.ConditionFalse || c.Reason != ReasonNoticeWithdrawn || !c.LastTransitionTime.Time.Equal(t0.Add(11*time.Second)) {
+			t.Errorf("%s condition after the withdrawal %+v, want False, %s, now", name, c, ReasonNoticeWithdrawn)
+		}
+	}
+	// And a withdrawn pod is not written again.
+	before := len(h.warningPatches())
+	h.syncStores()
+	h.syncAll(pods...)
+	h.drainPodNotice()
+	if n := len(h.warningPatches()); n != before {
+		t.Errorf("%d more writes after the withdrawal was written", n-before)
+	}
+}
+
+func TestPodWarningRetriedUntilWritten(t *testing.T) {
+	h := newHarness(t, nil, testNode(), testPod("job", 10))
+	fail := true
+	h.client.PrependReactor("patch", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() == "status" && fail {
+			return true, nil, errors.New("connection refused")
+		}
+		return false, nil, nil
+	})
+	h.notice(t0.Add(60 * time.Second))
+	h.syncAll("job")
+	n := h.a.podNotice
+	if !n.next(h.ctx) {
+		t.Fatal("queue shut down")
+	}
+	// Not lost: back in the queue with a backoff.
+	if got := n.queue.NumRequeues("ns/job"); got != 1 {
+		t.Fatalf("requeues after a failed write = %d, want 1", got)
+	}
+	fail = false
+	if err := n.sync(h.ctx, "ns/job"); err != nil {
+		t.Fatal(err)
+	}
+	if c := interruptionCondition(h.pod("job")); c == nil || c.Status != v1.ConditionTrue {
+		t.Errorf("condition after the retry %+v, want True", c)
+	}
+}
+
+func TestPodWarningSkipsWhatThePodAlreadyCarries(t *testing.T) {
+	// An agent restarted during a notice finds the warning it wrote: it writes nothing.
+	deadline := t0.Add(60 * time.Second)
+	pod := testPod("job", 10)
+	pod.Annotations = map[string]string{AnnotationEvictAt: rfc3339(t0), AnnotationReclaimDeadline: rfc3339(deadline)}
+	pw := warningFor(Plan{EvictAt: t0, Grace: 10 * time.Second}, Window{Deadline: deadline, SafetyMargin: 5 * time.Second},
+		&providers.Notice{Provider: "aws", Kind: providers.KindSpotInterruption})
+	pod.Status.Conditions = []v1.PodCondition{{Type: PodConditionInterruption, Status: v1.ConditionTrue, Reason: pw.reason, Message: pw.message}}
+	h := newHarness(t, nil, testNode(), pod)
+	h.notice(deadline)
+	h.syncAll("job")
+	if n := h.a.podNotice.queue.Len(); n != 0 {
+		t.Errorf("%d writes queued for a pod that carries its warning", n)
+	}
+	if !carries(pod, pw) {
+		t.Errorf("carries = false for the pod's own warning")
+	}
+}
+
+func TestPodWarningNotWrittenToASuccessor(t *testing.T) {
+	h := newHarness(t, nil, testNode(), testPod("job", 10))
+	h.notice(t0.Add(60 * time.Second))
+	h.syncAll("job")
+	// The pod is replaced under the same name before the writer gets to it.
+	if err := h.client.CoreV1().Pods("ns").Delete(h.ctx, "job", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	successor := testPod("job", 10)
+	successor.UID = types.UID("uid-successor")
+	successor.Spec.Tolerations = []v1.Toleration{{Operator: v1.TolerationOpExists}} // tolerates everything forever
+	if _, err := h.client.CoreV1().Pods("ns").Create(h.ctx, successor, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.syncStores()
+	if err := h.a.podNotice.sync(h.ctx, "ns/job"); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(h.warningPatches()); n != 0 {
+		t.Errorf("%d warnings written to the successor from its predecessor's plan", n)
+	}
+}
+
+func TestPodNoticeOff(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.PodNotice = false }, testNode(), testPod("job", 10))
+	h.notice(t0.Add(60 * time.Second))
+	h.syncAll("job")
+	if h.a.podNotice != nil || len(h.warningPatches()) != 0 {
+		t.Errorf("--pod-notice=false still warns")
+	}
+}
+
+func TestPodNotifierRunStops(t *testing.T) {
+	h := newHarness(t, nil, testNode())
+	ctx, cancel := context.WithCancel(h.ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); h.a.podNotice.run(ctx) }()
+	cancel()
+	<-done
+	if !h.a.podNotice.queue.ShuttingDown() {
+		t.Errorf("the queue is still open after run returned")
+	}
+}

@@ -1,0 +1,225 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/test/scenario"
+)
+
+// TestPodNoticeWarnsPodsUnderThePolicy runs the agent with a token bound to its pod on node A,
+// under the shipped admission policies, through a notice, a later deadline and a withdrawal:
+// the pods it plans to evict, and the one that tolerates the interruption forever, carry the
+// reprieve.io/Interruption condition and the evict-at and reclaim-deadline annotations with
+// the planned times, which follow the deadline and go with the notice; the DaemonSet pod gets
+// none. With the same token, the policy refuses a pod label, another annotation, another
+// condition, a write of the pod itself, and any write to a pod on node B.
+func TestPodNoticeWarnsPodsUnderThePolicy(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	const ns, sa, nodeA, nodeB = "pod-notice", "reprieve-pod-notice", "pod-notice-a", "pod-notice-b"
+	c := env.Client
+	setupNode(ctx, t, ns, nodeA, nil)
+	if _, err := env.CreateNode(ctx, nodeB, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CoreV1().ServiceAccounts(ns).Create(ctx, &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: sa},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "reprieve"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: ns}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The shipped policies for this test's ServiceAccount, under names of their own so that
+	// they do not replace another test's copy.
+	manifest := string(readRepoFile(t, "deploy", "manifests", "admission-policy.yaml"))
+	const shipped = "system:serviceaccount:kube-system:reprieve"
+	if !strings.Contains(manifest, shipped) {
+		t.Fatalf("the policy does not name %s", shipped)
+	}
+	manifest = strings.ReplaceAll(manifest, shipped, "system:serviceaccount:"+ns+":"+sa)
+	manifest = strings.ReplaceAll(manifest, "name: reprieve-", "name: pod-notice-reprieve-")
+	manifest = strings.ReplaceAll(manifest, "policyName: reprieve-", "policyName: pod-notice-reprieve-")
+	if err := scenario.Apply(ctx, c, []byte(manifest)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		bindings, _ := c.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().List(ctx, metav1.ListOptions{})
+		for _, b := range bindings.Items {
+			if strings.HasPrefix(b.Name, "pod-notice-") {
+				_ = c.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, b.Name, metav1.DeleteOptions{})
+			}
+		}
+		policies, _ := c.AdmissionregistrationV1().ValidatingAdmissionPolicies().List(ctx, metav1.ListOptions{})
+		for _, p := range policies.Items {
+			if strings.HasPrefix(p.Name, "pod-notice-") {
+				_ = c.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(ctx, p.Name, metav1.DeleteOptions{})
+			}
+		}
+	})
+
+	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	for _, node := range []string{nodeA, nodeB} {
+		if err := scenario.Create(ctx, c, ns, node, taint, []scenario.Pod{
+			{Name: "agent-" + node, Kind: scenario.DaemonSet, ServiceAccount: sa},
+			{Name: "other-" + node, Kind: scenario.Plain, Tolerate: ptr64(3600), Grace: ptr64(1)},
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A job that checkpoints for 30 s and tolerates the taint an hour: the deadline decides its
+	// eviction. A pod that tolerates it forever stays and dies with the machine.
+	if err := scenario.Create(ctx, c, ns, nodeA, taint, []scenario.Pod{
+		{Name: "job", Kind: scenario.Plain, Tolerate: ptr64(3600), Grace: ptr64(30)},
+		{Name: "forever", Kind: scenario.Plain, Tolerate: ptr64(scenario.Forever), Grace: ptr64(1)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	agentPod, err := c.CoreV1().Pods(ns).Get(ctx, "agent-"+nodeA, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeA, err := env.BoundServiceAccountKubeconfig(ctx, ns, sa, agentPod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientA := clientFor(t, kubeA)
+
+	statusPatch := func(cl kubernetes.Interface, pod string, p map[string]any) error {
+		b, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = cl.CoreV1().Pods(ns).Patch(ctx, pod, types.StrategicMergePatchType, b, metav1.PatchOptions{}, "status")
+		return err
+	}
+	warning := func(evictAt string) map[string]any {
+		return map[string]any{
+			"metadata": map[string]any{"annotations": map[string]any{agent.AnnotationEvictAt: evictAt}},
+			"status": map[string]any{"conditions": []map[string]any{{"type": string(agent.PodConditionInterruption),
+				"status": "True", "reason": "Test", "message": "test", "lastTransitionTime": time.Now().UTC().Format(time.RFC3339)}}},
+		}
+	}
+	// Policies take effect once the API server has loaded them.
+	waitFor(ctx, t, "the policy in force", func() bool {
+		err := statusPatch(clientA, "other-"+nodeB, warning("x"))
+		return err != nil && strings.Contains(err.Error(), "only pods on the node its token is bound to")
+	})
+	denied := func(what string, err error, want string) {
+		t.Helper()
+		if err == nil || !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v; want it refused with %q", what, err, want)
+		}
+	}
+	allowed := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Errorf("%s: %v; want it allowed", what, err)
+		}
+	}
+	victim := "other-" + nodeA
+	denied("node A's agent warning a pod on node B", statusPatch(clientA, "other-"+nodeB, warning("x")), "only pods on the node its token is bound to")
+	denied("a pod label through pods/status", statusPatch(clientA, victim, map[string]any{"metadata": map[string]any{"labels": map[string]any{"workload": "hijacked"}}}), "labels")
+	denied("another annotation through pods/status", statusPatch(clientA, victim, map[string]any{"metadata": map[string]any{"annotations": map[string]any{"example.com/x": "y"}}}), "only reprieve.io/ annotations")
+	denied("the Ready condition", statusPatch(clientA, victim, map[string]any{"status": map[string]any{"conditions": []map[string]any{{"type": "Ready", "status": "False"}}}}), "conditions")
+	denied("the pod's phase", statusPatch(clientA, victim, map[string]any{"status": map[string]any{"phase": "Failed"}}), "phase")
+	b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{agent.AnnotationEvictAt: "x"}}})
+	if _, err := clientA.CoreV1().Pods(ns).Patch(ctx, victim, types.MergePatchType, b, metav1.PatchOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("node A's agent patching a pod itself: %v; want it forbidden (RBAC grants only pods/status)", err)
+	}
+	allowed("the warning itself on node A", statusPatch(clientA, victim, warning("2026-01-01T00:00:00Z")))
+
+	rp, _, err := scenario.StartReprieve(ctx, reprieveBin, logDir, nodeA, "--kubeconfig="+kubeA, "--provider=none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = rp.Stop() }()
+
+	pod := func(name string) *v1.Pod {
+		p, err := c.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("getting pod %s: %v", name, err)
+		}
+		return p
+	}
+	condition := func(p *v1.Pod) *v1.PodCondition {
+		for i := range p.Status.Conditions {
+			if p.Status.Conditions[i].Type == agent.PodConditionInterruption {
+				return &p.Status.Conditions[i]
+			}
+		}
+		return nil
+	}
+	// The job's 30 s grace must end 5 s (the default margin) before the deadline.
+	expect := func(deadline time.Time) {
+		t.Helper()
+		d, evictAt := deadline.UTC().Format(time.RFC3339), deadline.Add(-35*time.Second).UTC().Format(time.RFC3339)
+		waitFor(ctx, t, "the job warned for the deadline "+d, func() bool {
+			p := pod("job")
+			c := condition(p)
+			return p.Annotations[agent.AnnotationEvictAt] == evictAt && p.Annotations[agent.AnnotationReclaimDeadline] == d &&
+				c != nil && c.Status == v1.ConditionTrue && c.Reason == agent.ReasonSpotInterruption &&
+				strings.Contains(c.Message, evictAt) && strings.Contains(c.Message, d)
+		})
+		waitFor(ctx, t, "the forever pod warned for the deadline "+d, func() bool {
+			p := pod("forever")
+			c := condition(p)
+			_, evict := p.Annotations[agent.AnnotationEvictAt]
+			return !evict && p.Annotations[agent.AnnotationReclaimDeadline] == d &&
+				c != nil && c.Status == v1.ConditionTrue && strings.Contains(c.Message, "tolerates the interruption taint forever")
+		})
+	}
+
+	deadline := time.Now().Add(2 * time.Minute).Truncate(time.Second)
+	setDeadline(ctx, t, nodeA, deadline.UTC().Format(time.RFC3339))
+	expect(deadline)
+	first := condition(pod("job")).LastTransitionTime
+
+	later := deadline.Add(time.Minute)
+	setDeadline(ctx, t, nodeA, later.UTC().Format(time.RFC3339))
+	expect(later)
+	if got := condition(pod("job")).LastTransitionTime; !got.Equal(&first) {
+		t.Errorf("the condition's lastTransitionTime moved from %v to %v on a re-plan; want it kept", first, got)
+	}
+
+	setDeadline(ctx, t, nodeA, "")
+	for _, name := range []string{"job", "forever"} {
+		waitFor(ctx, t, name+"'s warning withdrawn", func() bool {
+			p := pod(name)
+			c := condition(p)
+			_, evict := p.Annotations[agent.AnnotationEvictAt]
+			_, dl := p.Annotations[agent.AnnotationReclaimDeadline]
+			return !evict && !dl && c != nil && c.Status == v1.ConditionFalse && c.Reason == agent.ReasonNoticeWithdrawn
+		})
+	}
+	for _, name := range []string{"job", "forever"} {
+		if p := pod(name); p.DeletionTimestamp != nil {
+			t.Errorf("%s was deleted; the notice planned its eviction later", name)
+		}
+	}
+	if p := pod("agent-" + nodeA); condition(p) != nil || p.Annotations[agent.AnnotationReclaimDeadline] != "" {
+		t.Errorf("the DaemonSet pod was warned: %v %v", p.Annotations, p.Status.Conditions)
+	}
+	if p := pod("other-" + nodeB); condition(p) != nil {
+		t.Errorf("the pod on node B carries a warning: %v", p.Status.Conditions)
+	}
+	if log := rp.LogTail(400); strings.Contains(log, "denied request") || strings.Contains(log, "ValidatingAdmissionPolicy") ||
+		strings.Contains(log, "Writing the pod's interruption warning failed") {
+		t.Errorf("the agent's warnings met the policy or failed:\n%s", log)
+	}
+}
