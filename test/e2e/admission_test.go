@@ -8,7 +8,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -35,34 +34,10 @@ func TestAdmissionPolicyBindsTheAgentToItsNode(t *testing.T) {
 	if _, err := env.CreateNode(ctx, nodeB, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.CoreV1().ServiceAccounts(ns).Create(ctx, &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: sa},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "reprieve"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: ns}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	agentIdentity(ctx, t, ns, sa)
 	// The shipped policies, for this test's ServiceAccount (the other tests' agents are not
 	// bound to pods).
-	manifest := readRepoFile(t, "deploy", "manifests", "admission-policy.yaml")
-	const shipped = "system:serviceaccount:kube-system:reprieve"
-	if !strings.Contains(string(manifest), shipped) {
-		t.Fatalf("the policy does not name %s", shipped)
-	}
-	manifest = []byte(strings.ReplaceAll(string(manifest), shipped, "system:serviceaccount:"+ns+":"+sa))
-	if err := scenario.Apply(ctx, c, manifest); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx := context.Background()
-		for _, name := range []string{"reprieve-node-bound", "reprieve-pod-delete-bound"} {
-			_ = c.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{})
-			_ = c.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(ctx, name, metav1.DeleteOptions{})
-		}
-	})
+	installShippedPolicies(ctx, t, sa, ns)
 
 	// The agents' own pods, DaemonSet pods as in a cluster (so the agent never evicts its own),
 	// and a pod on each node to try deleting.

@@ -116,4 +116,43 @@ func TestChartConventions(t *testing.T) {
 			t.Errorf("image %s with appVersion %q, want %s pinned to a release", img, chart.AppVersion, want)
 		}
 	})
+	t.Run("host-network", func(t *testing.T) {
+		for _, c := range []struct {
+			set  string
+			want bool
+		}{{"cloud=aws", true}, {"cloud=aws,hostNetwork=false", false}, {"cloud=gcp", false}, {"cloud=gcp,hostNetwork=true", true}, {"cloud=azure", false}} {
+			ds, _ := renderDaemonSet(t, c.set, "--set", c.set)
+			spec := ds.Spec.Template.Spec
+			if spec.HostNetwork != c.want || (spec.DNSPolicy == "ClusterFirstWithHostNet") != c.want {
+				t.Errorf("--set %s: hostNetwork %v, dnsPolicy %q; want the host network %v", c.set, spec.HostNetwork, spec.DNSPolicy, c.want)
+			}
+			if p := spec.Containers[0].Ports; len(p) == 0 || p[0].ContainerPort != 10271 {
+				t.Errorf("--set %s: ports %+v; want metrics on 10271", c.set, p)
+			}
+		}
+	})
+	// The admission policies need ValidatingAdmissionPolicy v1: a cluster's discovery lists kinds,
+	// and where it lacks the kind the chart leaves the policies out (rather than failing the
+	// release); helm template without a cluster renders them (the chart's kubeVersion is 1.30).
+	t.Run("policy-capabilities", func(t *testing.T) {
+		count := func(args ...string) int {
+			n := 0
+			for _, u := range manifestObjects(t, "capabilities", render(t, "reprieve", args...)) {
+				if u.GetKind() == "ValidatingAdmissionPolicy" && strings.HasPrefix(u.GetName(), "reprieve-") && u.GetName() != "reprieve-spot-warnings" {
+					n++
+				}
+			}
+			return n
+		}
+		offline := count()
+		if offline < 4 {
+			t.Errorf("helm template: %d node-binding policies, want at least 4 (node, pod delete, events, eviction options)", offline)
+		}
+		if n := count("--api-versions", "apps/v1/DaemonSet"); n != 0 {
+			t.Errorf("a cluster without ValidatingAdmissionPolicy v1: %d policies rendered, want none", n)
+		}
+		if n := count("--api-versions", "apps/v1/DaemonSet", "--api-versions", "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"); n != offline {
+			t.Errorf("a cluster with ValidatingAdmissionPolicy v1: %d policies rendered, want %d", n, offline)
+		}
+	})
 }

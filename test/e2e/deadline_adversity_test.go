@@ -21,7 +21,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -433,28 +432,8 @@ func TestAdversityStatusPatchIsNodeBound(t *testing.T) {
 	if _, err := env.CreateNode(ctx, nodeB, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.CoreV1().ServiceAccounts(ns).Create(ctx, &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: sa},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "reprieve"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: ns}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.RbacV1().ClusterRoleBindings().Delete(context.Background(), sa, metav1.DeleteOptions{}) })
-	const shipped = "system:serviceaccount:kube-system:reprieve"
-	manifest := strings.ReplaceAll(string(readRepoFile(t, "deploy", "manifests", "admission-policy.yaml")), shipped, "system:serviceaccount:"+ns+":"+sa)
-	if err := scenario.Apply(ctx, c, []byte(manifest)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, name := range []string{"reprieve-node-bound", "reprieve-pod-delete-bound"} {
-			_ = c.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(context.Background(), name, metav1.DeleteOptions{})
-			_ = c.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(context.Background(), name, metav1.DeleteOptions{})
-		}
-	})
+	agentIdentity(ctx, t, ns, sa)
+	installShippedPolicies(ctx, t, sa, ns)
 	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
 	for _, node := range []string{nodeA, nodeB} {
 		if err := scenario.Create(ctx, c, ns, node, taint, []scenario.Pod{

@@ -127,6 +127,7 @@ func installDaemonSet(ctx context.Context, t *testing.T, cloud, file string, spo
 	}
 	// Pod Security: the pod template, as a pod in a namespace that enforces baseline.
 	checkBaseline(ctx, t, cloud, ds.Spec.Template.Spec, refusals)
+	checkHardening(t, cloud, ds.Spec.Template.Spec)
 	agentPod := func(node string) *v1.Pod {
 		list, err := env.Client.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=reprieve"})
 		if err != nil {
@@ -214,5 +215,79 @@ func patchNamespace(ctx context.Context, t *testing.T, name string, labels map[s
 	maps.Copy(ns.Labels, labels)
 	if _, err := env.Client.CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// checkHardening checks the shipped pod template as the API server stored it, field by field:
+// the container's securityContext, the host namespaces (only AWS's host network), and the exact
+// set of host paths, each read-only: four files of /proc (never the directory, which would show
+// every host process's command line and environment), the cgroup tree, the kubelet's root and
+// the image store.
+func checkHardening(t *testing.T, cloud string, spec v1.PodSpec) {
+	t.Helper()
+	if len(spec.Containers) != 1 || len(spec.InitContainers) != 0 || len(spec.EphemeralContainers) != 0 {
+		t.Fatalf("%s: %d containers, %d init containers; want the agent's one", cloud, len(spec.Containers), len(spec.InitContainers))
+	}
+	c := spec.Containers[0]
+	sc := c.SecurityContext
+	switch {
+	case sc == nil:
+		t.Fatalf("%s: the agent's container has no securityContext", cloud)
+	case sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot:
+		t.Errorf("%s: runAsNonRoot %v, want true", cloud, sc.RunAsNonRoot)
+	case sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
+		t.Errorf("%s: readOnlyRootFilesystem %v, want true", cloud, sc.ReadOnlyRootFilesystem)
+	case sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation:
+		t.Errorf("%s: allowPrivilegeEscalation %v, want false", cloud, sc.AllowPrivilegeEscalation)
+	case sc.Privileged != nil && *sc.Privileged:
+		t.Errorf("%s: privileged", cloud)
+	case sc.Capabilities == nil || len(sc.Capabilities.Add) != 0 || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL":
+		t.Errorf("%s: capabilities %+v, want drop [ALL] and no add", cloud, sc.Capabilities)
+	case sc.SeccompProfile == nil || sc.SeccompProfile.Type != v1.SeccompProfileTypeRuntimeDefault:
+		t.Errorf("%s: seccompProfile %+v, want RuntimeDefault", cloud, sc.SeccompProfile)
+	case sc.RunAsUser != nil && *sc.RunAsUser == 0:
+		t.Errorf("%s: runAsUser 0", cloud)
+	case sc.ProcMount != nil && *sc.ProcMount != v1.DefaultProcMount:
+		t.Errorf("%s: procMount %s", cloud, *sc.ProcMount)
+	}
+	if spec.HostNetwork != (cloud == "aws") || spec.HostPID || spec.HostIPC {
+		t.Errorf("%s: hostNetwork %v, hostPID %v, hostIPC %v; want only AWS on the host network", cloud, spec.HostNetwork, spec.HostPID, spec.HostIPC)
+	}
+	for _, p := range c.Ports {
+		if p.HostPort != 0 && !spec.HostNetwork {
+			t.Errorf("%s: host port %d off the host network", cloud, p.HostPort)
+		}
+	}
+	want := map[string]v1.HostPathType{
+		"/proc/meminfo": v1.HostPathFile, "/proc/loadavg": v1.HostPathFile,
+		"/proc/sys/kernel/pid_max": v1.HostPathFile, "/proc/sys/kernel/threads-max": v1.HostPathFile,
+		"/sys/fs/cgroup": v1.HostPathDirectory, "/var/lib/kubelet": v1.HostPathDirectory, "/var/lib/containerd": v1.HostPathDirectory,
+	}
+	mounts := map[string]v1.VolumeMount{}
+	for _, m := range c.VolumeMounts {
+		mounts[m.Name] = m
+	}
+	got := map[string]v1.HostPathType{}
+	for _, vol := range spec.Volumes {
+		if vol.HostPath == nil {
+			continue
+		}
+		typ := v1.HostPathUnset
+		if vol.HostPath.Type != nil {
+			typ = *vol.HostPath.Type
+		}
+		got[vol.HostPath.Path] = typ
+		m, ok := mounts[vol.Name]
+		switch {
+		case !ok:
+			t.Errorf("%s: host path %s is not mounted", cloud, vol.HostPath.Path)
+		case !m.ReadOnly || m.MountPath != "/host"+vol.HostPath.Path:
+			t.Errorf("%s: host path %s mounted at %s (read-only %v); want read-only at /host%s", cloud, vol.HostPath.Path, m.MountPath, m.ReadOnly, vol.HostPath.Path)
+		case m.MountPropagation != nil && *m.MountPropagation != v1.MountPropagationNone:
+			t.Errorf("%s: host path %s with mount propagation %s", cloud, vol.HostPath.Path, *m.MountPropagation)
+		}
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("%s: host paths %v; want exactly %v", cloud, got, want)
 	}
 }
