@@ -97,6 +97,10 @@ type Agent struct {
 
 	// pressure is the local-pressure loop's state; nil with --pressure-source off.
 	pressure *pressureState
+
+	// refusals counts node writes the API server refused; enough in a row make the agent
+	// not ready.
+	refusals *writeRefusals
 }
 
 // planView is what every pod's plan is computed from.
@@ -186,7 +190,8 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	if a.pressure, err = newPressure(cfg, deps.PressureSource); err != nil {
 		return nil, err
 	}
-	a.writer = &nodeWriter{client: deps.Client, nodeName: cfg.NodeName, dryRun: cfg.DryRun, cached: a.cachedNode}
+	a.refusals = &writeRefusals{limit: cfg.NodeWriteRefusals, metrics: a.metrics}
+	a.writer = &nodeWriter{client: deps.Client, nodeName: cfg.NodeName, dryRun: cfg.DryRun, cached: a.cachedNode, observe: a.refusals.observe}
 	if cfg.PodNotice {
 		a.podNotice = newPodNotifier(deps.Client, a.podLister, deps.Clock, cfg.DryRun)
 	}
@@ -283,6 +288,11 @@ func (a *Agent) Run(ctx context.Context) error {
 			logger.Error(err, "Local pressure handling is off")
 			a.pressure = nil
 		}
+	}
+	if a.cfg.NodeWriteRefusals > 0 {
+		// Without this a token whose writes are refused (no node claim) would be found out
+		// only at the next interruption, when the taint write fails.
+		g.Go(func() error { a.watchNodeWrite(ctx); return nil })
 	}
 	a.reconcile(ctx)
 	a.ready.Store(true)
@@ -763,7 +773,7 @@ func (a *Agent) notReady() string {
 			return err.Error()
 		}
 	}
-	return ""
+	return a.refusals.notReady()
 }
 
 func (a *Agent) metricsServer() *http.Server {

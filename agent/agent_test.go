@@ -49,6 +49,9 @@ func newHarness(t *testing.T, mutate func(*Config), objs ...runtime.Object) *har
 	cfg.MetricsBindAddress = ""
 	// Unit tests never read the machine's own pressure; pressure tests turn it on with src.
 	cfg.PressureSource = PressureSourceOff
+	// The start-up dry-run write check would be one more node patch among those the tests
+	// count; TestNodeWriteRefusals turns it on.
+	cfg.NodeWriteRefusals = 0
 	if mutate != nil {
 		mutate(&cfg)
 	}

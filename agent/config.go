@@ -98,7 +98,10 @@ type Config struct {
 	KubeAPIBurst                  int
 
 	MetricsBindAddress string
-	DryRun             bool
+	// NodeWriteRefusals is how many node writes refused in a row (403: RBAC, or the admission
+	// policy when the token has no node claim) turn the agent NotReady; 0 never does.
+	NodeWriteRefusals int
+	DryRun            bool
 	// LogFormat is text (klog's own) or json (one JSON object per line, through log/slog).
 	LogFormat string
 	// StopGrace is how long the agent may keep working after SIGTERM to finish an interruption's
@@ -163,13 +166,22 @@ func DefaultConfig() Config {
 		PressureTaintEffect:      string(v1.TaintEffectNoSchedule),
 		// 110 pods (the default max per node) must all be evicted within a second of their
 		// planned time: the burst covers them; the idle agent makes no requests but watches.
-		KubeAPIQPS:         50,
-		KubeAPIBurst:       300,
-		MetricsBindAddress: ":8080",
+		KubeAPIQPS:   50,
+		KubeAPIBurst: 300,
+		// With the host network (AWS) this port is the node's. Not 8080 or 8081 (kube-state-metrics,
+		// webhooks, other agents' probes), not 9100-9999 (the Prometheus exporters' range, fully
+		// allocated; node_exporter's 9100 is on most nodes), not 10248-10259 (the kubelet,
+		// kube-proxy and control plane): a port taken by another host-network pod keeps the
+		// agent Pending on that node.
+		MetricsBindAddress: DefaultMetricsBindAddress,
+		NodeWriteRefusals:  3,
 		WebhookTimeout:     notify.DefaultTimeout,
 		WebhookMaxAttempts: notify.DefaultMaxAttempts,
 	}
 }
+
+// DefaultMetricsBindAddress is where /metrics, /healthz and /readyz are served by default.
+const DefaultMetricsBindAddress = ":10271"
 
 // AddFlags registers every flag on fs, with c's current values as defaults.
 func (c *Config) AddFlags(fs *pflag.FlagSet) {
@@ -220,6 +232,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.WebhookURL, "webhook-url", c.WebhookURL, "POST a message here when a notice arrives and when it has been handled (off when empty).")
 	fs.StringVar(&c.WebhookTemplate, "webhook-template", c.WebhookTemplate, "Go template for the webhook body (default: Slack's {\"text\": ...}).")
 	fs.StringArrayVar(&c.WebhookHeaders, "webhook-header", c.WebhookHeaders, "Header for webhook requests, 'Name: value'; repeatable.")
+	fs.IntVar(&c.NodeWriteRefusals, "node-write-refusals", c.NodeWriteRefusals, "Consecutive refused writes of the agent's own node (403 from RBAC or the admission policy; the start-up check is a server-side dry run) after which /readyz fails, as the node is unprotected; 0 never fails it.")
 	fs.BoolVar(&c.WebhookAllowHTTP, "webhook-allow-http", c.WebhookAllowHTTP, "Accept an http:// webhook URL; without it only https:// is (the message and headers would cross the network in the clear). Redirects are never followed.")
 	fs.StringVar(&c.WebhookURLFile, "webhook-url-file", c.WebhookURLFile, "Read the webhook URL from this file (a mounted Secret) instead of --webhook-url; it is never logged.")
 	fs.StringVar(&c.WebhookHeadersFile, "webhook-headers-file", c.WebhookHeadersFile, "Read more webhook headers from this file (a mounted Secret), one 'Name: value' per line; never logged.")
@@ -359,6 +372,9 @@ func (c *Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.validatePressure()...)
+	if c.NodeWriteRefusals < 0 {
+		errs = append(errs, fmt.Errorf("--node-write-refusals %d: must be 0 (never NotReady) or more", c.NodeWriteRefusals))
+	}
 	if c.EvictionWorkers < 1 {
 		errs = append(errs, fmt.Errorf("--eviction-workers %d: must be at least 1", c.EvictionWorkers))
 	}

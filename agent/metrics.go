@@ -39,6 +39,11 @@ type Metrics struct {
 	BlockedPods           prometheus.Gauge
 	MissedDeadlineTotal   prometheus.Counter
 	BuildInfo             *prometheus.GaugeVec
+	// NodeWritesRefused and NodeWriteRefusalsInARow count writes of the agent's own node that
+	// the API server refused (403): without them a token the policy binds to no node fails
+	// closed in silence, the node unprotected.
+	NodeWritesRefused       prometheus.Counter
+	NodeWriteRefusalsInARow prometheus.Gauge
 
 	PressureAvailable      unitGauges
 	PressureThreshold      unitGauges
@@ -94,6 +99,14 @@ func NewMetrics(reg prometheus.Registerer, provider string) (*Metrics, error) {
 			Namespace: namespace, Name: "build_info",
 			Help: "Always 1; the labels say which build is running.",
 		}, []string{"version", "revision", "goversion", "goos", "goarch"}),
+		NodeWritesRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "node", Name: "writes_refused_total",
+			Help: "Writes of the agent's own node (patches, and the start-up dry run) that the API server refused with 403: RBAC, or the admission policy (a token without the node claim).",
+		}),
+		NodeWriteRefusalsInARow: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Subsystem: "node", Name: "write_refusals_in_a_row",
+			Help: "Node writes refused since the last one that succeeded; at --node-write-refusals the agent is not ready.",
+		}),
 		// The pressure signals keep the kubelet's names; one metric per unit (the Prometheus
 		// naming guide): bytes for memory.available, nodefs.available and imagefs.available,
 		// inodes for *.inodesFree, PIDs for pid.available.
@@ -130,6 +143,7 @@ func NewMetrics(reg prometheus.Registerer, provider string) (*Metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{m.NoticesTotal, m.ReclaimDeadline, m.NoticeToTaint, m.PollsTotal, m.TaintActive,
 		m.EvictionRequestsTotal, m.EvictionLateness, m.BlockedPods, m.MissedDeadlineTotal, m.BuildInfo,
+		m.NodeWritesRefused, m.NodeWriteRefusalsInARow,
 		m.PressureAvailable.bytes, m.PressureAvailable.inodes, m.PressureAvailable.pids,
 		m.PressureThreshold.bytes, m.PressureThreshold.inodes, m.PressureThreshold.pids, m.PressureActive, m.PressureTimeToHard, m.PressureEvictionsTotal, m.PressureReadErrors} {
 		if err := reg.Register(c); err != nil {

@@ -212,6 +212,8 @@ type nodeWriter struct {
 	writtenFrom string
 	// cachedRV is the informer copy's resourceVersion that base last saw.
 	cachedRV string
+	// observe, when set, is told the outcome of every patch sent.
+	observe func(error)
 }
 
 // base returns the node to compute a change from: the informer's copy, unless it has not yet
@@ -277,6 +279,9 @@ func (w *nodeWriter) ensure(ctx context.Context, d NodeDesire) (NodeChange, erro
 		}
 		logger.V(2).Info("Patching node", "node", klog.KObj(node), "patch", string(patch))
 		out, err := w.client.CoreV1().Nodes().Patch(ctx, w.nodeName, types.MergePatchType, patch, metav1.PatchOptions{})
+		if w.observe != nil {
+			w.observe(err)
+		}
 		if err != nil {
 			return fmt.Errorf("patching node %s: %w", w.nodeName, err)
 		}

@@ -15,7 +15,11 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
@@ -57,6 +61,10 @@ func (r *doctorReport) ok(format string, args ...any) {
 
 func (r *doctorReport) skip(format string, args ...any) {
 	fmt.Fprintf(r.w, "  skip  %s\n", fmt.Sprintf(format, args...))
+}
+
+func (r *doctorReport) warn(format string, args ...any) {
+	fmt.Fprintf(r.w, "  WARN  %s\n", fmt.Sprintf(format, args...))
 }
 
 func (r *doctorReport) fail(what, fix string) {
@@ -106,8 +114,10 @@ func checkKubernetes(ctx context.Context, r *doctorReport, cfg agent.Config, cli
 	r.ok("Kubernetes API server reachable (%s)", v.GitVersion)
 
 	who := "the agent's ServiceAccount"
+	var user *authenticationv1.UserInfo
 	if ssr, err := client.AuthenticationV1().SelfSubjectReviews().Create(cctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{}); err == nil {
-		who = ssr.Status.UserInfo.Username
+		user = &ssr.Status.UserInfo
+		who = user.Username
 		r.ok("authenticated as %s", who)
 	}
 	perms := agentPermissions
@@ -135,7 +145,105 @@ func checkKubernetes(ctx context.Context, r *doctorReport, cfg agent.Config, cli
 		return nil, ""
 	}
 	r.ok("node %s exists (providerID %q)", n.Name, n.Spec.ProviderID)
+	claim := checkNodeClaim(r, cfg, user)
+	checkNodeWrite(cctx, r, cfg, client, claim)
+	checkEviction(cctx, r, cfg, client)
 	return client, n.Spec.ProviderID
+}
+
+// nodeClaim is the extra that the API server puts in a ServiceAccount token bound to a pod: the
+// pod's node. The shipped admission policies bind every write of the agent to it.
+const nodeClaim = "authentication.kubernetes.io/node-name"
+
+// checkNodeClaim reports the token's node claim from the SelfSubjectReview: present and naming
+// this node (ok), naming another node (fail: every write would be refused), or absent (a token
+// not bound to a pod, or a cluster that turned ServiceAccountTokenPodNodeInfo off; the dry-run
+// write says whether the policy refuses it). It returns the claim ("" when absent or unknown).
+func checkNodeClaim(r *doctorReport, cfg agent.Config, user *authenticationv1.UserInfo) string {
+	if user == nil {
+		r.skip("token's node claim: SelfSubjectReview unavailable")
+		return ""
+	}
+	if !strings.HasPrefix(user.Username, "system:serviceaccount:") {
+		r.skip("token's node claim: %s is not a ServiceAccount (the admission policies bind only the agent's)", user.Username)
+		return ""
+	}
+	claim := user.Extra[nodeClaim]
+	switch {
+	case len(claim) == 0:
+		r.warn("the token has no node claim (%s): the shipped admission policy refuses every node write and pod delete from such a token", nodeClaim)
+		return ""
+	case claim[0] != cfg.NodeName:
+		r.fail(fmt.Sprintf("the token is bound to node %s, not %s: the admission policy refuses this agent's writes", claim[0], cfg.NodeName),
+			"--node-name must be the node of the pod whose token the agent uses: NODE_NAME from the downward API (spec.nodeName)")
+		return claim[0]
+	}
+	r.ok("token bound to node %s (%s)", claim[0], nodeClaim)
+	return claim[0]
+}
+
+// claimFix is the fix for writes refused for want of the node claim.
+const claimFix = "run the agent with the token the kubelet projects into its pod (bound to the pod, so it carries " + nodeClaim +
+	"; Kubernetes 1.32 and later always adds it, 1.30 and 1.31 unless the ServiceAccountTokenPodNodeInfo feature gate is off), " +
+	"or set admissionPolicy.enabled=false in the chart (docs/install.md says what that leaves unbound)"
+
+// checkNodeWrite patches the node with a server-side dry run: the same RBAC and admission as the
+// agent's taint writes, and no change.
+func checkNodeWrite(ctx context.Context, r *doctorReport, cfg agent.Config, client kubernetes.Interface, claim string) {
+	_, err := client.CoreV1().Nodes().Patch(ctx, cfg.NodeName, types.MergePatchType, []byte("{}"), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+	switch {
+	case err == nil:
+		r.ok("node %s may be patched (server-side dry run)", cfg.NodeName)
+		if claim == "" {
+			r.warn("writes pass without a node claim: the admission policies are not in force here, so this token could write any node")
+		}
+	case apierrors.IsForbidden(err) && claim == "":
+		r.fail(fmt.Sprintf("patching node %s (dry run): %v", cfg.NodeName, err), claimFix)
+	default:
+		r.fail(fmt.Sprintf("patching node %s (dry run): %v", cfg.NodeName, err),
+			`grant patch on nodes (deploy/manifests/rbac.yaml), and check that the admission policies were installed for this ServiceAccount's name`)
+	}
+}
+
+// checkEviction evicts one pod of the node with a server-side dry run, as the agent would (grace
+// and UID precondition), through RBAC, the admission policies and the eviction guard where it is
+// installed. A PodDisruptionBudget that refuses now is not a failure.
+func checkEviction(ctx context.Context, r *doctorReport, cfg agent.Config, client kubernetes.Interface) {
+	pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String(), Limit: 20})
+	if err != nil {
+		r.fail(fmt.Sprintf("listing the pods of node %s: %v", cfg.NodeName, err), "grant list on pods (deploy/manifests/rbac.yaml)")
+		return
+	}
+	var pod *v1.Pod
+	for i := range pods.Items {
+		if p := &pods.Items[i]; p.DeletionTimestamp == nil && (pod == nil || pod.Name == os.Getenv("POD_NAME")) {
+			// Any pod of the node; another than the agent's own where there is one.
+			pod = p
+		}
+	}
+	if pod == nil {
+		r.skip("eviction (dry run): no pod on node %s to try", cfg.NodeName)
+		return
+	}
+	grace, uid := int64(30), pod.UID
+	ev := &policyv1.Eviction{
+		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
+		DeleteOptions: &metav1.DeleteOptions{GracePeriodSeconds: &grace, Preconditions: &metav1.Preconditions{UID: &uid},
+			DryRun: []string{metav1.DryRunAll}},
+	}
+	err = client.PolicyV1().Evictions(pod.Namespace).Evict(ctx, ev)
+	switch {
+	case err == nil:
+		r.ok("pod %s/%s may be evicted (server-side dry run)", pod.Namespace, pod.Name)
+	case (apierrors.IsTooManyRequests(err) || apierrors.IsForbidden(err)) && apierrors.HasStatusCause(err, policyv1.DisruptionBudgetCause):
+		r.ok("pod %s/%s may be evicted; a PodDisruptionBudget refuses it now (server-side dry run)", pod.Namespace, pod.Name)
+	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		r.skip("eviction (dry run): pod %s/%s went away meanwhile", pod.Namespace, pod.Name)
+	default:
+		r.fail(fmt.Sprintf("evicting pod %s/%s (dry run): %v", pod.Namespace, pod.Name, err),
+			"grant create on pods/eviction; with the eviction guard (evictionGuard.enabled), check that its pods are ready (an unreachable guard refuses every eviction, and the agent falls back to a node-bound DELETE at each pod's last safe moment)")
+	}
 }
 
 // checkMetadata asks the cloud's metadata service for its notices once, through the provider

@@ -3,15 +3,20 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -102,5 +107,79 @@ func TestDoctorThresholdBelowTheKubelets(t *testing.T) {
 		"--pressure-thresholds=memory.available<50Mi"}, &out, &errOut, doctorClient(permission{}, "n1"))
 	if code != 1 || !strings.Contains(out.String(), "FAIL  memory.available: reprieve's threshold 50Mi is not above the kubelet's hard threshold 100Mi") {
 		t.Errorf("exit %d, want 1 naming the threshold:\n%s", code, out.String())
+	}
+}
+
+// TestDoctorNodeClaim: the token's node claim from the SelfSubjectReview and the dry-run
+// writes. A ServiceAccount token without the claim whose dry-run patch the policy refuses fails
+// with the fix; one bound to another node fails; one bound to this node passes, with the
+// dry-run eviction of a pod of the node.
+func TestDoctorNodeClaim(t *testing.T) {
+	const sa = "system:serviceaccount:kube-system:reprieve"
+	for _, c := range []struct {
+		name   string
+		extra  map[string]authenticationv1.ExtraValue
+		refuse bool
+		code   int
+		want   []string
+	}{
+		{"no claim, refused", nil, true, 1, []string{"WARN  the token has no node claim", "FAIL  patching node n1 (dry run)", "ServiceAccountTokenPodNodeInfo"}},
+		{"no claim, no policy", nil, false, 0, []string{"WARN  the token has no node claim", "ok    node n1 may be patched", "WARN  writes pass without a node claim"}},
+		{"another node", map[string]authenticationv1.ExtraValue{nodeClaim: {"n2"}}, false, 1, []string{"FAIL  the token is bound to node n2, not n1"}},
+		{"this node", map[string]authenticationv1.ExtraValue{nodeClaim: {"n1"}}, false, 0, []string{"ok    token bound to node n1", "ok    node n1 may be patched", "ok    pod ns/web may be evicted (server-side dry run)"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			c0 := fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}},
+				&v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns", UID: "u1"}, Spec: v1.PodSpec{NodeName: "n1"}})
+			c0.PrependReactor("create", "selfsubjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				r := a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SelfSubjectAccessReview)
+				r.Status.Allowed = true
+				return true, r, nil
+			})
+			c0.PrependReactor("create", "selfsubjectreviews", func(k8stesting.Action) (bool, runtime.Object, error) {
+				return true, &authenticationv1.SelfSubjectReview{Status: authenticationv1.SelfSubjectReviewStatus{
+					UserInfo: authenticationv1.UserInfo{Username: sa, Extra: c.extra}}}, nil
+			})
+			var dryRuns int
+			c0.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				if p := a.(k8stesting.PatchActionImpl); len(p.PatchOptions.DryRun) == 1 {
+					dryRuns++
+				}
+				if c.refuse {
+					return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, "n1", errors.New("this token is bound to no node"))
+				}
+				return false, nil, nil
+			})
+			var evicted []*policyv1.Eviction
+			c0.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				if a.GetSubresource() != "eviction" {
+					return false, nil, nil
+				}
+				evicted = append(evicted, a.(k8stesting.CreateAction).GetObject().(*policyv1.Eviction))
+				return true, nil, nil
+			})
+			var out, errOut bytes.Buffer
+			code := runDoctor(context.Background(), []string{"--node=n1", "--provider=none", "--pressure-source=off"}, &out, &errOut,
+				func(agent.Config) (kubernetes.Interface, error) { return c0, nil })
+			if code != c.code {
+				t.Errorf("exit %d, want %d:\n%s%s", code, c.code, out.String(), errOut.String())
+			}
+			for _, w := range c.want {
+				if !strings.Contains(out.String(), w) {
+					t.Errorf("no %q in\n%s", w, out.String())
+				}
+			}
+			if dryRuns != 1 {
+				t.Errorf("%d dry-run node patches, want 1", dryRuns)
+			}
+			if len(evicted) != 1 || evicted[0].DeleteOptions == nil || len(evicted[0].DeleteOptions.DryRun) != 1 ||
+				evicted[0].DeleteOptions.Preconditions == nil || *evicted[0].DeleteOptions.Preconditions.UID != "u1" ||
+				*evicted[0].DeleteOptions.GracePeriodSeconds < 1 {
+				t.Errorf("evictions %+v; want one dry run with a UID precondition and a grace of at least 1 s", evicted)
+			}
+			if _, err := c0.CoreV1().Pods("ns").Get(context.Background(), "web", metav1.GetOptions{}); err != nil {
+				t.Errorf("the dry-run eviction removed the pod: %v", err)
+			}
+		})
 	}
 }

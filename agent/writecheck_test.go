@@ -1,0 +1,162 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	goruntime "runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	k8stesting "k8s.io/client-go/testing"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+// refuseNodePatches makes the fake API server refuse node patches with the admission policy's
+// 403 while refuse is true.
+func refuseNodePatches(h *harness, refuse *atomic.Bool) {
+	h.client.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if !refuse.Load() {
+			return false, nil, nil
+		}
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, nodeName,
+			errors.New("ValidatingAdmissionPolicy 'reprieve-node-bound' denied request: reprieve may change only the node its token is bound to (this token is bound to no node)"))
+	})
+}
+
+// TestNodeWriteRefusals: refused node writes (403) count in a row; at --node-write-refusals the
+// agent is not ready and says why; a write that passes resets the count; a timeout or an
+// outage does not count either way.
+func TestNodeWriteRefusals(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.NodeWriteRefusals = 2 }, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}})
+	h.a.ready.Store(true)
+	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, nodeName, errors.New("no node claim"))
+	r := h.a.refusals
+	r.observe(forbidden)
+	if !h.a.Ready() {
+		t.Fatalf("not ready after one refusal of two: %q", h.a.notReady())
+	}
+	r.observe(apierrors.NewTimeoutError("slow", 1))
+	r.observe(forbidden)
+	if h.a.Ready() {
+		t.Fatal("ready after two refusals in a row (a timeout between them does not count)")
+	}
+	if why := h.a.notReady(); !strings.Contains(why, "2 node writes refused in a row") || !strings.Contains(why, "no node claim") {
+		t.Errorf("notReady() = %q; want the count and the API server's reason", why)
+	}
+	if got := testutil.ToFloat64(h.a.metrics.NodeWritesRefused); got != 2 {
+		t.Errorf("reprieve_node_writes_refused_total = %v, want 2", got)
+	}
+	if got := testutil.ToFloat64(h.a.metrics.NodeWriteRefusalsInARow); got != 2 {
+		t.Errorf("reprieve_node_write_refusals_in_a_row = %v, want 2", got)
+	}
+	r.observe(nil)
+	if !h.a.Ready() {
+		t.Errorf("not ready after a write that passed: %q", h.a.notReady())
+	}
+	if got := testutil.ToFloat64(h.a.metrics.NodeWriteRefusalsInARow); got != 0 {
+		t.Errorf("in a row after a write that passed = %v, want 0", got)
+	}
+
+	// 0 never turns the agent not ready; the counter still counts.
+	h0 := newHarness(t, nil, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}})
+	h0.a.ready.Store(true)
+	for range 5 {
+		h0.a.refusals.observe(forbidden)
+	}
+	if !h0.a.Ready() {
+		t.Errorf("--node-write-refusals=0: not ready: %q", h0.a.notReady())
+	}
+	if got := testutil.ToFloat64(h0.a.metrics.NodeWritesRefused); got != 5 {
+		t.Errorf("--node-write-refusals=0: refused_total = %v, want 5", got)
+	}
+}
+
+// TestNodeWriteRefusalsFromTaintWrites: the taint writes of an interruption count too, so an
+// agent whose token lost its claim after start turns not ready at its next interruption.
+func TestNodeWriteRefusalsFromTaintWrites(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.NodeWriteRefusals = 1 }, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}})
+	h.a.ready.Store(true)
+	var refuse atomic.Bool
+	refuse.Store(true)
+	refuseNodePatches(h, &refuse)
+	h.notice(t0.Add(2 * time.Minute))
+	if h.a.Ready() {
+		t.Error("ready after the interruption taint's write was refused")
+	}
+	refuse.Store(false)
+	h.step()
+	if !h.a.Ready() {
+		t.Errorf("not ready after the taint write passed: %q", h.a.notReady())
+	}
+	if !hasTaint(h.node().Spec.Taints, h.a.taints.Interruption) {
+		t.Error("the interruption taint is not on the node once writes pass")
+	}
+}
+
+// TestNodeWriteCheck: the start-up check is a server-side dry run (no change to the node), and
+// while it is refused it retries with backoff (1 s, 2 s, ...), turning the agent not ready at
+// the limit; once it passes it stops, and the agent is ready.
+func TestNodeWriteCheck(t *testing.T) {
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, ResourceVersion: "7"}}
+	h := newHarness(t, func(c *Config) { c.NodeWriteRefusals = 3 }, node)
+	h.a.ready.Store(true)
+	var refuse atomic.Bool
+	refuse.Store(true)
+	refuseNodePatches(h, &refuse)
+	// A clock of its own: the agent's work queue waits on the harness's clock too, and
+	// HasWaiters must see only this loop's timer.
+	clk := clocktesting.NewFakeClock(t0)
+	h.a.clock = clk
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() { defer close(done); h.a.watchNodeWrite(ctx) }()
+	// waitTimer waits until the loop sleeps on the fake clock, then moves the clock by d.
+	waitTimer := func(d time.Duration) {
+		t.Helper()
+		for !clk.HasWaiters() {
+			select {
+			case <-done:
+				t.Fatal("the check loop ended while refused")
+			default:
+				goruntime.Gosched()
+			}
+		}
+		clk.Step(d)
+	}
+	waitTimer(time.Second)
+	waitTimer(2 * time.Second)
+	for !clk.HasWaiters() || testutil.ToFloat64(h.a.metrics.NodeWritesRefused) < 3 {
+		goruntime.Gosched()
+	}
+	if h.a.Ready() {
+		t.Error("ready after three refused checks")
+	}
+	refuse.Store(false)
+	waitTimer(4 * time.Second)
+	<-done
+	if !h.a.Ready() {
+		t.Errorf("not ready after the check passed: %q", h.a.notReady())
+	}
+	patches := h.actions("patch", "nodes", "")
+	if len(patches) != 4 {
+		t.Fatalf("%d node patches, want 4 checks", len(patches))
+	}
+	for _, p := range patches {
+		pa := p.(k8stesting.PatchActionImpl)
+		if len(pa.PatchOptions.DryRun) != 1 || pa.PatchOptions.DryRun[0] != metav1.DryRunAll || string(pa.Patch) != "{}" {
+			t.Errorf("check patch %q with %+v; want an empty merge patch with dryRun=All", pa.Patch, pa.PatchOptions)
+		}
+	}
+	if n := h.node(); n.ResourceVersion != "7" || len(n.Annotations) != 0 {
+		t.Errorf("the node changed under the dry run: %+v", n.ObjectMeta)
+	}
+}
