@@ -127,6 +127,7 @@ func TestChartLint(t *testing.T) {
 		{"toleration[0].operator=Exists", "toleration"},
 		{"nodeselector.pool=gpu", "nodeselector"},
 		{"podMonitor.enable=true", "enable"},
+		{"evictionGuard.replica=3", "replica"},
 		{"logFormat=xml", "logFormat"},
 	} {
 		_, err := helm(t, "template", "reprieve", chartDir, "--set", bad.set)

@@ -15,17 +15,20 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -465,5 +468,96 @@ func TestEvictionGuardChartKeepsItsKeyPair(t *testing.T) {
 	}
 	if !bytes.Equal(upgradeHook.Webhooks[0].ClientConfig.CABundle, first.Data["ca.crt"]) {
 		t.Error("an upgrade render changed the webhook's caBundle; want the installed CA")
+	}
+}
+
+// TestEvictionGuardChartRender checks the chart's eviction guard as rendered: on by default, off
+// in the values files of the static manifests; a webhook that fails closed, fast, for the
+// agent's evictions only; a guard that may only read pods, runs two replicas off spot capacity
+// under a budget, with the agent's container securityContext; and no pod the agent's DaemonSet
+// would select.
+func TestEvictionGuardChartRender(t *testing.T) {
+	for _, f := range []string{"aws", "gcp", "azure"} {
+		if out := render(t, "reprieve", "-f", "deploy/chart/values-"+f+".yaml"); strings.Contains(string(out), "kind: ValidatingWebhookConfiguration") {
+			t.Errorf("values-%s.yaml renders the eviction guard; want it off (the static manifests carry no private key)", f)
+		}
+	}
+	var (
+		hook   *admissionregistrationv1.ValidatingWebhookConfiguration
+		role   *rbacv1.ClusterRole
+		deploy *appsv1.Deployment
+		pdb    *policyv1.PodDisruptionBudget
+	)
+	for _, o := range chartObjects(t, "eviction-guard", render(t, "reprieve", "--show-only", "templates/eviction-guard.yaml")) {
+		switch o := o.(type) {
+		case *admissionregistrationv1.ValidatingWebhookConfiguration:
+			hook = o
+		case *rbacv1.ClusterRole:
+			role = o
+		case *appsv1.Deployment:
+			deploy = o
+		case *policyv1.PodDisruptionBudget:
+			pdb = o
+		}
+	}
+	if hook == nil || role == nil || deploy == nil || pdb == nil {
+		t.Fatalf("the default render lacks the guard's webhook, ClusterRole, Deployment or budget")
+	}
+	wh := hook.Webhooks[0]
+	if wh.FailurePolicy == nil || *wh.FailurePolicy != admissionregistrationv1.Fail || wh.SideEffects == nil ||
+		*wh.SideEffects != admissionregistrationv1.SideEffectClassNone || wh.TimeoutSeconds == nil || *wh.TimeoutSeconds != 3 ||
+		!reflect.DeepEqual(wh.AdmissionReviewVersions, []string{"v1"}) {
+		t.Errorf("webhook %+v; want failurePolicy Fail, sideEffects None, timeoutSeconds 3, admission review v1", wh)
+	}
+	if len(wh.Rules) != 1 || !reflect.DeepEqual(wh.Rules[0].Operations, []admissionregistrationv1.OperationType{admissionregistrationv1.Create}) ||
+		!reflect.DeepEqual(wh.Rules[0].Resources, []string{"pods/eviction"}) {
+		t.Errorf("webhook rules %+v; want CREATE pods/eviction only", wh.Rules)
+	}
+	if len(wh.MatchConditions) != 1 || wh.MatchConditions[0].Expression != `request.userInfo.username == "`+shippedAgentUser+`"` {
+		t.Errorf("webhook matchConditions %+v; want the agent's ServiceAccount only", wh.MatchConditions)
+	}
+	if len(wh.ClientConfig.CABundle) == 0 || wh.ClientConfig.Service == nil || wh.ClientConfig.Service.Path == nil ||
+		*wh.ClientConfig.Service.Path != guard.PathValidate {
+		t.Errorf("webhook clientConfig %+v; want the guard's Service at %s with a caBundle", wh.ClientConfig, guard.PathValidate)
+	}
+	if len(role.Rules) != 1 || !reflect.DeepEqual(role.Rules[0].Verbs, []string{"get"}) || !reflect.DeepEqual(role.Rules[0].Resources, []string{"pods"}) {
+		t.Errorf("the guard's ClusterRole %+v; want get pods only", role.Rules)
+	}
+	if pdb.Spec.MinAvailable == nil || pdb.Spec.MinAvailable.IntValue() != 1 {
+		t.Errorf("budget %+v; want minAvailable 1", pdb.Spec)
+	}
+	spec := deploy.Spec.Template.Spec
+	if deploy.Spec.Replicas == nil || *deploy.Spec.Replicas != 2 {
+		t.Errorf("replicas %v; want 2", deploy.Spec.Replicas)
+	}
+	var offSpot []string
+	if a := spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+		for _, term := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+			for _, e := range term.MatchExpressions {
+				offSpot = append(offSpot, e.Key+" "+string(e.Operator)+" "+strings.Join(e.Values, ","))
+			}
+		}
+	}
+	if want := []string{"karpenter.sh/capacity-type NotIn spot", "cloud.google.com/gke-spot NotIn true",
+		"kubernetes.azure.com/scalesetpriority NotIn spot"}; !reflect.DeepEqual(offSpot, want) {
+		t.Errorf("required node affinity %q; want %q", offSpot, want)
+	}
+	if len(spec.TopologySpreadConstraints) == 0 || spec.TopologySpreadConstraints[0].TopologyKey != v1.LabelHostname {
+		t.Errorf("topology spread %+v; want the replicas spread across hosts", spec.TopologySpreadConstraints)
+	}
+	ds, _ := renderDaemonSet(t, "defaults")
+	if got, want := spec.Containers[0].SecurityContext, ds.Spec.Template.Spec.Containers[0].SecurityContext; !reflect.DeepEqual(got, want) {
+		t.Errorf("the guard's securityContext %+v; want the agent's %+v", got, want)
+	}
+	if spec.Containers[0].Resources.Requests == nil || spec.PriorityClassName == "" || spec.ServiceAccountName == ds.Spec.Template.Spec.ServiceAccountName {
+		t.Errorf("the guard pod: resources %+v, priority class %q, ServiceAccount %q; want requests, a priority class and an identity of its own",
+			spec.Containers[0].Resources, spec.PriorityClassName, spec.ServiceAccountName)
+	}
+	sel, err := metav1.LabelSelectorAsSelector(ds.Spec.Selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sel.Matches(labels.Set(deploy.Spec.Template.Labels)) {
+		t.Errorf("the agent's DaemonSet selector %v matches the guard's pods %v", sel, deploy.Spec.Template.Labels)
 	}
 }
