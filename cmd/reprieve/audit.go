@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -117,6 +118,11 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer, now 
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "reprieve audit: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	// As every other command: $REPRIEVE_<FLAG> for a flag not given.
+	if err := agent.ApplyEnv(fs, "REPRIEVE_", os.LookupEnv); err != nil {
+		fmt.Fprintf(stderr, "reprieve audit: %v\n", err)
 		return 2
 	}
 	usage := func(format string, a ...any) int {

@@ -186,6 +186,24 @@ func TestAuditUsage(t *testing.T) {
 	}
 }
 
+func TestAuditEnv(t *testing.T) {
+	_, client := auditClient(t)
+	t.Setenv("REPRIEVE_OUTPUT", "json")
+	t.Setenv("REPRIEVE_WINDOW", "60s")
+	var out, errOut bytes.Buffer
+	if code := runAudit(context.Background(), nil, &out, &errOut, planNow, client); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	var got AuditReport
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil || len(got.Windows) != 1 || got.Windows[0].Seconds != 60 {
+		t.Errorf("with $REPRIEVE_OUTPUT=json and $REPRIEVE_WINDOW=60s: %v, windows %+v", err, got.Windows)
+	}
+	t.Setenv("REPRIEVE_WINDOW", "soon")
+	if code := runAudit(context.Background(), nil, &out, &errOut, planNow, client); code != 2 || !strings.Contains(errOut.String(), "$REPRIEVE_WINDOW") {
+		t.Errorf("a variable that does not parse: exit %d, %q", code, errOut.String())
+	}
+}
+
 func TestAuditListError(t *testing.T) {
 	c, client := auditClient(t)
 	c.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {

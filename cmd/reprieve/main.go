@@ -178,6 +178,7 @@ func runAgent(fs *pflag.FlagSet, cfg *agent.Config) int {
 const usageHeader = `Usage: reprieve [flags]
        reprieve plan --node NAME --deadline 120s [-o table|json] [flags]
        reprieve doctor [flags]
+       reprieve audit [--node-selector SELECTOR]... [-n NAMESPACE] [--window 120s] [-o table|json]
        reprieve version | --version
        reprieve completion bash|zsh|fish|powershell
 
