@@ -3,6 +3,9 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/reprieve-dev/reprieve/agent"
@@ -221,5 +225,135 @@ func TestPodNoticeWarnsPodsUnderThePolicy(t *testing.T) {
 	if log := rp.LogTail(400); strings.Contains(log, "denied request") || strings.Contains(log, "ValidatingAdmissionPolicy") ||
 		strings.Contains(log, "Writing the pod's interruption warning failed") {
 		t.Errorf("the agent's warnings met the policy or failed:\n%s", log)
+	}
+}
+
+// BenchmarkPodNotice110 measures the time from a notice to the reprieve.io/Interruption
+// condition on every one of 110 pods (the kubelet's default maximum per node), all planned for
+// eviction later, on the real API server: the figure docs/benchmarks.md records. The notice is
+// the deadline annotation (--provider none), timed from just before its write; each pod's time
+// is when a watch saw its condition. One node and agent per iteration (-benchtime=3x: three).
+//
+//	go test -run '^$' -bench BenchmarkPodNotice110 -benchtime=3x ./test/e2e/
+func BenchmarkPodNotice110(b *testing.B) {
+	const pods = 110
+	var lasts, medians, afterTaint []time.Duration
+	for i := range b.N {
+		// Only notice to last condition counts in ns/op.
+		b.StopTimer()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		name := fmt.Sprintf("notice-bench-%d-%d", time.Now().Unix(), i)
+		setupNode(ctx, b, name, name, nil)
+		taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+		specs := make([]scenario.Pod, pods)
+		for j := range specs {
+			// Evicted by the deadline's latest start, 2 min away: none leaves during the measure.
+			specs[j] = scenario.Pod{Name: fmt.Sprintf("p%03d", j), Kind: scenario.Plain, Tolerate: ptr64(3600), Grace: ptr64(30)}
+		}
+		if err := scenario.Create(ctx, env.Client, name, name, taint, specs); err != nil {
+			b.Fatal(err)
+		}
+		// Running and Ready first, so that kwok's own status writes are done.
+		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			list, err := env.Client.CoreV1().Pods(name).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, nil
+			}
+			ready := 0
+			for _, p := range list.Items {
+				for _, c := range p.Status.Conditions {
+					if c.Type == v1.PodReady && c.Status == v1.ConditionTrue {
+						ready++
+					}
+				}
+			}
+			return ready == pods, nil
+		}); err != nil {
+			b.Fatalf("waiting for %d ready pods: %v", pods, err)
+		}
+		rp, _, err := scenario.StartReprieve(ctx, reprieveBin, logDir, name, "--kubeconfig="+agentKubeconfig, "--provider=none")
+		if err != nil {
+			b.Fatal(err)
+		}
+		list, err := env.Client.CoreV1().Pods(name).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		w, err := env.Client.CoreV1().Pods(name).Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+		if err != nil {
+			b.Fatal(err)
+		}
+		// The agent reads the annotation at its next poll (--poll-interval 1s), as it reads a
+		// cloud's endpoint: the interruption taint's arrival marks when it saw the notice.
+		nw, err := env.Client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var taintAt time.Time
+		taintSeen := make(chan struct{})
+		go func() {
+			defer close(taintSeen)
+			for ev := range nw.ResultChan() {
+				if n, ok := ev.Object.(*v1.Node); ok && hasTaint(n, taint.Key, taint.Effect) {
+					taintAt = time.Now()
+					return
+				}
+			}
+		}()
+		notice := time.Now()
+		b.StartTimer()
+		deadline := notice.Add(2 * time.Minute).Truncate(time.Second)
+		patchNodeB(ctx, b, name, map[string]any{"metadata": map[string]any{"annotations": map[string]any{agent.AnnotationReclaimDeadline: deadline.UTC().Format(time.RFC3339)}}})
+		seen := map[string]time.Duration{}
+		for len(seen) < pods {
+			select {
+			case ev, ok := <-w.ResultChan():
+				if !ok {
+					b.Fatalf("the pod watch ended after %d of %d conditions", len(seen), pods)
+				}
+				p, isPod := ev.Object.(*v1.Pod)
+				if !isPod {
+					continue
+				}
+				if _, done := seen[p.Name]; done {
+					continue
+				}
+				for _, c := range p.Status.Conditions {
+					if c.Type == agent.PodConditionInterruption && c.Status == v1.ConditionTrue {
+						seen[p.Name] = time.Since(notice)
+					}
+				}
+			case <-ctx.Done():
+				b.Fatalf("%d of %d pods warned before the timeout:\n%s", len(seen), pods, rp.LogTail(30))
+			}
+		}
+		b.StopTimer()
+		w.Stop()
+		nw.Stop()
+		<-taintSeen
+		tainted := taintAt.Sub(notice)
+		times := slices.Sorted(maps.Values(seen))
+		lasts, medians = append(lasts, times[len(times)-1]), append(medians, times[len(times)/2])
+		afterTaint = append(afterTaint, times[len(times)-1]-tainted)
+		b.Logf("run %d: notice to condition on %d pods: first %s, median %s, last %s; the taint at %s, so the last %s after it", i+1, pods,
+			times[0].Round(time.Millisecond), times[len(times)/2].Round(time.Millisecond), times[len(times)-1].Round(time.Millisecond),
+			tainted.Round(time.Millisecond), (times[len(times)-1] - tainted).Round(time.Millisecond))
+		_ = rp.Stop()
+		_ = env.Client.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
+		cancel()
+	}
+	b.ReportMetric(slices.Max(lasts).Seconds(), "s-last-pod-worst")
+	b.ReportMetric(slices.Max(medians).Seconds(), "s-median-pod-worst")
+	b.ReportMetric(slices.Max(afterTaint).Seconds(), "s-taint-to-last-pod-worst")
+}
+
+func patchNodeB(ctx context.Context, b *testing.B, node string, patch map[string]any) {
+	b.Helper()
+	body, err := json.Marshal(patch)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := env.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, body, metav1.PatchOptions{}); err != nil {
+		b.Fatalf("patching node %s: %v", node, err)
 	}
 }
