@@ -318,7 +318,7 @@ func settings(c v1.Container) []string {
 }
 
 // hostSourcePaths are the host paths the DaemonSet mounts for pressure.source=host.
-var hostSourcePaths = []string{"/proc", "/sys/fs/cgroup", "/var/lib/kubelet", "/var/lib/containerd"}
+var hostSourcePaths = []string{"/proc/meminfo", "/proc/loadavg", "/proc/sys/kernel/pid_max", "/proc/sys/kernel/threads-max", "/sys/fs/cgroup", "/var/lib/kubelet", "/var/lib/containerd"}
 
 // TestChartValues checks what each value does to the rendered DaemonSet, ClusterRole and
 // admission policy.
@@ -354,7 +354,7 @@ func TestChartValues(t *testing.T) {
 			args:         []string{"--pressure-thresholds=memory.available<1Gi", "--pressure-headroom=0.1", "--pressure-transition-period=1m", "--kubelet-config=/etc/kubernetes/kubelet.yaml", "--safety-margin=9s", "--dry-run"},
 			nodeSelector: map[string]string{"pool": "gpu"}},
 		{name: "crio", set: "cloud=azure,pressure.imageFsDir=/var/lib/containers/storage,pressure.kubeletRootDir=/data/kubelet",
-			hostPaths: []string{"/proc", "/sys/fs/cgroup", "/data/kubelet", "/var/lib/containers/storage"},
+			hostPaths: []string{"/proc/meminfo", "/proc/loadavg", "/proc/sys/kernel/pid_max", "/proc/sys/kernel/threads-max", "/sys/fs/cgroup", "/data/kubelet", "/var/lib/containers/storage"},
 			args:      []string{"--imagefs-dir=/var/lib/containers/storage", "--kubelet-root-dir=/data/kubelet"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
