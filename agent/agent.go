@@ -76,7 +76,7 @@ type Agent struct {
 	evictFn                 func(context.Context, *policyv1.Eviction) error
 	recorder                record.EventRecorder
 	notifier                *notify.Notifier // nil when webhooks are off
-	podNotice               *podNotifier     // the pods' early warning; nil with --pod-notice=false
+	podNotice               *podNotifier     // the pods' early warning; nil when it and the notice endpoint are off
 	nodeChanged             chan struct{}
 	ready                   atomic.Bool
 	watching                bool // the provider pushes changes; the loop does not poll it
@@ -192,9 +192,7 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	}
 	a.refusals = &writeRefusals{limit: cfg.NodeWriteRefusals, metrics: a.metrics}
 	a.writer = &nodeWriter{client: deps.Client, nodeName: cfg.NodeName, dryRun: cfg.DryRun, cached: a.cachedNode, observe: a.refusals.observe}
-	if cfg.PodNotice {
-		a.podNotice = newPodNotifier(deps.Client, a.podLister, deps.Clock, cfg.DryRun)
-	}
+	a.podNotice = newPodNotifier(cfg, deps.Client, a.podLister, deps.Clock)
 	return a, nil
 }
 

@@ -90,6 +90,8 @@ type Config struct {
 	// PodNotice writes the early warning on each pod a notice concerns: the
 	// reprieve.io/Interruption condition and the evict-at and reclaim-deadline annotations.
 	PodNotice bool
+	// NoticeBindAddress serves the node-local notice endpoint (noticeapi.go); empty: off.
+	NoticeBindAddress string
 	// TolerationComparisonOperators matches the cluster's TaintTolerationComparisonOperators
 	// feature gate (alpha in 1.35, off by default): Lt/Gt tolerations match only when it is on.
 	TolerationComparisonOperators bool
@@ -221,6 +223,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.PressureTaintEffect, "pressure-taint-effect", c.PressureTaintEffect, "Effect of the pressure taints reprieve.io/{memory,disk,pid}-pressure: NoSchedule or PreferNoSchedule.")
 	fs.BoolVar(&c.EvictDaemonSetPods, "evict-daemonset-pods", c.EvictDaemonSetPods, "Evict DaemonSet pods too (kubectl drain does not).")
 	fs.BoolVar(&c.PodNotice, "pod-notice", c.PodNotice, "At a notice, mark every pod it concerns (planned for eviction, or tolerating it forever) with the condition reprieve.io/Interruption and the annotations reprieve.io/evict-at and reprieve.io/reclaim-deadline, through pods/status; withdrawn with the notice.")
+	fs.StringVar(&c.NoticeBindAddress, "notice-bind-address", c.NoticeBindAddress, "Serve GET /v1/pods/{namespace}/{name}/notice here (e.g. :10272) for pods of this node to read their own notice without API credentials (?wait=true waits for a change); empty: off.")
 	fs.BoolVar(&c.TolerationComparisonOperators, "toleration-comparison-operators", c.TolerationComparisonOperators, "Match Lt/Gt tolerations, as with the cluster's TaintTolerationComparisonOperators feature gate.")
 	fs.IntVar(&c.EvictionWorkers, "eviction-workers", c.EvictionWorkers, "How many evictions may be in flight at once.")
 	fs.Float32Var(&c.KubeAPIQPS, "kube-api-qps", c.KubeAPIQPS, "Sustained requests per second to the API server.")

@@ -71,7 +71,10 @@ type podNotifier struct {
 	pods   corelisters.PodLister
 	clock  clock.Clock
 	dryRun bool
-	queue  workqueue.TypedRateLimitingInterface[string]
+	// write is false when only the notice endpoint is on (--pod-notice=false): the warnings
+	// are then computed for it and never written.
+	write bool
+	queue workqueue.TypedRateLimitingInterface[string]
 
 	mu sync.Mutex
 	// want holds the active warnings by namespace/name; a pod without an entry should carry
@@ -79,11 +82,19 @@ type podNotifier struct {
 	// changes nothing sends nothing even before the informer shows the write. Both hold only
 	// pods a notice concerned, and lose them when the pod is gone (podDeleted).
 	want, written map[string]wanted
+	// changed is closed, and replaced, whenever a wanted warning changes (the endpoint's
+	// hanging GETs wait on it).
+	changed chan struct{}
 }
 
-func newPodNotifier(client kubernetes.Interface, pods corelisters.PodLister, clk clock.WithTicker, dryRun bool) *podNotifier {
+// newPodNotifier returns the warning writer the configuration asks for: nil when neither
+// --pod-notice nor --notice-bind-address is on.
+func newPodNotifier(cfg Config, client kubernetes.Interface, pods corelisters.PodLister, clk clock.WithTicker) *podNotifier {
+	if !cfg.PodNotice && cfg.NoticeBindAddress == "" {
+		return nil
+	}
 	return &podNotifier{
-		client: client, pods: pods, clock: clk, dryRun: dryRun,
+		client: client, pods: pods, clock: clk, dryRun: cfg.DryRun, write: cfg.PodNotice, changed: make(chan struct{}),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](podNoticeBackoffBase, podNoticeBackoffMax),
 			workqueue.TypedRateLimitingQueueConfig[string]{Clock: clk}),
@@ -134,13 +145,21 @@ func warningFor(plan Plan, w Window, n *providers.Notice) podWarning {
 func (n *podNotifier) set(pod *v1.Pod, pw podWarning) {
 	key := pod.Namespace + "/" + pod.Name
 	n.mu.Lock()
+	old, had := n.want[key]
 	if pw.active {
 		n.want[key] = wanted{uid: pod.UID, warn: pw}
 	} else {
 		delete(n.want, key)
 	}
+	if had != pw.active || (had && (old.uid != pod.UID || old.warn != pw)) {
+		close(n.changed)
+		n.changed = make(chan struct{})
+	}
 	last, wrote := n.written[key]
 	n.mu.Unlock()
+	if !n.write {
+		return
+	}
 	if wrote && last.uid == pod.UID && last.warn == pw {
 		return
 	}
@@ -256,8 +275,8 @@ func (n *podNotifier) podDeleted(obj any) {
 	}
 }
 
-// startPodNotice starts the warning writer under g, once the caches have synced; nothing with
-// --pod-notice=false.
+// startPodNotice starts the warning writer and the notice endpoint under g, once the caches
+// have synced, as far as --pod-notice and --notice-bind-address ask.
 func (a *Agent) startPodNotice(ctx context.Context, g *errgroup.Group) {
 	if a.podNotice == nil {
 		return
@@ -269,7 +288,10 @@ func (a *Agent) startPodNotice(ctx context.Context, g *errgroup.Group) {
 		// go out; only deleted pods stay in memory.
 		klog.FromContext(ctx).Error(err, "Watching pod deletions for the pods' warnings failed")
 	}
-	g.Go(func() error { a.podNotice.run(ctx); return nil })
+	if a.podNotice.write {
+		g.Go(func() error { a.podNotice.run(ctx); return nil })
+	}
+	g.Go(func() error { return a.serveNoticeAPI(ctx) })
 }
 
 // carries reports whether pod already shows pw: for an active warning, the annotations and a

@@ -1,0 +1,143 @@
+package agent
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+func podWithIP(name, ip string, grace int64, tol ...v1.Toleration) *v1.Pod {
+	p := testPod(name, grace, tol...)
+	p.Status.PodIP = ip
+	p.Status.PodIPs = []v1.PodIP{{IP: ip}}
+	return p
+}
+
+// ask sends GET path from src to the endpoint and returns the status, the ETag and the answer.
+func ask(t *testing.T, s *noticeAPI, src, path string) (int, string, NoticeAnswer) {
+	t.Helper()
+	req := httptest.NewRequest(http.MethodGet, path, nil)
+	req.RemoteAddr = src + ":40000"
+	rec := httptest.NewRecorder()
+	s.handler().ServeHTTP(rec, req)
+	var a NoticeAnswer
+	if rec.Code == http.StatusOK {
+		if err := json.Unmarshal(rec.Body.Bytes(), &a); err != nil {
+			t.Fatalf("answer %q: %v", rec.Body.String(), err)
+		}
+	}
+	return rec.Code, rec.Header().Get("ETag"), a
+}
+
+func TestNoticeAPIAnswersAPodAboutItself(t *testing.T) {
+	h := newHarness(t, nil, testNode(),
+		podWithIP("job", "10.0.0.5", 30, spotToleration(secs(3600))),
+		podWithIP("other", "10.0.0.6", 30, spotToleration(secs(3600))),
+	)
+	s := &noticeAPI{notices: h.a.podNotice, pods: h.a.podLister, clock: h.clock}
+	const path = "/v1/pods/ns/job/notice"
+
+	code, before, a := ask(t, s, "10.0.0.5", path)
+	if code != http.StatusOK || a.Notice || before == "" {
+		t.Fatalf("before a notice: %d %q %+v; want 200, an ETag and notice false", code, before, a)
+	}
+
+	h.notice(t0.Add(120 * time.Second))
+	h.syncAll("job", "other")
+	code, etag, a := ask(t, s, "10.0.0.5", path)
+	if code != http.StatusOK || !a.Notice || a.Reason != ReasonSpotInterruption || etag == before {
+		t.Fatalf("after the notice: %d %q %+v; want 200, a new ETag and notice true", code, etag, a)
+	}
+	if a.EvictAt == nil || !a.EvictAt.Equal(t0.Add(85*time.Second)) || a.ReclaimDeadline == nil || !a.ReclaimDeadline.Equal(t0.Add(120*time.Second)) {
+		t.Errorf("times %v %v; want evict at t0+85s (120 - 5 - 30), deadline t0+120s", a.EvictAt, a.ReclaimDeadline)
+	}
+	if _, again, _ := ask(t, s, "10.0.0.5", path); again != etag {
+		t.Errorf("the same answer has ETag %q, then %q", etag, again)
+	}
+
+	for _, tc := range []struct{ name, src, path string }{
+		{"a neighbour asking about the pod", "10.0.0.6", path},
+		{"an address of no pod", "192.0.2.1", path},
+		{"a pod not on the node", "10.0.0.5", "/v1/pods/ns/elsewhere/notice"},
+		{"another namespace", "10.0.0.5", "/v1/pods/other-ns/job/notice"},
+		{"another path", "10.0.0.5", "/v1/pods/ns/job"},
+	} {
+		if code, _, _ := ask(t, s, tc.src, tc.path); code != http.StatusNotFound {
+			t.Errorf("%s: %d, want 404", tc.name, code)
+		}
+	}
+}
+
+func TestNoticeAPIWaitReturnsOnChange(t *testing.T) {
+	h := newHarness(t, nil, testNode(), podWithIP("job", "10.0.0.5", 30, spotToleration(secs(3600))))
+	s := &noticeAPI{notices: h.a.podNotice, pods: h.a.podLister, clock: h.clock}
+	_, etag, _ := ask(t, s, "10.0.0.5", "/v1/pods/ns/job/notice")
+
+	type result struct {
+		code int
+		etag string
+		a    NoticeAnswer
+	}
+	done := make(chan result, 1)
+	go func() {
+		code, e, a := ask(t, s, "10.0.0.5", "/v1/pods/ns/job/notice?wait=true&last_etag="+etag)
+		done <- result{code, e, a}
+	}()
+	// Whether the request is already waiting or not, it must answer the new state.
+	h.notice(t0.Add(120 * time.Second))
+	h.syncAll("job")
+	r := <-done
+	if r.code != http.StatusOK || !r.a.Notice || r.etag == etag {
+		t.Errorf("wait=true after the notice: %d %q %+v; want the notice with a new ETag", r.code, r.etag, r.a)
+	}
+}
+
+func TestNoticeAPIWaitTimesOut(t *testing.T) {
+	h := newHarness(t, nil, testNode(), podWithIP("job", "10.0.0.5", 30))
+	// A clock of its own: the harness's clock always has the workqueues' timers waiting.
+	clk := clocktesting.NewFakeClock(t0)
+	s := &noticeAPI{notices: h.a.podNotice, pods: h.a.podLister, clock: clk}
+	done := make(chan NoticeAnswer, 1)
+	var code int
+	go func() {
+		c, _, a := ask(t, s, "10.0.0.5", "/v1/pods/ns/job/notice?wait=true&timeout_sec=5")
+		code = c
+		done <- a
+	}()
+	for !clk.HasWaiters() {
+		runtime.Gosched()
+	}
+	clk.Step(4 * time.Second)
+	select {
+	case <-done:
+		t.Fatal("returned before timeout_sec")
+	default:
+	}
+	clk.Step(time.Second)
+	if a := <-done; code != http.StatusOK || a.Notice {
+		t.Errorf("after timeout_sec: %d %+v; want 200 and the unchanged answer", code, a)
+	}
+	if code, _, _ := ask(t, s, "10.0.0.5", "/v1/pods/ns/job/notice?wait=true&timeout_sec=x"); code != http.StatusBadRequest {
+		t.Errorf("timeout_sec=x: %d, want 400", code)
+	}
+}
+
+func TestNoticeEndpointWithoutPodNoticeWritesNothing(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.PodNotice, c.NoticeBindAddress = false, "127.0.0.1:0" }, testNode(),
+		podWithIP("job", "10.0.0.5", 30))
+	s := &noticeAPI{notices: h.a.podNotice, pods: h.a.podLister, clock: h.clock}
+	h.notice(t0.Add(60 * time.Second))
+	h.syncAll("job")
+	if _, _, a := ask(t, s, "10.0.0.5", "/v1/pods/ns/job/notice"); !a.Notice {
+		t.Errorf("the endpoint without --pod-notice: %+v, want the notice", a)
+	}
+	if n := h.a.podNotice.queue.Len(); n != 0 {
+		t.Errorf("%d pod writes queued with --pod-notice=false", n)
+	}
+}
