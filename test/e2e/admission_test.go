@@ -30,36 +30,10 @@ func TestAdmissionPolicyBindsTheAgentToItsNode(t *testing.T) {
 	defer cancel()
 	const ns, sa, nodeA, nodeB = "vap", "reprieve-vap", "vap-a", "vap-b"
 	c := env.Client
-	setupNode(ctx, t, ns, nodeA, nil)
-	if _, err := env.CreateNode(ctx, nodeB, nil); err != nil {
-		t.Fatal(err)
-	}
-	agentIdentity(ctx, t, ns, sa)
-	// The shipped policies, for this test's ServiceAccount (the other tests' agents are not
-	// bound to pods).
-	installShippedPolicies(ctx, t, sa, ns)
-
-	// The agents' own pods, DaemonSet pods as in a cluster (so the agent never evicts its own),
-	// and a pod on each node to try deleting.
+	kubeA := boundAgents(ctx, t, ns, sa, nodeA, nodeB)
 	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
-	for _, node := range []string{nodeA, nodeB} {
-		if err := scenario.Create(ctx, c, ns, node, taint, []scenario.Pod{
-			{Name: "agent-" + node, Kind: scenario.DaemonSet, ServiceAccount: sa},
-			{Name: "victim-" + node, Kind: scenario.Plain, Tolerate: ptr64(3600), Grace: ptr64(1)},
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	// The workload the agent evicts at the end: it tolerates the interruption taint 2 s.
 	if err := scenario.Create(ctx, c, ns, nodeA, taint, []scenario.Pod{{Name: "work", Kind: scenario.Plain, Tolerate: ptr64(2), Grace: ptr64(1)}}); err != nil {
-		t.Fatal(err)
-	}
-	agentPod, err := c.CoreV1().Pods(ns).Get(ctx, "agent-"+nodeA, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeA, err := env.BoundServiceAccountKubeconfig(ctx, ns, sa, agentPod)
-	if err != nil {
 		t.Fatal(err)
 	}
 	unboundKube, err := env.ServiceAccountKubeconfig(ctx, ns, sa)

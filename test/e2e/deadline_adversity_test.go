@@ -428,29 +428,7 @@ func TestAdversityStatusPatchIsNodeBound(t *testing.T) {
 	defer cancel()
 	const ns, sa, nodeA, nodeB = "adv-vap", "reprieve-adv-vap", "adv-vap-a", "adv-vap-b"
 	c := env.Client
-	setupNode(ctx, t, ns, nodeA, nil)
-	if _, err := env.CreateNode(ctx, nodeB, nil); err != nil {
-		t.Fatal(err)
-	}
-	agentIdentity(ctx, t, ns, sa)
-	installShippedPolicies(ctx, t, sa, ns)
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
-	for _, node := range []string{nodeA, nodeB} {
-		if err := scenario.Create(ctx, c, ns, node, taint, []scenario.Pod{
-			{Name: "agent-" + node, Kind: scenario.DaemonSet, ServiceAccount: sa},
-			{Name: "victim-" + node, Kind: scenario.Plain, Tolerate: ptr64(3600), Grace: ptr64(1)},
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	agentPod, err := c.CoreV1().Pods(ns).Get(ctx, "agent-"+nodeA, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeA, err := env.BoundServiceAccountKubeconfig(ctx, ns, sa, agentPod)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kubeA := boundAgents(ctx, t, ns, sa, nodeA, nodeB)
 	clientA := clientFor(t, kubeA)
 	mark := func(pod string) error {
 		b, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []v1.PodCondition{{

@@ -215,32 +215,8 @@ func TestEvictionGuardBindsEvictionsToTheNode(t *testing.T) {
 	defer cancel()
 	const ns, sa, nodeA, nodeB = "evguard", "reprieve-evguard", "evguard-a", "evguard-b"
 	c := env.Client
-	setupNode(ctx, t, ns, nodeA, nil)
-	if _, err := env.CreateNode(ctx, nodeB, nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.CoreV1().ServiceAccounts(ns).Create(ctx, &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: sa},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "reprieve"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: ns}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.RbacV1().ClusterRoleBindings().Delete(context.Background(), sa, metav1.DeleteOptions{}) })
-	installShippedPolicies(ctx, t, sa, ns)
-
+	kubeA := boundAgents(ctx, t, ns, sa, nodeA, nodeB)
 	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
-	for _, node := range []string{nodeA, nodeB} {
-		if err := scenario.Create(ctx, c, ns, node, taint, []scenario.Pod{
-			{Name: "agent-" + node, Kind: scenario.DaemonSet, ServiceAccount: sa},
-			{Name: "victim-" + node, Kind: scenario.Plain, Tolerate: ptr64(3600), Grace: ptr64(1)},
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	if err := scenario.Create(ctx, c, ns, nodeA, taint, []scenario.Pod{
 		{Name: "evicted", Kind: scenario.Plain, Tolerate: ptr64(3600), Grace: ptr64(5)},
 		{Name: "work", Kind: scenario.Plain, Tolerate: ptr64(2), Grace: ptr64(1)},
@@ -255,15 +231,11 @@ func TestEvictionGuardBindsEvictionsToTheNode(t *testing.T) {
 		}
 		return p
 	}
-	kubeA, err := env.BoundServiceAccountKubeconfig(ctx, ns, sa, pod("agent-"+nodeA))
-	if err != nil {
-		t.Fatal(err)
-	}
 	clientA := clientFor(t, kubeA)
 	stopGuard := startEvictionGuard(ctx, t, sa, ns)
 
 	onB, onA := pod("victim-"+nodeB), pod("victim-"+nodeA)
-	err = evict(ctx, clientA, ns, onB.Name, ptr64(5), &onB.UID, false)
+	err := evict(ctx, clientA, ns, onB.Name, ptr64(5), &onB.UID, false)
 	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "bound to ("+nodeA+")") || !strings.Contains(err.Error(), "is on "+nodeB) {
 		t.Errorf("node A's agent evicting a pod on node B: %v; want a 403 from the guard naming %s and %s", err, nodeA, nodeB)
 	}
@@ -485,7 +457,7 @@ func TestEvictionGuardChartRender(t *testing.T) {
 		}
 	}
 	for _, f := range []string{"rbac.yaml", "admission-policy.yaml", "daemonset.yaml", "daemonset-gcp.yaml", "daemonset-azure.yaml"} {
-		if b := string(readRepoFile(t, "deploy", "manifests", f)); strings.Contains(b, "eviction-guard") || strings.Contains(b, "PRIVATE KEY") {
+		if b := string(readRepoFile(t, "deploy", "manifests", f)); strings.Contains(b, "kind: ValidatingWebhookConfiguration") || strings.Contains(b, "PRIVATE KEY") {
 			t.Errorf("deploy/manifests/%s carries the eviction guard or a private key; static manifests must not", f)
 		}
 	}

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -21,24 +20,6 @@ import (
 	"github.com/reprieve-dev/reprieve/agent"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 )
-
-// agentIdentity creates ServiceAccount ns/sa bound to the shipped ClusterRole "reprieve", as
-// the chart binds the agent's.
-func agentIdentity(ctx context.Context, t *testing.T, ns, sa string) {
-	t.Helper()
-	c := env.Client
-	if _, err := c.CoreV1().ServiceAccounts(ns).Create(ctx, &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: sa},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "reprieve"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: ns}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.RbacV1().ClusterRoleBindings().Delete(context.Background(), sa, metav1.DeleteOptions{}) })
-}
 
 // TestAgentTokenAttacks takes the token of node A's agent (a real ServiceAccount token bound to
 // the agent's pod on A, so with the node claim), and with the shipped RBAC, the shipped admission
@@ -51,32 +32,15 @@ func TestAgentTokenAttacks(t *testing.T) {
 	defer cancel()
 	const ns, sa, nodeA, nodeB = "attack", "reprieve-attack", "attack-a", "attack-b"
 	c := env.Client
-	setupNode(ctx, t, ns, nodeA, nil)
-	if _, err := env.CreateNode(ctx, nodeB, nil); err != nil {
-		t.Fatal(err)
-	}
-	agentIdentity(ctx, t, ns, sa)
-	installShippedPolicies(ctx, t, sa, ns)
+	kubeA := boundAgents(ctx, t, ns, sa, nodeA, nodeB)
 	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
-	for _, node := range []string{nodeA, nodeB} {
-		if err := scenario.Create(ctx, c, ns, node, taint, []scenario.Pod{
-			{Name: "agent-" + node, Kind: scenario.DaemonSet, ServiceAccount: sa},
-			{Name: "victim-" + node, Kind: scenario.Plain, Tolerate: ptr64(3600), Grace: ptr64(1)},
-			{Name: "evictee-" + node, Kind: scenario.Plain, Tolerate: ptr64(3600), Grace: ptr64(1)},
-		}); err != nil {
-			t.Fatal(err)
-		}
+	if err := scenario.Create(ctx, c, ns, nodeA, taint, []scenario.Pod{
+		{Name: "evictee-" + nodeA, Kind: scenario.Plain, Tolerate: ptr64(3600), Grace: ptr64(1)},
+	}); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := c.CoreV1().Secrets(ns).Create(ctx, &v1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db-password"},
 		StringData: map[string]string{"password": "hunter2"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	agentPod, err := c.CoreV1().Pods(ns).Get(ctx, "agent-"+nodeA, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeA, err := env.BoundServiceAccountKubeconfig(ctx, ns, sa, agentPod)
-	if err != nil {
 		t.Fatal(err)
 	}
 	clientA := clientFor(t, kubeA)
@@ -147,7 +111,7 @@ func TestAgentTokenAttacks(t *testing.T) {
 	denied("create an event about node A reported from node B", event(nodeRef(nodeA), nodeB, "reprieve"), "the token's node as their host")
 	denied("create an event about a Secret", event(v1.ObjectReference{Kind: "Secret", Namespace: ns, Name: "db-password"}, nodeA, "reprieve"),
 		"or about pods")
-	_, err = clientA.CoreV1().Secrets(ns).Get(ctx, "db-password", metav1.GetOptions{})
+	_, err := clientA.CoreV1().Secrets(ns).Get(ctx, "db-password", metav1.GetOptions{})
 	denied("read a Secret", err, `cannot get resource "secrets"`)
 	_, err = clientA.CoreV1().Secrets("").List(ctx, metav1.ListOptions{})
 	denied("list Secrets", err, `cannot list resource "secrets"`)
