@@ -9,9 +9,11 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -157,5 +159,49 @@ func TestNoticeEndpointAnswersPodsAboutThemselves(t *testing.T) {
 	}
 	if got.code != http.StatusOK || got.a.Notice || got.etag != before.etag {
 		t.Errorf("the hanging GET at the withdrawal: %+v; want notice false with the first answer's ETag %s", got, before.etag)
+	}
+}
+
+// TestChartNoticeEndpoint renders the chart's noticeEndpoint values: off by default; on, the
+// agent gets --notice-bind-address by its variable and a port named notice, a hostPort of the
+// same number when it is on the pod network (pods ask at status.hostIP), none on the host
+// network, where the port is the node's already.
+func TestChartNoticeEndpoint(t *testing.T) {
+	find := func(ds *appsv1.DaemonSet) (string, *v1.ContainerPort) {
+		c := ds.Spec.Template.Spec.Containers[0]
+		var addr string
+		for _, e := range c.Env {
+			if e.Name == "REPRIEVE_NOTICE_BIND_ADDRESS" {
+				addr = e.Value
+			}
+		}
+		for i := range c.Ports {
+			if c.Ports[i].Name == "notice" {
+				return addr, &c.Ports[i]
+			}
+		}
+		return addr, nil
+	}
+	ds, _ := renderDaemonSet(t, "defaults")
+	if addr, port := find(ds); addr != "" || port != nil {
+		t.Errorf("defaults: %q, %+v; want the endpoint off", addr, port)
+	}
+	for _, c := range []struct {
+		set      string
+		hostPort int32
+	}{
+		{"cloud=gcp,noticeEndpoint.enabled=true", 10272},
+		{"cloud=aws,noticeEndpoint.enabled=true,noticeEndpoint.port=9999", 0},
+		{"cloud=aws,hostNetwork=false,noticeEndpoint.enabled=true", 10272},
+	} {
+		ds, _ := renderDaemonSet(t, c.set, "--set", c.set)
+		addr, port := find(ds)
+		want := int32(10272)
+		if strings.Contains(c.set, "port=9999") {
+			want = 9999
+		}
+		if addr != fmt.Sprintf(":%d", want) || port == nil || port.ContainerPort != want || port.HostPort != c.hostPort {
+			t.Errorf("--set %s: REPRIEVE_NOTICE_BIND_ADDRESS %q, port %+v; want :%d, containerPort %d, hostPort %d", c.set, addr, port, want, want, c.hostPort)
+		}
 	}
 }
