@@ -174,7 +174,8 @@ func podIPs(pod *v1.Pod) []net.IP {
 }
 
 // encodeAnswer is the answer's JSON and its ETag, a hash of it: the same answer always has the
-// same ETag, across requests and agent restarts.
+// same ETag, across requests and agent restarts. Unquoted hex, as GCP's metadata server sends
+// it, so that a client can put it in last_etag as it is.
 func encodeAnswer(a NoticeAnswer) ([]byte, string) {
 	b, err := json.Marshal(a)
 	if err != nil {
@@ -184,7 +185,7 @@ func encodeAnswer(a NoticeAnswer) ([]byte, string) {
 	b = append(b, '\n')
 	h := fnv.New64a()
 	_, _ = h.Write(b)
-	return b, strconv.Quote(strconv.FormatUint(h.Sum64(), 16))
+	return b, strconv.FormatUint(h.Sum64(), 16)
 }
 
 // serveNoticeAPI serves the endpoint on --notice-bind-address until ctx ends.

@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -113,6 +115,22 @@ func TestNoticeEndpointAnswersPodsAboutThemselves(t *testing.T) {
 		t.Fatalf("before a notice: %+v; want notice false and an ETag", before)
 	}
 
+	// The shell client of docs/workloads.md, asking from the job's address, with a stand-in
+	// for the trainer it signals.
+	script := docScript(t, strings.ReplaceAll(endpoint, "127.0.0.1:", ""))
+	trainer := exec.CommandContext(ctx, "sleep", "300")
+	if err := trainer.Start(); err != nil {
+		t.Fatal(err)
+	}
+	client := exec.CommandContext(ctx, "sh", "-c", script)
+	client.Env = append(os.Environ(), "HOST_IP=127.0.0.1", "POD_NAMESPACE="+ns, "POD_NAME=job",
+		"TRAINER_PID="+strconv.Itoa(trainer.Process.Pid))
+	var clientOut strings.Builder
+	client.Stdout, client.Stderr = &clientOut, &clientOut
+	if err := client.Start(); err != nil {
+		t.Fatal(err)
+	}
+
 	// A hanging GET, then the notice.
 	waiting := make(chan answer, 1)
 	go func() {
@@ -132,6 +150,20 @@ func TestNoticeEndpointAnswersPodsAboutThemselves(t *testing.T) {
 	// The job's 30 s grace ends 5 s before the deadline.
 	if got.a.EvictAt == nil || !got.a.EvictAt.Equal(deadline.Add(-35*time.Second)) || got.a.ReclaimDeadline == nil || !got.a.ReclaimDeadline.Equal(deadline) {
 		t.Errorf("times %v, %v; want evict at %v, deadline %v", got.a.EvictAt, got.a.ReclaimDeadline, deadline.Add(-35*time.Second), deadline)
+	}
+
+	clientDone := make(chan error, 1)
+	go func() { clientDone <- client.Wait() }()
+	select {
+	case err := <-clientDone:
+		if err != nil || !strings.Contains(clientOut.String(), `reprieve: {"notice":true`) {
+			t.Errorf("the documented client: %v\n%s", err, clientOut.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Errorf("the documented client did not return within 30 s of the notice:\n%s", clientOut.String())
+	}
+	if err := trainer.Wait(); err == nil || !strings.Contains(err.Error(), "user defined signal 1") {
+		t.Errorf("the trainer: %v; want it signalled with SIGUSR1 by the client", err)
 	}
 
 	for _, tc := range []struct{ what, src, pod string }{
@@ -204,4 +236,21 @@ func TestChartNoticeEndpoint(t *testing.T) {
 			t.Errorf("--set %s: REPRIEVE_NOTICE_BIND_ADDRESS %q, port %+v; want :%d, containerPort %d, hostPort %d", c.set, addr, port, want, want, c.hostPort)
 		}
 	}
+}
+
+// docScript returns the shell client of docs/workloads.md, sending from the job's loopback
+// address (curl --interface) to the agent's test port.
+func docScript(t *testing.T, port string) string {
+	t.Helper()
+	doc := string(readRepoFile(t, "docs", "workloads.md"))
+	_, rest, ok := strings.Cut(doc, "```sh\n#!/bin/sh\n# Waits for reprieve's notice")
+	if !ok {
+		t.Fatal("docs/workloads.md has no shell client")
+	}
+	script, _, _ := strings.Cut(rest, "```")
+	if n := strings.Count(script, "\n") + 1; n > 10 { // and the #!/bin/sh line
+		t.Errorf("the documented client has %d lines; the issue asks for ten", n)
+	}
+	script = strings.Replace(script, "curl -sf", "curl -sf --interface 127.0.0.41", 1)
+	return strings.Replace(script, ":10272/", ":"+port+"/", 1)
 }
