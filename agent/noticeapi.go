@@ -25,6 +25,10 @@ import (
 const (
 	noticeWaitDefault = 60 * time.Second
 	noticeWaitMax     = 300 * time.Second
+	// noticeWaitersMax bounds the hanging GETs held at once (a goroutine and a timer each), so
+	// that a pod looping on wait=true cannot exhaust the agent; past it a wait is answered at
+	// once, which a client following the ETags takes as a changed answer and asks again.
+	noticeWaitersMax = 1024
 )
 
 // NoticeAnswer is the endpoint's JSON answer.
@@ -61,6 +65,8 @@ type noticeAPI struct {
 	notices *podNotifier
 	pods    corelisters.PodLister
 	clock   clock.WithTicker
+	// waiters holds a token per hanging GET; nil: unbounded (tests).
+	waiters chan struct{}
 }
 
 // warningOf returns what pod should carry now, and a channel closed at the next change of any
@@ -110,6 +116,15 @@ func (s *noticeAPI) serveNotice(w http.ResponseWriter, r *http.Request) {
 		last := q.Get("last_etag")
 		if last == "" {
 			last = etag
+		}
+		if s.waiters != nil {
+			select {
+			case s.waiters <- struct{}{}:
+				defer func() { <-s.waiters }()
+			default:
+				s.write(w, body, etag)
+				return
+			}
 		}
 		t := s.clock.NewTimer(timeout)
 		defer t.Stop()
@@ -197,7 +212,7 @@ func (a *Agent) serveNoticeAPI(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listening on --notice-bind-address %s: %w", a.cfg.NoticeBindAddress, err)
 	}
-	s := &noticeAPI{notices: a.podNotice, pods: a.podLister, clock: a.clock}
+	s := &noticeAPI{notices: a.podNotice, pods: a.podLister, clock: a.clock, waiters: make(chan struct{}, noticeWaitersMax)}
 	// No write timeout: a hanging GET lasts up to noticeWaitMax.
 	srv := &http.Server{Handler: s.handler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: noticeWaitMax}
 	klog.FromContext(ctx).Info("Serving the node-local notice endpoint", "address", ln.Addr().String())

@@ -141,3 +141,14 @@ func TestNoticeEndpointWithoutPodNoticeWritesNothing(t *testing.T) {
 		t.Errorf("%d pod writes queued with --pod-notice=false", n)
 	}
 }
+
+func TestNoticeAPIWaitersBounded(t *testing.T) {
+	h := newHarness(t, nil, testNode(), podWithIP("job", "10.0.0.5", 30))
+	// Every waiting slot taken: a wait is answered at once instead of held.
+	s := &noticeAPI{notices: h.a.podNotice, pods: h.a.podLister, clock: clocktesting.NewFakeClock(t0), waiters: make(chan struct{}, 1)}
+	s.waiters <- struct{}{}
+	code, _, a := ask(t, s, "10.0.0.5", "/v1/pods/ns/job/notice?wait=true")
+	if code != http.StatusOK || a.Notice {
+		t.Errorf("a wait past the bound: %d %+v; want the current answer at once", code, a)
+	}
+}
