@@ -235,7 +235,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.WebhookURL, "webhook-url", c.WebhookURL, "POST a message here when a notice arrives and when it has been handled (off when empty).")
 	fs.StringVar(&c.WebhookTemplate, "webhook-template", c.WebhookTemplate, "Go template for the webhook body (default: Slack's {\"text\": ...}).")
 	fs.StringArrayVar(&c.WebhookHeaders, "webhook-header", c.WebhookHeaders, "Header for webhook requests, 'Name: value'; repeatable.")
-	fs.IntVar(&c.NodeWriteRefusals, "node-write-refusals", c.NodeWriteRefusals, "Consecutive refused writes of the agent's own node (403 from RBAC or the admission policy; the start-up check is a server-side dry run) after which /readyz fails, as the node is unprotected; 0 never fails it.")
+	fs.IntVar(&c.NodeWriteRefusals, "node-write-refusals", c.NodeWriteRefusals, "Consecutive refused writes of the agent's own node (403 from RBAC or the admission policy; a server-side dry run checks at start and every 10 minutes) after which /readyz fails, as the node is unprotected; 0 never fails it.")
 	fs.BoolVar(&c.WebhookAllowHTTP, "webhook-allow-http", c.WebhookAllowHTTP, "Accept an http:// webhook URL; without it only https:// is (the message and headers would cross the network in the clear). Redirects are never followed.")
 	fs.StringVar(&c.WebhookURLFile, "webhook-url-file", c.WebhookURLFile, "Read the webhook URL from this file (a mounted Secret) instead of --webhook-url; it is never logged.")
 	fs.StringVar(&c.WebhookHeadersFile, "webhook-headers-file", c.WebhookHeadersFile, "Read more webhook headers from this file (a mounted Secret), one 'Name: value' per line; never logged.")

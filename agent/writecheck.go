@@ -12,10 +12,14 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// Backoff of the start-up write check while the API server refuses it: a fix (a new token, a
-// policy or RBAC change) is seen within writeCheckMaxBackoff, for one dry-run PATCH per node
-// every 5 minutes at most while the node is unprotected, and none once a check passed.
+// The write check runs at start and every writeCheckInterval, so that a refusal that begins later
+// (a policy or RBAC change, a token rotated to one without the node claim) is found before the
+// next interruption, not at it: one dry-run PATCH per node every 10 minutes, a twentieth of the
+// kubelet's own node status updates. While the API server refuses it, it is retried with backoff
+// from writeCheckBackoff to writeCheckMaxBackoff, so that --node-write-refusals is reached within
+// seconds and a fix is seen within 5 minutes.
 const (
+	writeCheckInterval   = 10 * time.Minute
 	writeCheckBackoff    = time.Second
 	writeCheckMaxBackoff = 5 * time.Minute
 )
@@ -77,30 +81,33 @@ func (a *Agent) checkNodeWrite(ctx context.Context) error {
 	return nil
 }
 
-// watchNodeWrite runs checkNodeWrite at start and, while it fails, again with backoff, until it
-// passes once or ctx ends. Each refusal counts towards --node-write-refusals.
+// watchNodeWrite runs checkNodeWrite at start and every writeCheckInterval until ctx ends, and
+// while it fails, again with backoff. Each refusal counts towards --node-write-refusals; a check
+// that passes clears them.
 func (a *Agent) watchNodeWrite(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	backoff := writeCheckBackoff
 	for {
 		err := a.checkNodeWrite(ctx)
 		a.refusals.observe(err)
-		if err == nil {
-			return
-		}
-		if apierrors.IsForbidden(err) {
+		wait := writeCheckInterval
+		switch {
+		case err == nil:
+			backoff = writeCheckBackoff
+		case apierrors.IsForbidden(err):
 			logger.Error(err, "The API server refuses this agent's writes to its node: it cannot taint the node at an interruption. "+
 				"Check the token's node claim and RBAC with `reprieve doctor`", "retryIn", backoff)
-		} else {
+			wait, backoff = backoff, min(2*backoff, writeCheckMaxBackoff)
+		default:
 			logger.Info("Checking that the node may be patched failed; retrying", "err", err.Error(), "retryIn", backoff)
+			wait, backoff = backoff, min(2*backoff, writeCheckMaxBackoff)
 		}
-		t := a.clock.NewTimer(backoff)
+		t := a.clock.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
 		case <-t.C():
 		}
-		backoff = min(2*backoff, writeCheckMaxBackoff)
 	}
 }

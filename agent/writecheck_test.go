@@ -101,9 +101,10 @@ func TestNodeWriteRefusalsFromTaintWrites(t *testing.T) {
 	}
 }
 
-// TestNodeWriteCheck: the start-up check is a server-side dry run (no change to the node), and
-// while it is refused it retries with backoff (1 s, 2 s, ...), turning the agent not ready at
-// the limit; once it passes it stops, and the agent is ready.
+// TestNodeWriteCheck: the check is a server-side dry run (no change to the node); while it is
+// refused it retries with backoff (1 s, 2 s, ...), turning the agent not ready at the limit; once
+// it passes the agent is ready, and it checks again every 10 minutes, so that a refusal that
+// begins later is counted before the next interruption.
 func TestNodeWriteCheck(t *testing.T) {
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, ResourceVersion: "7"}}
 	h := newHarness(t, func(c *Config) { c.NodeWriteRefusals = 3 }, node)
@@ -142,13 +143,27 @@ func TestNodeWriteCheck(t *testing.T) {
 	}
 	refuse.Store(false)
 	waitTimer(4 * time.Second)
-	<-done
+	// The fourth check passes; the loop then waits 10 minutes.
+	for !clk.HasWaiters() || len(h.actions("patch", "nodes", "")) < 4 {
+		goruntime.Gosched()
+	}
 	if !h.a.Ready() {
 		t.Errorf("not ready after the check passed: %q", h.a.notReady())
 	}
+	refuse.Store(true)
+	waitTimer(writeCheckInterval - time.Second)
+	if n := len(h.actions("patch", "nodes", "")); n != 4 {
+		t.Errorf("%d checks before the 10 minutes are up, want 4", n)
+	}
+	clk.Step(time.Second)
+	for !clk.HasWaiters() || testutil.ToFloat64(h.a.metrics.NodeWriteRefusalsInARow) < 1 {
+		goruntime.Gosched()
+	}
+	cancel()
+	<-done
 	patches := h.actions("patch", "nodes", "")
-	if len(patches) != 4 {
-		t.Fatalf("%d node patches, want 4 checks", len(patches))
+	if len(patches) != 5 {
+		t.Fatalf("%d node patches, want 5 checks", len(patches))
 	}
 	for _, p := range patches {
 		pa := p.(k8stesting.PatchActionImpl)

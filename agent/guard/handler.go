@@ -8,6 +8,7 @@ package guard
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -22,7 +23,8 @@ import (
 )
 
 // NodeClaim is the key of request.userInfo.extra under which the API server passes the node of
-// the pod a ServiceAccount token is bound to (Kubernetes 1.32 and later).
+// the pod a ServiceAccount token is bound to (always from Kubernetes 1.32; on 1.30 and 1.31 unless
+// the ServiceAccountTokenPodNodeInfo feature gate is off).
 const NodeClaim = "authentication.kubernetes.io/node-name"
 
 // maxReviewBytes bounds an AdmissionReview body: an Eviction is a few hundred bytes.
@@ -62,6 +64,18 @@ func (h *Handler) Review(ctx context.Context, req *admissionv1.AdmissionRequest)
 		return Verdict{Message: fmt.Sprintf("reprieve may evict only pods on the node its token is bound to; this token is bound to no node (no %s claim)", NodeClaim)}, nil
 	}
 	node := claims[0]
+	// The options first, as the eviction-options policy checks them: the guard must bind on its
+	// own where that policy is not installed. Without a UID precondition the pod judged here
+	// could be replaced, under the same name on another node, before the eviction lands.
+	uid, grace, err := evictionOptions(req)
+	switch {
+	case err != nil:
+		return Verdict{Message: err.Error()}, nil
+	case uid == "":
+		return Verdict{Message: "reprieve may evict only with a UID precondition (deleteOptions.preconditions.uid)"}, nil
+	case grace == nil || *grace < 1:
+		return Verdict{Message: "reprieve may evict only with deleteOptions.gracePeriodSeconds of at least 1"}, nil
+	}
 	pod, err := h.GetPod(ctx, req.Namespace, req.Name)
 	switch {
 	case apierrors.IsNotFound(err):
@@ -76,9 +90,7 @@ func (h *Handler) Review(ctx context.Context, req *admissionv1.AdmissionRequest)
 		}
 		return Verdict{Message: fmt.Sprintf("reprieve may evict only pods on the node its token is bound to (%s); pod %s/%s is on %s", node, req.Namespace, req.Name, on)}, nil
 	}
-	if uid, err := preconditionUID(req); err != nil {
-		return Verdict{Message: err.Error()}, nil
-	} else if uid != "" && uid != pod.UID {
+	if uid != pod.UID {
 		// The eviction would fail its precondition anyway (409); refuse here so that a pod
 		// recreated under the same name on another node is never judged by its predecessor.
 		return Verdict{Message: fmt.Sprintf("the eviction's UID precondition %s is not pod %s/%s's UID %s", uid, req.Namespace, req.Name, pod.UID)}, nil
@@ -86,20 +98,25 @@ func (h *Handler) Review(ctx context.Context, req *admissionv1.AdmissionRequest)
 	return Verdict{Allowed: true, Message: fmt.Sprintf("pod %s/%s is on the token's node %s", req.Namespace, req.Name, node)}, nil
 }
 
-// preconditionUID is the UID precondition of the Eviction in req ("" when it has none). An
-// Eviction of policy/v1 and of policy/v1beta1 have the same fields.
-func preconditionUID(req *admissionv1.AdmissionRequest) (types.UID, error) {
+// evictionOptions returns the UID precondition ("" when there is none) and the grace (nil when
+// there is none) of the Eviction in req. An Eviction of policy/v1 and of policy/v1beta1 have the
+// same fields.
+func evictionOptions(req *admissionv1.AdmissionRequest) (types.UID, *int64, error) {
 	if len(req.Object.Raw) == 0 {
-		return "", nil
+		return "", nil, errors.New("the request carries no Eviction")
 	}
 	var ev policyv1.Eviction
 	if err := json.Unmarshal(req.Object.Raw, &ev); err != nil {
-		return "", fmt.Errorf("decoding the Eviction: %w", err)
+		return "", nil, fmt.Errorf("decoding the Eviction: %w", err)
 	}
-	if ev.DeleteOptions == nil || ev.DeleteOptions.Preconditions == nil || ev.DeleteOptions.Preconditions.UID == nil {
-		return "", nil
+	if ev.DeleteOptions == nil {
+		return "", nil, nil
 	}
-	return *ev.DeleteOptions.Preconditions.UID, nil
+	var uid types.UID
+	if p := ev.DeleteOptions.Preconditions; p != nil && p.UID != nil {
+		uid = *p.UID
+	}
+	return uid, ev.DeleteOptions.GracePeriodSeconds, nil
 }
 
 // ServeHTTP answers an AdmissionReview (admission.k8s.io/v1) posted by the API server.

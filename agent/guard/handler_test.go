@@ -94,14 +94,24 @@ func TestReview(t *testing.T) {
 		{name: "own node with the pod's UID", req: func(t *testing.T) *admissionv1.AdmissionRequest {
 			return eviction(t, agentUser, "node-a", "on-a", &uidA)
 		}, allowed: true, wantReads: 1},
-		{name: "own node without a UID precondition (the policy refuses that)", req: func(t *testing.T) *admissionv1.AdmissionRequest {
+		{name: "own node without a UID precondition (refused without the policy too)", req: func(t *testing.T) *admissionv1.AdmissionRequest {
 			return eviction(t, agentUser, "node-a", "on-a", nil)
-		}, allowed: true, wantReads: 1},
+		}, wantMsg: []string{"UID precondition"}},
+		{name: "own node with grace 0", req: func(t *testing.T) *admissionv1.AdmissionRequest {
+			r := eviction(t, agentUser, "node-a", "on-a", &uidA)
+			r.Object.Raw = []byte(strings.Replace(string(r.Object.Raw), `"gracePeriodSeconds":5`, `"gracePeriodSeconds":0`, 1))
+			return r
+		}, wantMsg: []string{"gracePeriodSeconds of at least 1"}},
+		{name: "own node without a grace", req: func(t *testing.T) *admissionv1.AdmissionRequest {
+			r := eviction(t, agentUser, "node-a", "on-a", &uidA)
+			r.Object.Raw = []byte(strings.Replace(string(r.Object.Raw), `"gracePeriodSeconds":5`, `"dryRun":["All"]`, 1))
+			return r
+		}, wantMsg: []string{"gracePeriodSeconds of at least 1"}},
 		{name: "another node", req: func(t *testing.T) *admissionv1.AdmissionRequest {
-			return eviction(t, agentUser, "node-a", "on-b", nil)
+			return eviction(t, agentUser, "node-a", "on-b", &uidA)
 		}, wantMsg: []string{"(node-a)", "ns/on-b is on node-b"}, wantReads: 1},
 		{name: "an unscheduled pod", req: func(t *testing.T) *admissionv1.AdmissionRequest {
-			return eviction(t, agentUser, "node-a", "unbound", nil)
+			return eviction(t, agentUser, "node-a", "unbound", &uidA)
 		}, wantMsg: []string{"(node-a)", "no node"}, wantReads: 1},
 		{name: "own node, another pod's UID", req: func(t *testing.T) *admissionv1.AdmissionRequest {
 			return eviction(t, agentUser, "node-a", "on-a", &other)
@@ -115,7 +125,7 @@ func TestReview(t *testing.T) {
 			return r
 		}, wantMsg: []string{"bound to no node"}},
 		{name: "no such pod", req: func(t *testing.T) *admissionv1.AdmissionRequest {
-			return eviction(t, agentUser, "node-a", "gone", nil)
+			return eviction(t, agentUser, "node-a", "gone", &uidA)
 		}, wantMsg: []string{"ns/gone not found"}, wantReads: 1},
 		{name: "the API fails", req: func(t *testing.T) *admissionv1.AdmissionRequest {
 			return eviction(t, agentUser, "node-a", "on-a", &uidA)
@@ -132,7 +142,7 @@ func TestReview(t *testing.T) {
 			r := eviction(t, agentUser, "node-a", "on-a", nil)
 			r.Object.Raw = []byte(`{"deleteOptions": 7}`)
 			return r
-		}, wantMsg: []string{"decoding the Eviction"}, wantReads: 1},
+		}, wantMsg: []string{"decoding the Eviction"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p := &pods{byName: cluster, err: c.getErr}

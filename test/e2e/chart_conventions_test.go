@@ -131,22 +131,22 @@ func TestChartConventions(t *testing.T) {
 			}
 		}
 	})
-	// The admission policies need ValidatingAdmissionPolicy v1: a cluster's discovery lists kinds,
+	// The admission policies (and the warning policy) need ValidatingAdmissionPolicy v1: a cluster's discovery lists kinds,
 	// and where it lacks the kind the chart leaves the policies out (rather than failing the
 	// release); helm template without a cluster renders them (the chart's kubeVersion is 1.30).
 	t.Run("policy-capabilities", func(t *testing.T) {
 		count := func(args ...string) int {
 			n := 0
 			for _, u := range manifestObjects(t, "capabilities", render(t, "reprieve", args...)) {
-				if u.GetKind() == "ValidatingAdmissionPolicy" && strings.HasPrefix(u.GetName(), "reprieve-") && u.GetName() != "reprieve-spot-warnings" {
+				if u.GetKind() == "ValidatingAdmissionPolicy" && strings.HasPrefix(u.GetName(), "reprieve-") {
 					n++
 				}
 			}
 			return n
 		}
 		offline := count()
-		if offline < 4 {
-			t.Errorf("helm template: %d node-binding policies, want at least 4 (node, pod delete, events, eviction options)", offline)
+		if offline < 5 {
+			t.Errorf("helm template: %d policies, want at least 5 (node, pod delete, events, eviction options, spot warnings)", offline)
 		}
 		if n := count("--api-versions", "apps/v1/DaemonSet"); n != 0 {
 			t.Errorf("a cluster without ValidatingAdmissionPolicy v1: %d policies rendered, want none", n)

@@ -133,6 +133,30 @@ func TestAgentTokenAttacks(t *testing.T) {
 	allowed("a reprieve.io/ annotation on node A", patch(nodeA, map[string]any{"metadata": map[string]any{"annotations": map[string]any{"reprieve.io/test": "y"}}}))
 	allowed("an event about node A", event(nodeRef(nodeA), nodeA, "reprieve"))
 	allowed("an event about a pod", event(podRef(victimA), nodeA, "reprieve"))
+
+	// Updates (the recorder patches repeated events): its own events, never another
+	// component's, not even restamped as reprieve's.
+	kubeletEvent, err := c.CoreV1().Events(ns).Create(ctx, &v1.Event{
+		ObjectMeta:     metav1.ObjectMeta{GenerateName: "kubelet-"},
+		InvolvedObject: podRef(victimB), Reason: "Killing", Message: "Stopping container", Type: v1.EventTypeNormal,
+		Source: v1.EventSource{Component: "kubelet", Host: nodeB}, FirstTimestamp: metav1.Now(), LastTimestamp: metav1.Now(), Count: 1,
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	restamp, err := json.Marshal(map[string]any{"message": "nothing happened", "source": map[string]any{"component": "reprieve", "host": nodeA},
+		"reportingComponent": "reprieve", "reportingInstance": nodeA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = clientA.CoreV1().Events(ns).Patch(ctx, kubeletEvent.Name, types.MergePatchType, restamp, metav1.PatchOptions{})
+	denied("rewrite the kubelet's event as reprieve's", err, "update only the events its agent on this node recorded")
+	own, err := c.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "source=reprieve"})
+	if err != nil || len(own.Items) == 0 {
+		t.Fatalf("listing the agent's own events: %v (%d)", err, len(own.Items))
+	}
+	_, err = clientA.CoreV1().Events(ns).Patch(ctx, own.Items[0].Name, types.MergePatchType, []byte(`{"count": 2}`), metav1.PatchOptions{})
+	allowed("count a repeat of its own event", err)
 	allowed("evict a pod on node A with grace 1 s and its UID", evict(ctx, clientA, ns, evicteeA.Name, ptr64(1), &evicteeA.UID, false))
 	allowed("DELETE a pod on node A", clientA.CoreV1().Pods(ns).Delete(ctx, victimA.Name, metav1.DeleteOptions{}))
 

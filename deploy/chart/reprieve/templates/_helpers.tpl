@@ -84,11 +84,20 @@ ValidatingAdmissionPolicy at admissionregistration.k8s.io/v1 (Kubernetes 1.30 an
 does not, applying them would fail the whole release; NOTES.txt says that the node binding is off.
 */}}
 {{- define "reprieve.admissionPolicy" -}}
-{{- /* A cluster's discovery lists kinds (apps/v1/DaemonSet); `helm template` without a cluster
-lists only group versions, and then the chart's kubeVersion (>=1.30) stands for the API. */ -}}
+{{- if and .Values.admissionPolicy.enabled (include "reprieve.vapServed" .) -}}
+true
+{{- end -}}
+{{- end }}
+
+{{/*
+"true" when the cluster serves ValidatingAdmissionPolicy v1. A cluster's discovery lists kinds
+(apps/v1/DaemonSet); `helm template` without a cluster lists only group versions, and then the
+chart's kubeVersion (>=1.30) stands for the API.
+*/}}
+{{- define "reprieve.vapServed" -}}
 {{- $discovered := .Capabilities.APIVersions.Has "apps/v1/DaemonSet" -}}
 {{- $served := .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy" -}}
-{{- if and .Values.admissionPolicy.enabled (or $served (not $discovered)) -}}
+{{- if or $served (not $discovered) -}}
 true
 {{- end -}}
 {{- end }}
