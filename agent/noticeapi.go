@@ -111,7 +111,8 @@ func (s *noticeAPI) serveNotice(w http.ResponseWriter, r *http.Request) {
 				http.Error(w, "timeout_sec: want a positive number of seconds", http.StatusBadRequest)
 				return
 			}
-			timeout = min(time.Duration(secs)*time.Second, noticeWaitMax)
+			// Bounded before the multiplication, which would overflow for a huge value.
+			timeout = time.Duration(min(secs, int(noticeWaitMax/time.Second))) * time.Second
 		}
 		last := q.Get("last_etag")
 		if last == "" {
@@ -165,6 +166,12 @@ func (s *noticeAPI) requester(r *http.Request) (*v1.Pod, bool) {
 	src := net.ParseIP(host)
 	pod, err := s.pods.Pods(r.PathValue("namespace")).Get(r.PathValue("name"))
 	if err != nil || src == nil {
+		return nil, false
+	}
+	// A host-network pod's IP is the node's, shared by every process and host-network pod on
+	// it: no request proves it comes from that pod. A finished pod's IP may already be a new
+	// pod's.
+	if pod.Spec.HostNetwork || pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
 		return nil, false
 	}
 	for _, ip := range podIPs(pod) {

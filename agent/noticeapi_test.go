@@ -61,7 +61,18 @@ func TestNoticeAPIAnswersAPodAboutItself(t *testing.T) {
 		t.Errorf("the same answer has ETag %q, then %q", etag, again)
 	}
 
+	hostNet := podWithIP("host-agent", "10.0.0.1", 30, spotToleration(secs(3600)))
+	hostNet.Spec.HostNetwork = true
+	done := podWithIP("done", "10.0.0.7", 30, spotToleration(secs(3600)))
+	done.Status.Phase = v1.PodSucceeded
+	for _, p := range []*v1.Pod{hostNet, done} {
+		if err := h.a.podFactory.Core().V1().Pods().Informer().GetIndexer().Add(p); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, tc := range []struct{ name, src, path string }{
+		{"a host-network pod (its IP is the node's)", "10.0.0.1", "/v1/pods/ns/host-agent/notice"},
+		{"a finished pod (its IP may be another's)", "10.0.0.7", "/v1/pods/ns/done/notice"},
 		{"a neighbour asking about the pod", "10.0.0.6", path},
 		{"an address of no pod", "192.0.2.1", path},
 		{"a pod not on the node", "10.0.0.5", "/v1/pods/ns/elsewhere/notice"},
@@ -125,6 +136,25 @@ func TestNoticeAPIWaitTimesOut(t *testing.T) {
 	}
 	if code, _, _ := ask(t, s, "10.0.0.5", "/v1/pods/ns/job/notice?wait=true&timeout_sec=x"); code != http.StatusBadRequest {
 		t.Errorf("timeout_sec=x: %d, want 400", code)
+	}
+	// A timeout_sec whose nanoseconds overflow int64 waits the longest wait (300 s), not 0.
+	go func() {
+		c, _, a := ask(t, s, "10.0.0.5", "/v1/pods/ns/job/notice?wait=true&timeout_sec=9300000000")
+		code = c
+		done <- a
+	}()
+	for !clk.HasWaiters() {
+		runtime.Gosched()
+	}
+	clk.Step(noticeWaitMax - time.Second)
+	select {
+	case <-done:
+		t.Fatal("a huge timeout_sec returned before 300 s")
+	default:
+	}
+	clk.Step(time.Second)
+	if a := <-done; code != http.StatusOK || a.Notice {
+		t.Errorf("a huge timeout_sec after 300 s: %d %+v; want 200 and the unchanged answer", code, a)
 	}
 }
 
