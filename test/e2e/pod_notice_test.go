@@ -11,7 +11,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -34,72 +33,14 @@ func TestPodNoticeWarnsPodsUnderThePolicy(t *testing.T) {
 	defer cancel()
 	const ns, sa, nodeA, nodeB = "pod-notice", "reprieve-pod-notice", "pod-notice-a", "pod-notice-b"
 	c := env.Client
-	setupNode(ctx, t, ns, nodeA, nil)
-	if _, err := env.CreateNode(ctx, nodeB, nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.CoreV1().ServiceAccounts(ns).Create(ctx, &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: sa},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "reprieve"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: ns}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	// The shipped policies for this test's ServiceAccount, under names of their own so that
-	// they do not replace another test's copy.
-	manifest := string(readRepoFile(t, "deploy", "manifests", "admission-policy.yaml"))
-	const shipped = "system:serviceaccount:kube-system:reprieve"
-	if !strings.Contains(manifest, shipped) {
-		t.Fatalf("the policy does not name %s", shipped)
-	}
-	manifest = strings.ReplaceAll(manifest, shipped, "system:serviceaccount:"+ns+":"+sa)
-	manifest = strings.ReplaceAll(manifest, "name: reprieve-", "name: pod-notice-reprieve-")
-	manifest = strings.ReplaceAll(manifest, "policyName: reprieve-", "policyName: pod-notice-reprieve-")
-	if err := scenario.Apply(ctx, c, []byte(manifest)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx := context.Background()
-		bindings, _ := c.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().List(ctx, metav1.ListOptions{})
-		for _, b := range bindings.Items {
-			if strings.HasPrefix(b.Name, "pod-notice-") {
-				_ = c.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, b.Name, metav1.DeleteOptions{})
-			}
-		}
-		policies, _ := c.AdmissionregistrationV1().ValidatingAdmissionPolicies().List(ctx, metav1.ListOptions{})
-		for _, p := range policies.Items {
-			if strings.HasPrefix(p.Name, "pod-notice-") {
-				_ = c.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(ctx, p.Name, metav1.DeleteOptions{})
-			}
-		}
-	})
-
+	kubeA := boundAgents(ctx, t, ns, sa, nodeA, nodeB)
 	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
-	for _, node := range []string{nodeA, nodeB} {
-		if err := scenario.Create(ctx, c, ns, node, taint, []scenario.Pod{
-			{Name: "agent-" + node, Kind: scenario.DaemonSet, ServiceAccount: sa},
-			{Name: "other-" + node, Kind: scenario.Plain, Tolerate: ptr64(3600), Grace: ptr64(1)},
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	// A job that checkpoints for 30 s and tolerates the taint an hour: the deadline decides its
 	// eviction. A pod that tolerates it forever stays and dies with the machine.
 	if err := scenario.Create(ctx, c, ns, nodeA, taint, []scenario.Pod{
 		{Name: "job", Kind: scenario.Plain, Tolerate: ptr64(3600), Grace: ptr64(30)},
 		{Name: "forever", Kind: scenario.Plain, Tolerate: ptr64(scenario.Forever), Grace: ptr64(1)},
 	}); err != nil {
-		t.Fatal(err)
-	}
-	agentPod, err := c.CoreV1().Pods(ns).Get(ctx, "agent-"+nodeA, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeA, err := env.BoundServiceAccountKubeconfig(ctx, ns, sa, agentPod)
-	if err != nil {
 		t.Fatal(err)
 	}
 	clientA := clientFor(t, kubeA)
@@ -121,7 +62,7 @@ func TestPodNoticeWarnsPodsUnderThePolicy(t *testing.T) {
 	}
 	// Policies take effect once the API server has loaded them.
 	waitFor(ctx, t, "the policy in force", func() bool {
-		err := statusPatch(clientA, "other-"+nodeB, warning("x"))
+		err := statusPatch(clientA, "victim-"+nodeB, warning("x"))
 		return err != nil && strings.Contains(err.Error(), "only pods on the node its token is bound to")
 	})
 	denied := func(what string, err error, want string) {
@@ -136,8 +77,8 @@ func TestPodNoticeWarnsPodsUnderThePolicy(t *testing.T) {
 			t.Errorf("%s: %v; want it allowed", what, err)
 		}
 	}
-	victim := "other-" + nodeA
-	denied("node A's agent warning a pod on node B", statusPatch(clientA, "other-"+nodeB, warning("x")), "only pods on the node its token is bound to")
+	victim := "victim-" + nodeA
+	denied("node A's agent warning a pod on node B", statusPatch(clientA, "victim-"+nodeB, warning("x")), "only pods on the node its token is bound to")
 	denied("a pod label through pods/status", statusPatch(clientA, victim, map[string]any{"metadata": map[string]any{"labels": map[string]any{"workload": "hijacked"}}}), "labels")
 	denied("another annotation through pods/status", statusPatch(clientA, victim, map[string]any{"metadata": map[string]any{"annotations": map[string]any{"example.com/x": "y"}}}), "only reprieve.io/ annotations")
 	denied("the Ready condition", statusPatch(clientA, victim, map[string]any{"status": map[string]any{"conditions": []map[string]any{{"type": "Ready", "status": "False"}}}}), "conditions")
@@ -219,7 +160,7 @@ func TestPodNoticeWarnsPodsUnderThePolicy(t *testing.T) {
 	if p := pod("agent-" + nodeA); condition(p) != nil || p.Annotations[agent.AnnotationReclaimDeadline] != "" {
 		t.Errorf("the DaemonSet pod was warned: %v %v", p.Annotations, p.Status.Conditions)
 	}
-	if p := pod("other-" + nodeB); condition(p) != nil {
+	if p := pod("victim-" + nodeB); condition(p) != nil {
 		t.Errorf("the pod on node B carries a warning: %v", p.Status.Conditions)
 	}
 	if log := rp.LogTail(400); strings.Contains(log, "denied request") || strings.Contains(log, "ValidatingAdmissionPolicy") ||
