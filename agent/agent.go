@@ -193,6 +193,9 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	a.refusals = &writeRefusals{limit: cfg.NodeWriteRefusals, metrics: a.metrics}
 	a.writer = &nodeWriter{client: deps.Client, nodeName: cfg.NodeName, dryRun: cfg.DryRun, cached: a.cachedNode, observe: a.refusals.observe}
 	a.podNotice = newPodNotifier(cfg, deps.Client, a.podLister, deps.Clock)
+	if a.podNotice != nil {
+		a.podNotice.wrote = func(result string) { a.metrics.PodWarningWrites.WithLabelValues(result).Inc() }
+	}
 	return a, nil
 }
 

@@ -44,6 +44,9 @@ type Metrics struct {
 	// closed in silence, the node unprotected.
 	NodeWritesRefused       prometheus.Counter
 	NodeWriteRefusalsInARow prometheus.Gauge
+	// PodWarningWrites counts the early warnings' pods/status patches by result: a warning
+	// that keeps failing reaches no workload, however well the node is drained.
+	PodWarningWrites *prometheus.CounterVec
 
 	PressureAvailable      unitGauges
 	PressureThreshold      unitGauges
@@ -107,6 +110,10 @@ func NewMetrics(reg prometheus.Registerer, provider string) (*Metrics, error) {
 			Namespace: namespace, Subsystem: "node", Name: "write_refusals_in_a_row",
 			Help: "Node writes refused since the last one that succeeded; at --node-write-refusals the agent is not ready.",
 		}),
+		PodWarningWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "pod_warnings", Name: "writes_total",
+			Help: "Writes of the early warning (the reprieve.io/Interruption condition and annotations) to pods' status, by result: written or failed (retried with backoff).",
+		}, []string{"result"}),
 		// The pressure signals keep the kubelet's names; one metric per unit (the Prometheus
 		// naming guide): bytes for memory.available, nodefs.available and imagefs.available,
 		// inodes for *.inodesFree, PIDs for pid.available.
@@ -138,12 +145,15 @@ func NewMetrics(reg prometheus.Registerer, provider string) (*Metrics, error) {
 	for _, o := range pollOutcomes {
 		m.PollsTotal.WithLabelValues(provider, o)
 	}
+	for _, r := range []string{"written", "failed"} {
+		m.PodWarningWrites.WithLabelValues(r)
+	}
 	for _, r := range evictionResults {
 		m.EvictionRequestsTotal.WithLabelValues(r)
 	}
 	for _, c := range []prometheus.Collector{m.NoticesTotal, m.ReclaimDeadline, m.NoticeToTaint, m.PollsTotal, m.TaintActive,
 		m.EvictionRequestsTotal, m.EvictionLateness, m.BlockedPods, m.MissedDeadlineTotal, m.BuildInfo,
-		m.NodeWritesRefused, m.NodeWriteRefusalsInARow,
+		m.NodeWritesRefused, m.NodeWriteRefusalsInARow, m.PodWarningWrites,
 		m.PressureAvailable.bytes, m.PressureAvailable.inodes, m.PressureAvailable.pids,
 		m.PressureThreshold.bytes, m.PressureThreshold.inodes, m.PressureThreshold.pids, m.PressureActive, m.PressureTimeToHard, m.PressureEvictionsTotal, m.PressureReadErrors} {
 		if err := reg.Register(c); err != nil {

@@ -74,6 +74,8 @@ type podNotifier struct {
 	// write is false when only the notice endpoint is on (--pod-notice=false): the warnings
 	// are then computed for it and never written.
 	write bool
+	// wrote, when set, is told each patch's result: "written" or "failed".
+	wrote func(result string)
 	queue workqueue.TypedRateLimitingInterface[string]
 
 	mu sync.Mutex
@@ -243,6 +245,7 @@ func (n *podNotifier) sync(ctx context.Context, key string) error {
 	switch {
 	case err == nil:
 		n.record(key, pod.UID, pw)
+		n.count("written")
 		return nil
 	case apierrors.IsNotFound(err) || apierrors.IsInvalid(err):
 		// Gone, or replaced under the same name (the UID in the patch is immutable): the
@@ -250,7 +253,14 @@ func (n *podNotifier) sync(ctx context.Context, key string) error {
 		n.forget(key)
 		return nil
 	}
+	n.count("failed")
 	return fmt.Errorf("patching the interruption warning of pod %s: %w", key, err)
+}
+
+func (n *podNotifier) count(result string) {
+	if n.wrote != nil {
+		n.wrote(result)
+	}
 }
 
 // record remembers a successful write, a withdrawal too: until the informer shows it, the

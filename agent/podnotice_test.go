@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -210,6 +211,11 @@ func TestPodWarningRetriedUntilWritten(t *testing.T) {
 	}
 	if c := interruptionCondition(h.pod("job")); c == nil || c.Status != v1.ConditionTrue {
 		t.Errorf("condition after the retry %+v, want True", c)
+	}
+	for result, want := range map[string]float64{"failed": 1, "written": 1} {
+		if got := testutil.ToFloat64(h.a.metrics.PodWarningWrites.WithLabelValues(result)); got != want {
+			t.Errorf("reprieve_pod_warnings_writes_total{result=%q} = %v, want %v", result, got, want)
+		}
 	}
 }
 
