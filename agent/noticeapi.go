@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"golang.org/x/net/netutil"
 	v1 "k8s.io/api/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/klog/v2"
@@ -29,6 +30,11 @@ const (
 	// that a pod looping on wait=true cannot exhaust the agent; past it a wait is answered at
 	// once, which a client following the ETags takes as a changed answer and asks again.
 	noticeWaitersMax = 1024
+	// noticeConnsSpare is how many connections beyond noticeWaitersMax the listener accepts at
+	// once; a connection past them waits in the kernel's backlog.
+	noticeConnsSpare = 64
+	// noticeIdleTimeout closes a kept-alive connection that sends no request.
+	noticeIdleTimeout = 30 * time.Second
 )
 
 // NoticeAnswer is the endpoint's JSON answer.
@@ -219,9 +225,14 @@ func (a *Agent) serveNoticeAPI(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listening on --notice-bind-address %s: %w", a.cfg.NoticeBindAddress, err)
 	}
+	// The port is open to anyone who reaches the node: bound the connections, so that a flood
+	// of them cannot take the agent's file descriptors, which its API client needs too. Room
+	// beyond the hanging GETs' cap keeps quick answers going.
+	ln = netutil.LimitListener(ln, noticeWaitersMax+noticeConnsSpare)
 	s := &noticeAPI{notices: a.podNotice, pods: a.podLister, clock: a.clock, waiters: make(chan struct{}, noticeWaitersMax)}
-	// No write timeout: a hanging GET lasts up to noticeWaitMax.
-	srv := &http.Server{Handler: s.handler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: noticeWaitMax}
+	// No write timeout: a hanging GET lasts up to noticeWaitMax. A connection idle between
+	// requests is closed after noticeIdleTimeout (a hanging GET is a request, not idle).
+	srv := &http.Server{Handler: s.handler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: noticeIdleTimeout}
 	klog.FromContext(ctx).Info("Serving the node-local notice endpoint", "address", ln.Addr().String())
 	go func() {
 		<-ctx.Done()
