@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/plan"
+
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -168,7 +170,7 @@ func TestForcedDeleteAfterSlowFailedEvictionUsesTheGraceLeft(t *testing.T) {
 		return true, nil, apierrors.NewInternalError(errors.New("etcd timeout"))
 	})
 	h.notice(deadline)
-	forceAt := deadline.Add(-5*time.Second - 30*time.Second - evictionLead)
+	forceAt := deadline.Add(-5*time.Second - 30*time.Second - plan.EvictionLead)
 	h.clock.SetTime(forceAt)
 	for i := 0; i < 5 && len(h.deletes()) == 0; i++ {
 		h.clock.Step(h.a.syncPod(h.ctx, "ns/p"))
@@ -218,7 +220,7 @@ func TestNewNoticeStartsEvictionStateAfresh(t *testing.T) {
 	if !hasEvent(h.drainEvents(), "Normal EvictionScheduled") {
 		t.Error("the new notice's eviction was not announced")
 	}
-	h.clock.SetTime(t0.Add(8*time.Second - evictionLead))
+	h.clock.SetTime(t0.Add(8*time.Second - plan.EvictionLead))
 	h.a.syncPod(h.ctx, "ns/p")
 	if len(h.deletes()) != 0 {
 		t.Fatal("deleted at once on the withdrawn notice's attempts")
@@ -263,22 +265,22 @@ func TestHugeSecondsDoNotOverflow(t *testing.T) {
 	spot := []v1.Taint{taint("cloud", "spot", v1.TaintEffectNoExecute, t0)}
 	for _, s := range []int64{9_300_000_000, 1 << 62, math.MaxInt64} {
 		p := pod(spotToleration(secs(s)))
-		if plan := PlanPod(p, spot, Window{}, PodFilter{}, false); plan.Skip != SkipTolerateForever {
-			t.Errorf("tolerationSeconds %d: plan %+v, want tolerates-forever", s, plan)
+		if pl := plan.PlanPod(p, spot, plan.Window{}, plan.PodFilter{}, false); pl.Skip != plan.SkipTolerateForever {
+			t.Errorf("tolerationSeconds %d: plan %+v, want tolerates-forever", s, pl)
 		}
 	}
 	for _, s := range []int64{9_300_000_000, math.MaxInt64} {
-		g := PodGrace(withGrace(pod(), s))
+		g := plan.PodGrace(withGrace(pod(), s))
 		if g < 100*365*24*time.Hour {
 			t.Errorf("terminationGracePeriodSeconds %d: grace %v, want effectively unbounded", s, g)
 		}
-		w := Window{Deadline: t0.Add(time.Minute), SafetyMargin: 5 * time.Second}
-		if got := GraceAt(g, w, t0); got != 55*time.Second {
+		w := plan.Window{Deadline: t0.Add(time.Minute), SafetyMargin: 5 * time.Second}
+		if got := plan.GraceAt(g, w, t0); got != 55*time.Second {
 			t.Errorf("terminationGracePeriodSeconds %d: grace in a window %v, want 55s", s, got)
 		}
-		plan := PlanPod(withGrace(pod(), s), spot, w, PodFilter{}, false)
-		if !plan.ByDeadline || plan.EvictAt.After(t0) {
-			t.Errorf("terminationGracePeriodSeconds %d: plan %+v, want evicted at once by the deadline", s, plan)
+		pl := plan.PlanPod(withGrace(pod(), s), spot, w, plan.PodFilter{}, false)
+		if !pl.ByDeadline || pl.EvictAt.After(t0) {
+			t.Errorf("terminationGracePeriodSeconds %d: plan %+v, want evicted at once by the deadline", s, pl)
 		}
 	}
 }
@@ -539,16 +541,16 @@ func TestPlanPodTakesFirstSeen(t *testing.T) {
 	seen := t0.Add(5 * time.Second)
 	tol10 := pod(spotToleration(secs(10)))
 	bare := []v1.Taint{{Key: "cloud", Value: "spot", Effect: v1.TaintEffectNoExecute}}
-	if due, _, _ := NoExecuteDue(tol10.Spec.Tolerations, bare, seen, false); !due.Equal(seen.Add(10 * time.Second)) {
+	if due, _, _ := plan.NoExecuteDue(tol10.Spec.Tolerations, bare, seen, false); !due.Equal(seen.Add(10 * time.Second)) {
 		t.Errorf("taint without timeAdded: due %v, want first seen + 10s", due)
 	}
 	future := []v1.Taint{taint("cloud", "spot", v1.TaintEffectNoExecute, t0.Add(time.Hour))}
-	if plan := PlanPodAt(tol10, future, seen, Window{}, PodFilter{}, false); !plan.Due.Equal(seen.Add(10 * time.Second)) {
-		t.Errorf("timeAdded in the future: due %v, want first seen + 10s", plan.Due)
+	if pl := plan.PlanPodAt(tol10, future, seen, plan.Window{}, plan.PodFilter{}, false); !pl.Due.Equal(seen.Add(10 * time.Second)) {
+		t.Errorf("timeAdded in the future: due %v, want first seen + 10s", pl.Due)
 	}
 	past := []v1.Taint{taint("cloud", "spot", v1.TaintEffectNoExecute, t0)}
-	if plan := PlanPodAt(tol10, past, seen, Window{}, PodFilter{}, false); !plan.Due.Equal(t0.Add(10 * time.Second)) {
-		t.Errorf("timeAdded before first seen: due %v, want timeAdded + 10s", plan.Due)
+	if pl := plan.PlanPodAt(tol10, past, seen, plan.Window{}, plan.PodFilter{}, false); !pl.Due.Equal(t0.Add(10 * time.Second)) {
+		t.Errorf("timeAdded before first seen: due %v, want timeAdded + 10s", pl.Due)
 	}
 }
 

@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/plan"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
@@ -65,8 +67,8 @@ type Agent struct {
 	clock    clock.WithTicker
 	metrics  *Metrics
 	gatherer prometheus.Gatherer
-	taints   TaintSet
-	filter   PodFilter
+	taints   plan.TaintSet
+	filter   plan.PodFilter
 
 	nodeFactory, podFactory informers.SharedInformerFactory
 	nodeLister              corelisters.NodeLister
@@ -106,7 +108,7 @@ type Agent struct {
 // planView is what every pod's plan is computed from.
 type planView struct {
 	taints []v1.Taint // the node's NoExecute taints, each with TimeAdded set
-	window Window
+	window plan.Window
 }
 
 func (v planView) equal(o planView) bool {
@@ -147,7 +149,7 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 		nodeChanged: make(chan struct{}, 1),
 		addedAt:     map[string]time.Time{},
 		seenAt:      map[string]time.Time{},
-		drain:       newDrain(Window{SafetyMargin: cfg.SafetyMargin}, nil),
+		drain:       newDrain(plan.Window{SafetyMargin: cfg.SafetyMargin}, nil),
 		noticeID:    map[string]providers.Notice{},
 		farLogged:   map[string]bool{},
 		recorder:    deps.Recorder,
@@ -516,7 +518,7 @@ func (a *Agent) reconcile(ctx context.Context) {
 	if !a.polled {
 		notices = a.restoredNotices(node)
 	}
-	intent := Intend(notices, now, a.cfg.MaintenanceLead, a.taints)
+	intent := plan.Intend(notices, now, a.cfg.MaintenanceLead, a.taints)
 	intent.SoftTaints = append(intent.SoftTaints, a.wantedPressureTaints()...)
 	for _, n := range intent.FarAhead {
 		if !a.farLogged[n.ID] {
@@ -528,7 +530,7 @@ func (a *Agent) reconcile(ctx context.Context) {
 	a.mu.Unlock()
 
 	desire := NodeDesire{
-		Intent:        intent,
+		Intent:   intent,
 		Taints:        a.taints,
 		WriteDeadline: a.provider.Name() != none.Name,
 		AddedAt:       a.addedAtFunc(now),
@@ -560,7 +562,7 @@ func (a *Agent) reconcile(ctx context.Context) {
 		a.metrics.ReclaimDeadline.Set(0)
 	}
 
-	view := planView{taints: a.noExecuteTaints(planned, now), window: Window{SafetyMargin: a.cfg.SafetyMargin}}
+	view := planView{taints: a.noExecuteTaints(planned, now), window: plan.Window{SafetyMargin: a.cfg.SafetyMargin}}
 	if intent.Interrupting() {
 		view.window.Deadline = intent.Deadline
 	}
@@ -627,7 +629,7 @@ const restoredID = "restored-from-node"
 
 // recordTaintChanges emits an event for every taint reprieve added or removed, and measures how
 // long the interruption taint took from the notice.
-func (a *Agent) recordTaintChanges(ch NodeChange, intent Intent, now time.Time) {
+func (a *Agent) recordTaintChanges(ch NodeChange, intent plan.Intent, now time.Time) {
 	verb := ""
 	if a.cfg.DryRun {
 		verb = "Dry run: would have "
@@ -659,7 +661,7 @@ func (a *Agent) addedAtFunc(now time.Time) func(string) time.Time {
 	}
 }
 
-func (a *Agent) pruneAddedAt(intent Intent) {
+func (a *Agent) pruneAddedAt(intent plan.Intent) {
 	want := map[string]bool{}
 	if intent.Interrupting() {
 		want[taintID(a.taints.Interruption)] = true

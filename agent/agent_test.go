@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/plan"
+
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -265,7 +267,7 @@ func TestEvictionSchedule(t *testing.T) {
 	if d := h.a.syncPod(h.ctx, "ns/tol20"); d != 20*time.Second {
 		t.Errorf("tolerating 20s: requeue %v, want 20s", d)
 	}
-	if d := h.a.syncPod(h.ctx, "ns/tol600"); d != 45*time.Second-evictionLead {
+	if d := h.a.syncPod(h.ctx, "ns/tol600"); d != 45*time.Second-plan.EvictionLead {
 		t.Errorf("tolerating 600s with grace 10: requeue %v, want latest (45s) less the lead", d)
 	}
 	if d := h.a.syncPod(h.ctx, "ns/forever"); d != 0 {
@@ -291,7 +293,7 @@ func TestEvictionSchedule(t *testing.T) {
 
 	// The deadline-bound pod fires evictionLead before its latest start; even when the queue
 	// wakes 20 ms late it keeps its whole 10 s grace.
-	h.clock.SetTime(t0.Add(45*time.Second - evictionLead + 20*time.Millisecond))
+	h.clock.SetTime(t0.Add(45*time.Second - plan.EvictionLead + 20*time.Millisecond))
 	if d := h.a.syncPod(h.ctx, "ns/tol600"); d != 0 {
 		t.Fatalf("tol600 not evicted at its time: requeue %v", d)
 	}
@@ -318,7 +320,7 @@ func TestPDBBlockedEvictionFallsBackToDeleteAtLatest(t *testing.T) {
 		return true, nil, pdbRefusal()
 	})
 	h.notice(deadline)
-	forceAt := deadline.Add(-5*time.Second - 5*time.Second - evictionLead)
+	forceAt := deadline.Add(-5*time.Second - 5*time.Second - plan.EvictionLead)
 
 	var delays []time.Duration
 	for i := 0; i < 200 && len(h.deletes()) == 0; i++ {
@@ -363,7 +365,7 @@ func TestFailingForcedDeleteBacksOff(t *testing.T) {
 		return true, nil, errors.New("connection refused")
 	})
 	h.notice(deadline)
-	forceAt := deadline.Add(-5*time.Second - 5*time.Second - evictionLead)
+	forceAt := deadline.Add(-5*time.Second - 5*time.Second - plan.EvictionLead)
 	for i := 0; i < 200 && h.clock.Now().Before(forceAt); i++ {
 		h.clock.Step(h.a.syncPod(h.ctx, "ns/p"))
 	}

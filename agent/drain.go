@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"github.com/reprieve-dev/reprieve/agent/plan"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/reprieve-dev/reprieve/providers"
@@ -26,7 +27,7 @@ type podKey struct {
 // blocked, done, lastGrace and shortenedTo, which the worker writes under Agent.mu (setBlocked,
 // recordSent) because closing a drain and carryDone read them.
 type drain struct {
-	window Window
+	window plan.Window
 	notice *providers.Notice // the notice that set the deadline; nil without one
 	pods   map[podKey]*podState
 	acted  map[string]bool // namespace/name of the pods evicted, deleted or shortened
@@ -36,7 +37,7 @@ type drain struct {
 	closed               bool
 }
 
-func newDrain(w Window, n *providers.Notice) *drain {
+func newDrain(w plan.Window, n *providers.Notice) *drain {
 	return &drain{window: w, notice: n, pods: map[podKey]*podState{}, acted: map[string]bool{}}
 }
 

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/plan"
+
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,18 +17,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 )
-
-// requestAllowance is the time reprieve allows a request to reach the API server: a grace cut to
-// fit the window is computed from now + requestAllowance, so that the request's own latency
-// never pushes the pod's end past the window (graces are whole seconds, rounded down). Seen: a
-// 40 s grace computed 10 ms before the window's end minus 40 s landed 20 ms later and ended
-// 14 ms past it.
-const requestAllowance = 250 * time.Millisecond
-
-// evictionLead is how much before Latest a deadline-bound eviction is sent: the request's
-// allowance plus room for the queue to wake late, so that such a pod still gets its whole grace
-// (sent at Latest itself, the allowance would cost it a second).
-const evictionLead = requestAllowance + 250*time.Millisecond
 
 // requestTimeout bounds one eviction or delete request, so that a hanging API server holds a
 // worker for seconds, not for the whole window.
@@ -57,7 +47,7 @@ type podState struct {
 	// the API server stores deletionTimestamp in whole seconds on its own clock, so a pod is
 	// shortened again only when that moves its end at least a second earlier.
 	shortenedTo time.Time
-	logged      SkipReason
+	logged      plan.SkipReason
 	announced   time.Time // the eviction time last announced in an EvictionScheduled event
 	blocked     bool      // the last eviction request was refused by a PodDisruptionBudget
 	// deleteFailures counts the deletes that failed in a row, for their backoff.
@@ -146,20 +136,20 @@ func (a *Agent) syncPod(ctx context.Context, key string) time.Duration {
 	}
 	st, view := a.stateFor(key, pod.UID)
 	now := a.clock.Now()
-	if pod.DeletionTimestamp != nil && view.window.HasDeadline() && a.filter.Skip(pod) == SkipNone {
+	if pod.DeletionTimestamp != nil && view.window.HasDeadline() && a.filter.Skip(pod) == plan.SkipNone {
 		// A pod that is already leaving no longer tolerates anything: whatever its
 		// tolerations (forever included), its end must come before the window's.
 		return a.shorten(ctx, key, pod, st, view.window, now)
 	}
-	plan := PlanPod(pod, view.taints, view.window, a.filter, a.cfg.TolerationComparisonOperators)
-	a.warnPod(pod, plan, view.window)
-	if plan.Skip != SkipNone {
+	pl := plan.PlanPod(pod, view.taints, view.window, a.filter, a.cfg.TolerationComparisonOperators)
+	a.warnPod(pod, pl, view.window)
+	if pl.Skip != plan.SkipNone {
 		// A blocked pod whose plan became a skip (the taint went, a toleration now covers it)
 		// is no longer waiting on a budget.
 		a.setBlocked(st, false)
-		if st.logged != plan.Skip && (view.window.HasDeadline() || plan.Skip == SkipTolerateForever) {
-			st.logged = plan.Skip
-			logger.Info("Leaving pod alone", "pod", klog.KObj(pod), "reason", plan.Skip, "deadline", view.window.Deadline)
+		if st.logged != pl.Skip && (view.window.HasDeadline() || pl.Skip == plan.SkipTolerateForever) {
+			st.logged = pl.Skip
+			logger.Info("Leaving pod alone", "pod", klog.KObj(pod), "reason", pl.Skip, "deadline", view.window.Deadline)
 		}
 		return 0
 	}
@@ -170,8 +160,8 @@ func (a *Agent) syncPod(ctx context.Context, key string) time.Duration {
 		return 0
 	}
 
-	fireAt := sendAt(plan)
-	forceAt := plan.Latest.Add(-evictionLead)
+	fireAt := plan.SendAt(pl)
+	forceAt := pl.Latest.Add(-plan.EvictionLead)
 	if st.nextTry.After(fireAt) {
 		fireAt = st.nextTry
 	}
@@ -180,35 +170,35 @@ func (a *Agent) syncPod(ctx context.Context, key string) time.Duration {
 		fireAt = forceAt
 	}
 	if now.Before(fireAt) {
-		if st.attempts == 0 && !st.announced.Equal(plan.EvictAt) {
-			st.announced = plan.EvictAt
+		if st.attempts == 0 && !st.announced.Equal(pl.EvictAt) {
+			st.announced = pl.EvictAt
 			a.podEvent(pod, v1.EventTypeNormal, ReasonEvictionScheduled, "Eviction planned at %s (in %s) with grace %s: %s",
-				plan.EvictAt.UTC().Format(time.RFC3339), plan.EvictAt.Sub(now).Round(time.Second), plan.Grace, why(plan, view.window))
+				pl.EvictAt.UTC().Format(time.RFC3339), pl.EvictAt.Sub(now).Round(time.Second), pl.Grace, why(pl, view.window))
 		}
 		return fireAt.Sub(now)
 	}
 	// The grace counts from when the request lands, not from now: leave it requestAllowance to
 	// get there, or a pod whose grace was cut to the window would end just past it.
-	grace := GraceAt(plan.Grace, view.window, now.Add(requestAllowance))
+	grace := plan.GraceAt(pl.Grace, view.window, now.Add(plan.RequestAllowance))
 	if view.window.HasDeadline() && st.attempts > 0 && !now.Before(forceAt) {
-		return a.forceDelete(ctx, key, pod, st, plan, view.window)
+		return a.forceDelete(ctx, key, pod, st, pl, view.window)
 	}
-	logger.Info("Evicting pod", "pod", klog.KObj(pod), "grace", grace, "podGrace", plan.Grace,
-		"planned", plan.EvictAt, "due", plan.Due, "latest", plan.Latest, "byDeadline", plan.ByDeadline, "attempt", st.attempts+1)
+	logger.Info("Evicting pod", "pod", klog.KObj(pod), "grace", grace, "podGrace", pl.Grace,
+		"planned", pl.EvictAt, "due", pl.Due, "latest", pl.Latest, "byDeadline", pl.ByDeadline, "attempt", st.attempts+1)
 	err = a.evict(ctx, pod, grace)
 	switch {
 	case err == nil:
-		a.recordSent(st, true, grace, now.Add(requestAllowance).Add(grace))
+		a.recordSent(st, true, grace, now.Add(plan.RequestAllowance).Add(grace))
 		a.setBlocked(st, false)
 		a.markActed(key)
-		a.observeLateness(ctx, pod, plan, view, now, grace, st.attempts)
+		a.observeLateness(ctx, pod, pl, view, now, grace, st.attempts)
 		a.metrics.EvictionRequestsTotal.WithLabelValues(ResultEvicted).Inc()
 		a.podEvent(pod, v1.EventTypeNormal, ReasonEvicted, "Evicted with grace %s (planned %s: %s)",
-			grace, plan.EvictAt.UTC().Format(time.RFC3339), why(plan, view.window))
-		if grace < plan.Grace {
+			grace, pl.EvictAt.UTC().Format(time.RFC3339), why(pl, view.window))
+		if grace < pl.Grace {
 			a.metrics.EvictionRequestsTotal.WithLabelValues(ResultGraceShortened).Inc()
 			a.podEvent(pod, v1.EventTypeWarning, ReasonGraceShortened, "Grace shortened from %s to %s to end %s before the reclaim deadline %s",
-				plan.Grace, grace, view.window.SafetyMargin, view.window.Deadline.UTC().Format(time.RFC3339))
+				pl.Grace, grace, view.window.SafetyMargin, view.window.Deadline.UTC().Format(time.RFC3339))
 		}
 		return 0
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
@@ -221,12 +211,12 @@ func (a *Agent) syncPod(ctx context.Context, key string) time.Duration {
 	st.attempts++
 	if isPDBRefusal(err) {
 		a.metrics.EvictionRequestsTotal.WithLabelValues(ResultPDBBlocked).Inc()
-		logger.Info("Eviction blocked by a PodDisruptionBudget; retrying", "pod", klog.KObj(pod), "attempt", st.attempts, "forceAt", plan.Latest, "err", err.Error())
+		logger.Info("Eviction blocked by a PodDisruptionBudget; retrying", "pod", klog.KObj(pod), "attempt", st.attempts, "forceAt", pl.Latest, "err", err.Error())
 		if !st.blocked {
 			then := "retrying with backoff"
 			if view.window.HasDeadline() {
 				then = fmt.Sprintf("retrying until %s, then deleting: the reclaim deadline %s leaves no later time",
-					plan.Latest.UTC().Format(time.RFC3339), view.window.Deadline.UTC().Format(time.RFC3339))
+					pl.Latest.UTC().Format(time.RFC3339), view.window.Deadline.UTC().Format(time.RFC3339))
 			}
 			a.podEvent(pod, v1.EventTypeWarning, ReasonEvictionBlocked, "Eviction refused by a PodDisruptionBudget; %s", then)
 		}
@@ -237,7 +227,7 @@ func (a *Agent) syncPod(ctx context.Context, key string) time.Duration {
 	}
 	if view.window.HasDeadline() && !now.Before(forceAt) {
 		// The machine is going away: a graceful delete now beats a hard stop at the deadline.
-		return a.forceDelete(ctx, key, pod, st, plan, view.window)
+		return a.forceDelete(ctx, key, pod, st, pl, view.window)
 	}
 	// A PDB refusal backs off to 10 s; any other failure (the API server unreachable, a
 	// timeout) only to 1 s, so that evictions resume within a second of the server's return.
@@ -256,21 +246,21 @@ func (a *Agent) syncPod(ctx context.Context, key string) time.Duration {
 // observeLateness records how late an eviction took effect against its plan, and logs it when
 // it is more than a second: the notice came late, the agent (re)started late, or the API server
 // did not answer. The grace says what was still possible.
-func (a *Agent) observeLateness(ctx context.Context, pod *v1.Pod, plan Plan, view planView, now time.Time, grace time.Duration, failures int) {
-	late := now.Sub(a.knowableAt(plan, view))
+func (a *Agent) observeLateness(ctx context.Context, pod *v1.Pod, pl plan.Plan, view planView, now time.Time, grace time.Duration, failures int) {
+	late := now.Sub(a.knowableAt(pl, view))
 	a.metrics.EvictionLateness.Observe(max(0, late.Seconds()))
 	if late > time.Second {
 		klog.FromContext(ctx).Info("Eviction is late", "pod", klog.KObj(pod), "late", late.Round(time.Millisecond),
-			"planned", plan.EvictAt, "failedAttempts", failures, "grace", grace, "podGrace", plan.Grace)
+			"planned", pl.EvictAt, "failedAttempts", failures, "grace", grace, "podGrace", pl.Grace)
 	}
 }
 
 // knowableAt is the earliest moment the agent could have carried out plan: its planned time,
 // or, for a plan set by a deadline that was already past when the notice came (a grace longer
 // than the window), the interruption taint's timeAdded. Lateness counts from there.
-func (a *Agent) knowableAt(plan Plan, view planView) time.Time {
-	at := plan.EvictAt
-	if !plan.ByDeadline {
+func (a *Agent) knowableAt(pl plan.Plan, view planView) time.Time {
+	at := pl.EvictAt
+	if !pl.ByDeadline {
 		return at
 	}
 	for _, t := range view.taints {
@@ -350,28 +340,28 @@ func (a *Agent) deletePod(ctx context.Context, pod *v1.Pod, grace time.Duration)
 // forceDelete deletes a pod whose eviction could not happen in time (a PodDisruptionBudget
 // kept refusing, or the API failed) once the deadline leaves no more room, as karpenter's
 // eviction queue does once now > deadline - grace.
-func (a *Agent) forceDelete(ctx context.Context, key string, pod *v1.Pod, st *podState, plan Plan, w Window) time.Duration {
+func (a *Agent) forceDelete(ctx context.Context, key string, pod *v1.Pod, st *podState, pl plan.Plan, w plan.Window) time.Duration {
 	logger := klog.FromContext(ctx)
 	a.markDisruptionTarget(ctx, pod, st, w)
 	// From the clock now, not from before the eviction that failed: that request may have
 	// hung for seconds, and a grace computed before it would end the pod past the window.
 	sent := a.clock.Now()
-	grace := GraceAt(plan.Grace, w, sent.Add(requestAllowance))
+	grace := plan.GraceAt(pl.Grace, w, sent.Add(plan.RequestAllowance))
 	logger.Info("Deleting pod: the reclaim deadline leaves no time for a blocked eviction", "pod", klog.KObj(pod), "grace", grace, "attempts", st.attempts)
 	err := a.deletePod(ctx, pod, grace)
 	switch {
 	case err == nil:
-		a.recordSent(st, true, grace, sent.Add(requestAllowance).Add(grace))
+		a.recordSent(st, true, grace, sent.Add(plan.RequestAllowance).Add(grace))
 		wasBlocked := st.blocked
 		a.setBlocked(st, false)
 		a.markActed(key)
 		if !wasBlocked {
 			// Forced because the API failed, not because a PDB refused: that is lateness.
-			a.observeLateness(ctx, pod, plan, a.currentView(), a.clock.Now(), grace, st.attempts)
+			a.observeLateness(ctx, pod, pl, a.currentView(), a.clock.Now(), grace, st.attempts)
 		}
 		a.metrics.EvictionRequestsTotal.WithLabelValues(ResultForcedDelete).Inc()
 		a.podEvent(pod, v1.EventTypeWarning, ReasonForceDeleted, "Deleted with grace %s after %d refused evictions: the machine is reclaimed at %s",
-			grace, st.attempts, plan.Latest.Add(plan.Grace).Add(a.cfg.SafetyMargin).UTC().Format(time.RFC3339))
+			grace, st.attempts, pl.Latest.Add(pl.Grace).Add(a.cfg.SafetyMargin).UTC().Format(time.RFC3339))
 		return 0
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		a.metrics.EvictionRequestsTotal.WithLabelValues(ResultGone).Inc()
@@ -395,12 +385,12 @@ func deleteRetryAfter(n int) time.Duration {
 // shorten handles a pod that is already terminating: when its deletionTimestamp falls after the
 // window's end (for example, kube-controller-manager deleted it with its full grace), a DELETE
 // with the grace that is left brings its end forward.
-func (a *Agent) shorten(ctx context.Context, key string, pod *v1.Pod, st *podState, w Window, now time.Time) time.Duration {
-	if !NeedsShortening(pod, w) {
+func (a *Agent) shorten(ctx context.Context, key string, pod *v1.Pod, st *podState, w plan.Window, now time.Time) time.Duration {
+	if !plan.NeedsShortening(pod, w) {
 		return 0
 	}
-	grace := GraceAt(pod.DeletionTimestamp.Sub(now), w, now.Add(requestAllowance))
-	end := now.Add(requestAllowance).Add(grace)
+	grace := plan.GraceAt(pod.DeletionTimestamp.Sub(now), w, now.Add(plan.RequestAllowance))
+	end := now.Add(plan.RequestAllowance).Add(grace)
 	if !st.shortenedTo.IsZero() && end.After(st.shortenedTo.Add(-time.Second)) {
 		// Asked already in this window. deletionTimestamp is the API server's clock in whole
 		// seconds: compared with ours it can seem past the window's end by a skew or a
@@ -411,8 +401,8 @@ func (a *Agent) shorten(ctx context.Context, key string, pod *v1.Pod, st *podSta
 	if a.markDisruptionTarget(ctx, pod, st, w) {
 		// The patch took time: the grace counts from when the DELETE leaves.
 		now = a.clock.Now()
-		grace = GraceAt(pod.DeletionTimestamp.Sub(now), w, now.Add(requestAllowance))
-		end = now.Add(requestAllowance).Add(grace)
+		grace = plan.GraceAt(pod.DeletionTimestamp.Sub(now), w, now.Add(plan.RequestAllowance))
+		end = now.Add(plan.RequestAllowance).Add(grace)
 	}
 	logger.Info("Shortening the grace of a terminating pod to meet the reclaim deadline", "pod", klog.KObj(pod),
 		"deletionTimestamp", pod.DeletionTimestamp.Time, "grace", grace, "windowEnd", w.End())
@@ -445,7 +435,7 @@ const (
 // does not, and a Job whose podFailurePolicy ignores disruptions relies on it. A failure is
 // logged and the DELETE goes ahead: ending the pod before the machine goes matters more. It
 // reports whether it sent a request.
-func (a *Agent) markDisruptionTarget(ctx context.Context, pod *v1.Pod, st *podState, w Window) bool {
+func (a *Agent) markDisruptionTarget(ctx context.Context, pod *v1.Pod, st *podState, w plan.Window) bool {
 	if a.cfg.DryRun || st.marked {
 		return false
 	}

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/plan"
+
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -29,7 +31,7 @@ func TestGuardDownFallsBackToNodeBoundDelete(t *testing.T) {
 	})
 	h.notice(deadline)
 	// Latest = deadline - safety margin (5 s) - the pod's grace (5 s); sent evictionLead before.
-	forceAt := deadline.Add(-5*time.Second - 5*time.Second - evictionLead)
+	forceAt := deadline.Add(-5*time.Second - 5*time.Second - plan.EvictionLead)
 
 	var deletedAt time.Time
 	for i := 0; i < 500 && deletedAt.IsZero(); i++ {

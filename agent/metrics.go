@@ -1,9 +1,10 @@
 package agent
 
 import (
-	"github.com/prometheus/client_golang/prometheus"
 	"runtime/debug"
 	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/reprieve-dev/reprieve/kubelet"
 	"github.com/reprieve-dev/reprieve/providers"

@@ -1,10 +1,11 @@
 package agent
 
 import (
-	"github.com/reprieve-dev/reprieve/providers"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/reprieve-dev/reprieve/providers"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/plan"
+
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -107,22 +109,22 @@ func newPodNotifier(cfg Config, client kubernetes.Interface, pods corelisters.Po
 
 // warnPod records what pod should carry under plan and the window; the eviction loop calls it
 // for every pod it plans. It returns at once.
-func (a *Agent) warnPod(pod *v1.Pod, plan Plan, w Window) {
+func (a *Agent) warnPod(pod *v1.Pod, pl plan.Plan, w plan.Window) {
 	if a.podNotice == nil {
 		return
 	}
 	a.mu.Lock()
 	n := a.drain.notice
 	a.mu.Unlock()
-	a.podNotice.set(pod, warningFor(plan, w, n))
+	a.podNotice.set(pod, warningFor(pl, w, n))
 }
 
 // warningFor is the warning a pod planned as plan should carry: pods reprieve will evict, and
 // pods that tolerate the interruption forever (they stay and die with the machine, which is
 // what their owner most needs to know). Pods reprieve leaves alone for other reasons (DaemonSet
 // and mirror pods, finished pods, its own) carry none: they are the node's, not a workload's.
-func warningFor(plan Plan, w Window, n *providers.Notice) podWarning {
-	if !w.HasDeadline() || (plan.Skip != SkipNone && plan.Skip != SkipTolerateForever) {
+func warningFor(pl plan.Plan, w plan.Window, n *providers.Notice) podWarning {
+	if !w.HasDeadline() || (pl.Skip != plan.SkipNone && pl.Skip != plan.SkipTolerateForever) {
 		return podWarning{}
 	}
 	reason, what := ReasonSpotInterruption, "an interruption notice"
@@ -131,14 +133,14 @@ func warningFor(plan Plan, w Window, n *providers.Notice) podWarning {
 	}
 	deadline := w.Deadline.UTC().Format(time.RFC3339)
 	pw := podWarning{active: true, reason: reason, deadline: w.Deadline}
-	if plan.Skip == SkipTolerateForever {
+	if pl.Skip == plan.SkipTolerateForever {
 		pw.message = fmt.Sprintf("Not evicted: the pod tolerates the interruption taint forever and stops when the machine is reclaimed at %s (%s)",
 			deadline, what)
 		return pw
 	}
-	pw.evictAt = plan.EvictAt
+	pw.evictAt = pl.EvictAt
 	pw.message = fmt.Sprintf("Eviction planned at %s with grace %s; the machine is reclaimed at %s (%s)",
-		plan.EvictAt.UTC().Format(time.RFC3339), plan.Grace, deadline, what)
+		pl.EvictAt.UTC().Format(time.RFC3339), pl.Grace, deadline, what)
 	return pw
 }
 

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/plan"
+
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,30 +21,30 @@ import (
 
 func TestWarningFor(t *testing.T) {
 	deadline := t0.Add(120 * time.Second)
-	w := Window{Deadline: deadline, SafetyMargin: 5 * time.Second}
+	w := plan.Window{Deadline: deadline, SafetyMargin: 5 * time.Second}
 	spot := &providers.Notice{Provider: "aws", Kind: providers.KindSpotInterruption}
-	planned := Plan{EvictAt: t0.Add(25 * time.Second), Grace: 90 * time.Second}
+	planned := plan.Plan{EvictAt: t0.Add(25 * time.Second), Grace: 90 * time.Second}
 	for _, tc := range []struct {
 		name    string
-		plan    Plan
-		w       Window
+		pl      plan.Plan
+		w       plan.Window
 		n       *providers.Notice
 		want    podWarning
 		message string
 	}{
-		{name: "planned", plan: planned, w: w, n: spot,
+		{name: "planned", pl: planned, w: w, n: spot,
 			want:    podWarning{active: true, reason: ReasonSpotInterruption, evictAt: planned.EvictAt, deadline: deadline},
 			message: "Eviction planned at 2026-11-29T12:00:25Z with grace 1m30s; the machine is reclaimed at 2026-11-29T12:02:00Z (a aws spot-interruption notice)"},
-		{name: "tolerates forever", plan: Plan{Skip: SkipTolerateForever}, w: w,
+		{name: "tolerates forever", pl: plan.Plan{Skip: plan.SkipTolerateForever}, w: w,
 			n:       &providers.Notice{Provider: "azure", Kind: providers.KindPreemption},
 			want:    podWarning{active: true, reason: ReasonPreemption, deadline: deadline},
 			message: "Not evicted: the pod tolerates the interruption taint forever"},
-		{name: "daemonset pod", plan: Plan{Skip: SkipDaemonSet}, w: w, n: spot},
-		{name: "finished pod", plan: Plan{Skip: SkipFinished}, w: w, n: spot},
-		{name: "no deadline (someone else's NoExecute taint)", plan: planned, w: Window{SafetyMargin: 5 * time.Second}},
+		{name: "daemonset pod", pl: plan.Plan{Skip: plan.SkipDaemonSet}, w: w, n: spot},
+		{name: "finished pod", pl: plan.Plan{Skip: plan.SkipFinished}, w: w, n: spot},
+		{name: "no deadline (someone else's NoExecute taint)", pl: planned, w: plan.Window{SafetyMargin: 5 * time.Second}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := warningFor(tc.plan, tc.w, tc.n)
+			got := warningFor(tc.pl, tc.w, tc.n)
 			if !strings.HasPrefix(got.message, tc.message) {
 				t.Errorf("message %q, want it to start with %q", got.message, tc.message)
 			}
@@ -224,7 +226,7 @@ func TestPodWarningSkipsWhatThePodAlreadyCarries(t *testing.T) {
 	deadline := t0.Add(60 * time.Second)
 	pod := testPod("job", 10)
 	pod.Annotations = map[string]string{AnnotationEvictAt: rfc3339(t0), AnnotationReclaimDeadline: rfc3339(deadline)}
-	pw := warningFor(Plan{EvictAt: t0, Grace: 10 * time.Second}, Window{Deadline: deadline, SafetyMargin: 5 * time.Second},
+	pw := warningFor(plan.Plan{EvictAt: t0, Grace: 10 * time.Second}, plan.Window{Deadline: deadline, SafetyMargin: 5 * time.Second},
 		&providers.Notice{Provider: "aws", Kind: providers.KindSpotInterruption})
 	pod.Status.Conditions = []v1.PodCondition{{Type: PodConditionInterruption, Status: v1.ConditionTrue, Reason: pw.reason, Message: pw.message}}
 	h := newHarness(t, nil, testNode(), pod)

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/plan"
+
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
@@ -404,8 +406,8 @@ func (a *Agent) evictForPressure(ctx context.Context, now time.Time, levels []pr
 		a.shortenInFlight(ctx, now, r, ttl, present)
 		in := pressure.Input{
 			Level: lvl, Active: true, TimeToHard: ttl,
-			Ranked:       pressure.Candidates(lvl.Signal, evictable, sample.Pods, PodGrace),
-			SafetyMargin: a.cfg.SafetyMargin, Allowance: requestAllowance,
+			Ranked:       pressure.Candidates(lvl.Signal, evictable, sample.Pods, plan.PodGrace),
+			SafetyMargin: a.cfg.SafetyMargin, Allowance: plan.RequestAllowance,
 		}
 		for _, f := range p.inFlight {
 			if f.resource == r {
@@ -433,7 +435,7 @@ func (a *Agent) shortenInFlight(ctx context.Context, now time.Time, r pressure.R
 		if f.resource != r || pod == nil || pod.DeletionTimestamp == nil || !pod.DeletionTimestamp.After(end) {
 			continue
 		}
-		grace := max((ttl - a.cfg.SafetyMargin - requestAllowance).Truncate(time.Second), pressure.MinGrace)
+		grace := max((ttl - a.cfg.SafetyMargin - plan.RequestAllowance).Truncate(time.Second), pressure.MinGrace)
 		if pod.DeletionGracePeriodSeconds != nil && time.Duration(*pod.DeletionGracePeriodSeconds)*time.Second <= grace {
 			continue
 		}
@@ -458,7 +460,7 @@ func (a *Agent) pressureEvict(ctx context.Context, now time.Time, r pressure.Res
 	grace := ev.Grace
 	if view.window.HasDeadline() {
 		// As syncPod does: from when the request lands, not from now.
-		grace = min(grace, GraceAt(ev.Candidate.Grace, view.window, now.Add(requestAllowance)))
+		grace = min(grace, plan.GraceAt(ev.Candidate.Grace, view.window, now.Add(plan.RequestAllowance)))
 	}
 	eta := "now"
 	if ttl > 0 {

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/plan"
+
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -234,10 +236,10 @@ func TestPressureEvictionFitsTheInterruptionWindow(t *testing.T) {
 	}
 	// No more than the interruption plan gives a pod evicted now: the window's end minus the
 	// time the request takes to land.
-	w := Window{Deadline: t0.Add(42 * time.Second), SafetyMargin: 5 * time.Second}
-	planned := GraceAt(60*time.Second, w, h.clock.Now().Add(requestAllowance))
+	w := plan.Window{Deadline: t0.Add(42 * time.Second), SafetyMargin: 5 * time.Second}
+	planned := plan.GraceAt(60*time.Second, w, h.clock.Now().Add(plan.RequestAllowance))
 	if got := time.Duration(*evs[0].DeleteOptions.GracePeriodSeconds) * time.Second; got > planned || planned > 12*time.Second {
-		t.Fatalf("grace %v, want at most the interruption plan's %v (about 10 s)", got, planned)
+		t.Fatalf("grace %v, want at most the interruption pl's %v (about 10 s)", got, planned)
 	}
 }
 

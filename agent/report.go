@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/plan"
+
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -39,7 +41,7 @@ func taintString(t v1.Taint) string {
 }
 
 // why says what decides a pod's eviction time, for events and logs.
-func why(p Plan, w Window) string {
+func why(p plan.Plan, w plan.Window) string {
 	if p.ByDeadline {
 		return fmt.Sprintf("the latest start that lets its %s grace end %s before the reclaim deadline %s",
 			p.Grace, w.SafetyMargin, w.Deadline.UTC().Format(time.RFC3339))
@@ -93,7 +95,7 @@ func (a *Agent) summarizeWindow(ctx context.Context, now time.Time) {
 	there := a.livePods(ctx)
 	var missed []*v1.Pod
 	for _, p := range pods {
-		if plan := PlanPod(p, view.taints, h.window, a.filter, a.cfg.TolerationComparisonOperators); plan.Skip == SkipNone && there(p) {
+		if pl := plan.PlanPod(p, view.taints, h.window, a.filter, a.cfg.TolerationComparisonOperators); pl.Skip == plan.SkipNone && there(p) {
 			missed = append(missed, p)
 		}
 	}
@@ -180,7 +182,7 @@ func (a *Agent) maybeApprove(ctx context.Context) {
 		return
 	}
 	for _, p := range pods {
-		if PlanPod(p, view.taints, view.window, a.filter, a.cfg.TolerationComparisonOperators).Skip == SkipNone {
+		if plan.PlanPod(p, view.taints, view.window, a.filter, a.cfg.TolerationComparisonOperators).Skip == plan.SkipNone {
 			return // still to go
 		}
 	}

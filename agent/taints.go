@@ -8,6 +8,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/plan"
+
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -63,8 +65,8 @@ func (c NodeChange) Empty() bool {
 
 // NodeDesire holds what the writer computes a change from.
 type NodeDesire struct {
-	Intent Intent
-	Taints TaintSet
+	Intent plan.Intent
+	Taints plan.TaintSet
 	// WriteDeadline is false with --provider none, where the deadline annotation is the
 	// operator's input and reprieve must not write or remove it.
 	WriteDeadline bool

@@ -5,15 +5,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/plan"
+
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/reprieve-dev/reprieve/providers"
 )
 
-func testTaintSet(t *testing.T) TaintSet {
+func testTaintSet(t *testing.T) plan.TaintSet {
 	t.Helper()
-	var ts TaintSet
+	var ts plan.TaintSet
 	var err error
 	d := DefaultConfig()
 	for _, x := range []struct {
@@ -29,8 +31,8 @@ func testTaintSet(t *testing.T) TaintSet {
 
 func fixedAddedAt(at time.Time) func(string) time.Time { return func(string) time.Time { return at } }
 
-func interrupting(deadline time.Time) Intent {
-	return Intent{Deadline: deadline, Interruption: &providers.Notice{Kind: providers.KindSpotInterruption, Deadline: deadline}}
+func interrupting(deadline time.Time) plan.Intent {
+	return plan.Intent{Deadline: deadline, Interruption: &providers.Notice{Kind: providers.KindSpotInterruption, Deadline: deadline}}
 }
 
 // apply applies a change to a copy of node as the API server would apply the merge patch.
@@ -99,7 +101,7 @@ func TestComputeNodeChangeAddsAndUndoesOnlyItsOwn(t *testing.T) {
 	}
 
 	// Undo: the notice goes away; everything reprieve added goes, nothing else does.
-	d.Intent = Intent{}
+	d.Intent = plan.Intent{}
 	undone := apply(tainted, ComputeNodeChange(tainted, d))
 	if len(undone.Spec.Taints) != 1 || undone.Spec.Taints[0] != other {
 		t.Errorf("taints after undo = %+v, want only the other writer's", undone.Spec.Taints)
@@ -142,7 +144,7 @@ func TestComputeNodeChangeDoesNotClaimWhatWasThere(t *testing.T) {
 		t.Errorf("claimed what another writer put there: %+v", own)
 	}
 	// Undo leaves the other writer's taint and label.
-	d.Intent = Intent{}
+	d.Intent = plan.Intent{}
 	undone := apply(n, ComputeNodeChange(n, d))
 	if len(undone.Spec.Taints) != 1 || undone.Labels[LabelExcludeFromLB] != "yes" {
 		t.Errorf("undo removed another writer's work: taints %+v labels %v", undone.Spec.Taints, undone.Labels)
@@ -154,7 +156,7 @@ func TestComputeNodeChangeProviderNoneLeavesAnnotation(t *testing.T) {
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Annotations: map[string]string{AnnotationReclaimDeadline: "2026-11-29T12:01:00Z"}}}
 	d := NodeDesire{Intent: interrupting(t0.Add(time.Minute)), Taints: ts, WriteDeadline: false, AddedAt: fixedAddedAt(t0)}
 	n := apply(node, ComputeNodeChange(node, d))
-	d.Intent = Intent{}
+	d.Intent = plan.Intent{}
 	// The operator removes the annotation; reprieve removes its taint and label only.
 	delete(n.Annotations, AnnotationReclaimDeadline)
 	undone := apply(n, ComputeNodeChange(n, d))
@@ -166,7 +168,7 @@ func TestComputeNodeChangeProviderNoneLeavesAnnotation(t *testing.T) {
 func TestComputeNodeChangeSoftTaints(t *testing.T) {
 	ts := testTaintSet(t)
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}}
-	d := NodeDesire{Intent: Intent{SoftTaints: []v1.Taint{ts.Rebalance}}, Taints: ts, WriteDeadline: true, AddedAt: fixedAddedAt(t0)}
+	d := NodeDesire{Intent: plan.Intent{SoftTaints: []v1.Taint{ts.Rebalance}}, Taints: ts, WriteDeadline: true, AddedAt: fixedAddedAt(t0)}
 	n := apply(node, ComputeNodeChange(node, d))
 	if len(n.Spec.Taints) != 1 || n.Spec.Taints[0].Key != "reprieve.io/rebalance-recommended" || n.Spec.Taints[0].Effect != v1.TaintEffectPreferNoSchedule {
 		t.Fatalf("taints = %+v", n.Spec.Taints)
@@ -210,39 +212,39 @@ func TestIntend(t *testing.T) {
 	farMaint := providers.Notice{Kind: providers.KindScheduledMaintenance, ID: "m", Deadline: t0.Add(48 * time.Hour)}
 	nearMaint := providers.Notice{Kind: providers.KindScheduledMaintenance, ID: "m2", Deadline: t0.Add(9 * time.Minute)}
 
-	if in := Intend(nil, t0, lead, ts); in.Interrupting() || len(in.SoftTaints) != 0 {
+	if in := plan.Intend(nil, t0, lead, ts); in.Interrupting() || len(in.SoftTaints) != 0 {
 		t.Errorf("no notices: %+v", in)
 	}
-	if in := Intend([]providers.Notice{rebalance}, t0, lead, ts); in.Interrupting() || len(in.SoftTaints) != 1 || in.SoftTaints[0].Key != ts.Rebalance.Key {
+	if in := plan.Intend([]providers.Notice{rebalance}, t0, lead, ts); in.Interrupting() || len(in.SoftTaints) != 1 || in.SoftTaints[0].Key != ts.Rebalance.Key {
 		t.Errorf("rebalance: %+v", in)
 	}
-	in := Intend([]providers.Notice{farMaint}, t0, lead, ts)
+	in := plan.Intend([]providers.Notice{farMaint}, t0, lead, ts)
 	if in.Interrupting() || len(in.SoftTaints) != 1 || in.SoftTaints[0].Effect != v1.TaintEffectNoSchedule {
 		t.Errorf("far maintenance must only add the NoSchedule maintenance taint: %+v", in)
 	}
 	// The same event, once the lead time is reached, interrupts.
-	if in := Intend([]providers.Notice{farMaint}, farMaint.Deadline.Add(-lead), lead, ts); !in.Interrupting() || !in.Deadline.Equal(farMaint.Deadline) {
+	if in := plan.Intend([]providers.Notice{farMaint}, farMaint.Deadline.Add(-lead), lead, ts); !in.Interrupting() || !in.Deadline.Equal(farMaint.Deadline) {
 		t.Errorf("maintenance at the lead time must interrupt: %+v", in)
 	}
 	soft := providers.Notice{Kind: providers.KindScheduledMaintenance, ID: "freeze"}
-	if in := Intend([]providers.Notice{soft}, t0, lead, ts); in.Interrupting() || len(in.SoftTaints) != 1 {
+	if in := plan.Intend([]providers.Notice{soft}, t0, lead, ts); in.Interrupting() || len(in.SoftTaints) != 1 {
 		t.Errorf("maintenance without a deadline is a soft notice: %+v", in)
 	}
 	preempt := providers.Notice{Kind: providers.KindPreemption, ID: "p", Deadline: t0.Add(30 * time.Second)}
-	if in := Intend([]providers.Notice{preempt}, t0, lead, ts); !in.Interrupting() || !in.Deadline.Equal(preempt.Deadline) {
+	if in := plan.Intend([]providers.Notice{preempt}, t0, lead, ts); !in.Interrupting() || !in.Deadline.Equal(preempt.Deadline) {
 		t.Errorf("a preemption interrupts at once: %+v", in)
 	}
 	// A spot notice whose deadline is a year away is not believed to interrupt now.
 	yearOut := providers.Notice{Kind: providers.KindSpotInterruption, ID: "y", Deadline: t0.Add(365 * 24 * time.Hour)}
-	if in := Intend([]providers.Notice{yearOut}, t0, lead, ts); in.Interrupting() || len(in.SoftTaints) != 1 || len(in.FarAhead) != 1 {
+	if in := plan.Intend([]providers.Notice{yearOut}, t0, lead, ts); in.Interrupting() || len(in.SoftTaints) != 1 || len(in.FarAhead) != 1 {
 		t.Errorf("a deadline a year out must only keep new pods off: %+v", in)
 	}
 	// A deadline already past still interrupts (at once, with the shortest graces).
 	past := providers.Notice{Kind: providers.KindSpotInterruption, ID: "p", Deadline: t0.Add(-time.Minute)}
-	if in := Intend([]providers.Notice{past}, t0, lead, ts); !in.Interrupting() || !in.Deadline.Equal(past.Deadline) {
+	if in := plan.Intend([]providers.Notice{past}, t0, lead, ts); !in.Interrupting() || !in.Deadline.Equal(past.Deadline) {
 		t.Errorf("a past deadline: %+v", in)
 	}
-	in = Intend([]providers.Notice{nearMaint, spot, rebalance}, t0, lead, ts)
+	in = plan.Intend([]providers.Notice{nearMaint, spot, rebalance}, t0, lead, ts)
 	if !in.Deadline.Equal(spot.Deadline) || in.Interruption.ID != "s" || len(in.SoftTaints) != 1 {
 		t.Errorf("earliest deadline wins: %+v", in)
 	}

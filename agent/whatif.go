@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/plan"
+
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -103,7 +105,7 @@ func PlanWhatIf(cfg Config, in WhatIf) NodePlan {
 		notices = []providers.Notice{{Provider: "what-if", Kind: providers.KindSpotInterruption, ID: "what-if",
 			Deadline: in.Deadline, NoticeTime: noticeAt, Action: "terminate"}}
 	}
-	intent := Intend(notices, in.Now, cfg.MaintenanceLead, ts)
+	intent := plan.Intend(notices, in.Now, cfg.MaintenanceLead, ts)
 	taints := ComputeNodeChange(in.Node, NodeDesire{Intent: intent, Taints: ts,
 		AddedAt: func(string) time.Time { return noticeAt }}).Taints
 	// As the agent does, a NoExecute taint without timeAdded counts from when it is first seen.
@@ -126,7 +128,7 @@ func PlanWhatIf(cfg Config, in WhatIf) NodePlan {
 		noExecute = append(noExecute, t)
 		out.NoExecuteTaints = append(out.NoExecuteTaints, taintString(t)+"@"+t.TimeAdded.UTC().Format(time.RFC3339))
 	}
-	w := Window{SafetyMargin: cfg.SafetyMargin}
+	w := plan.Window{SafetyMargin: cfg.SafetyMargin}
 	if intent.Interrupting() {
 		w.Deadline = intent.Deadline
 		d, end := w.Deadline, w.End()
@@ -138,32 +140,32 @@ func PlanWhatIf(cfg Config, in WhatIf) NodePlan {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 	})
 	for _, pod := range pods {
-		plan := PlanPod(pod, noExecute, w, filter, cfg.TolerationComparisonOperators)
+		pl := plan.PlanPod(pod, noExecute, w, filter, cfg.TolerationComparisonOperators)
 		pp := PodPlan{Namespace: pod.Namespace, Name: pod.Name, Action: "evict"}
-		if plan.Skip != SkipNone {
-			pp.Action, pp.SkipReason = "skip", string(plan.Skip)
+		if pl.Skip != plan.SkipNone {
+			pp.Action, pp.SkipReason = "skip", string(pl.Skip)
 			out.Pods = append(out.Pods, pp)
 			continue
 		}
-		if plan.DueTaint != nil {
-			pp.Taint = taintString(*plan.DueTaint)
-			pp.Toleration = tolerationOf(pod, plan.DueTaint, cfg.TolerationComparisonOperators)
+		if pl.DueTaint != nil {
+			pp.Taint = taintString(*pl.DueTaint)
+			pp.Toleration = tolerationOf(pod, pl.DueTaint, cfg.TolerationComparisonOperators)
 		}
-		due, evictAt := plan.Due, plan.EvictAt
+		due, evictAt := pl.Due, pl.EvictAt
 		pp.Due, pp.EvictAt = &due, &evictAt
-		if !plan.Latest.IsZero() {
-			latest := plan.Latest
+		if !pl.Latest.IsZero() {
+			latest := pl.Latest
 			pp.Latest = &latest
 		}
 		// A time already past is acted on at once, with the grace that is left then, in whole
 		// seconds as the request carries it.
-		send := sendAt(plan)
+		send := plan.SendAt(pl)
 		if send.Before(in.Now) {
 			send = in.Now
 		}
-		pp.SendAt, pp.ByDeadline = &send, plan.ByDeadline
-		pp.PodGraceSeconds = plan.Grace.Seconds()
-		pp.GraceSeconds = float64(int64(GraceAt(plan.Grace, w, send.Add(requestAllowance)) / time.Second))
+		pp.SendAt, pp.ByDeadline = &send, pl.ByDeadline
+		pp.PodGraceSeconds = pl.Grace.Seconds()
+		pp.GraceSeconds = float64(int64(plan.GraceAt(pl.Grace, w, send.Add(plan.RequestAllowance)) / time.Second))
 		if pdbs := coveringPDBs(pod, in.PDBs); len(pdbs) > 0 {
 			pdb := pdbs[0]
 			pp.PDB = &PDBPlan{Name: pdb.Name, DisruptionsAllowed: pdb.Status.DisruptionsAllowed, Blocks: pdb.Status.DisruptionsAllowed < 1}
@@ -176,13 +178,13 @@ func PlanWhatIf(cfg Config, in WhatIf) NodePlan {
 			switch {
 			case len(pdbs) > 1 && w.HasDeadline():
 				pp.PDB.Then = fmt.Sprintf("the Eviction API refuses a pod that more than one PodDisruptionBudget covers: retried until %s, then deleted with the grace left",
-					plan.Latest.Add(-evictionLead).UTC().Format(time.RFC3339))
+					pl.Latest.Add(-plan.EvictionLead).UTC().Format(time.RFC3339))
 			case len(pdbs) > 1:
 				pp.PDB.Then = "the Eviction API refuses a pod that more than one PodDisruptionBudget covers (no deadline: never deleted)"
 			case !pp.PDB.Blocks:
 			case w.HasDeadline():
 				pp.PDB.Then = fmt.Sprintf("evictions retried with backoff until %s, then the pod is deleted with the grace left",
-					plan.Latest.Add(-evictionLead).UTC().Format(time.RFC3339))
+					pl.Latest.Add(-plan.EvictionLead).UTC().Format(time.RFC3339))
 			default:
 				pp.PDB.Then = "evictions retried with backoff for as long as the budget refuses (no deadline: never deleted)"
 			}
@@ -190,15 +192,6 @@ func PlanWhatIf(cfg Config, in WhatIf) NodePlan {
 		out.Pods = append(out.Pods, pp)
 	}
 	return out
-}
-
-// sendAt is when the eviction loop sends plan's request: deadline-bound evictions leave early
-// so that they keep their whole grace.
-func sendAt(plan Plan) time.Time {
-	if plan.ByDeadline {
-		return plan.EvictAt.Add(-evictionLead)
-	}
-	return plan.EvictAt
 }
 
 // tolerationOf describes pod's toleration of taint.
@@ -250,8 +243,8 @@ func coveringPDBs(pod *v1.Pod, pdbs []policyv1.PodDisruptionBudget) []*policyv1.
 }
 
 // taintSetOf parses cfg's taints; Validate has checked that they parse.
-func taintSetOf(cfg Config) TaintSet {
-	var ts TaintSet
+func taintSetOf(cfg Config) plan.TaintSet {
+	var ts plan.TaintSet
 	ts.Interruption, _ = ParseTaint(cfg.InterruptionTaint)
 	ts.Rebalance, _ = ParseTaint(cfg.RebalanceTaint)
 	ts.Maintenance, _ = ParseTaint(cfg.MaintenanceTaint)
@@ -259,6 +252,6 @@ func taintSetOf(cfg Config) TaintSet {
 }
 
 // filterOf is the pods cfg leaves alone whatever the taints.
-func filterOf(cfg Config) PodFilter {
-	return PodFilter{EvictDaemonSetPods: cfg.EvictDaemonSetPods, SelfNamespace: cfg.PodNamespace, SelfName: cfg.PodName}
+func filterOf(cfg Config) plan.PodFilter {
+	return plan.PodFilter{EvictDaemonSetPods: cfg.EvictDaemonSetPods, SelfNamespace: cfg.PodNamespace, SelfName: cfg.PodName}
 }

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/plan"
+
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -82,8 +84,8 @@ func TestPlanWhatIf(t *testing.T) {
 	if p := byName["long-grace"]; !p.SendAt.Equal(t0) {
 		t.Errorf("long-grace: sent at %v, want at once (%v)", p.SendAt, t0)
 	}
-	if p := byName["tolerates-600"]; !p.SendAt.Equal(t0.Add(105*time.Second - evictionLead)) {
-		t.Errorf("tolerates-600: sent at %v, want %v before its latest start", p.SendAt, evictionLead)
+	if p := byName["tolerates-600"]; !p.SendAt.Equal(t0.Add(105*time.Second - plan.EvictionLead)) {
+		t.Errorf("tolerates-600: sent at %v, want %v before its latest start", p.SendAt, plan.EvictionLead)
 	}
 	if p := byName["tolerates-60"]; !p.SendAt.Equal(*p.EvictAt) {
 		t.Errorf("tolerates-60: sent at %v, want at its due time %v", p.SendAt, p.EvictAt)

@@ -14,6 +14,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/plan"
+
 	"github.com/spf13/pflag"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -337,12 +339,12 @@ func buildAudit(cfg agent.Config, in auditInput, windows []AuditWindow, now time
 	slices.Sort(report.Nodes)
 	for wi, w := range windows {
 		for _, name := range report.Nodes {
-			plan := agent.PlanWhatIf(cfg, agent.WhatIf{Node: in.Nodes[name], Pods: byNode[name], PDBs: in.PDBs,
+			np := agent.PlanWhatIf(cfg, agent.WhatIf{Node: in.Nodes[name], Pods: byNode[name], PDBs: in.PDBs,
 				NoticeTime: now, Now: now, Deadline: now.Add(time.Duration(w.Seconds * float64(time.Second)))})
-			for _, pp := range plan.Pods {
+			for _, pp := range np.Pods {
 				// DaemonSet and mirror pods stay by design, as with kubectl drain; finished
 				// pods and the agent itself have nothing to lose.
-				if pp.Action == "skip" && pp.SkipReason != string(agent.SkipTolerateForever) {
+				if pp.Action == "skip" && pp.SkipReason != string(plan.SkipTolerateForever) {
 					continue
 				}
 				key := workloadOf(byName[types.NamespacedName{Namespace: pp.Namespace, Name: pp.Name}], in.Owners)

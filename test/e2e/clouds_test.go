@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/plan"
+
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -51,7 +53,7 @@ func assertFollowsPlan(t *testing.T, res *scenario.SpotResult) {
 			t.Errorf("pod %s: evicted at %v, plan %v (taint seen %v)", row.Pod, rec.DeletedAt, row.Planned, res.TaintSeenAt)
 			continue
 		}
-		want := int64(agent.GraceAt(time.Duration(row.Grace)*time.Second, res.Window, rec.DeletedAt) / time.Second)
+		want := int64(plan.GraceAt(time.Duration(row.Grace)*time.Second, res.Window, rec.DeletedAt) / time.Second)
 		if absDiff(rec.Grace, want) > 1 {
 			t.Errorf("pod %s: grace %ds, want %ds (±1)", row.Pod, rec.Grace, want)
 		}

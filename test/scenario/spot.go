@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/plan"
+
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -124,7 +126,7 @@ type SpotResult struct {
 	// NoticePostedAt when the cloud made the notice visible.
 	TimeAdded, TaintSeenAt, NoticePostedAt time.Time
 	Deadline                               time.Time
-	Window                                 agent.Window
+	Window                                 plan.Window
 	// Node is the node as it was right after the taint appeared.
 	Node *v1.Node
 	Rows []Row
@@ -229,7 +231,7 @@ func RunSpot(ctx context.Context, o SpotOptions) (*SpotResult, error) {
 	if err != nil {
 		return fail(fmt.Errorf("reading the deadline annotation: %w", err))
 	}
-	res.Deadline, res.Window = deadline, agent.Window{Deadline: deadline, SafetyMargin: o.SafetyMargin}
+	res.Deadline, res.Window = deadline, plan.Window{Deadline: deadline, SafetyMargin: o.SafetyMargin}
 
 	// Plan every pod as the agent does, from the node as written.
 	pods, err := c.CoreV1().Pods(o.Namespace).List(ctx, metav1.ListOptions{})
@@ -249,12 +251,12 @@ func RunSpot(ctx context.Context, o SpotOptions) (*SpotResult, error) {
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		spec := specs[p.Name]
-		plan := agent.PlanPod(p, noExec, res.Window, agent.PodFilter{}, false)
+		pl := plan.PlanPod(p, noExec, res.Window, plan.PodFilter{}, false)
 		row := Row{Pod: p.Name, Toleration: spec.Toleration(), Grace: spec.GraceSeconds(), End: res.Window.End()}
-		if plan.Skip != agent.SkipNone {
-			row.Note = "left alone: " + string(plan.Skip)
+		if pl.Skip != plan.SkipNone {
+			row.Note = "left alone: " + string(pl.Skip)
 		} else {
-			row.Planned = plan.EvictAt
+			row.Planned = pl.EvictAt
 		}
 		res.Rows = append(res.Rows, row)
 	}

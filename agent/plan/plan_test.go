@@ -1,4 +1,4 @@
-package agent
+package plan
 
 import (
 	"testing"
@@ -270,5 +270,63 @@ func TestPodGrace(t *testing.T) {
 	}
 	if g := PodGrace(withGrace(pod(), 45)); g != 45*time.Second {
 		t.Errorf("grace = %v, want 45s", g)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// TestPlanPodZeroGrace: a pod whose terminationGracePeriodSeconds is 0 still gets the 1 s that
+// every request carries (GraceAt), so its latest start is a second before the window's end, not
+// at it (issue 20, case 8: it ran until 0.75 s past D - margin).
+func TestPlanPodZeroGrace(t *testing.T) {
+	spot := []v1.Taint{taint("cloud", "spot", v1.TaintEffectNoExecute, t0)}
+	w := Window{Deadline: t0.Add(120 * time.Second), SafetyMargin: 5 * time.Second}
+	p := PlanPod(withGrace(pod(tol("cloud", v1.TolerationOpExists, "", v1.TaintEffectNoExecute, secs(600))), 0), spot, w, PodFilter{}, false)
+	if want := w.End().Add(-time.Second); !p.Latest.Equal(want) || !p.EvictAt.Equal(want) || !p.ByDeadline {
+		t.Fatalf("plan %+v: want latest = evictAt = %v (window end less the 1 s minimum grace), by deadline", p, want)
+	}
+	// Sent EvictionLead before Latest, the 1 s grace it carries ends before the window's end.
+	send := SendAt(p)
+	if end := send.Add(RequestAllowance).Add(GraceAt(p.Grace, w, send.Add(RequestAllowance))); end.After(w.End()) {
+		t.Fatalf("a request sent at %v ends at %v, after the window's end %v", send, end, w.End())
+	}
+}
+
+// TestPlanPodToleratesInterruptionForever: a pod that tolerates the interruption taint forever
+// is never pulled in by the deadline when another NoExecute taint appears in the window (the node
+// lifecycle controller's not-ready, tolerated for the default 300 s): only upstream's own timing
+// applies, with the pod's own grace (issue 20, case 9).
+func TestPlanPodToleratesInterruptionForever(t *testing.T) {
+	spotTaint := v1.Taint{Key: "cloud", Value: "spot", Effect: v1.TaintEffectNoExecute}
+	notReady := taint(v1.TaintNodeNotReady, "", v1.TaintEffectNoExecute, t0.Add(100*time.Second))
+	taints := []v1.Taint{taint("cloud", "spot", v1.TaintEffectNoExecute, t0), notReady}
+	w := Window{Deadline: t0.Add(120 * time.Second), SafetyMargin: 5 * time.Second, Taint: spotTaint}
+	forever := withGrace(pod(
+		tol("cloud", v1.TolerationOpEqual, "spot", v1.TaintEffectNoExecute, nil),
+		tol(v1.TaintNodeNotReady, v1.TolerationOpExists, "", v1.TaintEffectNoExecute, secs(300))), 30)
+	p := PlanPod(forever, taints, w, PodFilter{}, false)
+	if p.Skip != SkipNone || !p.Unbound || p.ByDeadline || !p.Latest.IsZero() || !p.EvictAt.Equal(t0.Add(400*time.Second)) {
+		t.Fatalf("plan %+v: want unbound, evicted at upstream's not-ready + 300 s (%v), never by the deadline", p, t0.Add(400*time.Second))
+	}
+	if b := p.Bound(w); b.HasDeadline() {
+		t.Fatalf("Bound(w) = %+v: want no deadline for a pod the window does not bind", b)
+	}
+	if g := GraceAt(p.Grace, p.Bound(w), t0.Add(110*time.Second)); g != 30*time.Second {
+		t.Fatalf("grace %v, want the pod's own 30 s", g)
+	}
+	// Without the not-ready taint it is left alone, as before.
+	if p := PlanPod(forever, taints[:1], w, PodFilter{}, false); p.Skip != SkipTolerateForever {
+		t.Fatalf("plan %+v with only the interruption taint: want tolerates-forever", p)
+	}
+	// A pod that tolerates the interruption for a while is still bound by the deadline.
+	bounded := withGrace(pod(tol("cloud", v1.TolerationOpExists, "", v1.TaintEffectNoExecute, secs(600)),
+		tol(v1.TaintNodeNotReady, v1.TolerationOpExists, "", v1.TaintEffectNoExecute, secs(300))), 30)
+	if p := PlanPod(bounded, taints, w, PodFilter{}, false); p.Unbound || !p.ByDeadline || !p.EvictAt.Equal(w.End().Add(-30*time.Second)) {
+		t.Fatalf("plan %+v: want bound by the deadline at %v", p, w.End().Add(-30*time.Second))
+	}
+	// Without Window.Taint (no interruption taint known) nothing changes.
+	w.Taint = v1.Taint{}
+	if p := PlanPod(forever, taints, w, PodFilter{}, false); p.Unbound || !p.ByDeadline {
+		t.Fatalf("plan %+v without the window's taint: want bound by the deadline", p)
 	}
 }

@@ -1,4 +1,4 @@
-package agent
+package plan
 
 import (
 	"math"
@@ -75,6 +75,11 @@ type Window struct {
 	Deadline time.Time
 	// SafetyMargin is how long before Deadline every evicted pod must be gone.
 	SafetyMargin time.Duration
+	// Taint is the interruption taint (key, value, effect; no timeAdded). A pod that
+	// tolerates it forever has said that it stays until the machine goes: the deadline never
+	// pulls it in, and only upstream's own timing (another NoExecute taint) applies to it.
+	// Empty: every pod is bound by the deadline.
+	Taint v1.Taint
 }
 
 // End is the moment by which every evicted pod must have finished terminating.
@@ -82,7 +87,8 @@ func (w Window) End() time.Time { return w.Deadline.Add(-w.SafetyMargin) }
 
 // Equal reports whether two windows are the same instant and margin.
 func (w Window) Equal(o Window) bool {
-	return w.Deadline.Equal(o.Deadline) && w.SafetyMargin == o.SafetyMargin
+	return w.Deadline.Equal(o.Deadline) && w.SafetyMargin == o.SafetyMargin &&
+		w.Taint.Key == o.Taint.Key && w.Taint.Value == o.Taint.Value && w.Taint.Effect == o.Taint.Effect
 }
 
 // HasDeadline reports whether an interruption deadline is pending.
@@ -107,6 +113,18 @@ type Plan struct {
 	EvictAt time.Time
 	// ByDeadline is true when Latest, not Due, decides EvictAt.
 	ByDeadline bool
+	// Unbound is true when the window does not bind the pod: it tolerates the interruption
+	// taint forever, so only upstream's timing applies and its grace is its own (see Bound).
+	Unbound bool
+}
+
+// Bound is the window that binds the pod planned as p: w itself, or no deadline for a pod
+// that tolerates the interruption forever (Plan.Unbound).
+func (p Plan) Bound(w Window) Window {
+	if p.Unbound {
+		return Window{SafetyMargin: w.SafetyMargin}
+	}
+	return w
 }
 
 // PlanPod is PlanPodAt for taints that already carry their anchors in TimeAdded, as the
@@ -133,8 +151,17 @@ func PlanPodAt(pod *v1.Pod, taints []v1.Taint, firstSeen time.Time, w Window, fi
 		return Plan{Skip: SkipTolerateForever}
 	}
 	p := Plan{Due: due, DueTaint: dueTaint, Grace: PodGrace(pod), EvictAt: due}
+	if w.HasDeadline() && ToleratesForever(pod.Spec.Tolerations, w.Taint, comparisonOperators) {
+		// It stays until the machine goes; another NoExecute taint (the node lifecycle
+		// controller's not-ready, with everyone's default 300 s) evicts it on upstream's
+		// schedule, never on the deadline's.
+		p.Unbound = true
+		return p
+	}
 	if w.HasDeadline() {
-		p.Latest = w.End().Add(-p.Grace)
+		// Never less than the 1 s every request carries (GraceAt): a pod whose own grace is 0
+		// still takes that second, and must start it a second before the window's end.
+		p.Latest = w.End().Add(-max(p.Grace, minGrace))
 		if p.Latest.Before(p.Due) {
 			p.EvictAt = p.Latest
 			p.ByDeadline = true
@@ -196,6 +223,19 @@ func NoExecuteDue(tolerations []v1.Toleration, taints []v1.Taint, firstSeen time
 	return due, taint, anyNoExecute
 }
 
+// ToleratesForever reports whether tolerations tolerate the NoExecute taint t with no
+// tolerationSeconds (the first toleration in spec order that matches decides, as upstream's
+// getMatchingTolerations and getMinTolerationTime pick it). False for an empty or a
+// non-NoExecute taint.
+func ToleratesForever(tolerations []v1.Toleration, t v1.Taint, comparisonOperators bool) bool {
+	if t.Key == "" || t.Effect != v1.TaintEffectNoExecute {
+		return false
+	}
+	t.TimeAdded = nil
+	due, _, any := NoExecuteDue(tolerations, []v1.Taint{t}, time.Unix(0, 0), comparisonOperators)
+	return any && due.IsZero()
+}
+
 // PodGrace is the pod's termination grace period as the kubelet would use it.
 func PodGrace(pod *v1.Pod) time.Duration {
 	if pod.Spec.TerminationGracePeriodSeconds == nil {
@@ -230,6 +270,27 @@ func GraceAt(grace time.Duration, w Window, now time.Time) time.Duration {
 		grace = minGrace
 	}
 	return grace
+}
+
+// RequestAllowance is the time reprieve allows a request to reach the API server: a grace cut
+// to fit the window is computed from now + RequestAllowance, so that the request's own latency
+// never pushes the pod's end past the window (graces are whole seconds, rounded down). Seen: a
+// 40 s grace computed 10 ms before the window's end minus 40 s landed 20 ms later and ended
+// 14 ms past it.
+const RequestAllowance = 250 * time.Millisecond
+
+// EvictionLead is how much before Latest a deadline-bound eviction is sent: the request's
+// allowance plus room for the queue to wake late, so that such a pod still gets its whole grace
+// (sent at Latest itself, the allowance would cost it a second).
+const EvictionLead = RequestAllowance + 250*time.Millisecond
+
+// SendAt is when the eviction loop sends plan's request: deadline-bound evictions leave early
+// so that they keep their whole grace.
+func SendAt(plan Plan) time.Time {
+	if plan.ByDeadline {
+		return plan.EvictAt.Add(-EvictionLead)
+	}
+	return plan.EvictAt
 }
 
 // NeedsShortening reports whether a pod that is already terminating (deleted by someone else,
