@@ -530,7 +530,7 @@ func (a *Agent) reconcile(ctx context.Context) {
 	a.mu.Unlock()
 
 	desire := NodeDesire{
-		Intent:   intent,
+		Intent:        intent,
 		Taints:        a.taints,
 		WriteDeadline: a.provider.Name() != none.Name,
 		AddedAt:       a.addedAtFunc(now),
