@@ -14,6 +14,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/events"
+	"github.com/reprieve-dev/reprieve/agent/metrics"
+
 	"github.com/reprieve-dev/reprieve/agent/plan"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -65,7 +68,7 @@ type Agent struct {
 	client   kubernetes.Interface
 	provider providers.Provider
 	clock    clock.WithTicker
-	metrics  *Metrics
+	metrics  *metrics.Metrics
 	gatherer prometheus.Gatherer
 	taints   plan.TaintSet
 	filter   plan.PodFilter
@@ -157,7 +160,7 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	if a.provider == nil {
 		a.provider = none.New(a.deadlineAnnotation)
 	}
-	if a.metrics, err = NewMetrics(deps.Registerer, a.provider.Name()); err != nil {
+	if a.metrics, err = metrics.New(deps.Registerer, a.provider.Name()); err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
 	a.metrics.BuildInfo.WithLabelValues(Version, buildRevision(), runtime.Version(), runtime.GOOS, runtime.GOARCH).Set(1)
@@ -265,7 +268,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 
 	if a.recorder == nil {
-		rec, stop := newRecorder(ctx, a.client, a.cfg.NodeName)
+		rec, stop := events.NewRecorder(ctx, a.client, a.cfg.NodeName)
 		defer stop()
 		a.recorder = rec
 	}
@@ -489,7 +492,7 @@ func (a *Agent) applyNotices(ctx context.Context, notices []providers.Notice, er
 					"provider", n.Provider, "id", n.ID, "deadline", n.Deadline)
 			}
 			text := describeNotice(n, a.clock.Now())
-			a.recorder.Eventf(nodeRef(a.cfg.NodeName), typ, NoticeReason(n.Kind), "%s", text)
+			a.recorder.Eventf(events.NodeRef(a.cfg.NodeName), typ, events.NoticeReason(n.Kind), "%s", text)
 			a.notifier.Notify(notify.Message{Kind: notify.KindNotice, Node: a.cfg.NodeName, Provider: n.Provider,
 				NoticeKind: string(n.Kind), NoticeID: n.ID, Action: n.Action, Deadline: n.Deadline, NoticeTime: n.NoticeTime,
 				Text: fmt.Sprintf("Node %s: %s", a.cfg.NodeName, text)})
@@ -498,7 +501,7 @@ func (a *Agent) applyNotices(ctx context.Context, notices []providers.Notice, er
 	for id, n := range a.noticeID {
 		if _, ok := seen[id]; !ok {
 			logger.Info("Notice withdrawn", "provider", n.Provider, "kind", n.Kind, "id", id)
-			a.recorder.Eventf(nodeRef(a.cfg.NodeName), v1.EventTypeNormal, ReasonNoticeWithdrawn, "Withdrawn: %s", describeNotice(n, a.clock.Now()))
+			a.recorder.Eventf(events.NodeRef(a.cfg.NodeName), v1.EventTypeNormal, events.ReasonNoticeWithdrawn, "Withdrawn: %s", describeNotice(n, a.clock.Now()))
 		}
 	}
 	a.noticeID = seen
@@ -635,13 +638,13 @@ func (a *Agent) recordTaintChanges(ch NodeChange, intent plan.Intent, now time.T
 		verb = "Dry run: would have "
 	}
 	for _, t := range ch.Added {
-		a.recorder.Eventf(nodeRef(a.cfg.NodeName), v1.EventTypeNormal, ReasonTaintApplied, "%sadded taint %s", verb, taintString(t))
+		a.recorder.Eventf(events.NodeRef(a.cfg.NodeName), v1.EventTypeNormal, events.ReasonTaintApplied, "%sadded taint %s", verb, taintString(t))
 		if t.Key == a.taints.Interruption.Key && t.Effect == a.taints.Interruption.Effect && intent.Interruption != nil && !intent.Interruption.NoticeTime.IsZero() {
 			a.metrics.NoticeToTaint.Observe(max(0, now.Sub(intent.Interruption.NoticeTime).Seconds()))
 		}
 	}
 	for _, t := range ch.Removed {
-		a.recorder.Eventf(nodeRef(a.cfg.NodeName), v1.EventTypeNormal, ReasonTaintRemoved, "%sremoved taint %s", verb, taintString(t))
+		a.recorder.Eventf(events.NodeRef(a.cfg.NodeName), v1.EventTypeNormal, events.ReasonTaintRemoved, "%sremoved taint %s", verb, taintString(t))
 	}
 }
 

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/events"
+	"github.com/reprieve-dev/reprieve/agent/metrics"
+
 	"github.com/reprieve-dev/reprieve/agent/plan"
 
 	v1 "k8s.io/api/core/v1"
@@ -172,7 +175,7 @@ func (a *Agent) syncPod(ctx context.Context, key string) time.Duration {
 	if now.Before(fireAt) {
 		if st.attempts == 0 && !st.announced.Equal(pl.EvictAt) {
 			st.announced = pl.EvictAt
-			a.podEvent(pod, v1.EventTypeNormal, ReasonEvictionScheduled, "Eviction planned at %s (in %s) with grace %s: %s",
+			a.podEvent(pod, v1.EventTypeNormal, events.ReasonEvictionScheduled, "Eviction planned at %s (in %s) with grace %s: %s",
 				pl.EvictAt.UTC().Format(time.RFC3339), pl.EvictAt.Sub(now).Round(time.Second), pl.Grace, why(pl, view.window))
 		}
 		return fireAt.Sub(now)
@@ -192,25 +195,25 @@ func (a *Agent) syncPod(ctx context.Context, key string) time.Duration {
 		a.setBlocked(st, false)
 		a.markActed(key)
 		a.observeLateness(ctx, pod, pl, view, now, grace, st.attempts)
-		a.metrics.EvictionRequestsTotal.WithLabelValues(ResultEvicted).Inc()
-		a.podEvent(pod, v1.EventTypeNormal, ReasonEvicted, "Evicted with grace %s (planned %s: %s)",
+		a.metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultEvicted).Inc()
+		a.podEvent(pod, v1.EventTypeNormal, events.ReasonEvicted, "Evicted with grace %s (planned %s: %s)",
 			grace, pl.EvictAt.UTC().Format(time.RFC3339), why(pl, view.window))
 		if grace < pl.Grace {
-			a.metrics.EvictionRequestsTotal.WithLabelValues(ResultGraceShortened).Inc()
-			a.podEvent(pod, v1.EventTypeWarning, ReasonGraceShortened, "Grace shortened from %s to %s to end %s before the reclaim deadline %s",
+			a.metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultGraceShortened).Inc()
+			a.podEvent(pod, v1.EventTypeWarning, events.ReasonGraceShortened, "Grace shortened from %s to %s to end %s before the reclaim deadline %s",
 				pl.Grace, grace, view.window.SafetyMargin, view.window.Deadline.UTC().Format(time.RFC3339))
 		}
 		return 0
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		// Gone already, or a new pod of the same name (the UID precondition failed): done.
-		a.metrics.EvictionRequestsTotal.WithLabelValues(ResultGone).Inc()
+		a.metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultGone).Inc()
 		a.setBlocked(st, false)
 		a.recordSent(st, true, 0, time.Time{})
 		return 0
 	}
 	st.attempts++
 	if isPDBRefusal(err) {
-		a.metrics.EvictionRequestsTotal.WithLabelValues(ResultPDBBlocked).Inc()
+		a.metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultPDBBlocked).Inc()
 		logger.Info("Eviction blocked by a PodDisruptionBudget; retrying", "pod", klog.KObj(pod), "attempt", st.attempts, "forceAt", pl.Latest, "err", err.Error())
 		if !st.blocked {
 			then := "retrying with backoff"
@@ -218,11 +221,11 @@ func (a *Agent) syncPod(ctx context.Context, key string) time.Duration {
 				then = fmt.Sprintf("retrying until %s, then deleting: the reclaim deadline %s leaves no later time",
 					pl.Latest.UTC().Format(time.RFC3339), view.window.Deadline.UTC().Format(time.RFC3339))
 			}
-			a.podEvent(pod, v1.EventTypeWarning, ReasonEvictionBlocked, "Eviction refused by a PodDisruptionBudget; %s", then)
+			a.podEvent(pod, v1.EventTypeWarning, events.ReasonEvictionBlocked, "Eviction refused by a PodDisruptionBudget; %s", then)
 		}
 		a.setBlocked(st, true)
 	} else {
-		a.metrics.EvictionRequestsTotal.WithLabelValues(ResultFailed).Inc()
+		a.metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultFailed).Inc()
 		logger.Error(err, "Evicting pod failed; retrying", "pod", klog.KObj(pod), "attempt", st.attempts)
 	}
 	if view.window.HasDeadline() && !now.Before(forceAt) {
@@ -359,17 +362,17 @@ func (a *Agent) forceDelete(ctx context.Context, key string, pod *v1.Pod, st *po
 			// Forced because the API failed, not because a PDB refused: that is lateness.
 			a.observeLateness(ctx, pod, pl, a.currentView(), a.clock.Now(), grace, st.attempts)
 		}
-		a.metrics.EvictionRequestsTotal.WithLabelValues(ResultForcedDelete).Inc()
-		a.podEvent(pod, v1.EventTypeWarning, ReasonForceDeleted, "Deleted with grace %s after %d refused evictions: the machine is reclaimed at %s",
+		a.metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultForcedDelete).Inc()
+		a.podEvent(pod, v1.EventTypeWarning, events.ReasonForceDeleted, "Deleted with grace %s after %d refused evictions: the machine is reclaimed at %s",
 			grace, st.attempts, pl.Latest.Add(pl.Grace).Add(a.cfg.SafetyMargin).UTC().Format(time.RFC3339))
 		return 0
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
-		a.metrics.EvictionRequestsTotal.WithLabelValues(ResultGone).Inc()
+		a.metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultGone).Inc()
 		a.setBlocked(st, false)
 		a.recordSent(st, true, 0, time.Time{})
 		return 0
 	}
-	a.metrics.EvictionRequestsTotal.WithLabelValues(ResultFailed).Inc()
+	a.metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultFailed).Inc()
 	logger.Error(err, "Deleting pod failed; retrying", "pod", klog.KObj(pod), "attempt", st.attempts+1)
 	st.attempts++
 	st.deleteFailures++
@@ -411,14 +414,14 @@ func (a *Agent) shorten(ctx context.Context, key string, pod *v1.Pod, st *podSta
 	case err == nil:
 		a.recordSent(st, false, grace, end)
 		a.markActed(key)
-		a.metrics.EvictionRequestsTotal.WithLabelValues(ResultGraceShortened).Inc()
-		a.podEvent(pod, v1.EventTypeWarning, ReasonGraceShortened, "Terminating pod would end at %s, after %s: grace shortened to %s",
+		a.metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultGraceShortened).Inc()
+		a.podEvent(pod, v1.EventTypeWarning, events.ReasonGraceShortened, "Terminating pod would end at %s, after %s: grace shortened to %s",
 			pod.DeletionTimestamp.UTC().Format(time.RFC3339), w.End().UTC().Format(time.RFC3339), grace)
 		return 0
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		return 0
 	}
-	a.metrics.EvictionRequestsTotal.WithLabelValues(ResultFailed).Inc()
+	a.metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultFailed).Inc()
 	logger.Error(err, "Shortening grace failed; retrying", "pod", klog.KObj(pod))
 	st.deleteFailures++
 	return deleteRetryAfter(st.deleteFailures)

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/metrics"
+
 	"github.com/reprieve-dev/reprieve/agent/plan"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -74,10 +76,10 @@ func TestGuardDownFallsBackToNodeBoundDelete(t *testing.T) {
 			t.Fatalf("eviction %s/%s with %+v; want ns/p with a grace of at least 1 s and its UID precondition", ev.Namespace, ev.Name, ev.DeleteOptions)
 		}
 	}
-	if got := testutil.ToFloat64(h.a.metrics.EvictionRequestsTotal.WithLabelValues(ResultForcedDelete)); got != 1 {
+	if got := testutil.ToFloat64(h.a.metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultForcedDelete)); got != 1 {
 		t.Errorf("forced deletes counted %v; want 1", got)
 	}
-	if got := testutil.ToFloat64(h.a.metrics.EvictionRequestsTotal.WithLabelValues(ResultFailed)); int(got) != len(evs) {
+	if got := testutil.ToFloat64(h.a.metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultFailed)); int(got) != len(evs) {
 		t.Errorf("failed evictions counted %v; want %d", got, len(evs))
 	}
 	// Done: nothing more is sent for the pod.

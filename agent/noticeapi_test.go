@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/events"
+
 	v1 "k8s.io/api/core/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 )
@@ -51,7 +53,7 @@ func TestNoticeAPIAnswersAPodAboutItself(t *testing.T) {
 	h.notice(t0.Add(120 * time.Second))
 	h.syncAll("job", "other")
 	code, etag, a := ask(t, s, "10.0.0.5", path)
-	if code != http.StatusOK || !a.Notice || a.Reason != ReasonSpotInterruption || etag == before {
+	if code != http.StatusOK || !a.Notice || a.Reason != events.ReasonSpotInterruption || etag == before {
 		t.Fatalf("after the notice: %d %q %+v; want 200, a new ETag and notice true", code, etag, a)
 	}
 	if a.EvictAt == nil || !a.EvictAt.Equal(t0.Add(85*time.Second)) || a.ReclaimDeadline == nil || !a.ReclaimDeadline.Equal(t0.Add(120*time.Second)) {

@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/events"
+	"github.com/reprieve-dev/reprieve/agent/metrics"
+
 	"github.com/reprieve-dev/reprieve/providers"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -138,7 +141,7 @@ func TestDryRunAnnouncesTheTaintOnce(t *testing.T) {
 func TestMetricsGolden(t *testing.T) {
 	h := newHarness(t, nil, testNode(), testPod("now", 10))
 	reg := prometheus.NewPedanticRegistry()
-	m, err := NewMetrics(reg, "aws")
+	m, err := metrics.New(reg, "aws")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,8 +215,8 @@ func metav1DeleteNow() metav1.DeleteOptions { return metav1.DeleteOptions{GraceP
 func TestNoticeReasons(t *testing.T) {
 	seen := map[string]providers.Kind{}
 	for _, k := range providers.Kinds {
-		r := NoticeReason(k)
-		if r == ReasonNoticeReceived || r == "Evicted" {
+		r := events.NoticeReason(k)
+		if r == events.ReasonNoticeReceived || r == "Evicted" {
 			t.Errorf("kind %s: reason %s, want one of its own", k, r)
 		}
 		if other, dup := seen[r]; dup {
@@ -221,10 +224,10 @@ func TestNoticeReasons(t *testing.T) {
 		}
 		seen[r] = k
 	}
-	if r := NoticeReason("something-new"); r != ReasonNoticeReceived {
-		t.Errorf("an unknown kind's reason is %s, want %s", r, ReasonNoticeReceived)
+	if r := events.NoticeReason("something-new"); r != events.ReasonNoticeReceived {
+		t.Errorf("an unknown kind's reason is %s, want %s", r, events.ReasonNoticeReceived)
 	}
-	if ReasonEvicted == "Evicted" {
+	if events.ReasonEvicted == "Evicted" {
 		t.Error("reprieve's pod eviction event reuses the kubelet's Evicted reason")
 	}
 }

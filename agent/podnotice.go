@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/events"
+
 	"github.com/reprieve-dev/reprieve/agent/plan"
 
 	v1 "k8s.io/api/core/v1"
@@ -127,9 +129,9 @@ func warningFor(pl plan.Plan, w plan.Window, n *providers.Notice) podWarning {
 	if !w.HasDeadline() || (pl.Skip != plan.SkipNone && pl.Skip != plan.SkipTolerateForever) {
 		return podWarning{}
 	}
-	reason, what := ReasonSpotInterruption, "an interruption notice"
+	reason, what := events.ReasonSpotInterruption, "an interruption notice"
 	if n != nil {
-		reason, what = NoticeReason(n.Kind), fmt.Sprintf("a %s %s notice", n.Provider, n.Kind)
+		reason, what = events.NoticeReason(n.Kind), fmt.Sprintf("a %s %s notice", n.Provider, n.Kind)
 	}
 	deadline := w.Deadline.UTC().Format(time.RFC3339)
 	pw := podWarning{active: true, reason: reason, deadline: w.Deadline}
@@ -346,7 +348,7 @@ func rfc3339(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 // themselves, and a job never sees the condition without the annotations. The UID makes the
 // patch fail on a pod recreated under the same name, as markDisruptionTarget's does.
 func warningPatch(pod *v1.Pod, pw podWarning, now time.Time) ([]byte, error) {
-	cond := v1.PodCondition{Type: PodConditionInterruption, Status: v1.ConditionFalse, Reason: ReasonNoticeWithdrawn,
+	cond := v1.PodCondition{Type: PodConditionInterruption, Status: v1.ConditionFalse, Reason: events.ReasonNoticeWithdrawn,
 		Message: "The interruption notice was withdrawn: no eviction is planned"}
 	annotations := map[string]any{AnnotationEvictAt: nil, AnnotationReclaimDeadline: nil}
 	if pw.active {

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/events"
+
 	"github.com/reprieve-dev/reprieve/agent/plan"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -33,11 +35,11 @@ func TestWarningFor(t *testing.T) {
 		message string
 	}{
 		{name: "planned", pl: planned, w: w, n: spot,
-			want:    podWarning{active: true, reason: ReasonSpotInterruption, evictAt: planned.EvictAt, deadline: deadline},
+			want:    podWarning{active: true, reason: events.ReasonSpotInterruption, evictAt: planned.EvictAt, deadline: deadline},
 			message: "Eviction planned at 2026-11-29T12:00:25Z with grace 1m30s; the machine is reclaimed at 2026-11-29T12:02:00Z (a aws spot-interruption notice)"},
 		{name: "tolerates forever", pl: plan.Plan{Skip: plan.SkipTolerateForever}, w: w,
 			n:       &providers.Notice{Provider: "azure", Kind: providers.KindPreemption},
-			want:    podWarning{active: true, reason: ReasonPreemption, deadline: deadline},
+			want:    podWarning{active: true, reason: events.ReasonPreemption, deadline: deadline},
 			message: "Not evicted: the pod tolerates the interruption taint forever"},
 		{name: "daemonset pod", pl: plan.Plan{Skip: plan.SkipDaemonSet}, w: w, n: spot},
 		{name: "finished pod", pl: plan.Plan{Skip: plan.SkipFinished}, w: w, n: spot},
@@ -122,8 +124,8 @@ func TestPodWarningFollowsTheNotice(t *testing.T) {
 		t.Errorf("job reclaim-deadline %q", got)
 	}
 	c := interruptionCondition(job)
-	if c == nil || c.Status != v1.ConditionTrue || c.Reason != ReasonSpotInterruption || !c.LastTransitionTime.Time.Equal(t0) {
-		t.Fatalf("job condition %+v, want True, %s, since t0", c, ReasonSpotInterruption)
+	if c == nil || c.Status != v1.ConditionTrue || c.Reason != events.ReasonSpotInterruption || !c.LastTransitionTime.Time.Equal(t0) {
+		t.Fatalf("job condition %+v, want True, %s, since t0", c, events.ReasonSpotInterruption)
 	}
 	forever := h.pod("forever")
 	if _, ok := forever.Annotations[AnnotationEvictAt]; ok || forever.Annotations[AnnotationReclaimDeadline] != "2026-11-29T12:02:00Z" {
@@ -174,8 +176,8 @@ func TestPodWarningFollowsTheNotice(t *testing.T) {
 			t.Errorf("%s still has %s", name, AnnotationReclaimDeadline)
 		}
 		c := interruptionCondition(p)
-		if c == nil || c.Status != v1.ConditionFalse || c.Reason != ReasonNoticeWithdrawn || !c.LastTransitionTime.Time.Equal(t0.Add(11*time.Second)) {
-			t.Errorf("%s condition after the withdrawal %+v, want False, %s, now", name, c, ReasonNoticeWithdrawn)
+		if c == nil || c.Status != v1.ConditionFalse || c.Reason != events.ReasonNoticeWithdrawn || !c.LastTransitionTime.Time.Equal(t0.Add(11*time.Second)) {
+			t.Errorf("%s condition after the withdrawal %+v, want False, %s, now", name, c, events.ReasonNoticeWithdrawn)
 		}
 	}
 	// And a withdrawn pod is not written again.

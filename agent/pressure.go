@@ -12,6 +12,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/events"
+	"github.com/reprieve-dev/reprieve/agent/metrics"
+
 	"github.com/reprieve-dev/reprieve/agent/plan"
 
 	v1 "k8s.io/api/core/v1"
@@ -145,7 +148,7 @@ func (a *Agent) startPressure(ctx context.Context) error {
 	p := a.pressure
 	logger := klog.FromContext(ctx)
 	if p.configErr != nil {
-		a.recorder.Eventf(nodeRef(a.cfg.NodeName), v1.EventTypeWarning, ReasonPressureDisabled,
+		a.recorder.Eventf(events.NodeRef(a.cfg.NodeName), v1.EventTypeWarning, events.ReasonPressureDisabled,
 			"Local pressure handling is off: %v", p.configErr)
 		return p.configErr
 	}
@@ -293,13 +296,13 @@ func (a *Agent) reportPressureChange(ctx context.Context, ch pressure.Change) {
 		l := ch.Level
 		logger.Info("Pressure detected", "resource", ch.Resource, "signal", l.Signal, "available", l.Available,
 			"threshold", l.Threshold, "kubeletHard", l.Hard)
-		a.recorder.Eventf(nodeRef(a.cfg.NodeName), v1.EventTypeWarning, ReasonPressureDetected,
+		a.recorder.Eventf(events.NodeRef(a.cfg.NodeName), v1.EventTypeWarning, events.ReasonPressureDetected,
 			"%s %s is below reprieve's threshold %s (the kubelet evicts at %s): tainting %s",
 			l.Signal, FormatAmount(l.Signal, l.Available), FormatAmount(l.Signal, l.Threshold), FormatAmount(l.Signal, l.Hard), pressure.TaintKey(ch.Resource))
 		return
 	}
 	logger.Info("Pressure cleared", "resource", ch.Resource, "transitionPeriod", a.cfg.PressureTransitionPeriod)
-	a.recorder.Eventf(nodeRef(a.cfg.NodeName), v1.EventTypeNormal, ReasonPressureCleared,
+	a.recorder.Eventf(events.NodeRef(a.cfg.NodeName), v1.EventTypeNormal, events.ReasonPressureCleared,
 		"No %s pressure for %s: removing %s", ch.Resource, a.cfg.PressureTransitionPeriod, pressure.TaintKey(ch.Resource))
 }
 
@@ -443,10 +446,10 @@ func (a *Agent) shortenInFlight(ctx context.Context, now time.Time, r pressure.R
 			klog.FromContext(ctx).Error(err, "Shortening the grace of a pod evicted for pressure failed", "pod", klog.KObj(pod))
 			continue
 		}
-		a.metrics.EvictionRequestsTotal.WithLabelValues(ResultGraceShortened).Inc()
+		a.metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultGraceShortened).Inc()
 		klog.FromContext(ctx).Info("Shortened the grace of a pod evicted for pressure: the signal falls faster than estimated",
 			"pod", klog.KObj(pod), "grace", grace, "timeToHard", ttl)
-		a.recorder.Eventf(pod, v1.EventTypeWarning, ReasonGraceShortened, "Grace shortened to %s: %s pressure rises faster than estimated", grace, r)
+		a.recorder.Eventf(pod, v1.EventTypeWarning, events.ReasonGraceShortened, "Grace shortened to %s: %s pressure rises faster than estimated", grace, r)
 	}
 }
 
@@ -472,14 +475,14 @@ func (a *Agent) pressureEvict(ctx context.Context, now time.Time, r pressure.Res
 		p.inFlight[pod.UID] = inFlight{key: pod.Namespace + "/" + pod.Name, resource: r, signal: lvl.Signal, usage: ev.Usage}
 		delete(p.blocked, pod.UID)
 		a.metrics.PressureEvictionsTotal.WithLabelValues(string(lvl.Signal)).Inc()
-		a.metrics.EvictionRequestsTotal.WithLabelValues(ResultEvicted).Inc()
+		a.metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultEvicted).Inc()
 		logger.Info("Evicted pod for pressure", "pod", klog.KObj(pod), "signal", lvl.Signal, "available", lvl.Available,
 			"kubeletHard", lvl.Hard, "timeToHard", ttl, "grace", grace, "podGrace", ev.Candidate.Grace, "usage", ev.Usage)
 		verb := "Evicted"
 		if a.cfg.DryRun {
 			verb = "Dry run: would have evicted"
 		}
-		a.recorder.Eventf(pod, v1.EventTypeWarning, ReasonPressureEviction,
+		a.recorder.Eventf(pod, v1.EventTypeWarning, events.ReasonPressureEviction,
 			"%s for %s pressure with a %s grace (the pod asks %s): %s reaches the kubelet's hard threshold %s %s",
 			verb, r, grace, ev.Candidate.Grace, lvl.Signal, FormatAmount(lvl.Signal, lvl.Hard), eta)
 	case isPDBRefusal(err):
@@ -487,15 +490,15 @@ func (a *Agent) pressureEvict(ctx context.Context, now time.Time, r pressure.Res
 		b.attempts++
 		b.until = now.Add(min(pressureBlockedBackoff<<min(b.attempts-1, 5), pressureBlockedMax))
 		p.blocked[pod.UID] = b
-		a.metrics.EvictionRequestsTotal.WithLabelValues(ResultPDBBlocked).Inc()
+		a.metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultPDBBlocked).Inc()
 		logger.Info("A PodDisruptionBudget blocks the pressure eviction; trying the next pod", "pod", klog.KObj(pod), "retryAt", b.until)
 		if b.attempts == 1 {
-			a.recorder.Eventf(pod, v1.EventTypeWarning, ReasonEvictionBlocked, "A PodDisruptionBudget blocks its eviction for %s pressure", r)
+			a.recorder.Eventf(pod, v1.EventTypeWarning, events.ReasonEvictionBlocked, "A PodDisruptionBudget blocks its eviction for %s pressure", r)
 		}
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		// Gone, or replaced by a pod of the same name: nothing to do.
 	default:
-		a.metrics.EvictionRequestsTotal.WithLabelValues(ResultFailed).Inc()
+		a.metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultFailed).Inc()
 		logger.Error(err, "Evicting pod for pressure failed; will retry", "pod", klog.KObj(pod))
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/events"
+
 	"github.com/reprieve-dev/reprieve/agent/plan"
 
 	v1 "k8s.io/api/core/v1"
@@ -145,10 +147,10 @@ func TestPressureTaintsAndEvictsGracefully(t *testing.T) {
 	if h.hasPressureTaint() {
 		t.Fatal("taint still on a transition period after the pressure ended")
 	}
-	events := strings.Join(h.drainEvents(), "\n")
-	for _, want := range []string{ReasonPressureDetected, ReasonPressureEviction, ReasonPressureCleared} {
-		if !strings.Contains(events, want) {
-			t.Errorf("no %s event in\n%s", want, events)
+	text := strings.Join(h.drainEvents(), "\n")
+	for _, want := range []string{events.ReasonPressureDetected, events.ReasonPressureEviction, events.ReasonPressureCleared} {
+		if !strings.Contains(text, want) {
+			t.Errorf("no %s event in\n%s", want, text)
 		}
 	}
 }
@@ -370,8 +372,8 @@ func TestBadKubeletConfigTurnsPressureOffOnly(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "NaN%") {
 		t.Fatalf("startPressure: %v, want the bad value quoted", err)
 	}
-	if evs := strings.Join(h.drainEvents(), "\n"); !strings.Contains(evs, ReasonPressureDisabled) {
-		t.Fatalf("no %s event in %s", ReasonPressureDisabled, evs)
+	if evs := strings.Join(h.drainEvents(), "\n"); !strings.Contains(evs, events.ReasonPressureDisabled) {
+		t.Fatalf("no %s event in %s", events.ReasonPressureDisabled, evs)
 	}
 	h.notice(t0.Add(2 * time.Minute))
 	if !hasTaint(h.node().Spec.Taints, h.a.taints.Interruption) {

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/events"
+
 	"github.com/reprieve-dev/reprieve/agent/plan"
 
 	v1 "k8s.io/api/core/v1"
@@ -116,7 +118,7 @@ func (a *Agent) summarizeWindow(ctx context.Context, now time.Time) {
 	}
 	summary := fmt.Sprintf("Interruption handled: %d pods evicted, %d gone before %s (deadline %s less %s margin), %d still present",
 		acted, inTime, end, h.window.Deadline.UTC().Format(time.RFC3339), h.window.SafetyMargin, len(missed))
-	a.recorder.Eventf(nodeRef(a.cfg.NodeName), typ, ReasonInterruptionHandled, "%s", summary)
+	a.recorder.Eventf(events.NodeRef(a.cfg.NodeName), typ, events.ReasonInterruptionHandled, "%s", summary)
 	msg := notify.Message{Kind: notify.KindHandled, Node: a.cfg.NodeName, Deadline: h.window.Deadline,
 		Pods: acted, PodsInTime: inTime, PodsMissed: len(missed), Text: fmt.Sprintf("Node %s: %s", a.cfg.NodeName, summary)}
 	if n := h.notice; n != nil {
@@ -129,7 +131,7 @@ func (a *Agent) summarizeWindow(ctx context.Context, now time.Time) {
 	a.metrics.MissedDeadlineTotal.Add(float64(len(missed)))
 	for _, p := range missed {
 		logger.Error(nil, "Pod still present at the end of the interruption window", "pod", klog.KObj(p), "windowEnd", end)
-		a.recorder.Eventf(p, v1.EventTypeWarning, ReasonMissedDeadline, "Still present at %s, %s before the reclaim deadline", end, h.window.SafetyMargin)
+		a.recorder.Eventf(p, v1.EventTypeWarning, events.ReasonMissedDeadline, "Still present at %s, %s before the reclaim deadline", end, h.window.SafetyMargin)
 	}
 }
 
@@ -199,7 +201,7 @@ func (a *Agent) maybeApprove(ctx context.Context) {
 	}
 	a.setApproved(h)
 	logger.Info("Approved the event: the node is drained", "provider", n.Provider, "id", n.ID)
-	a.recorder.Eventf(nodeRef(a.cfg.NodeName), v1.EventTypeNormal, ReasonEventApproved,
+	a.recorder.Eventf(events.NodeRef(a.cfg.NodeName), v1.EventTypeNormal, events.ReasonEventApproved,
 		"Approved %s %s %s early: every pod reprieve evicts for it is gone", n.Provider, n.Kind, n.ID)
 }
 

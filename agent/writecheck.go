@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/metrics"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -31,7 +33,7 @@ const (
 // timeout or an outage, which say nothing about permission.
 type writeRefusals struct {
 	limit   int
-	metrics *Metrics
+	metrics *metrics.Metrics
 
 	mu     sync.Mutex
 	inARow int

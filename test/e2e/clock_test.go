@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/events"
+
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/reprieve-dev/reprieve/agent"
@@ -164,7 +166,7 @@ func TestDeadlineOddities(t *testing.T) {
 		// scheduled maintenance.
 		evs := noticeEvents(ctx, t, "two-node")
 		slices.Sort(evs)
-		if len(evs) != 2 || !strings.HasPrefix(evs[0], agent.ReasonPreemption+": ") || !strings.HasPrefix(evs[1], agent.ReasonScheduledMaintenance+": ") {
+		if len(evs) != 2 || !strings.HasPrefix(evs[0], events.ReasonPreemption+": ") || !strings.HasPrefix(evs[1], events.ReasonScheduledMaintenance+": ") {
 			t.Errorf("notice events %q; want one Preemption and one ScheduledMaintenance", evs)
 		}
 	})

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/events"
+
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -56,7 +58,7 @@ func TestGCPGPUMaintenanceHourAhead(t *testing.T) {
 	var msgs []string
 	waitFor(ctx, t, "ScheduledMaintenance events with the window's start", func() bool {
 		evs, err := env.Client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{
-			FieldSelector: "involvedObject.name=" + node + ",reason=" + agent.ReasonScheduledMaintenance})
+			FieldSelector: "involvedObject.name=" + node + ",reason=" + events.ReasonScheduledMaintenance})
 		if err != nil {
 			return false
 		}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/events"
+
 	"github.com/reprieve-dev/reprieve/agent/plan"
 
 	v1 "k8s.io/api/core/v1"
@@ -163,9 +165,9 @@ func TestAzureApprovalAndCancellation(t *testing.T) {
 	}
 	approved := false
 	for _, e := range evs.Items {
-		approved = approved || (e.Reason == agent.ReasonEventApproved && strings.Contains(e.Message, id))
+		approved = approved || (e.Reason == events.ReasonEventApproved && strings.Contains(e.Message, id))
 	}
 	if !approved {
-		t.Errorf("no %s event naming %s", agent.ReasonEventApproved, id)
+		t.Errorf("no %s event naming %s", events.ReasonEventApproved, id)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/events"
+
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -452,7 +454,7 @@ func TestStuckDeletedAndReplacedPods(t *testing.T) {
 	if !strings.Contains(text, "reprieve_evictions_missed_deadline_total 1") {
 		t.Errorf("want exactly the finalizer pod counted as missed: %s", grep(text, "reprieve_evictions_missed_deadline_total"))
 	}
-	evs, err := c.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=" + agent.ReasonMissedDeadline})
+	evs, err := c.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=" + events.ReasonMissedDeadline})
 	if err != nil || len(evs.Items) != 1 || evs.Items[0].InvolvedObject.Name != "finalizer" {
 		t.Errorf("MissedDeadline events: %+v, %v; want one, on the finalizer pod", evs, err)
 	}

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/reprieve-dev/reprieve/agent/events"
+
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -39,9 +41,9 @@ func setDeadline(ctx context.Context, t *testing.T, node, value string) {
 func waitHandled(ctx context.Context, t *testing.T, node string) v1.Event {
 	t.Helper()
 	var ev v1.Event
-	waitFor(ctx, t, "the "+agent.ReasonInterruptionHandled+" event", func() bool {
+	waitFor(ctx, t, "the "+events.ReasonInterruptionHandled+" event", func() bool {
 		evs, err := env.Client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{
-			FieldSelector: "involvedObject.name=" + node + ",reason=" + agent.ReasonInterruptionHandled})
+			FieldSelector: "involvedObject.name=" + node + ",reason=" + events.ReasonInterruptionHandled})
 		if err != nil || len(evs.Items) == 0 {
 			return false
 		}

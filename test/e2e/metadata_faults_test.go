@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/events"
+
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -182,7 +184,7 @@ func runMetadataFaults(t *testing.T, c metadataCloud) {
 	if err != nil || pod.DeletionTimestamp != nil {
 		t.Errorf("the tolerating pod after the withdrawal: %v, %v; want it running", pod, err)
 	}
-	if evs := nodeEvents(ctx, t, node, agent.ReasonNoticeWithdrawn); len(evs) == 0 {
+	if evs := nodeEvents(ctx, t, node, events.ReasonNoticeWithdrawn); len(evs) == 0 {
 		t.Error("no NoticeWithdrawn event")
 	}
 }
@@ -299,9 +301,9 @@ func nodeEvents(ctx context.Context, t *testing.T, node, reason string) []string
 // whatever its kind (agent.NoticeReason).
 func noticeEvents(ctx context.Context, t *testing.T, node string) []string {
 	t.Helper()
-	reasons := map[string]bool{agent.ReasonNoticeReceived: true}
+	reasons := map[string]bool{events.ReasonNoticeReceived: true}
 	for _, k := range providers.Kinds {
-		reasons[agent.NoticeReason(k)] = true
+		reasons[events.NoticeReason(k)] = true
 	}
 	evs, err := env.Client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + node})
 	if err != nil {

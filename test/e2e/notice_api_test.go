@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/events"
+
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -144,7 +146,7 @@ func TestNoticeEndpointAnswersPodsAboutThemselves(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the hanging GET did not return within 30 s of the notice")
 	}
-	if got.code != http.StatusOK || !got.a.Notice || got.etag == before.etag || got.a.Reason != agent.ReasonSpotInterruption {
+	if got.code != http.StatusOK || !got.a.Notice || got.etag == before.etag || got.a.Reason != events.ReasonSpotInterruption {
 		t.Fatalf("the hanging GET at the notice: %+v; want the notice with a new ETag", got)
 	}
 	// The job's 30 s grace ends 5 s before the deadline.

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/events"
+
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -118,7 +120,7 @@ func TestPodNoticeWarnsPodsUnderThePolicy(t *testing.T) {
 			p := pod("job")
 			c := condition(p)
 			return p.Annotations[agent.AnnotationEvictAt] == evictAt && p.Annotations[agent.AnnotationReclaimDeadline] == d &&
-				c != nil && c.Status == v1.ConditionTrue && c.Reason == agent.ReasonSpotInterruption &&
+				c != nil && c.Status == v1.ConditionTrue && c.Reason == events.ReasonSpotInterruption &&
 				strings.Contains(c.Message, evictAt) && strings.Contains(c.Message, d)
 		})
 		waitFor(ctx, t, "the forever pod warned for the deadline "+d, func() bool {
@@ -149,7 +151,7 @@ func TestPodNoticeWarnsPodsUnderThePolicy(t *testing.T) {
 			c := condition(p)
 			_, evict := p.Annotations[agent.AnnotationEvictAt]
 			_, dl := p.Annotations[agent.AnnotationReclaimDeadline]
-			return !evict && !dl && c != nil && c.Status == v1.ConditionFalse && c.Reason == agent.ReasonNoticeWithdrawn
+			return !evict && !dl && c != nil && c.Status == v1.ConditionFalse && c.Reason == events.ReasonNoticeWithdrawn
 		})
 	}
 	for _, name := range []string{"job", "forever"} {

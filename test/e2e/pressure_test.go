@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/events"
+
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -236,8 +238,8 @@ func TestPressure(t *testing.T) {
 	if p, err := c.CoreV1().Pods("kube-system").Get(ctx, critical.Name, metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
 		t.Errorf("the system-node-critical pod was touched: %v", err)
 	}
-	waitFor(ctx, t, "the "+agent.ReasonEvictionBlocked+" event on the PDB-guarded pod", func() bool {
-		evs, err := c.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=guarded,reason=" + agent.ReasonEvictionBlocked})
+	waitFor(ctx, t, "the "+events.ReasonEvictionBlocked+" event on the PDB-guarded pod", func() bool {
+		evs, err := c.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=guarded,reason=" + events.ReasonEvictionBlocked})
 		return err == nil && len(evs.Items) > 0
 	})
 	metrics, err := scenario.Scrape(addr)

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/events"
+
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/reprieve-dev/reprieve/agent"
@@ -157,17 +159,17 @@ func TestSpotInterruption(t *testing.T) {
 	reasons := res.EventReasons()
 	node := "spot-node"
 	for _, want := range []string{
-		node + " " + agent.ReasonSpotInterruption, node + " " + agent.ReasonTaintApplied, node + " " + agent.ReasonInterruptionHandled,
-		"no-toleration " + agent.ReasonEvicted, "tolerate-10s " + agent.ReasonEvictionScheduled, "tolerate-10s " + agent.ReasonEvicted,
-		"tolerate-600s " + agent.ReasonEvictionScheduled, "grace-longer-than-window " + agent.ReasonGraceShortened,
-		"pdb-blocked " + agent.ReasonEvictionBlocked, "pdb-blocked " + agent.ReasonForceDeleted,
+		node + " " + events.ReasonSpotInterruption, node + " " + events.ReasonTaintApplied, node + " " + events.ReasonInterruptionHandled,
+		"no-toleration " + events.ReasonEvicted, "tolerate-10s " + events.ReasonEvictionScheduled, "tolerate-10s " + events.ReasonEvicted,
+		"tolerate-600s " + events.ReasonEvictionScheduled, "grace-longer-than-window " + events.ReasonGraceShortened,
+		"pdb-blocked " + events.ReasonEvictionBlocked, "pdb-blocked " + events.ReasonForceDeleted,
 	} {
 		if reasons[want] == 0 {
 			t.Errorf("no event %q; events: %v", want, reasons)
 		}
 	}
 	for _, e := range res.NodeEvents {
-		if e.Reason == agent.ReasonInterruptionHandled && !strings.Contains(e.Message, "7 pods evicted, 7 gone before") {
+		if e.Reason == events.ReasonInterruptionHandled && !strings.Contains(e.Message, "7 pods evicted, 7 gone before") {
 			t.Errorf("summary = %q, want 7 pods evicted, all gone before the window's end", e.Message)
 		}
 	}

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/events"
+
 	"github.com/reprieve-dev/reprieve/agent/plan"
 
 	v1 "k8s.io/api/core/v1"
@@ -279,14 +281,14 @@ func RunSpot(ctx context.Context, o SpotOptions) (*SpotResult, error) {
 		}
 		res.NodeEvents = evs.Items
 		for _, e := range evs.Items {
-			if e.Reason == agent.ReasonInterruptionHandled {
+			if e.Reason == events.ReasonInterruptionHandled {
 				return true, nil
 			}
 		}
 		return false, nil
 	})
 	if err != nil {
-		return fail(fmt.Errorf("waiting for the %s event: %w", agent.ReasonInterruptionHandled, err))
+		return fail(fmt.Errorf("waiting for the %s event: %w", events.ReasonInterruptionHandled, err))
 	}
 	podEvents, err := c.CoreV1().Events(o.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {

@@ -1,7 +1,9 @@
-package agent
+// Package metrics holds every Prometheus collector of the agent, created once and registered on
+// the agent's own registry, so that each unit of the agent counts what it does without owning
+// the registry.
+package metrics
 
 import (
-	"runtime/debug"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -10,7 +12,8 @@ import (
 	"github.com/reprieve-dev/reprieve/providers"
 )
 
-const namespace = "reprieve"
+// Namespace is the first part of every metric name.
+const Namespace = "reprieve"
 
 // Eviction results, the bounded label set of reprieve_evictions_requests_total.
 const (
@@ -57,62 +60,62 @@ type Metrics struct {
 	PressureReadErrors     prometheus.Counter
 }
 
-// NewMetrics creates the collectors and registers them on reg. Counters are created at zero
+// New creates the collectors and registers them on reg. Counters are created at zero
 // for every label value so that rates and alerts see them before the first event.
-func NewMetrics(reg prometheus.Registerer, provider string) (*Metrics, error) {
+func New(reg prometheus.Registerer, provider string) (*Metrics, error) {
 	m := &Metrics{
 		NoticesTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: "notices", Name: "received_total",
+			Namespace: Namespace, Subsystem: "notices", Name: "received_total",
 			Help: "Notices received from the cloud, by provider and kind.",
 		}, []string{"provider", "kind"}),
 		ReclaimDeadline: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: namespace, Subsystem: "notices", Name: "reclaim_deadline_timestamp_seconds",
+			Namespace: Namespace, Subsystem: "notices", Name: "reclaim_deadline_timestamp_seconds",
 			Help: "The pending reclaim deadline as a Unix timestamp; 0 when none.",
 		}),
 		NoticeToTaint: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: namespace, Subsystem: "notices", Name: "taint_latency_seconds",
+			Namespace: Namespace, Subsystem: "notices", Name: "taint_latency_seconds",
 			Help:    "Seconds from a notice (its notice time, else when reprieve first saw it) to its taint being on the node.",
 			Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 3, 5, 10, 30},
 		}),
 		PollsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: "metadata", Name: "polls_total",
+			Namespace: Namespace, Subsystem: "metadata", Name: "polls_total",
 			Help: "Polls of the provider (all of its metadata sources), by provider and outcome (ok, error).",
 		}, []string{"provider", "outcome"}),
 		TaintActive: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: namespace, Subsystem: "taints", Name: "active",
+			Namespace: Namespace, Subsystem: "taints", Name: "active",
 			Help: "1 while reprieve's taint with this key is on the node (or, in a dry run, would be).",
 		}, []string{"key"}),
 		EvictionRequestsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: "evictions", Name: "requests_total",
+			Namespace: Namespace, Subsystem: "evictions", Name: "requests_total",
 			Help: "Eviction and delete requests, by result.",
 		}, []string{"result"}),
 		EvictionLateness: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: namespace, Subsystem: "evictions", Name: "lateness_seconds",
+			Namespace: Namespace, Subsystem: "evictions", Name: "lateness_seconds",
 			Help:    "How long after its planned time (or after the notice, for a plan already past then) each pod's eviction took effect.",
 			Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
 		}),
 		BlockedPods: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: namespace, Subsystem: "evictions", Name: "blocked_pods",
+			Namespace: Namespace, Subsystem: "evictions", Name: "blocked_pods",
 			Help: "Pods whose last eviction request a PodDisruptionBudget refused.",
 		}),
 		MissedDeadlineTotal: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: "evictions", Name: "missed_deadline_total",
+			Namespace: Namespace, Subsystem: "evictions", Name: "missed_deadline_total",
 			Help: "Pods reprieve planned to evict that were still present at the end of the window (deadline - safety margin). Must stay 0.",
 		}),
 		BuildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "build_info",
+			Namespace: Namespace, Name: "build_info",
 			Help: "Always 1; the labels say which build is running.",
 		}, []string{"version", "revision", "goversion", "goos", "goarch"}),
 		NodeWritesRefused: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: "node", Name: "writes_refused_total",
+			Namespace: Namespace, Subsystem: "node", Name: "writes_refused_total",
 			Help: "Writes of the agent's own node (patches, and the start-up dry run) that the API server refused with 403: RBAC, or the admission policy (a token without the node claim).",
 		}),
 		NodeWriteRefusalsInARow: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: namespace, Subsystem: "node", Name: "write_refusals_in_a_row",
+			Namespace: Namespace, Subsystem: "node", Name: "write_refusals_in_a_row",
 			Help: "Node writes refused since the last one that succeeded; at --node-write-refusals the agent is not ready.",
 		}),
 		PodWarningWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: "pod_warnings", Name: "writes_total",
+			Namespace: Namespace, Subsystem: "pod_warnings", Name: "writes_total",
 			Help: "Writes of the early warning (the reprieve.io/Interruption condition and annotations) to pods' status, by result: written or failed (retried with backoff).",
 		}, []string{"result"}),
 		// The pressure signals keep the kubelet's names; one metric per unit (the Prometheus
@@ -121,19 +124,19 @@ func NewMetrics(reg prometheus.Registerer, provider string) (*Metrics, error) {
 		PressureAvailable: newUnitGauges("available", "The last reading of each pressure signal, as the kubelet computes it", "signal"),
 		PressureThreshold: newUnitGauges("threshold", "Each signal's thresholds: kind=reprieve (taint and predictive evictions from here) and kind=kubelet_hard (the kubelet evicts with a 1 s grace here)", "signal", "kind"),
 		PressureActive: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: namespace, Subsystem: "pressure", Name: "active",
+			Namespace: Namespace, Subsystem: "pressure", Name: "active",
 			Help: "1 while the resource (memory, disk, pid) is under pressure by reprieve's thresholds.",
 		}, []string{"resource"}),
 		PressureTimeToHard: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: namespace, Subsystem: "pressure", Name: "time_to_hard_threshold_seconds",
+			Namespace: Namespace, Subsystem: "pressure", Name: "time_to_hard_threshold_seconds",
 			Help: "Under pressure, the estimate of when the resource's nearest signal reaches the kubelet's hard threshold; +Inf when it is not falling or not under pressure.",
 		}, []string{"resource"}),
 		PressureEvictionsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: "pressure", Name: "evictions_total",
+			Namespace: Namespace, Subsystem: "pressure", Name: "evictions_total",
 			Help: "Pods evicted for pressure, by the signal that decided it.",
 		}, []string{"signal"}),
 		PressureReadErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: "pressure", Name: "read_errors_total",
+			Namespace: Namespace, Subsystem: "pressure", Name: "read_errors_total",
 			Help: "Readings of the pressure signals that failed in whole or in part.",
 		}),
 	}
@@ -164,32 +167,6 @@ func NewMetrics(reg prometheus.Registerer, provider string) (*Metrics, error) {
 	return m, nil
 }
 
-// buildRevision is the VCS revision the Go toolchain recorded in the binary (vcs.revision, with
-// "-dirty" for a modified tree), or "unknown" for a build without it (-buildvcs=false, or a
-// source tree without its .git).
-func buildRevision() string {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
-	}
-	rev, dirty := "", false
-	for _, s := range info.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			dirty = s.Value == "true"
-		}
-	}
-	if rev == "" {
-		return "unknown"
-	}
-	if dirty {
-		rev += "-dirty"
-	}
-	return rev
-}
-
 // unitGauges is one pressure gauge split by unit: reprieve_pressure_<name>_bytes, _inodes and
 // _pids, each with the same labels, the first of which is the kubelet's signal name.
 type unitGauges struct {
@@ -199,7 +176,7 @@ type unitGauges struct {
 func newUnitGauges(name, help string, labels ...string) unitGauges {
 	vec := func(unit, which string) *prometheus.GaugeVec {
 		return prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: namespace, Subsystem: "pressure", Name: name + "_" + unit,
+			Namespace: Namespace, Subsystem: "pressure", Name: name + "_" + unit,
 			Help: help + ", in " + unit + " (" + which + ").",
 		}, labels)
 	}

@@ -1,4 +1,6 @@
-package agent
+// Package events holds the reasons of the Kubernetes Events the agent records, and the
+// recorder that sends them.
+package events
 
 import (
 	"context"
@@ -68,12 +70,12 @@ func NoticeReason(kind providers.Kind) string {
 	return ReasonNoticeReceived
 }
 
-// newRecorder starts client-go's event broadcaster for the agent. Its correlator aggregates
+// NewRecorder starts client-go's event broadcaster for the agent. Its correlator aggregates
 // repeated events and its spam filter allows a burst of 25 events per object and reason, then
 // one per five minutes, so that an eviction storm cannot flood the API server with events.
 // The reason is part of the spam key (client-go's default key leaves it out) so that a flood of
 // one kind of event cannot starve another: a flapping notice must not silence the summary.
-func newRecorder(ctx context.Context, client kubernetes.Interface, node string) (record.EventRecorderLogger, func()) {
+func NewRecorder(ctx context.Context, client kubernetes.Interface, node string) (record.EventRecorderLogger, func()) {
 	b := record.NewBroadcaster(record.WithContext(ctx), record.WithCorrelatorOptions(record.CorrelatorOptions{
 		BurstSize:   25,
 		QPS:         1. / 300,
@@ -89,8 +91,8 @@ func spamKey(e *v1.Event) string {
 		e.InvolvedObject.Name, string(e.InvolvedObject.UID), e.InvolvedObject.APIVersion, e.Type, e.Reason}, "/")
 }
 
-// nodeRef is the reference events about the node are recorded on, as the kubelet records them:
+// NodeRef is the reference events about the node are recorded on, as the kubelet records them:
 // the node's name doubles as its UID so events group under the node in kubectl describe.
-func nodeRef(name string) *v1.ObjectReference {
+func NodeRef(name string) *v1.ObjectReference {
 	return &v1.ObjectReference{Kind: "Node", Name: name, UID: types.UID(name)}
 }
