@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"math"
 	goruntime "runtime"
 	"slices"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/evict"
 	"github.com/reprieve-dev/reprieve/agent/plan"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -31,43 +31,6 @@ import (
 // Tests for issue 12: the deadline promise under adversity. Each one failed on the code before
 // its fix.
 
-// TestWindowSummaryWhileEvictionsComplete (item 9): the window summary runs on the node loop
-// while eviction workers record the pods they acted on. Run with -race: before the fix the
-// summary iterated the acted set after releasing the lock (a concurrent map read and write).
-func TestWindowSummaryWhileEvictionsComplete(t *testing.T) {
-	deadline := t0.Add(40 * time.Second)
-	var objs []runtime.Object
-	objs = append(objs, testNode())
-	for i := range 20 {
-		objs = append(objs, testPod(fmt.Sprintf("p%d", i), 5))
-	}
-	h := newHarness(t, nil, objs...)
-	h.notice(deadline)
-	for i := range 20 {
-		h.a.markActed(fmt.Sprintf("ns/p%d", i))
-	}
-	h.clock.SetTime(deadline.Add(-5 * time.Second))
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			h.a.markActed(fmt.Sprintf("ns/late%d", i%1000))
-		}
-	}()
-	h.a.summarizeWindow(h.ctx, h.clock.Now())
-	h.a.maybeApprove(h.ctx)
-	close(stop)
-	<-done
-	if !hasEvent(h.drainEvents(), "Warning InterruptionHandled") {
-		t.Error("no summary at the window's end")
-	}
-}
-
 // TestRestartDuringMetadataOutageKeepsTheInterruption (item 2): an agent restarted while the
 // metadata service fails must not read the failure as "no notice": the taint keeps its
 // timeAdded, the deadline annotation and the load-balancer label stay, and the restarted agent
@@ -84,7 +47,8 @@ func TestRestartDuringMetadataOutageKeepsTheInterruption(t *testing.T) {
 	node.ResourceVersion = ""
 	h := newHarness(t, nil, node, testPod("tol10", 5, spotToleration(secs(10))), testPod("forever", 5, spotToleration(nil)))
 	h.clock.SetTime(t0.Add(5 * time.Second))
-	h.a.provider = failing{}
+	sw := &switchable{p: failing{}}
+	h.build(sw)
 	h.step()
 
 	after := h.node()
@@ -94,15 +58,15 @@ func TestRestartDuringMetadataOutageKeepsTheInterruption(t *testing.T) {
 	if after.Annotations[AnnotationReclaimDeadline] != before.Annotations[AnnotationReclaimDeadline] || after.Labels[LabelExcludeFromLB] != "true" {
 		t.Fatalf("annotations %v labels %v after the restart", after.Annotations, after.Labels)
 	}
-	if v := h.a.currentView(); !v.window.Deadline.Equal(deadline) {
-		t.Fatalf("restarted agent plans with deadline %v, want %v from the annotation", v.window.Deadline, deadline)
+	if v := h.a.exec.View(); !v.Window.Deadline.Equal(deadline) {
+		t.Fatalf("restarted agent plans with deadline %v, want %v from the annotation", v.Window.Deadline, deadline)
 	}
-	if d := h.a.syncPod(h.ctx, "ns/tol10"); d != 5*time.Second {
+	if d := h.a.exec.SyncPod(h.ctx, "ns/tol10"); d != 5*time.Second {
 		t.Errorf("tolerating 10s: requeue %v, want 5s (counting from the original timeAdded)", d)
 	}
 
 	// The service answers again with the same notice: nothing is rewritten.
-	h.a.provider = h.prov
+	sw.set(h.prov)
 	h.prov.Set(providerNotice("spot-1", deadline))
 	patches := len(h.actions("patch", "nodes", ""))
 	h.clock.Step(time.Second)
@@ -135,7 +99,7 @@ func TestTerminatingForeverToleratingPodIsShortened(t *testing.T) {
 	h := newHarness(t, nil, testNode(), p)
 	h.notice(t0.Add(40 * time.Second))
 	h.clock.SetTime(t0.Add(2 * time.Second))
-	h.a.syncPod(h.ctx, "ns/leaving")
+	h.a.exec.SyncPod(h.ctx, "ns/leaving")
 	dels := h.deletes()
 	if len(dels) != 1 {
 		t.Fatalf("deletes = %d, want 1: a terminating pod tolerating forever must be shortened", len(dels))
@@ -150,7 +114,7 @@ func TestTerminatingForeverToleratingPodIsShortened(t *testing.T) {
 	// Without a deadline it is left alone, as upstream leaves it.
 	h.prov.Set()
 	h.step()
-	h.a.syncPod(h.ctx, "ns/leaving")
+	h.a.exec.SyncPod(h.ctx, "ns/leaving")
 	if len(h.deletes()) != 1 {
 		t.Error("shortened a terminating pod without a deadline")
 	}
@@ -173,7 +137,7 @@ func TestForcedDeleteAfterSlowFailedEvictionUsesTheGraceLeft(t *testing.T) {
 	forceAt := deadline.Add(-5*time.Second - 30*time.Second - plan.EvictionLead)
 	h.clock.SetTime(forceAt)
 	for i := 0; i < 5 && len(h.deletes()) == 0; i++ {
-		h.clock.Step(h.a.syncPod(h.ctx, "ns/p"))
+		h.clock.Step(h.a.exec.SyncPod(h.ctx, "ns/p"))
 	}
 	dels := h.deletes()
 	if len(dels) != 1 {
@@ -197,7 +161,7 @@ func TestNewNoticeStartsEvictionStateAfresh(t *testing.T) {
 	})
 	h.notice(t0.Add(20 * time.Second))
 	for h.clock.Now().Before(t0.Add(5 * time.Second)) {
-		d := h.a.syncPod(h.ctx, "ns/p")
+		d := h.a.exec.SyncPod(h.ctx, "ns/p")
 		if d == 0 {
 			t.Fatal("gave up")
 		}
@@ -214,14 +178,14 @@ func TestNewNoticeStartsEvictionStateAfresh(t *testing.T) {
 	h.clock.SetTime(t0.Add(6 * time.Second))
 	h.prov.Set(providerNotice("spot-2", t0.Add(18*time.Second))) // window end t0+13s, latest t0+8s
 	h.step()
-	if d := h.a.syncPod(h.ctx, "ns/p"); d <= 0 || d > 2*time.Second {
+	if d := h.a.exec.SyncPod(h.ctx, "ns/p"); d <= 0 || d > 2*time.Second {
 		t.Fatalf("requeue %v, want the 2 s toleration of the new taint", d)
 	}
 	if !hasEvent(h.drainEvents(), "Normal EvictionScheduled") {
 		t.Error("the new notice's eviction was not announced")
 	}
 	h.clock.SetTime(t0.Add(8*time.Second - plan.EvictionLead))
-	h.a.syncPod(h.ctx, "ns/p")
+	h.a.exec.SyncPod(h.ctx, "ns/p")
 	if len(h.deletes()) != 0 {
 		t.Fatal("deleted at once on the withdrawn notice's attempts")
 	}
@@ -242,14 +206,14 @@ func TestBackoffBeforeADeadlineDoesNotOutlastIt(t *testing.T) {
 	})
 	h.step()
 	var d time.Duration
-	for d < evictionBackoffMax {
-		d = h.a.syncPod(h.ctx, "ns/p")
+	for d < evict.EvictionBackoffMax {
+		d = h.a.exec.SyncPod(h.ctx, "ns/p")
 		h.clock.Step(time.Millisecond) // part-way through the backoff
 	}
 	now := h.clock.Now()
 	h.notice(now.Add(5*time.Second + 5*time.Second + 2*time.Second)) // forced delete in about 2 s
 	before := len(h.evictions())
-	d = h.a.syncPod(h.ctx, "ns/p")
+	d = h.a.exec.SyncPod(h.ctx, "ns/p")
 	if len(h.evictions()) != before+1 {
 		t.Errorf("no eviction request when the notice came (next in %v)", d)
 	}
@@ -293,12 +257,12 @@ func TestFutureTimeAddedIsAnchoredWhenFirstSeen(t *testing.T) {
 	h := newHarness(t, nil, testNode(v1.Taint{Key: "other", Effect: v1.TaintEffectNoExecute, TimeAdded: &future}),
 		testPod("p", 5), testPod("tol10", 5, v1.Toleration{Key: "other", Operator: v1.TolerationOpExists, TolerationSeconds: secs(10)}))
 	h.step()
-	if d := h.a.syncPod(h.ctx, "ns/p"); d != 0 || len(h.evictions()) != 1 {
+	if d := h.a.exec.SyncPod(h.ctx, "ns/p"); d != 0 || len(h.evictions()) != 1 {
 		t.Errorf("untolerated pod: requeue %v, %d evictions; want evicted at once", d, len(h.evictions()))
 	}
 	h.clock.Step(3 * time.Second)
 	h.step()
-	if d := h.a.syncPod(h.ctx, "ns/tol10"); d != 7*time.Second {
+	if d := h.a.exec.SyncPod(h.ctx, "ns/tol10"); d != 7*time.Second {
 		t.Errorf("tolerating 10s: requeue %v, want 7s (from when the taint was first seen)", d)
 	}
 }
@@ -311,7 +275,7 @@ func TestShorteningDoesNotFlapOnSkew(t *testing.T) {
 	p.DeletionTimestamp = &metav1.Time{Time: t0.Add(300 * time.Second)}
 	h := newHarness(t, nil, testNode(), p)
 	h.notice(t0.Add(60 * time.Second))
-	h.a.syncPod(h.ctx, "ns/kcm-deleted")
+	h.a.exec.SyncPod(h.ctx, "ns/kcm-deleted")
 	if len(h.deletes()) != 1 {
 		t.Fatalf("deletes = %d, want 1", len(h.deletes()))
 	}
@@ -323,16 +287,16 @@ func TestShorteningDoesNotFlapOnSkew(t *testing.T) {
 	}
 	for range 5 {
 		h.clock.Step(time.Second)
-		h.a.syncPod(h.ctx, "ns/kcm-deleted")
+		h.a.exec.SyncPod(h.ctx, "ns/kcm-deleted")
 	}
 	if n := len(h.deletes()); n != 1 {
 		t.Errorf("deletes = %d: shortened again for less than a second each time", n)
 	}
 	// A real move (the deadline comes 10 s earlier) shortens it again.
 	h.prov.Set(providerNotice("spot-1", t0.Add(50*time.Second)))
-	h.a.pollOnce(h.ctx) // not h.step: the fake API removed the deleted pod at once
-	h.a.reconcile(h.ctx)
-	h.a.syncPod(h.ctx, "ns/kcm-deleted")
+	h.a.intr.PollOnce(h.ctx) // not h.step: the fake API removed the deleted pod at once
+	h.reconcile()
+	h.a.exec.SyncPod(h.ctx, "ns/kcm-deleted")
 	if n := len(h.deletes()); n != 2 {
 		t.Errorf("deletes = %d after the deadline moved 10 s earlier, want 2", n)
 	}
@@ -357,9 +321,9 @@ func TestDisruptionTargetBeforeDeleting(t *testing.T) {
 		return false, nil, nil
 	})
 	h.notice(t0.Add(60 * time.Second))
-	h.a.syncPod(h.ctx, "ns/leaving")
+	h.a.exec.SyncPod(h.ctx, "ns/leaving")
 	for i := 0; i < 200 && len(h.deletes()) < 2; i++ {
-		h.clock.Step(h.a.syncPod(h.ctx, "ns/pdb"))
+		h.clock.Step(h.a.exec.SyncPod(h.ctx, "ns/pdb"))
 	}
 	want := []string{"patch status leaving", "delete  leaving", "patch status pdb", "delete  pdb"}
 	if !slices.Equal(order, want) {
@@ -378,7 +342,7 @@ func TestDisruptionTargetBeforeDeleting(t *testing.T) {
 	// A dry run patches nothing.
 	d := newHarness(t, func(c *Config) { c.DryRun = true }, testNode(), leaving)
 	d.notice(t0.Add(60 * time.Second))
-	d.a.syncPod(d.ctx, "ns/leaving")
+	d.a.exec.SyncPod(d.ctx, "ns/leaving")
 	if n := len(d.actions("patch", "pods", "status")); n != 0 {
 		t.Errorf("dry run patched %d pod statuses", n)
 	}
@@ -390,10 +354,10 @@ func TestDisruptionTargetBeforeDeleting(t *testing.T) {
 func TestPDBRefusalsAndTheBlockedGauge(t *testing.T) {
 	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "p", errors.New("the disruption budget forbids it"))
 	forbidden.ErrStatus.Details.Causes = append(forbidden.ErrStatus.Details.Causes, metav1.StatusCause{Type: policyv1.DisruptionBudgetCause})
-	if !isPDBRefusal(forbidden) {
+	if !evict.IsPDBRefusal(forbidden) {
 		t.Error("a 403 with the DisruptionBudget cause is not read as a budget's refusal")
 	}
-	if isPDBRefusal(apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "p", errors.New("RBAC"))) {
+	if evict.IsPDBRefusal(apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "p", errors.New("RBAC"))) {
 		t.Error("a plain 403 read as a budget's refusal")
 	}
 
@@ -404,7 +368,7 @@ func TestPDBRefusalsAndTheBlockedGauge(t *testing.T) {
 		return a.GetSubresource() == "eviction", nil, forbidden
 	})
 	h.step()
-	h.a.syncPod(h.ctx, "ns/p")
+	h.a.exec.SyncPod(h.ctx, "ns/p")
 	if got := testutil.ToFloat64(h.a.metrics.BlockedPods); got != 1 {
 		t.Fatalf("blocked pods = %v after a 403 DisruptionBudget refusal, want 1", got)
 	}
@@ -415,7 +379,7 @@ func TestPDBRefusalsAndTheBlockedGauge(t *testing.T) {
 	}
 	h.syncStores()
 	h.step()
-	h.a.syncPod(h.ctx, "ns/p")
+	h.a.exec.SyncPod(h.ctx, "ns/p")
 	if got := testutil.ToFloat64(h.a.metrics.BlockedPods); got != 0 {
 		t.Errorf("blocked pods = %v once the pod's plan became a skip, want 0", got)
 	}
@@ -521,14 +485,14 @@ func TestPlanWhatIfFutureTimeAdded(t *testing.T) {
 func TestDeadlineMovingEarlierDoesNotEvictTwice(t *testing.T) {
 	h := newHarness(t, nil, testNode(), testPod("p", 5))
 	h.notice(t0.Add(60 * time.Second))
-	h.a.syncPod(h.ctx, "ns/p")
+	h.a.exec.SyncPod(h.ctx, "ns/p")
 	if len(h.evictions()) != 1 {
 		t.Fatalf("evictions = %d, want 1", len(h.evictions()))
 	}
 	h.prov.Set(providerNotice("spot-1", t0.Add(50*time.Second)))
-	h.a.pollOnce(h.ctx) // not h.step: the informer has not seen the eviction yet
-	h.a.reconcile(h.ctx)
-	h.a.syncPod(h.ctx, "ns/p")
+	h.a.intr.PollOnce(h.ctx) // not h.step: the informer has not seen the eviction yet
+	h.reconcile()
+	h.a.exec.SyncPod(h.ctx, "ns/p")
 	if n := len(h.evictions()); n != 1 {
 		t.Errorf("evictions = %d after the deadline moved earlier, want still 1", n)
 	}

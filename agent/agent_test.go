@@ -7,11 +7,15 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/reprieve-dev/reprieve/agent/evict"
 	"github.com/reprieve-dev/reprieve/agent/plan"
 
+	"github.com/reprieve-dev/reprieve/agent/record"
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -21,7 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/tools/record"
+	k8srecord "k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/reprieve-dev/reprieve/providers"
@@ -36,9 +40,12 @@ type harness struct {
 	client *fake.Clientset
 	clock  *clocktesting.FakeClock
 	prov   *providertest.Fake
-	events *record.FakeRecorder
+	events *k8srecord.FakeRecorder
 	ctx    context.Context
 	src    *scriptedSource
+	cfg    Config
+	// reg, when set before build, is the agent's metrics registry.
+	reg *prometheus.Registry
 }
 
 const nodeName = "n1"
@@ -63,20 +70,40 @@ func newHarness(t *testing.T, mutate func(*Config), objs ...runtime.Object) *har
 	client := fake.NewClientset(objs...)
 	clk := clocktesting.NewFakeClock(t0)
 	prov := providertest.New("aws")
-	events := record.NewFakeRecorder(1000)
+	events := k8srecord.NewFakeRecorder(1000)
 	src := &scriptedSource{}
-	a, err := New(cfg, Deps{Client: client, Provider: prov, Clock: clk, Recorder: events, PressureSource: src})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The fake clientset serves EvictV1 through its reactors (postEviction needs a real REST
-	// client).
-	a.evictFn = func(ctx context.Context, ev *policyv1.Eviction) error {
-		return client.CoreV1().Pods(ev.Namespace).EvictV1(ctx, ev)
-	}
-	h := &harness{t: t, a: a, client: client, clock: clk, prov: prov, events: events, ctx: context.Background(), src: src}
-	h.syncStores()
+	h := &harness{t: t, client: client, clock: clk, prov: prov, events: events, ctx: context.Background(), src: src, cfg: cfg}
+	h.build(prov)
 	return h
+}
+
+// build (re)creates the agent with provider p, on the harness's client, clock and recorder.
+func (h *harness) build(p providers.Provider) {
+	h.t.Helper()
+	deps := Deps{Client: h.client, Provider: p, Clock: h.clock, Recorder: h.events, PressureSource: h.src,
+		// The fake clientset serves EvictV1 through its reactors (postEviction needs a real
+		// REST client).
+		Evict: func(ctx context.Context, ev *policyv1.Eviction) error {
+			return h.client.CoreV1().Pods(ev.Namespace).EvictV1(ctx, ev)
+		}}
+	if h.reg != nil {
+		deps.Registerer, deps.Gatherer = h.reg, h.reg
+	}
+	a, err := New(h.cfg, deps)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.a = a
+	h.syncStores()
+}
+
+// reconcile is one reconcile and the node write it asks for, as the agent's loops do them.
+func (h *harness) reconcile() {
+	h.t.Helper()
+	h.a.intr.Reconcile(h.ctx)
+	if err := h.a.writer.Sync(h.ctx); err != nil {
+		h.t.Logf("node write: %v", err)
+	}
 }
 
 // syncStores copies the fake API's objects into the informers' stores, as the watches would.
@@ -112,8 +139,8 @@ func (h *harness) notice(deadline time.Time) {
 }
 
 func (h *harness) step() {
-	h.a.pollOnce(h.ctx)
-	h.a.reconcile(h.ctx)
+	h.a.intr.PollOnce(h.ctx)
+	h.reconcile()
 	h.syncStores()
 }
 
@@ -233,14 +260,29 @@ func TestReconcileTaintsThenUndoes(t *testing.T) {
 func TestPollErrorKeepsState(t *testing.T) {
 	h := newHarness(t, nil, testNode())
 	h.notice(t0.Add(time.Minute))
-	h.a.provider = failing{}
+	h.build(failing{})
 	h.step()
-	if v := h.a.currentView(); !v.window.Deadline.Equal(t0.Add(time.Minute)) {
-		t.Fatalf("a failed poll lost the deadline: %v", v.window.Deadline)
+	if v := h.a.exec.View(); !v.Window.Deadline.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("a failed poll lost the deadline: %v", v.Window.Deadline)
 	}
 	if len(h.node().Spec.Taints) != 1 {
 		t.Fatalf("a failed poll removed the taint: %+v", h.node().Spec.Taints)
 	}
+}
+
+// switchable is a provider whose behaviour a test changes while the agent keeps its state.
+type switchable struct {
+	mu sync.Mutex
+	p  providers.Provider
+}
+
+func (s *switchable) set(p providers.Provider) { s.mu.Lock(); s.p = p; s.mu.Unlock() }
+func (s *switchable) Name() string             { return "aws" }
+func (s *switchable) Poll(ctx context.Context) ([]providers.Notice, error) {
+	s.mu.Lock()
+	p := s.p
+	s.mu.Unlock()
+	return p.Poll(ctx)
 }
 
 type failing struct{}
@@ -261,19 +303,19 @@ func TestEvictionSchedule(t *testing.T) {
 	)
 	h.notice(deadline)
 
-	if d := h.a.syncPod(h.ctx, "ns/now"); d != 0 {
+	if d := h.a.exec.SyncPod(h.ctx, "ns/now"); d != 0 {
 		t.Errorf("untolerated pod: requeue %v, want evicted now", d)
 	}
-	if d := h.a.syncPod(h.ctx, "ns/tol20"); d != 20*time.Second {
+	if d := h.a.exec.SyncPod(h.ctx, "ns/tol20"); d != 20*time.Second {
 		t.Errorf("tolerating 20s: requeue %v, want 20s", d)
 	}
-	if d := h.a.syncPod(h.ctx, "ns/tol600"); d != 45*time.Second-plan.EvictionLead {
+	if d := h.a.exec.SyncPod(h.ctx, "ns/tol600"); d != 45*time.Second-plan.EvictionLead {
 		t.Errorf("tolerating 600s with grace 10: requeue %v, want latest (45s) less the lead", d)
 	}
-	if d := h.a.syncPod(h.ctx, "ns/forever"); d != 0 {
+	if d := h.a.exec.SyncPod(h.ctx, "ns/forever"); d != 0 {
 		t.Errorf("forever: requeue %v", d)
 	}
-	if d := h.a.syncPod(h.ctx, "ns/slow"); d != 0 {
+	if d := h.a.exec.SyncPod(h.ctx, "ns/slow"); d != 0 {
 		t.Errorf("slow: requeue %v", d)
 	}
 	evs := h.evictions()
@@ -294,18 +336,18 @@ func TestEvictionSchedule(t *testing.T) {
 	// The deadline-bound pod fires evictionLead before its latest start; even when the queue
 	// wakes 20 ms late it keeps its whole 10 s grace.
 	h.clock.SetTime(t0.Add(45*time.Second - plan.EvictionLead + 20*time.Millisecond))
-	if d := h.a.syncPod(h.ctx, "ns/tol600"); d != 0 {
+	if d := h.a.exec.SyncPod(h.ctx, "ns/tol600"); d != 0 {
 		t.Fatalf("tol600 not evicted at its time: requeue %v", d)
 	}
 	if evs := h.evictions(); *evs[len(evs)-1].DeleteOptions.GracePeriodSeconds != 10 {
 		t.Errorf("tol600: grace %d, want its full 10", *evs[len(evs)-1].DeleteOptions.GracePeriodSeconds)
 	}
 	h.clock.SetTime(t0.Add(20 * time.Second))
-	if d := h.a.syncPod(h.ctx, "ns/tol20"); d != 0 || len(h.evictions()) != 4 {
+	if d := h.a.exec.SyncPod(h.ctx, "ns/tol20"); d != 0 || len(h.evictions()) != 4 {
 		t.Errorf("tolerating 20s: not evicted at its time (requeue %v, %d evictions)", d, len(h.evictions()))
 	}
 	// An evicted pod is never evicted twice, even before its deletionTimestamp shows up.
-	if h.a.syncPod(h.ctx, "ns/now"); len(h.evictions()) != 4 {
+	if h.a.exec.SyncPod(h.ctx, "ns/now"); len(h.evictions()) != 4 {
 		t.Errorf("a pod was evicted twice")
 	}
 }
@@ -324,7 +366,7 @@ func TestPDBBlockedEvictionFallsBackToDeleteAtLatest(t *testing.T) {
 
 	var delays []time.Duration
 	for i := 0; i < 200 && len(h.deletes()) == 0; i++ {
-		d := h.a.syncPod(h.ctx, "ns/pdb")
+		d := h.a.exec.SyncPod(h.ctx, "ns/pdb")
 		if d == 0 {
 			break
 		}
@@ -335,7 +377,7 @@ func TestPDBBlockedEvictionFallsBackToDeleteAtLatest(t *testing.T) {
 		t.Errorf("backoff = %v, want 100ms doubling", delays)
 	}
 	for _, d := range delays {
-		if d > evictionBackoffMax {
+		if d > evict.EvictionBackoffMax {
 			t.Errorf("backoff %v over the cap", d)
 		}
 	}
@@ -367,11 +409,11 @@ func TestFailingForcedDeleteBacksOff(t *testing.T) {
 	h.notice(deadline)
 	forceAt := deadline.Add(-5*time.Second - 5*time.Second - plan.EvictionLead)
 	for i := 0; i < 200 && h.clock.Now().Before(forceAt); i++ {
-		h.clock.Step(h.a.syncPod(h.ctx, "ns/p"))
+		h.clock.Step(h.a.exec.SyncPod(h.ctx, "ns/p"))
 	}
 	var delays []time.Duration
 	for range 6 {
-		d := h.a.syncPod(h.ctx, "ns/p")
+		d := h.a.exec.SyncPod(h.ctx, "ns/p")
 		delays = append(delays, d)
 		h.clock.Step(d)
 	}
@@ -397,7 +439,7 @@ func TestWithoutDeadlinePDBsAreAlwaysRespected(t *testing.T) {
 	})
 	h.step()
 	for range 50 {
-		d := h.a.syncPod(h.ctx, "ns/pdb")
+		d := h.a.exec.SyncPod(h.ctx, "ns/pdb")
 		if d == 0 {
 			t.Fatal("gave up retrying")
 		}
@@ -413,8 +455,8 @@ func TestTerminatingPodIsShortenedOnce(t *testing.T) {
 	p.DeletionTimestamp = &metav1.Time{Time: t0.Add(300 * time.Second)}
 	h := newHarness(t, nil, testNode(), p)
 	h.notice(t0.Add(60 * time.Second))
-	h.a.syncPod(h.ctx, "ns/kcm-deleted")
-	h.a.syncPod(h.ctx, "ns/kcm-deleted")
+	h.a.exec.SyncPod(h.ctx, "ns/kcm-deleted")
+	h.a.exec.SyncPod(h.ctx, "ns/kcm-deleted")
 	dels := h.deletes()
 	if len(dels) != 1 {
 		t.Fatalf("deletes = %d, want exactly 1", len(dels))
@@ -433,7 +475,7 @@ func TestRestartReplansFromTimeAdded(t *testing.T) {
 	h := newHarness(t, nil, testNode(v1.Taint{Key: "cloud", Value: "spot", Effect: v1.TaintEffectNoExecute, TimeAdded: &added}),
 		testPod("tol30", 5, spotToleration(secs(30))))
 	h.notice(t0.Add(2 * time.Minute))
-	if d := h.a.syncPod(h.ctx, "ns/tol30"); d != 10*time.Second {
+	if d := h.a.exec.SyncPod(h.ctx, "ns/tol30"); d != 10*time.Second {
 		t.Errorf("requeue %v, want 10s (30s from the existing timeAdded)", d)
 	}
 	if ta := h.node().Spec.Taints[0].TimeAdded; !ta.Equal(&added) {
@@ -447,7 +489,7 @@ func TestTaintWithoutTimeAddedIsAnchoredWhenFirstSeen(t *testing.T) {
 	h.step()
 	h.clock.Step(10 * time.Second)
 	h.step()
-	if d := h.a.syncPod(h.ctx, "ns/tol30"); d != 20*time.Second {
+	if d := h.a.exec.SyncPod(h.ctx, "ns/tol30"); d != 20*time.Second {
 		t.Errorf("requeue %v, want 20s: the countdown runs from when the taint was first seen", d)
 	}
 }
@@ -455,14 +497,14 @@ func TestTaintWithoutTimeAddedIsAnchoredWhenFirstSeen(t *testing.T) {
 func TestDryRunChangesNothing(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.DryRun = true }, testNode(), testPod("now", 10))
 	h.notice(t0.Add(time.Minute))
-	h.a.syncPod(h.ctx, "ns/now")
+	h.a.exec.SyncPod(h.ctx, "ns/now")
 	for _, a := range h.client.Actions() {
 		if a.GetVerb() != "get" && a.GetVerb() != "list" && a.GetVerb() != "watch" {
 			t.Errorf("dry run wrote: %s %s/%s", a.GetVerb(), a.GetResource().Resource, a.GetSubresource())
 		}
 	}
 	// It still plans as if the taint were there.
-	if v := h.a.currentView(); len(v.taints) != 1 || !v.window.HasDeadline() {
+	if v := h.a.exec.View(); len(v.Taints) != 1 || !v.Window.HasDeadline() {
 		t.Errorf("dry-run view = %+v", v)
 	}
 }
@@ -470,7 +512,7 @@ func TestDryRunChangesNothing(t *testing.T) {
 func TestNewPodOfTheSameNameStartsAfresh(t *testing.T) {
 	h := newHarness(t, nil, testNode(), testPod("p", 5))
 	h.notice(t0.Add(time.Minute))
-	h.a.syncPod(h.ctx, "ns/p")
+	h.a.exec.SyncPod(h.ctx, "ns/p")
 	if len(h.evictions()) != 1 {
 		t.Fatal("not evicted")
 	}
@@ -480,7 +522,7 @@ func TestNewPodOfTheSameNameStartsAfresh(t *testing.T) {
 	if err := h.a.podFactory.Core().V1().Pods().Informer().GetIndexer().Update(np); err != nil {
 		t.Fatal(err)
 	}
-	h.a.syncPod(h.ctx, "ns/p")
+	h.a.exec.SyncPod(h.ctx, "ns/p")
 	evs := h.evictions()
 	if len(evs) != 2 || *evs[1].DeleteOptions.Preconditions.UID != "uid-new" {
 		t.Fatalf("the new pod was not evicted with its own UID: %d evictions", len(evs))
@@ -499,8 +541,8 @@ func TestNodeWriteRetriesOnConflict(t *testing.T) {
 	})
 	before := len(h.client.Actions())
 	h.prov.Set(providers.Notice{Provider: "aws", Kind: providers.KindSpotInterruption, ID: "spot-1", Deadline: t0.Add(time.Minute)})
-	h.a.pollOnce(h.ctx)
-	h.a.reconcile(h.ctx)
+	h.a.intr.PollOnce(h.ctx)
+	h.reconcile()
 	var verbs []string
 	for _, a := range h.client.Actions()[before:] {
 		verbs = append(verbs, a.GetVerb())
@@ -517,7 +559,7 @@ func TestNodeWriteRetriesOnConflict(t *testing.T) {
 	if len(h.actions("patch", "nodes", "")) != 3 {
 		t.Errorf("patches = %d, want 3 (two conflicts, then success)", len(h.actions("patch", "nodes", "")))
 	}
-	if !hasTaint(h.node().Spec.Taints, h.a.taints.Interruption) {
+	if !record.HasTaint(h.node().Spec.Taints, h.a.taints.Interruption) {
 		t.Error("taint not written after the conflicts")
 	}
 }
@@ -549,10 +591,10 @@ func TestStaleCacheDoesNotRepatch(t *testing.T) {
 		return true, out, h.client.Tracker().Update(schema.GroupVersionResource{Version: "v1", Resource: "nodes"}, out, "")
 	})
 	h.prov.Set(providers.Notice{Provider: "aws", Kind: providers.KindSpotInterruption, ID: "spot-1", Deadline: t0.Add(time.Minute)})
-	h.a.pollOnce(h.ctx)
+	h.a.intr.PollOnce(h.ctx)
 	gets := len(h.actions("get", "nodes", ""))
 	for range 3 {
-		h.a.reconcile(h.ctx) // the informer's copy stays at resourceVersion 10
+		h.reconcile() // the informer's copy stays at resourceVersion 10
 		h.clock.Step(time.Second)
 	}
 	if n := len(h.actions("patch", "nodes", "")); n != 1 {
@@ -568,7 +610,7 @@ func TestStaleCacheDoesNotRepatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.syncStores()
-	h.a.reconcile(h.ctx)
+	h.reconcile()
 	if n := len(h.actions("patch", "nodes", "")); n != 2 {
 		t.Errorf("patches = %d after the cache caught up without the taint, want 2 (the taint restored)", n)
 	}
@@ -601,22 +643,30 @@ func (w *watchingProvider) Approve(_ context.Context, n providers.Notice) error 
 func TestWatchingProviderReachesTheNodeWithoutATick(t *testing.T) {
 	h := newHarness(t, nil, testNode())
 	wp := &watchingProvider{Fake: h.prov, push: make(chan []providers.Notice), approved: make(chan providers.Notice, 1)}
-	h.a.provider = wp
+	h.build(wp)
 	ctx, cancel := context.WithCancel(h.ctx)
 	defer cancel()
 	done := make(chan struct{})
-	go func() { h.a.watch(ctx, wp); close(done) }()
+	go func() { h.a.intr.Run(ctx); close(done) }()
+	go h.a.writer.Run(ctx)
+	w, err := h.client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	wp.push <- []providers.Notice{{Provider: "gcp", Kind: providers.KindPreemption, ID: "p", Deadline: t0.Add(30 * time.Second)}}
-	// The update signals the node loop at once; no clock step is needed.
-	select {
-	case <-h.a.nodeChanged:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the watch update did not wake the node loop")
+	// The update wakes the reconcile at once, and the writer writes: no clock step is needed.
+	timeout := time.After(10 * time.Second)
+	for tainted := false; !tainted; {
+		select {
+		case ev := <-w.ResultChan():
+			if n, ok := ev.Object.(*v1.Node); ok && record.HasTaint(n.Spec.Taints, h.a.taints.Interruption) {
+				tainted = true
+			}
+		case <-timeout:
+			t.Fatal("no taint after the watched notice without a clock step")
+		}
 	}
-	h.a.reconcile(h.ctx)
-	if !hasTaint(h.node().Spec.Taints, h.a.taints.Interruption) {
-		t.Fatal("no taint after the watched notice")
-	}
+	w.Stop()
 	cancel()
 	<-done
 }
@@ -624,20 +674,20 @@ func TestWatchingProviderReachesTheNodeWithoutATick(t *testing.T) {
 func TestApproveOnceDrained(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.ApproveEvents = true }, testNode(), testPod("p", 5))
 	wp := &watchingProvider{Fake: h.prov, approved: make(chan providers.Notice, 1)}
-	h.a.provider = wp
+	h.build(wp)
 	h.prov.Set(providers.Notice{Provider: "azure", Kind: providers.KindPreemption, ID: "evt-1", Deadline: t0.Add(time.Minute)})
 	h.step()
-	h.a.maybeApprove(h.ctx)
+	h.a.intr.ApproveOnce(h.ctx)
 	if len(wp.approved) != 0 {
 		t.Fatal("approved while a pod is still to be evicted")
 	}
-	h.a.syncPod(h.ctx, "ns/p")
+	h.a.exec.SyncPod(h.ctx, "ns/p")
 	if err := h.client.CoreV1().Pods("ns").Delete(h.ctx, "p", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	h.syncStores()
-	h.a.maybeApprove(h.ctx)
-	h.a.maybeApprove(h.ctx)
+	h.a.intr.ApproveOnce(h.ctx)
+	h.a.intr.ApproveOnce(h.ctx)
 	if len(wp.approved) != 1 {
 		t.Fatalf("approvals = %d, want exactly 1", len(wp.approved))
 	}
@@ -652,10 +702,10 @@ func TestApproveOnceDrained(t *testing.T) {
 func TestNoApprovalUnlessEnabled(t *testing.T) {
 	h := newHarness(t, nil, testNode())
 	wp := &watchingProvider{Fake: h.prov, approved: make(chan providers.Notice, 1)}
-	h.a.provider = wp
+	h.build(wp)
 	h.prov.Set(providers.Notice{Provider: "azure", Kind: providers.KindPreemption, ID: "evt-1", Deadline: t0.Add(time.Minute)})
 	h.step()
-	h.a.maybeApprove(h.ctx)
+	h.a.intr.ApproveOnce(h.ctx)
 	if len(wp.approved) != 0 {
 		t.Fatal("approved without --azure-approve-events")
 	}

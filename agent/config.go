@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/record"
+
 	"github.com/spf13/pflag"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -26,12 +28,15 @@ import (
 const (
 	// AnnotationReclaimDeadline holds the reclaim deadline (RFC 3339) while an interruption is
 	// pending. With --provider none it is the input: an operator sets it to start the handling.
-	AnnotationReclaimDeadline = "reprieve.io/reclaim-deadline"
+	AnnotationReclaimDeadline = record.AnnotationReclaimDeadline
 	// AnnotationOwned records which taints, labels and annotations reprieve added, so that it
 	// removes only those when a notice goes away.
-	AnnotationOwned = "reprieve.io/owned"
+	AnnotationOwned = record.AnnotationOwned
+	// AnnotationInterruption holds the interruption record: every notice in force with its
+	// source and when it was first seen, which a new agent process resumes.
+	AnnotationInterruption = record.AnnotationInterruption
 	// LabelExcludeFromLB takes the node out of external load balancers while it is going away.
-	LabelExcludeFromLB = v1.LabelNodeExcludeBalancers
+	LabelExcludeFromLB = record.LabelExcludeFromLB
 )
 
 // Config is everything the agent is told on its command line.

@@ -2,6 +2,8 @@ package agent
 
 import (
 	"testing"
+
+	"github.com/reprieve-dev/reprieve/agent/evict"
 )
 
 // FuzzParseTaint: a taint that parses is one the API server accepts, and printing it back gives
@@ -18,9 +20,9 @@ func FuzzParseTaint(f *testing.F) {
 		if taint.Key == "" {
 			t.Errorf("%q parsed with an empty key", s)
 		}
-		again, err := ParseTaint(taintString(taint))
+		again, err := ParseTaint(evict.TaintString(taint))
 		if err != nil || again != taint {
-			t.Errorf("%q parsed to %+v, printed as %q, parsed again to %+v, %v", s, taint, taintString(taint), again, err)
+			t.Errorf("%q parsed to %+v, printed as %q, parsed again to %+v, %v", s, taint, evict.TaintString(taint), again, err)
 		}
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/evict"
 	"github.com/reprieve-dev/reprieve/agent/metrics"
 
 	"github.com/reprieve-dev/reprieve/agent/plan"
@@ -37,13 +38,13 @@ func TestGuardDownFallsBackToNodeBoundDelete(t *testing.T) {
 
 	var deletedAt time.Time
 	for i := 0; i < 500 && deletedAt.IsZero(); i++ {
-		d := h.a.syncPod(h.ctx, "ns/p")
+		d := h.a.exec.SyncPod(h.ctx, "ns/p")
 		if len(h.deletes()) > 0 {
 			deletedAt = h.clock.Now()
 			break
 		}
-		if d <= 0 || d > failureBackoffMax {
-			t.Fatalf("at %v the agent waits %v before retrying; want a wait in (0, %v]", h.clock.Now().Sub(t0), d, failureBackoffMax)
+		if d <= 0 || d > evict.FailureBackoffMax {
+			t.Fatalf("at %v the agent waits %v before retrying; want a wait in (0, %v]", h.clock.Now().Sub(t0), d, evict.FailureBackoffMax)
 		}
 		h.clock.Step(d)
 	}
@@ -84,7 +85,7 @@ func TestGuardDownFallsBackToNodeBoundDelete(t *testing.T) {
 	}
 	// Done: nothing more is sent for the pod.
 	h.syncStores()
-	if d := h.a.syncPod(h.ctx, "ns/p"); d != 0 || len(h.deletes()) != 1 || len(h.evictions()) != len(evs) {
+	if d := h.a.exec.SyncPod(h.ctx, "ns/p"); d != 0 || len(h.deletes()) != 1 || len(h.evictions()) != len(evs) {
 		t.Errorf("after the delete: next look in %v, %d deletes, %d evictions; want nothing more", d, len(h.deletes()), len(h.evictions()))
 	}
 }

@@ -33,3 +33,5 @@ func pod(tolerations ...v1.Toleration) *v1.Pod {
 }
 
 func withGrace(p *v1.Pod, s int64) *v1.Pod { p.Spec.TerminationGracePeriodSeconds = &s; return p }
+
+func ptr[T any](v T) *T { return &v }

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/reprieve-dev/reprieve/agent/events"
-	"github.com/reprieve-dev/reprieve/agent/metrics"
 
 	"github.com/reprieve-dev/reprieve/providers"
 
@@ -42,7 +41,7 @@ func TestEventsThroughAnInterruption(t *testing.T) {
 		}
 	}
 	for _, key := range []string{"ns/now", "ns/later", "ns/slow", "ns/pdb"} {
-		h.a.syncPod(h.ctx, key)
+		h.a.exec.SyncPod(h.ctx, key)
 	}
 	ev = h.drainEvents()
 	for _, want := range []string{
@@ -60,7 +59,7 @@ func TestEventsThroughAnInterruption(t *testing.T) {
 	}
 	// The blocked pod is retried until latest, then deleted.
 	for i := 0; i < 200; i++ {
-		d := h.a.syncPod(h.ctx, "ns/pdb")
+		d := h.a.exec.SyncPod(h.ctx, "ns/pdb")
 		if d == 0 {
 			break
 		}
@@ -88,8 +87,8 @@ func TestWindowSummaryCountsMissedPods(t *testing.T) {
 	deadline := t0.Add(60 * time.Second)
 	h := newHarness(t, nil, testNode(), testPod("gone", 5), testPod("stuck", 5))
 	h.notice(deadline)
-	h.a.syncPod(h.ctx, "ns/gone")
-	h.a.syncPod(h.ctx, "ns/stuck")
+	h.a.exec.SyncPod(h.ctx, "ns/gone")
+	h.a.exec.SyncPod(h.ctx, "ns/stuck")
 	// "gone" finishes; "stuck" is evicted but never ends (a finalizer, a hung kubelet).
 	if err := h.client.CoreV1().Pods("ns").Delete(h.ctx, "gone", metav1DeleteNow()); err != nil {
 		t.Fatal(err)
@@ -141,14 +140,11 @@ func TestDryRunAnnouncesTheTaintOnce(t *testing.T) {
 func TestMetricsGolden(t *testing.T) {
 	h := newHarness(t, nil, testNode(), testPod("now", 10))
 	reg := prometheus.NewPedanticRegistry()
-	m, err := metrics.New(reg, "aws")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.a.metrics = m
+	h.reg = reg
+	h.build(h.prov)
 	h.clock.SetTime(t0.Add(1500 * time.Millisecond))
 	h.notice(t0.Add(2 * time.Minute))
-	h.a.syncPod(h.ctx, "ns/now")
+	h.a.exec.SyncPod(h.ctx, "ns/now")
 
 	const want = `
 # HELP reprieve_evictions_requests_total Eviction and delete requests, by result.

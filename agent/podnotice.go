@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/evict"
+
 	"github.com/reprieve-dev/reprieve/agent/events"
 
 	"github.com/reprieve-dev/reprieve/agent/plan"
@@ -109,16 +111,10 @@ func newPodNotifier(cfg Config, client kubernetes.Interface, pods corelisters.Po
 	}
 }
 
-// warnPod records what pod should carry under plan and the window; the eviction loop calls it
-// for every pod it plans. It returns at once.
-func (a *Agent) warnPod(pod *v1.Pod, pl plan.Plan, w plan.Window) {
-	if a.podNotice == nil {
-		return
-	}
-	a.mu.Lock()
-	n := a.drain.notice
-	a.mu.Unlock()
-	a.podNotice.set(pod, warningFor(pl, w, n))
+// Warn records what pod should carry under its plan and the window (evict.Warner); the
+// eviction executor calls it for every pod it plans. It returns at once.
+func (n *podNotifier) Warn(pod *v1.Pod, pl plan.Plan, w plan.Window, notice *providers.Notice) {
+	n.set(pod, warningFor(pl, w, notice))
 }
 
 // warningFor is the warning a pod planned as plan should carry: pods reprieve will evict, and
@@ -243,7 +239,7 @@ func (n *podNotifier) sync(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	rctx, cancel := context.WithTimeout(ctx, evict.RequestTimeout)
 	defer cancel()
 	_, err = n.client.CoreV1().Pods(ns).Patch(rctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 	switch {

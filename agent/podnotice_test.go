@@ -89,7 +89,7 @@ func (h *harness) pod(name string) *v1.Pod {
 // syncAll runs the eviction loop once over every pod, as enqueueAll would.
 func (h *harness) syncAll(names ...string) {
 	for _, n := range names {
-		h.a.syncPod(h.ctx, "ns/"+n)
+		h.a.exec.SyncPod(h.ctx, "ns/"+n)
 	}
 }
 

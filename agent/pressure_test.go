@@ -14,6 +14,7 @@ import (
 
 	"github.com/reprieve-dev/reprieve/agent/plan"
 
+	"github.com/reprieve-dev/reprieve/agent/record"
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -65,8 +66,8 @@ func pressurePod(name string, grace int64, mutate ...func(*v1.Pod)) *v1.Pod {
 func (h *harness) observe(availMi int64) {
 	h.clock.Step(time.Second)
 	h.src.memory(availMi)
-	h.a.observePressure(h.ctx)
-	h.a.reconcile(h.ctx)
+	h.a.pressure.Observe(h.ctx)
+	h.reconcile()
 	h.syncStores()
 }
 
@@ -174,8 +175,8 @@ func TestPressureReadErrorKeepsState(t *testing.T) {
 	h.src.sample, h.src.err = kubelet.Sample{}, errors.New("reading /host/proc/meminfo: permission denied")
 	for range 40 {
 		h.clock.Step(time.Second)
-		h.a.observePressure(h.ctx)
-		h.a.reconcile(h.ctx)
+		h.a.pressure.Observe(h.ctx)
+		h.reconcile()
 		h.syncStores()
 	}
 	if !h.hasPressureTaint() {
@@ -198,7 +199,7 @@ func TestPressureTaintSurvivesRestart(t *testing.T) {
 	if err := h.a.startPressure(h.ctx); err != nil {
 		t.Fatal(err)
 	}
-	h.a.reconcile(h.ctx)
+	h.reconcile()
 	h.syncStores()
 	if !h.hasPressureTaint() {
 		t.Fatal("restart removed the pressure taint at once")
@@ -268,8 +269,8 @@ func TestDiskPressureEvictsOnlyWithDedicatedImageFs(t *testing.T) {
 		for i, gi := range []int64{30, 25, 19, 15, 12} {
 			h.clock.Step(time.Second)
 			h.src.sample, h.src.err = diskSample(gi, dedicated), nil
-			h.a.observePressure(h.ctx)
-			h.a.reconcile(h.ctx)
+			h.a.pressure.Observe(h.ctx)
+			h.reconcile()
 			h.syncStores()
 			_ = i
 		}
@@ -376,7 +377,7 @@ func TestBadKubeletConfigTurnsPressureOffOnly(t *testing.T) {
 		t.Fatalf("no %s event in %s", events.ReasonPressureDisabled, evs)
 	}
 	h.notice(t0.Add(2 * time.Minute))
-	if !hasTaint(h.node().Spec.Taints, h.a.taints.Interruption) {
+	if !record.HasTaint(h.node().Spec.Taints, h.a.taints.Interruption) {
 		t.Fatal("the interruption taint is missing: a bad kubelet config stopped more than pressure handling")
 	}
 }

@@ -24,7 +24,7 @@ func (p *slowProvider) Ready() error { return p.err }
 func TestProviderReadiness(t *testing.T) {
 	h := newHarness(t, nil, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}})
 	slow := &slowProvider{Fake: h.prov, err: errors.New("azure: the first Scheduled Events call is still outstanding")}
-	h.a.provider = slow
+	h.build(slow)
 	h.a.ready.Store(true)
 	if h.a.Ready() {
 		t.Error("Ready while the provider's first call is outstanding")

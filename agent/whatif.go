@@ -7,6 +7,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/evict"
+	"github.com/reprieve-dev/reprieve/agent/record"
+
 	"github.com/reprieve-dev/reprieve/agent/plan"
 
 	v1 "k8s.io/api/core/v1"
@@ -106,13 +109,13 @@ func PlanWhatIf(cfg Config, in WhatIf) NodePlan {
 			Deadline: in.Deadline, NoticeTime: noticeAt, Action: "terminate"}}
 	}
 	intent := plan.Intend(notices, in.Now, cfg.MaintenanceLead, ts)
-	taints := ComputeNodeChange(in.Node, NodeDesire{Intent: intent, Taints: ts,
+	taints := record.ComputeNodeChange(in.Node, record.NodeDesire{Intent: intent, Taints: ts,
 		AddedAt: func(string) time.Time { return noticeAt }}).Taints
 	// As the agent does, a NoExecute taint without timeAdded counts from when it is first seen.
 	var noExecute []v1.Taint
 	onNode := map[string]bool{}
 	for _, t := range in.Node.Spec.Taints {
-		onNode[taintID(t)] = true
+		onNode[record.TaintID(t)] = true
 	}
 	out := NodePlan{Node: in.Node.Name, NoticeTime: noticeAt, SafetyMarginSeconds: cfg.SafetyMargin.Seconds(),
 		FarAhead: len(intent.FarAhead) > 0, NoExecuteTaints: []string{}, Pods: []PodPlan{}}
@@ -122,11 +125,11 @@ func PlanWhatIf(cfg Config, in WhatIf) NodePlan {
 		}
 		// As the agent anchors a taint already on the node: min(timeAdded, first seen). The
 		// imagined notice's own taint keeps its notice time, future or not.
-		if now := in.Now.Truncate(time.Second); t.TimeAdded == nil || (onNode[taintID(t)] && now.Before(t.TimeAdded.Time)) {
+		if now := in.Now.Truncate(time.Second); t.TimeAdded == nil || (onNode[record.TaintID(t)] && now.Before(t.TimeAdded.Time)) {
 			t.TimeAdded = &metav1.Time{Time: now}
 		}
 		noExecute = append(noExecute, t)
-		out.NoExecuteTaints = append(out.NoExecuteTaints, taintString(t)+"@"+t.TimeAdded.UTC().Format(time.RFC3339))
+		out.NoExecuteTaints = append(out.NoExecuteTaints, evict.TaintString(t)+"@"+t.TimeAdded.UTC().Format(time.RFC3339))
 	}
 	w := plan.Window{SafetyMargin: cfg.SafetyMargin}
 	if intent.Interrupting() {
@@ -148,7 +151,7 @@ func PlanWhatIf(cfg Config, in WhatIf) NodePlan {
 			continue
 		}
 		if pl.DueTaint != nil {
-			pp.Taint = taintString(*pl.DueTaint)
+			pp.Taint = evict.TaintString(*pl.DueTaint)
 			pp.Toleration = tolerationOf(pod, pl.DueTaint, cfg.TolerationComparisonOperators)
 		}
 		due, evictAt := pl.Due, pl.EvictAt

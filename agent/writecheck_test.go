@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/reprieve-dev/reprieve/agent/record"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -39,12 +40,12 @@ func TestNodeWriteRefusals(t *testing.T) {
 	h.a.ready.Store(true)
 	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, nodeName, errors.New("no node claim"))
 	r := h.a.refusals
-	r.observe(forbidden)
+	r.Observe(forbidden)
 	if !h.a.Ready() {
 		t.Fatalf("not ready after one refusal of two: %q", h.a.notReady())
 	}
-	r.observe(apierrors.NewTimeoutError("slow", 1))
-	r.observe(forbidden)
+	r.Observe(apierrors.NewTimeoutError("slow", 1))
+	r.Observe(forbidden)
 	if h.a.Ready() {
 		t.Fatal("ready after two refusals in a row (a timeout between them does not count)")
 	}
@@ -57,7 +58,7 @@ func TestNodeWriteRefusals(t *testing.T) {
 	if got := testutil.ToFloat64(h.a.metrics.NodeWriteRefusalsInARow); got != 2 {
 		t.Errorf("reprieve_node_write_refusals_in_a_row = %v, want 2", got)
 	}
-	r.observe(nil)
+	r.Observe(nil)
 	if !h.a.Ready() {
 		t.Errorf("not ready after a write that passed: %q", h.a.notReady())
 	}
@@ -69,7 +70,7 @@ func TestNodeWriteRefusals(t *testing.T) {
 	h0 := newHarness(t, nil, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}})
 	h0.a.ready.Store(true)
 	for range 5 {
-		h0.a.refusals.observe(forbidden)
+		h0.a.refusals.Observe(forbidden)
 	}
 	if !h0.a.Ready() {
 		t.Errorf("--node-write-refusals=0: not ready: %q", h0.a.notReady())
@@ -96,7 +97,7 @@ func TestNodeWriteRefusalsFromTaintWrites(t *testing.T) {
 	if !h.a.Ready() {
 		t.Errorf("not ready after the taint write passed: %q", h.a.notReady())
 	}
-	if !hasTaint(h.node().Spec.Taints, h.a.taints.Interruption) {
+	if !record.HasTaint(h.node().Spec.Taints, h.a.taints.Interruption) {
 		t.Error("the interruption taint is not on the node once writes pass")
 	}
 }
@@ -111,15 +112,25 @@ func TestNodeWriteCheck(t *testing.T) {
 	h.a.ready.Store(true)
 	var refuse atomic.Bool
 	refuse.Store(true)
+	// The API server stores nothing of a dry run (the fake tracker would apply it).
+	h.client.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if pa, ok := a.(k8stesting.PatchActionImpl); ok && len(pa.PatchOptions.DryRun) > 0 && !refuse.Load() {
+			n, err := h.client.Tracker().Get(schema.GroupVersionResource{Version: "v1", Resource: "nodes"}, "", nodeName)
+			return true, n, err
+		}
+		return false, nil, nil
+	})
 	refuseNodePatches(h, &refuse)
 	// A clock of its own: the agent's work queue waits on the harness's clock too, and
-	// HasWaiters must see only this loop's timer.
+	// HasWaiters must see only this loop's timer. The check loop runs on a writer of its own
+	// on that clock, counting into the agent's refusals.
 	clk := clocktesting.NewFakeClock(t0)
-	h.a.clock = clk
+	checker := record.NewWriter(record.WriterOptions{Client: h.client, NodeName: nodeName, Taints: h.a.taints, Clock: clk,
+		Cached: h.a.cachedNode})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan struct{})
-	go func() { defer close(done); h.a.watchNodeWrite(ctx) }()
+	go func() { defer close(done); checker.WatchWrites(ctx, h.a.refusals, h.a.writeProbe) }()
 	// waitTimer waits until the loop sleeps on the fake clock, then moves the clock by d.
 	waitTimer := func(d time.Duration) {
 		t.Helper()
@@ -151,7 +162,7 @@ func TestNodeWriteCheck(t *testing.T) {
 		t.Errorf("not ready after the check passed: %q", h.a.notReady())
 	}
 	refuse.Store(true)
-	waitTimer(writeCheckInterval - time.Second)
+	waitTimer(record.WriteCheckInterval - time.Second)
 	if n := len(h.actions("patch", "nodes", "")); n != 4 {
 		t.Errorf("%d checks before the 10 minutes are up, want 4", n)
 	}
@@ -167,8 +178,12 @@ func TestNodeWriteCheck(t *testing.T) {
 	}
 	for _, p := range patches {
 		pa := p.(k8stesting.PatchActionImpl)
-		if len(pa.PatchOptions.DryRun) != 1 || pa.PatchOptions.DryRun[0] != metav1.DryRunAll || string(pa.Patch) != "{}" {
-			t.Errorf("check patch %q with %+v; want an empty merge patch with dryRun=All", pa.Patch, pa.PatchOptions)
+		// The check carries what an interruption would write (issue 20, case 10: an empty patch
+		// passed a policy that refuses only taint changes), with no resourceVersion precondition.
+		if len(pa.PatchOptions.DryRun) != 1 || pa.PatchOptions.DryRun[0] != metav1.DryRunAll ||
+			!strings.Contains(string(pa.Patch), `"taints":[{"key":"cloud","value":"spot","effect":"NoExecute"`) ||
+			strings.Contains(string(pa.Patch), "resourceVersion") {
+			t.Errorf("check patch %q with %+v; want the interruption's taint change with dryRun=All and no resourceVersion", pa.Patch, pa.PatchOptions)
 		}
 	}
 	if n := h.node(); n.ResourceVersion != "7" || len(n.Annotations) != 0 {

@@ -19,11 +19,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/metrics"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"sigs.k8s.io/yaml"
 
-	"github.com/reprieve-dev/reprieve/agent"
 	"github.com/reprieve-dev/reprieve/providers"
 )
 
@@ -365,9 +366,9 @@ func knownMetrics(t *testing.T) map[string]bool {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	rec := &recordingRegisterer{Registerer: reg}
-	m, err := agent.NewMetrics(rec, "aws")
+	m, err := metrics.New(rec, "aws")
 	if err != nil {
-		t.Fatalf("agent.NewMetrics: %v", err)
+		t.Fatalf("metrics.New: %v", err)
 	}
 	rm, err := providers.NewRequestMetrics(rec, "aws")
 	if err != nil {

@@ -58,6 +58,36 @@ type Notice struct {
 	Action string
 	// Description is free text from the cloud, for logs and events.
 	Description string
+	// Source is the metadata source that raised the notice (a metadata path such as
+	// spot/instance-action), stable across agent processes: only a positive answer of this
+	// source withdraws the notice.
+	Source string
+	// FromFirstSeen is true when Deadline counts from NoticeTime and NoticeTime is when this
+	// process first saw the value (the payload gives no time): a new process must re-anchor it on
+	// the first-seen time the node's record holds (Reanchor), never on its own clock.
+	FromFirstSeen bool
+}
+
+// Reanchor returns n as first seen at firstSeen: when firstSeen is earlier than n.NoticeTime
+// (or n has none), NoticeTime becomes firstSeen and, for a deadline counted from it
+// (FromFirstSeen), the deadline moves with it. A later or zero firstSeen changes nothing.
+func (n Notice) Reanchor(firstSeen time.Time) Notice {
+	if firstSeen.IsZero() || (!n.NoticeTime.IsZero() && !firstSeen.Before(n.NoticeTime)) {
+		return n
+	}
+	if n.FromFirstSeen && !n.NoticeTime.IsZero() && !n.Deadline.IsZero() {
+		n.Deadline = firstSeen.Add(n.Deadline.Sub(n.NoticeTime))
+	}
+	n.NoticeTime = firstSeen
+	return n
+}
+
+// SourceReporter is implemented by providers that read several sources. Answered returns
+// every source of the provider and whether it has given a good answer (a value, or a positive
+// "none" such as a 404 meaning nothing pending) since the provider was created. A source that
+// only failed, or whose first call is still outstanding, is false: unknown, not none.
+type SourceReporter interface {
+	Answered() map[string]bool
 }
 
 // Interrupts reports whether the notice ends the machine's pods at its deadline.

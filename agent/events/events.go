@@ -70,20 +70,29 @@ func NoticeReason(kind providers.Kind) string {
 	return ReasonNoticeReceived
 }
 
-// NewRecorder starts client-go's event broadcaster for the agent. Its correlator aggregates
-// repeated events and its spam filter allows a burst of 25 events per object and reason, then
-// one per five minutes, so that an eviction storm cannot flood the API server with events.
-// The reason is part of the spam key (client-go's default key leaves it out) so that a flood of
-// one kind of event cannot starve another: a flapping notice must not silence the summary.
-func NewRecorder(ctx context.Context, client kubernetes.Interface, node string) (record.EventRecorderLogger, func()) {
-	b := record.NewBroadcaster(record.WithContext(ctx), record.WithCorrelatorOptions(record.CorrelatorOptions{
+// NewBroadcaster returns client-go's event broadcaster for the agent, not yet sending; its
+// recorder (Recorder) can be handed out at once, and StartRecordingToSink starts the sending.
+// Its correlator aggregates repeated events and its spam filter allows a burst of 25 events per
+// object and reason, then one per five minutes, so that an eviction storm cannot flood the API
+// server with events. The reason is part of the spam key (client-go's default key leaves it out)
+// so that a flood of one kind of event cannot starve another: a flapping notice must not silence
+// the summary.
+func NewBroadcaster(ctx context.Context) record.EventBroadcaster {
+	return record.NewBroadcaster(record.WithContext(ctx), record.WithCorrelatorOptions(record.CorrelatorOptions{
 		BurstSize:   25,
 		QPS:         1. / 300,
 		SpamKeyFunc: spamKey,
 	}))
+}
+
+// Recorder is b's recorder of reprieve's events on node.
+func Recorder(b record.EventBroadcaster, node string) record.EventRecorderLogger {
+	return b.NewRecorder(scheme.Scheme, v1.EventSource{Component: "reprieve", Host: node})
+}
+
+// StartRecording sends b's events to the API server through client.
+func StartRecording(b record.EventBroadcaster, client kubernetes.Interface) {
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	rec := b.NewRecorder(scheme.Scheme, v1.EventSource{Component: "reprieve", Host: node})
-	return rec, b.Shutdown
 }
 
 func spamKey(e *v1.Event) string {

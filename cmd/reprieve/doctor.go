@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/pressure"
+
 	"github.com/prometheus/client_golang/prometheus"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -388,7 +390,7 @@ func checkPressure(ctx context.Context, r *doctorReport, cfg agent.Config, clien
 	}
 	levels := thresholds.Levels(sample.Node)
 	for _, l := range levels {
-		f := func(v int64) string { return agent.FormatAmount(l.Signal, v) }
+		f := func(v int64) string { return pressure.FormatAmount(l.Signal, v) }
 		if l.Hard > 0 && l.Threshold <= l.Hard {
 			r.fail(fmt.Sprintf("%s: reprieve's threshold %s is not above the kubelet's hard threshold %s, so the kubelet evicts first", l.Signal, f(l.Threshold), f(l.Hard)),
 				"raise it in --pressure-thresholds, or leave that flag empty to derive thresholds from the kubelet's plus --pressure-headroom")

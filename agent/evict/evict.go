@@ -1,4 +1,4 @@
-package agent
+package evict
 
 import (
 	"context"
@@ -21,17 +21,17 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// requestTimeout bounds one eviction or delete request, so that a hanging API server holds a
+// RequestTimeout bounds one eviction or delete request, so that a hanging API server holds a
 // worker for seconds, not for the whole window.
-const requestTimeout = 5 * time.Second
+const RequestTimeout = 5 * time.Second
 
 // Backoff for evictions that a PodDisruptionBudget blocks (429) or that fail, as karpenter's
 // eviction queue does: 100 ms doubling to 10 s, never past the point where the deadline forces
 // a delete.
 const (
 	evictionBackoffBase = 100 * time.Millisecond
-	evictionBackoffMax  = 10 * time.Second
-	failureBackoffMax   = time.Second
+	EvictionBackoffMax  = 10 * time.Second
+	FailureBackoffMax   = time.Second
 	// deleteBackoffMax caps the retries of a delete past the latest eviction time: every
 	// moment lost there comes off the pod's grace, but a dead API server must not get ten
 	// requests a second per pod (nor the log ten errors).
@@ -40,6 +40,7 @@ const (
 
 // podState is what the eviction loop remembers about one pod during one drain (see drain).
 type podState struct {
+	key       podKey
 	uid       types.UID
 	drain     *drain // the drain this state belongs to
 	attempts  int
@@ -59,25 +60,25 @@ type podState struct {
 	marked bool
 }
 
-func (a *Agent) worker(ctx context.Context) {
+func (e *Executor) worker(ctx context.Context) {
 	for {
-		key, shutdown := a.queue.Get()
+		key, shutdown := e.queue.Get()
 		if shutdown {
 			return
 		}
-		after := a.syncPod(ctx, key)
-		a.queue.Done(key)
+		after := e.syncPod(ctx, key)
+		e.queue.Done(key)
 		if after > 0 {
-			a.queue.AddAfter(key, after)
+			e.queue.AddAfter(key, after)
 		}
 	}
 }
 
 // setBlocked keeps reprieve_evictions_blocked_pods equal to the number of pods whose last
 // eviction a PodDisruptionBudget refused in the current drain.
-func (a *Agent) setBlocked(st *podState, blocked bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+func (e *Executor) setBlocked(st *podState, blocked bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	if st.blocked == blocked {
 		return
 	}
@@ -86,18 +87,18 @@ func (a *Agent) setBlocked(st *podState, blocked bool) {
 		return // closing the drain took its pods out of the gauge
 	}
 	if blocked {
-		a.metrics.BlockedPods.Inc()
+		e.o.Metrics.BlockedPods.Inc()
 	} else {
-		a.metrics.BlockedPods.Dec()
+		e.o.Metrics.BlockedPods.Dec()
 	}
 }
 
-// recordSent records, under a.mu (a new drain may carry it over, see carryDone), that a request
+// recordSent records, under e.mu (a new drain may carry it over, see carryDone), that a request
 // for st's pod was accepted: done when it was an eviction or a delete that ends the pod's plan,
 // with the grace asked for and the end it was to meet (zero values leave them as they were).
-func (a *Agent) recordSent(st *podState, done bool, grace time.Duration, end time.Time) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+func (e *Executor) recordSent(st *podState, done bool, grace time.Duration, end time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	st.done = st.done || done
 	if grace > 0 {
 		st.lastGrace = grace
@@ -105,59 +106,63 @@ func (a *Agent) recordSent(st *podState, done bool, grace time.Duration, end tim
 	if !end.IsZero() {
 		st.shortenedTo = end
 	}
-}
-
-// forget drops what the loop remembers of a pod that is gone.
-func (a *Agent) forget(key string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for k, st := range a.drain.pods {
-		if k.key == key {
-			a.dropState(a.drain, k, st)
+	// The deadline moved while the request was in flight: the drain that replaced st's was
+	// carried from it before the request was accepted, so carry this pod too, or the next
+	// sync (before the informer shows its deletionTimestamp) would evict it a second time.
+	if cur := e.drain; cur != st.drain && cur.from == st.drain && st.done {
+		if c, ok := cur.pods[st.key]; !ok || !c.done {
+			cur.pods[st.key] = &podState{key: st.key, uid: st.uid, drain: cur, done: true, lastGrace: st.lastGrace, shortenedTo: st.shortenedTo}
 		}
 	}
 }
 
-func (a *Agent) currentView() planView {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.view
+// forget drops what the loop remembers of a pod that is gone.
+func (e *Executor) forget(key string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for k, st := range e.drain.pods {
+		if k.key == key {
+			e.dropState(e.drain, k, st)
+		}
+	}
 }
 
 // syncPod does what is due for one pod now and returns when to look at it again (0: only on
 // the next change).
-func (a *Agent) syncPod(ctx context.Context, key string) time.Duration {
+func (e *Executor) syncPod(ctx context.Context, key string) time.Duration {
 	logger := klog.FromContext(ctx)
 	ns, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
 		return 0
 	}
-	pod, err := a.podLister.Pods(ns).Get(name)
+	pod, err := e.o.Pods.Pods(ns).Get(name)
 	if err != nil {
-		a.forget(key)
+		e.forget(key)
 		return 0
 	}
-	st, view := a.stateFor(key, pod.UID)
-	now := a.clock.Now()
-	if pod.DeletionTimestamp != nil && view.window.HasDeadline() && a.filter.Skip(pod) == plan.SkipNone {
+	st, view := e.stateFor(key, pod.UID)
+	now := e.o.Clock.Now()
+	if pod.DeletionTimestamp != nil && view.Window.HasDeadline() && e.o.Filter.Skip(pod) == plan.SkipNone {
 		// A pod that is already leaving no longer tolerates anything: whatever its
 		// tolerations (forever included), its end must come before the window's.
-		return a.shorten(ctx, key, pod, st, view.window, now)
+		return e.shorten(ctx, key, pod, st, view.Window, now)
 	}
-	pl := plan.PlanPod(pod, view.taints, view.window, a.filter, a.cfg.TolerationComparisonOperators)
-	a.warnPod(pod, pl, view.window)
+	pl := plan.PlanPod(pod, view.Taints, view.Window, e.o.Filter, e.o.ComparisonOperators)
+	// The window that binds this pod: none for one that tolerates the interruption forever.
+	w := pl.Bound(view.Window)
+	e.warn(pod, pl, view.Window)
 	if pl.Skip != plan.SkipNone {
 		// A blocked pod whose plan became a skip (the taint went, a toleration now covers it)
 		// is no longer waiting on a budget.
-		a.setBlocked(st, false)
-		if st.logged != pl.Skip && (view.window.HasDeadline() || pl.Skip == plan.SkipTolerateForever) {
+		e.setBlocked(st, false)
+		if st.logged != pl.Skip && (w.HasDeadline() || pl.Skip == plan.SkipTolerateForever) {
 			st.logged = pl.Skip
-			logger.Info("Leaving pod alone", "pod", klog.KObj(pod), "reason", pl.Skip, "deadline", view.window.Deadline)
+			logger.Info("Leaving pod alone", "pod", klog.KObj(pod), "reason", pl.Skip, "deadline", w.Deadline)
 		}
 		return 0
 	}
 	if pod.DeletionTimestamp != nil {
-		return a.shorten(ctx, key, pod, st, view.window, now)
+		return e.shorten(ctx, key, pod, st, w, now)
 	}
 	if st.done {
 		return 0
@@ -168,79 +173,79 @@ func (a *Agent) syncPod(ctx context.Context, key string) time.Duration {
 	if st.nextTry.After(fireAt) {
 		fireAt = st.nextTry
 	}
-	if view.window.HasDeadline() && fireAt.After(forceAt) {
+	if w.HasDeadline() && fireAt.After(forceAt) {
 		// No wait outlasts the pod's last safe moment.
 		fireAt = forceAt
 	}
 	if now.Before(fireAt) {
 		if st.attempts == 0 && !st.announced.Equal(pl.EvictAt) {
 			st.announced = pl.EvictAt
-			a.podEvent(pod, v1.EventTypeNormal, events.ReasonEvictionScheduled, "Eviction planned at %s (in %s) with grace %s: %s",
-				pl.EvictAt.UTC().Format(time.RFC3339), pl.EvictAt.Sub(now).Round(time.Second), pl.Grace, why(pl, view.window))
+			e.podEvent(pod, v1.EventTypeNormal, events.ReasonEvictionScheduled, "Eviction planned at %s (in %s) with grace %s: %s",
+				pl.EvictAt.UTC().Format(time.RFC3339), pl.EvictAt.Sub(now).Round(time.Second), pl.Grace, why(pl, w))
 		}
 		return fireAt.Sub(now)
 	}
 	// The grace counts from when the request lands, not from now: leave it requestAllowance to
 	// get there, or a pod whose grace was cut to the window would end just past it.
-	grace := plan.GraceAt(pl.Grace, view.window, now.Add(plan.RequestAllowance))
-	if view.window.HasDeadline() && st.attempts > 0 && !now.Before(forceAt) {
-		return a.forceDelete(ctx, key, pod, st, pl, view.window)
+	grace := plan.GraceAt(pl.Grace, w, now.Add(plan.RequestAllowance))
+	if w.HasDeadline() && st.attempts > 0 && !now.Before(forceAt) {
+		return e.forceDelete(ctx, key, pod, st, pl, w)
 	}
 	logger.Info("Evicting pod", "pod", klog.KObj(pod), "grace", grace, "podGrace", pl.Grace,
 		"planned", pl.EvictAt, "due", pl.Due, "latest", pl.Latest, "byDeadline", pl.ByDeadline, "attempt", st.attempts+1)
-	err = a.evict(ctx, pod, grace)
+	err = e.evict(ctx, pod, grace)
 	switch {
 	case err == nil:
-		a.recordSent(st, true, grace, now.Add(plan.RequestAllowance).Add(grace))
-		a.setBlocked(st, false)
-		a.markActed(key)
-		a.observeLateness(ctx, pod, pl, view, now, grace, st.attempts)
-		a.metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultEvicted).Inc()
-		a.podEvent(pod, v1.EventTypeNormal, events.ReasonEvicted, "Evicted with grace %s (planned %s: %s)",
-			grace, pl.EvictAt.UTC().Format(time.RFC3339), why(pl, view.window))
+		e.recordSent(st, true, grace, now.Add(plan.RequestAllowance).Add(grace))
+		e.setBlocked(st, false)
+		e.markActed(key)
+		e.observeLateness(ctx, pod, pl, view, now, grace, st.attempts)
+		e.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultEvicted).Inc()
+		e.podEvent(pod, v1.EventTypeNormal, events.ReasonEvicted, "Evicted with grace %s (planned %s: %s)",
+			grace, pl.EvictAt.UTC().Format(time.RFC3339), why(pl, w))
 		if grace < pl.Grace {
-			a.metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultGraceShortened).Inc()
-			a.podEvent(pod, v1.EventTypeWarning, events.ReasonGraceShortened, "Grace shortened from %s to %s to end %s before the reclaim deadline %s",
-				pl.Grace, grace, view.window.SafetyMargin, view.window.Deadline.UTC().Format(time.RFC3339))
+			e.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultGraceShortened).Inc()
+			e.podEvent(pod, v1.EventTypeWarning, events.ReasonGraceShortened, "Grace shortened from %s to %s to end %s before the reclaim deadline %s",
+				pl.Grace, grace, w.SafetyMargin, w.Deadline.UTC().Format(time.RFC3339))
 		}
 		return 0
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		// Gone already, or a new pod of the same name (the UID precondition failed): done.
-		a.metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultGone).Inc()
-		a.setBlocked(st, false)
-		a.recordSent(st, true, 0, time.Time{})
+		e.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultGone).Inc()
+		e.setBlocked(st, false)
+		e.recordSent(st, true, 0, time.Time{})
 		return 0
 	}
 	st.attempts++
 	if isPDBRefusal(err) {
-		a.metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultPDBBlocked).Inc()
+		e.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultPDBBlocked).Inc()
 		logger.Info("Eviction blocked by a PodDisruptionBudget; retrying", "pod", klog.KObj(pod), "attempt", st.attempts, "forceAt", pl.Latest, "err", err.Error())
 		if !st.blocked {
 			then := "retrying with backoff"
-			if view.window.HasDeadline() {
+			if w.HasDeadline() {
 				then = fmt.Sprintf("retrying until %s, then deleting: the reclaim deadline %s leaves no later time",
-					pl.Latest.UTC().Format(time.RFC3339), view.window.Deadline.UTC().Format(time.RFC3339))
+					pl.Latest.UTC().Format(time.RFC3339), w.Deadline.UTC().Format(time.RFC3339))
 			}
-			a.podEvent(pod, v1.EventTypeWarning, events.ReasonEvictionBlocked, "Eviction refused by a PodDisruptionBudget; %s", then)
+			e.podEvent(pod, v1.EventTypeWarning, events.ReasonEvictionBlocked, "Eviction refused by a PodDisruptionBudget; %s", then)
 		}
-		a.setBlocked(st, true)
+		e.setBlocked(st, true)
 	} else {
-		a.metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultFailed).Inc()
+		e.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultFailed).Inc()
 		logger.Error(err, "Evicting pod failed; retrying", "pod", klog.KObj(pod), "attempt", st.attempts)
 	}
-	if view.window.HasDeadline() && !now.Before(forceAt) {
+	if w.HasDeadline() && !now.Before(forceAt) {
 		// The machine is going away: a graceful delete now beats a hard stop at the deadline.
-		return a.forceDelete(ctx, key, pod, st, pl, view.window)
+		return e.forceDelete(ctx, key, pod, st, pl, w)
 	}
 	// A PDB refusal backs off to 10 s; any other failure (the API server unreachable, a
 	// timeout) only to 1 s, so that evictions resume within a second of the server's return.
-	limit := evictionBackoffMax
+	limit := EvictionBackoffMax
 	if !isPDBRefusal(err) {
-		limit = failureBackoffMax
+		limit = FailureBackoffMax
 	}
 	backoff := min(evictionBackoffBase<<min(st.attempts-1, 10), limit)
 	st.nextTry = now.Add(backoff)
-	if view.window.HasDeadline() && st.nextTry.After(forceAt) {
+	if w.HasDeadline() && st.nextTry.After(forceAt) {
 		st.nextTry = forceAt
 	}
 	return st.nextTry.Sub(now)
@@ -249,9 +254,9 @@ func (a *Agent) syncPod(ctx context.Context, key string) time.Duration {
 // observeLateness records how late an eviction took effect against its plan, and logs it when
 // it is more than a second: the notice came late, the agent (re)started late, or the API server
 // did not answer. The grace says what was still possible.
-func (a *Agent) observeLateness(ctx context.Context, pod *v1.Pod, pl plan.Plan, view planView, now time.Time, grace time.Duration, failures int) {
-	late := now.Sub(a.knowableAt(pl, view))
-	a.metrics.EvictionLateness.Observe(max(0, late.Seconds()))
+func (e *Executor) observeLateness(ctx context.Context, pod *v1.Pod, pl plan.Plan, view View, now time.Time, grace time.Duration, failures int) {
+	late := now.Sub(e.knowableAt(pl, view))
+	e.o.Metrics.EvictionLateness.Observe(max(0, late.Seconds()))
 	if late > time.Second {
 		klog.FromContext(ctx).Info("Eviction is late", "pod", klog.KObj(pod), "late", late.Round(time.Millisecond),
 			"planned", pl.EvictAt, "failedAttempts", failures, "grace", grace, "podGrace", pl.Grace)
@@ -261,13 +266,13 @@ func (a *Agent) observeLateness(ctx context.Context, pod *v1.Pod, pl plan.Plan, 
 // knowableAt is the earliest moment the agent could have carried out plan: its planned time,
 // or, for a plan set by a deadline that was already past when the notice came (a grace longer
 // than the window), the interruption taint's timeAdded. Lateness counts from there.
-func (a *Agent) knowableAt(pl plan.Plan, view planView) time.Time {
+func (e *Executor) knowableAt(pl plan.Plan, view View) time.Time {
 	at := pl.EvictAt
 	if !pl.ByDeadline {
 		return at
 	}
-	for _, t := range view.taints {
-		if t.Key == a.taints.Interruption.Key && t.Effect == a.taints.Interruption.Effect && t.TimeAdded != nil && at.Before(t.TimeAdded.Time) {
+	for _, t := range view.Taints {
+		if t.Key == e.o.InterruptionTaint.Key && t.Effect == e.o.InterruptionTaint.Effect && t.TimeAdded != nil && at.Before(t.TimeAdded.Time) {
 			at = t.TimeAdded.Time
 		}
 	}
@@ -277,8 +282,8 @@ func (a *Agent) knowableAt(pl plan.Plan, view planView) time.Time {
 // evict asks the Eviction API to evict pod with grace, on the condition that it is still the
 // same pod (UID precondition), so that a pod recreated under the same name is never evicted by
 // a plan made for its predecessor.
-func (a *Agent) evict(ctx context.Context, pod *v1.Pod, grace time.Duration) error {
-	if a.cfg.DryRun {
+func (e *Executor) evict(ctx context.Context, pod *v1.Pod, grace time.Duration) error {
+	if e.o.DryRun {
 		klog.FromContext(ctx).Info("Dry run: would evict pod", "pod", klog.KObj(pod), "grace", grace)
 		return nil
 	}
@@ -291,9 +296,9 @@ func (a *Agent) evict(ctx context.Context, pod *v1.Pod, grace time.Duration) err
 			Preconditions:      &metav1.Preconditions{UID: &uid},
 		},
 	}
-	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	rctx, cancel := context.WithTimeout(ctx, RequestTimeout)
 	defer cancel()
-	if err := a.evictFn(rctx, ev); err != nil {
+	if err := e.evictFn(rctx, ev); err != nil {
 		return fmt.Errorf("evicting pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	return nil
@@ -321,16 +326,16 @@ func postEviction(client kubernetes.Interface) func(context.Context, *policyv1.E
 
 // deletePod deletes pod with grace and a UID precondition. On a pod that is already terminating
 // a DELETE can only shorten its grace, never lengthen it.
-func (a *Agent) deletePod(ctx context.Context, pod *v1.Pod, grace time.Duration) error {
-	if a.cfg.DryRun {
+func (e *Executor) deletePod(ctx context.Context, pod *v1.Pod, grace time.Duration) error {
+	if e.o.DryRun {
 		klog.FromContext(ctx).Info("Dry run: would delete pod", "pod", klog.KObj(pod), "grace", grace)
 		return nil
 	}
 	secs := int64(grace / time.Second)
 	uid := pod.UID
-	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	rctx, cancel := context.WithTimeout(ctx, RequestTimeout)
 	defer cancel()
-	err := a.client.CoreV1().Pods(pod.Namespace).Delete(rctx, pod.Name, metav1.DeleteOptions{
+	err := e.o.Client.CoreV1().Pods(pod.Namespace).Delete(rctx, pod.Name, metav1.DeleteOptions{
 		GracePeriodSeconds: &secs,
 		Preconditions:      &metav1.Preconditions{UID: &uid},
 	})
@@ -343,36 +348,36 @@ func (a *Agent) deletePod(ctx context.Context, pod *v1.Pod, grace time.Duration)
 // forceDelete deletes a pod whose eviction could not happen in time (a PodDisruptionBudget
 // kept refusing, or the API failed) once the deadline leaves no more room, as karpenter's
 // eviction queue does once now > deadline - grace.
-func (a *Agent) forceDelete(ctx context.Context, key string, pod *v1.Pod, st *podState, pl plan.Plan, w plan.Window) time.Duration {
+func (e *Executor) forceDelete(ctx context.Context, key string, pod *v1.Pod, st *podState, pl plan.Plan, w plan.Window) time.Duration {
 	logger := klog.FromContext(ctx)
-	a.markDisruptionTarget(ctx, pod, st, w)
+	e.markDisruptionTarget(ctx, pod, st, w)
 	// From the clock now, not from before the eviction that failed: that request may have
 	// hung for seconds, and a grace computed before it would end the pod past the window.
-	sent := a.clock.Now()
+	sent := e.o.Clock.Now()
 	grace := plan.GraceAt(pl.Grace, w, sent.Add(plan.RequestAllowance))
 	logger.Info("Deleting pod: the reclaim deadline leaves no time for a blocked eviction", "pod", klog.KObj(pod), "grace", grace, "attempts", st.attempts)
-	err := a.deletePod(ctx, pod, grace)
+	err := e.deletePod(ctx, pod, grace)
 	switch {
 	case err == nil:
-		a.recordSent(st, true, grace, sent.Add(plan.RequestAllowance).Add(grace))
+		e.recordSent(st, true, grace, sent.Add(plan.RequestAllowance).Add(grace))
 		wasBlocked := st.blocked
-		a.setBlocked(st, false)
-		a.markActed(key)
+		e.setBlocked(st, false)
+		e.markActed(key)
 		if !wasBlocked {
 			// Forced because the API failed, not because a PDB refused: that is lateness.
-			a.observeLateness(ctx, pod, pl, a.currentView(), a.clock.Now(), grace, st.attempts)
+			e.observeLateness(ctx, pod, pl, e.View(), e.o.Clock.Now(), grace, st.attempts)
 		}
-		a.metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultForcedDelete).Inc()
-		a.podEvent(pod, v1.EventTypeWarning, events.ReasonForceDeleted, "Deleted with grace %s after %d refused evictions: the machine is reclaimed at %s",
-			grace, st.attempts, pl.Latest.Add(pl.Grace).Add(a.cfg.SafetyMargin).UTC().Format(time.RFC3339))
+		e.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultForcedDelete).Inc()
+		e.podEvent(pod, v1.EventTypeWarning, events.ReasonForceDeleted, "Deleted with grace %s after %d refused evictions: the machine is reclaimed at %s",
+			grace, st.attempts, pl.Latest.Add(pl.Grace).Add(e.o.SafetyMargin).UTC().Format(time.RFC3339))
 		return 0
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
-		a.metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultGone).Inc()
-		a.setBlocked(st, false)
-		a.recordSent(st, true, 0, time.Time{})
+		e.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultGone).Inc()
+		e.setBlocked(st, false)
+		e.recordSent(st, true, 0, time.Time{})
 		return 0
 	}
-	a.metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultFailed).Inc()
+	e.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultFailed).Inc()
 	logger.Error(err, "Deleting pod failed; retrying", "pod", klog.KObj(pod), "attempt", st.attempts+1)
 	st.attempts++
 	st.deleteFailures++
@@ -388,7 +393,7 @@ func deleteRetryAfter(n int) time.Duration {
 // shorten handles a pod that is already terminating: when its deletionTimestamp falls after the
 // window's end (for example, kube-controller-manager deleted it with its full grace), a DELETE
 // with the grace that is left brings its end forward.
-func (a *Agent) shorten(ctx context.Context, key string, pod *v1.Pod, st *podState, w plan.Window, now time.Time) time.Duration {
+func (e *Executor) shorten(ctx context.Context, key string, pod *v1.Pod, st *podState, w plan.Window, now time.Time) time.Duration {
 	if !plan.NeedsShortening(pod, w) {
 		return 0
 	}
@@ -401,27 +406,27 @@ func (a *Agent) shorten(ctx context.Context, key string, pod *v1.Pod, st *podSta
 		return 0
 	}
 	logger := klog.FromContext(ctx)
-	if a.markDisruptionTarget(ctx, pod, st, w) {
+	if e.markDisruptionTarget(ctx, pod, st, w) {
 		// The patch took time: the grace counts from when the DELETE leaves.
-		now = a.clock.Now()
+		now = e.o.Clock.Now()
 		grace = plan.GraceAt(pod.DeletionTimestamp.Sub(now), w, now.Add(plan.RequestAllowance))
 		end = now.Add(plan.RequestAllowance).Add(grace)
 	}
 	logger.Info("Shortening the grace of a terminating pod to meet the reclaim deadline", "pod", klog.KObj(pod),
 		"deletionTimestamp", pod.DeletionTimestamp.Time, "grace", grace, "windowEnd", w.End())
-	err := a.deletePod(ctx, pod, grace)
+	err := e.deletePod(ctx, pod, grace)
 	switch {
 	case err == nil:
-		a.recordSent(st, false, grace, end)
-		a.markActed(key)
-		a.metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultGraceShortened).Inc()
-		a.podEvent(pod, v1.EventTypeWarning, events.ReasonGraceShortened, "Terminating pod would end at %s, after %s: grace shortened to %s",
+		e.recordSent(st, false, grace, end)
+		e.markActed(key)
+		e.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultGraceShortened).Inc()
+		e.podEvent(pod, v1.EventTypeWarning, events.ReasonGraceShortened, "Terminating pod would end at %s, after %s: grace shortened to %s",
 			pod.DeletionTimestamp.UTC().Format(time.RFC3339), w.End().UTC().Format(time.RFC3339), grace)
 		return 0
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		return 0
 	}
-	a.metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultFailed).Inc()
+	e.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultFailed).Inc()
 	logger.Error(err, "Shortening grace failed; retrying", "pod", klog.KObj(pod))
 	st.deleteFailures++
 	return deleteRetryAfter(st.deleteFailures)
@@ -438,8 +443,8 @@ const (
 // does not, and a Job whose podFailurePolicy ignores disruptions relies on it. A failure is
 // logged and the DELETE goes ahead: ending the pod before the machine goes matters more. It
 // reports whether it sent a request.
-func (a *Agent) markDisruptionTarget(ctx context.Context, pod *v1.Pod, st *podState, w plan.Window) bool {
-	if a.cfg.DryRun || st.marked {
+func (e *Executor) markDisruptionTarget(ctx context.Context, pod *v1.Pod, st *podState, w plan.Window) bool {
+	if e.o.DryRun || st.marked {
 		return false
 	}
 	st.marked = true // once per pod and window, even when it failed: the DELETE is what counts
@@ -457,16 +462,16 @@ func (a *Agent) markDisruptionTarget(ctx context.Context, pod *v1.Pod, st *podSt
 		"metadata": map[string]any{"uid": pod.UID},
 		"status": map[string]any{"conditions": []v1.PodCondition{{
 			Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: disruptionReason, Message: msg,
-			LastTransitionTime: metav1.NewTime(a.clock.Now()),
+			LastTransitionTime: metav1.NewTime(e.o.Clock.Now()),
 		}}},
 	})
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Encoding the DisruptionTarget condition failed", "pod", klog.KObj(pod))
 		return false
 	}
-	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	rctx, cancel := context.WithTimeout(ctx, RequestTimeout)
 	defer cancel()
-	if _, err := a.client.CoreV1().Pods(pod.Namespace).Patch(rctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+	if _, err := e.o.Client.CoreV1().Pods(pod.Namespace).Patch(rctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 		klog.FromContext(ctx).Error(fmt.Errorf("patching the DisruptionTarget condition of pod %s/%s: %w", pod.Namespace, pod.Name, err),
 			"Marking the pod as a disruption target failed; deleting it anyway", "pod", klog.KObj(pod))
 	}

@@ -1,7 +1,11 @@
-package agent
+// Package record owns what reprieve writes on its own node: the interruption record (the taint
+// with its timeAdded, the deadline, the notices with their source and when they were first seen),
+// its soft and pressure taints, the load-balancer label, and the one writer that every loop hands
+// its wishes to. Any agent process (a restart, a rollout, the next pod after an OOM kill) reads
+// the record back from the node and resumes it exactly.
+package record
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -12,10 +16,22 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/util/retry"
-	"k8s.io/klog/v2"
+)
+
+// Annotation and label keys that reprieve writes on its node.
+const (
+	// AnnotationReclaimDeadline holds the reclaim deadline (RFC 3339) while an interruption is
+	// pending. With --provider none it is the input: an operator sets it to start the handling.
+	AnnotationReclaimDeadline = "reprieve.io/reclaim-deadline"
+	// AnnotationOwned records which taints, labels and annotations reprieve added, so that it
+	// removes only those when a notice goes away.
+	AnnotationOwned = "reprieve.io/owned"
+	// AnnotationInterruption holds the interruption record (Record, JSON): every notice in
+	// force with its source and when it was first seen, so that a new agent process resumes
+	// each deadline and countdown where the last one left them.
+	AnnotationInterruption = "reprieve.io/interruption"
+	// LabelExcludeFromLB takes the node out of external load balancers while it is going away.
+	LabelExcludeFromLB = v1.LabelNodeExcludeBalancers
 )
 
 // owned is the content of AnnotationOwned: what reprieve added and so may remove.
@@ -35,7 +51,8 @@ func parseOwned(node *v1.Node) owned {
 	return o
 }
 
-func taintID(t v1.Taint) string { return t.Key + ":" + string(t.Effect) }
+// TaintID identifies a taint by key and effect, as the node holds at most one of each.
+func TaintID(t v1.Taint) string { return t.Key + ":" + string(t.Effect) }
 
 func parseTaintID(id string) (key string, effect v1.TaintEffect) {
 	for i := len(id) - 1; i >= 0; i-- {
@@ -70,9 +87,12 @@ type NodeDesire struct {
 	// WriteDeadline is false with --provider none, where the deadline annotation is the
 	// operator's input and reprieve must not write or remove it.
 	WriteDeadline bool
-	// AddedAt gives the timeAdded of each taint reprieve adds (by taintID); the writer keeps it
+	// AddedAt gives the timeAdded of each taint reprieve adds (by TaintID); the writer keeps it
 	// stable across retries and dry runs.
 	AddedAt func(id string) time.Time
+	// Record is the interruption record to carry (AnnotationInterruption) when WriteDeadline
+	// is set; nil leaves the annotation as it is, an empty record removes reprieve's own.
+	Record *Record
 }
 
 // ComputeNodeChange is pure: it returns how node must change to carry desire, touching nothing
@@ -85,10 +105,10 @@ func ComputeNodeChange(node *v1.Node, d NodeDesire) NodeChange {
 	// Taints.
 	want := map[string]v1.Taint{}
 	if d.Intent.Interrupting() {
-		want[taintID(d.Taints.Interruption)] = d.Taints.Interruption
+		want[TaintID(d.Taints.Interruption)] = d.Taints.Interruption
 	}
 	for _, t := range d.Intent.SoftTaints {
-		want[taintID(t)] = t
+		want[TaintID(t)] = t
 	}
 	ownTaints := map[string]bool{}
 	for _, id := range own.Taints {
@@ -97,7 +117,7 @@ func ComputeNodeChange(node *v1.Node, d NodeDesire) NodeChange {
 	var taints []v1.Taint
 	present := map[string]bool{}
 	for _, t := range node.Spec.Taints {
-		id := taintID(t)
+		id := TaintID(t)
 		if _, wanted := want[id]; !wanted && ownTaints[id] {
 			ch.TaintsChanged = true
 			ch.Removed = append(ch.Removed, t)
@@ -155,6 +175,21 @@ func ComputeNodeChange(node *v1.Node, d NodeDesire) NodeChange {
 			delete(ownAnn, AnnotationReclaimDeadline)
 		}
 	}
+	if d.WriteDeadline && d.Record != nil {
+		cur, has := node.Annotations[AnnotationInterruption]
+		switch v := d.Record.encode(); {
+		case v != "":
+			if !has || (cur != v && ownAnn[AnnotationInterruption]) {
+				ch.Annotations[AnnotationInterruption] = ptr(v)
+				ownAnn[AnnotationInterruption] = true
+			}
+		case ownAnn[AnnotationInterruption]:
+			if has {
+				ch.Annotations[AnnotationInterruption] = nil
+			}
+			delete(ownAnn, AnnotationInterruption)
+		}
+	}
 	own.Annotations = sortedKeys(ownAnn)
 
 	// The ownership record itself.
@@ -173,7 +208,11 @@ func ComputeNodeChange(node *v1.Node, d NodeDesire) NodeChange {
 // precondition, as upstream's PatchNodeTaints does: spec.taints is replaced whole, so a write
 // based on a stale read must fail with a conflict rather than drop another writer's taint.
 func mergePatch(node *v1.Node, ch NodeChange) ([]byte, error) {
-	meta := map[string]any{"resourceVersion": node.ResourceVersion}
+	meta := map[string]any{}
+	if node.ResourceVersion != "" {
+		// Empty only for the write check's dry run, which stores nothing.
+		meta["resourceVersion"] = node.ResourceVersion
+	}
 	if len(ch.Labels) > 0 {
 		meta["labels"] = ch.Labels
 	}
@@ -195,105 +234,6 @@ func mergePatch(node *v1.Node, ch NodeChange) ([]byte, error) {
 	return b, nil
 }
 
-// nodeWriter applies desires to the node.
-type nodeWriter struct {
-	client   kubernetes.Interface
-	nodeName string
-	dryRun   bool
-	// cached returns the informer's copy of the node (nil when not known); a conflict falls
-	// back to a live GET.
-	cached func() *v1.Node
-	// lastDryRun is the last change a dry run logged.
-	lastDryRun string
-	// written is the node as the last successful patch returned it, and writtenFrom the
-	// resourceVersion the informer's copy had then. While the informer's copy is still at
-	// writtenFrom it has not seen the write (after an API server outage its watch
-	// backs off for up to 30 s), and written is the fresher view: without it every poll would
-	// patch again and fail the resourceVersion precondition.
-	written     *v1.Node
-	writtenFrom string
-	// cachedRV is the informer copy's resourceVersion that base last saw.
-	cachedRV string
-	// observe, when set, is told the outcome of every patch sent.
-	observe func(error)
-}
-
-// base returns the node to compute a change from: the informer's copy, unless it has not yet
-// caught up with reprieve's own last write.
-func (w *nodeWriter) base() *v1.Node {
-	if w.cached == nil {
-		return nil
-	}
-	node := w.cached()
-	if node == nil {
-		return nil
-	}
-	w.cachedRV = node.ResourceVersion
-	if w.written != nil && node.ResourceVersion == w.writtenFrom {
-		return w.written
-	}
-	w.written = nil
-	return node
-}
-
-// ensure makes the node carry d, retrying on conflict. It returns the change it made: empty
-// when the node already was as wanted, or (in a dry run) when it already logged the same change.
-func (w *nodeWriter) ensure(ctx context.Context, d NodeDesire) (NodeChange, error) {
-	logger := klog.FromContext(ctx)
-	first := true
-	var done NodeChange
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		done = NodeChange{}
-		var node *v1.Node
-		if first {
-			node = w.base()
-		}
-		first = false
-		if node == nil {
-			n, err := w.client.CoreV1().Nodes().Get(ctx, w.nodeName, metav1.GetOptions{})
-			if err != nil {
-				return fmt.Errorf("getting node %s: %w", w.nodeName, err)
-			}
-			node = n
-		}
-		ch := ComputeNodeChange(node, d)
-		if ch.Empty() {
-			w.lastDryRun = ""
-			return nil
-		}
-		patch, err := mergePatch(node, ch)
-		if err != nil {
-			return err
-		}
-		if w.dryRun {
-			// Nothing is written, so the same change comes back at every poll: say it once.
-			b, _ := json.Marshal(struct {
-				T []v1.Taint
-				L map[string]*string
-				A map[string]*string
-			}{ch.Taints, ch.Labels, ch.Annotations})
-			if key := string(b); key != w.lastDryRun {
-				w.lastDryRun = key
-				logger.Info("Dry run: would patch node", "node", klog.KObj(node), "patch", string(patch))
-				done = ch
-			}
-			return nil
-		}
-		logger.V(2).Info("Patching node", "node", klog.KObj(node), "patch", string(patch))
-		out, err := w.client.CoreV1().Nodes().Patch(ctx, w.nodeName, types.MergePatchType, patch, metav1.PatchOptions{})
-		if w.observe != nil {
-			w.observe(err)
-		}
-		if err != nil {
-			return fmt.Errorf("patching node %s: %w", w.nodeName, err)
-		}
-		w.written, w.writtenFrom = out, w.cachedRV
-		done = ch
-		return nil
-	})
-	return done, err
-}
-
 func setOf(xs []string) map[string]bool {
 	m := make(map[string]bool, len(xs))
 	for _, x := range xs {
@@ -313,7 +253,7 @@ func sortedKeys[V any](m map[string]V) []string {
 
 func ptr[T any](v T) *T { return &v }
 
-// hasTaint reports whether taints holds one with t's key and effect.
-func hasTaint(taints []v1.Taint, t v1.Taint) bool {
+// HasTaint reports whether taints holds one with t's key and effect.
+func HasTaint(taints []v1.Taint, t v1.Taint) bool {
 	return slices.ContainsFunc(taints, func(x v1.Taint) bool { return x.Key == t.Key && x.Effect == t.Effect })
 }

@@ -1,4 +1,4 @@
-package agent
+package evict
 
 import (
 	"github.com/reprieve-dev/reprieve/agent/plan"
@@ -22,9 +22,9 @@ type podKey struct {
 // deadline existed never outlasts a new deadline. Without an interruption (a NoExecute taint of
 // someone else) one drain with no deadline serves until an interruption starts.
 //
-// Every field is guarded by Agent.mu, except the podStates' own fields, which belong to the
+// Every field is guarded by Executor.mu, except the podStates' own fields, which belong to the
 // worker syncing that pod (the workqueue never hands one key to two workers at once) apart from
-// blocked, done, lastGrace and shortenedTo, which the worker writes under Agent.mu (setBlocked,
+// blocked, done, lastGrace and shortenedTo, which the worker writes under Executor.mu (setBlocked,
 // recordSent) because closing a drain and carryDone read them.
 type drain struct {
 	window plan.Window
@@ -35,18 +35,21 @@ type drain struct {
 	// was told the node is drained.
 	summarized, approved bool
 	closed               bool
+	// from is the drain this one carried the sent pods of (carryDone): the same interruption
+	// under an earlier deadline.
+	from *drain
 }
 
 func newDrain(w plan.Window, n *providers.Notice) *drain {
 	return &drain{window: w, notice: n, pods: map[podKey]*podState{}, acted: map[string]bool{}}
 }
 
-// closeDrain ends d; the blocked-pods gauge forgets its pods. Called with a.mu held.
-func (a *Agent) closeDrain(d *drain) {
+// closeDrain ends d; the blocked-pods gauge forgets its pods. Called with e.mu held.
+func (e *Executor) closeDrain(d *drain) {
 	d.closed = true
 	for _, st := range d.pods {
 		if st.blocked {
-			a.metrics.BlockedPods.Dec()
+			e.o.Metrics.BlockedPods.Dec()
 		}
 	}
 }
@@ -54,29 +57,29 @@ func (a *Agent) closeDrain(d *drain) {
 // stateFor returns the current drain's state for a pod and the view to plan it with, taken
 // together under the lock so that a pod is never planned with one window and remembered in
 // another.
-func (a *Agent) stateFor(key string, uid types.UID) (*podState, planView) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	d := a.drain
+func (e *Executor) stateFor(key string, uid types.UID) (*podState, View) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	d := e.drain
 	for k, st := range d.pods {
 		if k.key == key && k.uid != uid {
 			// The pod was replaced under the same name: its predecessor's state goes.
-			a.dropState(d, k, st)
+			e.dropState(d, k, st)
 		}
 	}
 	k := podKey{key: key, uid: uid}
 	st, ok := d.pods[k]
 	if !ok {
-		st = &podState{uid: uid, drain: d}
+		st = &podState{key: k, uid: uid, drain: d}
 		d.pods[k] = st
 	}
-	return st, a.view
+	return st, e.view
 }
 
-// dropState removes one pod's state from d. Called with a.mu held.
-func (a *Agent) dropState(d *drain, k podKey, st *podState) {
+// dropState removes one pod's state from d. Called with e.mu held.
+func (e *Executor) dropState(d *drain, k podKey, st *podState) {
 	if st.blocked && !d.closed {
-		a.metrics.BlockedPods.Dec()
+		e.o.Metrics.BlockedPods.Dec()
 	}
 	st.blocked = false
 	delete(d.pods, k)
@@ -85,11 +88,12 @@ func (a *Agent) dropState(d *drain, k podKey, st *podState) {
 // carryDone copies from prev the pods already evicted or deleted, with the end they were asked
 // to meet, so that a deadline moving within one interruption does not send them a second
 // eviction before the informer shows their deletionTimestamp. Attempts and backoff are not
-// carried. Called with a.mu held.
+// carried. Called with e.mu held.
 func (d *drain) carryDone(prev *drain) {
+	d.from = prev
 	for k, st := range prev.pods {
 		if st.done {
-			d.pods[k] = &podState{uid: st.uid, drain: d, done: true, lastGrace: st.lastGrace, shortenedTo: st.shortenedTo}
+			d.pods[k] = &podState{key: k, uid: st.uid, drain: d, done: true, lastGrace: st.lastGrace, shortenedTo: st.shortenedTo}
 		}
 	}
 	for key := range prev.acted {

@@ -1,0 +1,222 @@
+package interrupt
+
+import (
+	"context"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/reprieve-dev/reprieve/agent/events"
+	"github.com/reprieve-dev/reprieve/agent/evict"
+	"github.com/reprieve-dev/reprieve/agent/plan"
+	"github.com/reprieve-dev/reprieve/agent/record"
+	"github.com/reprieve-dev/reprieve/providers"
+	"github.com/reprieve-dev/reprieve/providers/none"
+)
+
+// Reconcile turns the notices in force into the node writer's wish and the executor's view. It
+// hands the wish over and returns: the pods are planned on the node as it is about to be, so an
+// API outage or a slow admission webhook delays the taint write but never the evictions.
+func (l *Loop) Reconcile(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	now := l.o.Clock.Now()
+	node := l.o.Node()
+	if node == nil {
+		logger.Error(nil, "Node not found; waiting for it", "node", l.o.NodeName)
+		return
+	}
+	notices := l.inForce(node)
+	l.announce(ctx, notices)
+	intent := plan.Intend(notices, now, l.o.MaintenanceLead, l.o.Taints)
+	for _, n := range intent.FarAhead {
+		if !l.farLogged[n.ID] {
+			l.farLogged[n.ID] = true
+			logger.Info("Deadline further away than --maintenance-lead: keeping new pods off the node, evicting nothing yet",
+				"provider", n.Provider, "kind", n.Kind, "id", n.ID, "deadline", n.Deadline, "interruptsAt", n.Deadline.Add(-l.o.MaintenanceLead))
+		}
+	}
+	wish := record.Wish{Intent: intent, WriteDeadline: l.o.Provider.Name() != none.Name}
+	if wish.WriteDeadline {
+		rec := record.RecordOf(notices)
+		wish.Record = &rec
+	}
+	l.o.Writer.SetInterruption(wish)
+
+	planned := record.ComputeNodeChange(node, l.o.Writer.Desire()).Taints
+	for _, t := range append([]v1.Taint{l.o.Taints.Interruption, l.o.Taints.Rebalance, l.o.Taints.Maintenance}, l.o.PressureTaints...) {
+		l.o.Metrics.TaintActive.WithLabelValues(t.Key).Set(b2f(record.HasTaint(planned, t)))
+	}
+	if intent.Interrupting() {
+		l.o.Metrics.ReclaimDeadline.Set(float64(intent.Deadline.Unix()))
+	} else {
+		l.o.Metrics.ReclaimDeadline.Set(0)
+	}
+	it := l.o.Taints.Interruption
+	it.TimeAdded = nil
+	view := evict.View{Taints: l.noExecuteTaints(planned, now), Window: plan.Window{SafetyMargin: l.o.SafetyMargin, Taint: it},
+		Notice: intent.Interruption}
+	if intent.Interrupting() {
+		view.Window.Deadline = intent.Deadline
+	} else {
+		view.Window.Taint = v1.Taint{}
+	}
+	if l.o.Executor.SetView(view) {
+		logger.V(2).Info("Re-planning every pod", "deadline", view.Window.Deadline, "noExecuteTaints", len(view.Taints))
+	}
+	l.o.Executor.Summarize(ctx, now)
+}
+
+// recorded is what the node's record holds: the record reprieve wrote, or, on a node written by
+// a release before the record (only reprieve's own interruption taint with the deadline
+// annotation, and its soft taints), what those say.
+func (l *Loop) recorded(node *v1.Node) []providers.Notice {
+	if r, ok := record.Read(node); ok {
+		return r.Resume()
+	}
+	name := l.o.Provider.Name()
+	var out []providers.Notice
+	if record.Owns(node, l.o.Taints.Interruption) {
+		if v, ok := node.Annotations[record.AnnotationReclaimDeadline]; ok {
+			if d, err := time.Parse(time.RFC3339, v); err == nil {
+				out = append(out, providers.Notice{Provider: name, Kind: providers.KindSpotInterruption, ID: restoredID, Deadline: d,
+					Description: "restored from the node's " + record.AnnotationReclaimDeadline + " annotation"})
+			}
+		}
+	}
+	if record.Owns(node, l.o.Taints.Rebalance) {
+		out = append(out, providers.Notice{Provider: name, Kind: providers.KindRebalanceRecommendation, ID: restoredID + "-rebalance"})
+	}
+	if record.Owns(node, l.o.Taints.Maintenance) {
+		out = append(out, providers.Notice{Provider: name, Kind: providers.KindScheduledMaintenance, ID: restoredID + "-maintenance"})
+	}
+	return out
+}
+
+// restoredID is the ID of a notice read back from a node that carries no record.
+const restoredID = "restored-from-node"
+
+// OnWrite emits an event for every taint the writer added or removed, and measures how long the
+// interruption taint took from the notice. The writer calls it after each write.
+func (l *Loop) OnWrite(_ context.Context, ch record.NodeChange, d record.NodeDesire) {
+	now := l.o.Clock.Now()
+	verb := ""
+	if l.o.DryRun {
+		verb = "Dry run: would have "
+	}
+	for _, t := range ch.Added {
+		l.o.Recorder.Eventf(events.NodeRef(l.o.NodeName), v1.EventTypeNormal, events.ReasonTaintApplied, "%sadded taint %s", verb, evict.TaintString(t))
+		if in := d.Intent.Interruption; t.Key == d.Taints.Interruption.Key && t.Effect == d.Taints.Interruption.Effect && in != nil && !in.NoticeTime.IsZero() {
+			l.o.Metrics.NoticeToTaint.Observe(max(0, now.Sub(in.NoticeTime).Seconds()))
+		}
+	}
+	for _, t := range ch.Removed {
+		l.o.Recorder.Eventf(events.NodeRef(l.o.NodeName), v1.EventTypeNormal, events.ReasonTaintRemoved, "%sremoved taint %s", verb, evict.TaintString(t))
+	}
+}
+
+// noExecuteTaints returns the NoExecute taints with TimeAdded set to the countdown's anchor:
+// the earlier of the taint's timeAdded and when this agent first saw it. A taint written without
+// one (kubectl never sets it) is anchored on when it was first seen, as upstream anchors every
+// taint; a timeAdded in the future (a writer with a fast clock) must not delay a pod that
+// upstream would evict at once.
+func (l *Loop) noExecuteTaints(taints []v1.Taint, now time.Time) []v1.Taint {
+	var out []v1.Taint
+	seen := map[string]bool{}
+	for _, t := range taints {
+		if t.Effect != v1.TaintEffectNoExecute {
+			continue
+		}
+		id := record.TaintID(t) + "=" + t.Value
+		seen[id] = true
+		at, ok := l.seenAt[id]
+		if !ok {
+			at = now.Truncate(time.Second)
+			l.seenAt[id] = at
+		}
+		if t.TimeAdded == nil || at.Before(t.TimeAdded.Time) {
+			t.TimeAdded = &metav1.Time{Time: at}
+		}
+		out = append(out, t)
+	}
+	for id := range l.seenAt {
+		if !seen[id] {
+			delete(l.seenAt, id)
+		}
+	}
+	return out
+}
+
+// maybeApprove runs ApproveOnce off the reconcile loop (an approval call may take its whole
+// timeout), one at a time.
+func (l *Loop) maybeApprove(ctx context.Context) {
+	if !l.o.ApproveEvents {
+		return
+	}
+	l.mu.Lock()
+	busy := l.approving
+	l.approving = true
+	l.mu.Unlock()
+	if busy {
+		return
+	}
+	go func() {
+		defer func() {
+			l.mu.Lock()
+			l.approving = false
+			l.mu.Unlock()
+		}()
+		l.ApproveOnce(ctx)
+	}()
+}
+
+// ApproveOnce tells a cloud that supports it (Azure's StartRequests) that the machine is ready
+// for its event: once the interruption taint is on the node and every pod reprieve evicts for
+// the event is gone, so maintenance can start sooner. Only with --azure-approve-events.
+func (l *Loop) ApproveOnce(ctx context.Context) {
+	if !l.o.ApproveEvents {
+		return
+	}
+	ap, ok := l.o.Provider.(providers.Approver)
+	if !ok {
+		return
+	}
+	if node := l.o.Node(); node == nil || !record.HasTaint(node.Spec.Taints, l.o.Taints.Interruption) {
+		return // new pods could still land
+	}
+	n, approved, ok := l.o.Executor.Drained()
+	if !ok {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	if l.o.DryRun {
+		logger.Info("Dry run: would approve the event", "provider", n.Provider, "id", n.ID)
+		approved()
+		return
+	}
+	actx, cancel := context.WithTimeout(ctx, approveTimeout)
+	defer cancel()
+	if err := ap.Approve(actx, n); err != nil {
+		logger.Error(err, "Approving the event failed; will retry", "provider", n.Provider, "id", n.ID)
+		return
+	}
+	approved()
+	logger.Info("Approved the event: the node is drained", "provider", n.Provider, "id", n.ID)
+	l.o.Recorder.Eventf(events.NodeRef(l.o.NodeName), v1.EventTypeNormal, events.ReasonEventApproved,
+		"Approved %s %s %s early: every pod reprieve evicts for it is gone", n.Provider, n.Kind, n.ID)
+}
+
+// Approving reports whether an approval call is in flight.
+func (l *Loop) Approving() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.approving
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

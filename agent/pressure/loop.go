@@ -1,0 +1,436 @@
+package pressure
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	corelisters "k8s.io/client-go/listers/core/v1"
+	k8srecord "k8s.io/client-go/tools/record"
+
+	"github.com/reprieve-dev/reprieve/agent/events"
+	"github.com/reprieve-dev/reprieve/agent/evict"
+	"github.com/reprieve-dev/reprieve/agent/metrics"
+	"github.com/reprieve-dev/reprieve/agent/record"
+
+	"github.com/reprieve-dev/reprieve/agent/plan"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/reprieve-dev/reprieve/kubelet"
+)
+
+// pressureBlockedBackoff is how long a pod whose pressure eviction a PodDisruptionBudget
+// refused is passed over, doubling to pressureBlockedMax: the next pod in rank goes instead.
+const (
+	pressureBlockedBackoff = time.Second
+	pressureBlockedMax     = 30 * time.Second
+)
+
+// LoopOptions configures a Loop.
+type LoopOptions struct {
+	NodeName string
+	// Source reads the signals; SourceName is the --pressure-source it came from.
+	Source     kubelet.Source
+	SourceName string
+	// Thresholds are reprieve's and the kubelet's, from the flags and the kubelet's config
+	// (KubeletConfig); ConfigErr is why that config could not be read, which turns the pressure
+	// handling off.
+	Thresholds       Thresholds
+	KubeletConfig    kubelet.Config
+	ConfigErr        error
+	Interval         time.Duration
+	TransitionPeriod time.Duration
+	TrendWindow      time.Duration
+	TaintEffect      string
+	SafetyMargin     time.Duration
+	// PodNamespace and PodName are the agent's own pod, never evicted.
+	PodNamespace, PodName string
+	DryRun                bool
+	Clock                 clock.WithTicker
+	Metrics               *metrics.Metrics
+	Recorder              k8srecord.EventRecorder
+	Pods                  corelisters.PodLister
+	// Node returns the informer's copy of the node, nil when not known.
+	Node     func() *v1.Node
+	Executor *evict.Executor
+	Writer   *record.Writer
+}
+
+// Loop is the pressure loop. Its state belongs to its own goroutine (Run; Start and Observe
+// before it); it hands the taints it wants to the node writer and its evictions to the executor.
+type Loop struct {
+	o       LoopOptions
+	tracker *Tracker
+	trend   *Trend
+	// inFlight are the pods evicted for pressure that are still on the node.
+	inFlight map[types.UID]inFlight
+	// blocked are pods a PodDisruptionBudget protected, with when to try again.
+	blocked map[types.UID]blockedPod
+	lastErr string
+	// warned remembers the signals already warned about (a threshold not above the kubelet's).
+	warned map[kubelet.Signal]bool
+	// taints are the pressure taints wanted on the node.
+	taints map[Resource]bool
+}
+
+// NewLoop returns the pressure loop; Start takes its first reading.
+func NewLoop(o LoopOptions) *Loop {
+	return &Loop{o: o, tracker: NewTracker(o.TransitionPeriod), trend: NewTrend(o.TrendWindow),
+		inFlight: map[types.UID]inFlight{}, blocked: map[types.UID]blockedPod{}, warned: map[kubelet.Signal]bool{},
+		taints: map[Resource]bool{}}
+}
+
+type inFlight struct {
+	key      string
+	resource Resource
+	// signal is the one it was evicted for, and usage what it uses of it.
+	signal kubelet.Signal
+	usage  int64
+}
+
+type blockedPod struct {
+	until    time.Time
+	attempts int
+}
+
+// Start restores the pressure state that reprieve's own taints on the node record (a restarted
+// agent keeps a taint until the transition period shows the pressure is over), and takes a
+// first reading. It fails when the kubelet's config could not be read: the pressure handling
+// is then off, and the interruption handling goes on without it.
+func (lp *Loop) Start(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	if lp.o.ConfigErr != nil {
+		lp.o.Recorder.Eventf(events.NodeRef(lp.o.NodeName), v1.EventTypeWarning, events.ReasonPressureDisabled,
+			"Local pressure handling is off: %v", lp.o.ConfigErr)
+		return lp.o.ConfigErr
+	}
+	thresholds := make([]string, 0, len(lp.o.Thresholds.Explicit))
+	for _, t := range lp.o.Thresholds.Explicit {
+		thresholds = append(thresholds, t.String())
+	}
+	hard := make([]string, 0, len(lp.o.Thresholds.Hard))
+	for _, t := range lp.o.Thresholds.Hard {
+		hard = append(hard, t.String())
+	}
+	logger.Info("Watching local pressure", "source", lp.o.SourceName, "kubeletConfig", lp.o.KubeletConfig.Path,
+		"kubeletConfigFound", lp.o.KubeletConfig.Found, "kubeletHard", hard, "thresholds", thresholds,
+		"headroom", lp.o.Thresholds.Headroom, "transitionPeriod", lp.o.TransitionPeriod)
+	if node := lp.o.Node(); node != nil {
+		for _, r := range Resources {
+			if record.Owns(node, lp.Taint(r)) {
+				lp.tracker.Restore(r, lp.o.Clock.Now())
+				lp.setTaint(r, true)
+				logger.Info("Pressure taint found on the node; keeping it until the pressure is seen to be over", "resource", r)
+			}
+		}
+	}
+	lp.Observe(ctx)
+	return nil
+}
+
+// Run reads the signals every --pressure-interval until ctx ends.
+func (lp *Loop) Run(ctx context.Context) {
+	timer := lp.o.Clock.NewTimer(time.Duration(rand.Int64N(int64(lp.o.Interval))))
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C():
+			lp.Observe(ctx)
+			timer.Reset(lp.o.Interval)
+		}
+	}
+}
+
+// Taint is the taint reprieve puts on the node while r is under pressure.
+func (lp *Loop) Taint(r Resource) v1.Taint {
+	return v1.Taint{Key: TaintKey(r), Value: "true", Effect: v1.TaintEffect(lp.o.TaintEffect)}
+}
+
+// setTaint records whether r's taint is wanted and hands the wanted taints to the node writer
+// when that changed.
+func (lp *Loop) setTaint(r Resource, on bool) {
+	if lp.taints[r] == on {
+		return
+	}
+	lp.taints[r] = on
+	var want []v1.Taint
+	for _, r := range Resources {
+		if lp.taints[r] {
+			want = append(want, lp.Taint(r))
+		}
+	}
+	lp.o.Writer.SetPressure(want)
+}
+
+// Observe is one iteration of the pressure loop: read, update the levels, the trend
+// and the taints, then evict what the predictive rule says must go now.
+func (lp *Loop) Observe(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	now := lp.o.Clock.Now()
+	rctx, cancel := context.WithTimeout(ctx, max(2*lp.o.Interval, 3*time.Second))
+	sample, err := lp.o.Source.Read(rctx)
+	cancel()
+	if err != nil {
+		lp.o.Metrics.PressureReadErrors.Inc()
+		// Once per distinct error, so that a missing file does not fill the log every second.
+		if msg := err.Error(); msg != lp.lastErr && ctx.Err() == nil {
+			logger.Error(err, "Reading pressure signals failed; keeping the last state for what could not be read", "source", lp.o.SourceName)
+			lp.lastErr = msg
+		}
+	} else {
+		lp.lastErr = ""
+	}
+	levels := lp.o.Thresholds.Levels(sample.Node)
+	for i := range levels {
+		l := &levels[i]
+		if l.At.IsZero() || l.At.After(now) {
+			l.At = now
+		}
+		lp.trend.Add(l.At, l.Signal, l.Available)
+		if l.Threshold <= l.Hard && l.Hard > 0 && !lp.warned[l.Signal] {
+			lp.warned[l.Signal] = true
+			logger.Error(nil, "reprieve's pressure threshold is not above the kubelet's hard threshold: the kubelet will evict first",
+				"signal", l.Signal, "threshold", l.Threshold, "kubeletHard", l.Hard)
+		}
+		s := string(l.Signal)
+		lp.o.Metrics.PressureAvailable.WithLabelValues(s).Set(float64(l.Available))
+		lp.o.Metrics.PressureThreshold.WithLabelValues(s, "reprieve").Set(float64(l.Threshold))
+		lp.o.Metrics.PressureThreshold.WithLabelValues(s, "kubelet_hard").Set(float64(l.Hard))
+	}
+	for _, ch := range lp.tracker.Observe(now, levels) {
+		lp.reportPressureChange(ctx, ch)
+		lp.setTaint(ch.Resource, ch.Active)
+	}
+	for _, r := range Resources {
+		lp.o.Metrics.PressureActive.WithLabelValues(string(r)).Set(b2f(lp.tracker.Active(r)))
+	}
+	lp.evictForPressure(ctx, now, levels, sample)
+}
+
+func (lp *Loop) reportPressureChange(ctx context.Context, ch Change) {
+	logger := klog.FromContext(ctx)
+	if ch.Active {
+		l := ch.Level
+		logger.Info("Pressure detected", "resource", ch.Resource, "signal", l.Signal, "available", l.Available,
+			"threshold", l.Threshold, "kubeletHard", l.Hard)
+		lp.o.Recorder.Eventf(events.NodeRef(lp.o.NodeName), v1.EventTypeWarning, events.ReasonPressureDetected,
+			"%s %s is below reprieve's threshold %s (the kubelet evicts at %s): tainting %s",
+			l.Signal, FormatAmount(l.Signal, l.Available), FormatAmount(l.Signal, l.Threshold), FormatAmount(l.Signal, l.Hard), TaintKey(ch.Resource))
+		return
+	}
+	logger.Info("Pressure cleared", "resource", ch.Resource, "transitionPeriod", lp.o.TransitionPeriod)
+	lp.o.Recorder.Eventf(events.NodeRef(lp.o.NodeName), v1.EventTypeNormal, events.ReasonPressureCleared,
+		"No %s pressure for %s: removing %s", ch.Resource, lp.o.TransitionPeriod, TaintKey(ch.Resource))
+}
+
+// FormatAmount writes a signal's amount in its unit: bytes in binary units, inodes and PIDs as
+// counts.
+func FormatAmount(s kubelet.Signal, v int64) string {
+	switch s {
+	case kubelet.MemoryAvailable, kubelet.NodeFsAvailable, kubelet.ImageFsAvailable:
+		switch f := float64(v); {
+		case v >= 1<<30 || v <= -1<<30:
+			return strconv.FormatFloat(f/(1<<30), 'f', 2, 64) + "Gi"
+		case v >= 1<<20 || v <= -1<<20:
+			return strconv.FormatFloat(f/(1<<20), 'f', 0, 64) + "Mi"
+		}
+	}
+	return strconv.FormatInt(v, 10)
+}
+
+// stuckAfter is how long past its deletionTimestamp a pod evicted for pressure still counts as
+// in flight: one held longer (a finalizer) no longer blocks the next eviction, and what it
+// was to free no longer counts.
+const stuckAfter = 5 * time.Second
+
+// evictsFor reports whether reprieve evicts pods for signal s. The kubelet answers disk
+// pressure by deleting unused images and containers first, which reprieve cannot do: for
+// imagefs, and for nodefs when the images share its filesystem, reprieve taints and leaves
+// the rest to the kubelet's garbage collection.
+func evictsFor(s kubelet.Signal, dedicatedImageFs bool) bool {
+	switch s {
+	case kubelet.ImageFsAvailable, kubelet.ImageFsInodesFree:
+		return false
+	case kubelet.NodeFsAvailable, kubelet.NodeFsInodesFree:
+		return dedicatedImageFs
+	}
+	return true
+}
+
+// evictForPressure applies the predictive rule to every resource under
+func (lp *Loop) evictForPressure(ctx context.Context, now time.Time, levels []Level, sample kubelet.Sample) {
+	pods, err := lp.o.Pods.List(labels.Everything())
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Listing the node's pods from the cache failed")
+		return
+	}
+	present := map[types.UID]*v1.Pod{}
+	for _, pod := range pods {
+		present[pod.UID] = pod
+	}
+	for uid := range lp.inFlight {
+		pod, ok := present[uid]
+		switch {
+		case !ok, pod.Status.Phase == v1.PodSucceeded, pod.Status.Phase == v1.PodFailed,
+			pod.DeletionTimestamp != nil && now.After(pod.DeletionTimestamp.Add(stuckAfter)):
+			delete(lp.inFlight, uid)
+		}
+	}
+	for uid, b := range lp.blocked {
+		if _, ok := present[uid]; !ok || now.Sub(b.until) > pressureBlockedMax {
+			delete(lp.blocked, uid)
+		}
+	}
+	view := lp.o.Executor.View()
+	for _, r := range Resources {
+		if !lp.tracker.Active(r) {
+			lp.o.Metrics.PressureTimeToHard.WithLabelValues(string(r)).Set(math.Inf(1))
+			continue
+		}
+		// The signal of r nearest its hard threshold decides, among those reprieve evicts for.
+		var lvl Level
+		ttl, shown := Never, Never
+		for _, l := range levels {
+			if ResourceOf(l.Signal) != r {
+				continue
+			}
+			slope, ok := lp.trend.Slope(l.Signal)
+			t := TimeTo(l.Available, l.Hard, slope, ok)
+			if t != Never {
+				// The estimate runs from when the source measured, not from now.
+				t = max(t-now.Sub(l.At), 0)
+			}
+			shown = min(shown, t)
+			if evictsFor(l.Signal, sample.DedicatedImageFs) && t <= ttl {
+				lvl, ttl = l, t
+			}
+		}
+		lp.o.Metrics.PressureTimeToHard.WithLabelValues(string(r)).Set(shown.Seconds())
+		if lvl.Signal == "" {
+			continue // nothing read this time, or only signals the kubelet's image GC answers
+		}
+		var evictable []*v1.Pod
+		for _, pod := range pods {
+			if Keep(pod, lp.o.PodNamespace, lp.o.PodName) != "" {
+				continue
+			}
+			if b, ok := lp.blocked[pod.UID]; ok && now.Before(b.until) {
+				continue
+			}
+			if _, ok := lp.inFlight[pod.UID]; ok {
+				continue
+			}
+			evictable = append(evictable, pod)
+		}
+		lp.shortenInFlight(ctx, now, r, ttl, present)
+		in := Input{
+			Level: lvl, Active: true, TimeToHard: ttl,
+			Ranked:       Candidates(lvl.Signal, evictable, sample.Pods, plan.PodGrace),
+			SafetyMargin: lp.o.SafetyMargin, Allowance: plan.RequestAllowance,
+		}
+		for _, f := range lp.inFlight {
+			if f.resource == r {
+				in.InFlight++
+				if f.signal == lvl.Signal {
+					in.Reclaiming += f.usage
+				}
+			}
+		}
+		for _, ev := range Decide(in) {
+			lp.pressureEvict(ctx, now, r, lvl, ttl, ev, view)
+		}
+	}
+}
+
+// shortenInFlight shortens the grace of the pods already evicted for r that would outlive the
+// current estimate (the fall sped up since): a later DELETE can only shorten a grace.
+func (lp *Loop) shortenInFlight(ctx context.Context, now time.Time, r Resource, ttl time.Duration, present map[types.UID]*v1.Pod) {
+	if ttl == Never {
+		return
+	}
+	end := now.Add(max(ttl-lp.o.SafetyMargin, MinGrace))
+	for uid, f := range lp.inFlight {
+		pod := present[uid]
+		if f.resource != r || pod == nil || pod.DeletionTimestamp == nil || !pod.DeletionTimestamp.After(end) {
+			continue
+		}
+		grace := max((ttl - lp.o.SafetyMargin - plan.RequestAllowance).Truncate(time.Second), MinGrace)
+		if pod.DeletionGracePeriodSeconds != nil && time.Duration(*pod.DeletionGracePeriodSeconds)*time.Second <= grace {
+			continue
+		}
+		if err := lp.o.Executor.Delete(ctx, pod, grace); err != nil {
+			klog.FromContext(ctx).Error(err, "Shortening the grace of a pod evicted for pressure failed", "pod", klog.KObj(pod))
+			continue
+		}
+		lp.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultGraceShortened).Inc()
+		klog.FromContext(ctx).Info("Shortened the grace of a pod evicted for pressure: the signal falls faster than estimated",
+			"pod", klog.KObj(pod), "grace", grace, "timeToHard", ttl)
+		lp.o.Recorder.Eventf(pod, v1.EventTypeWarning, events.ReasonGraceShortened, "Grace shortened to %s: %s pressure rises faster than estimated", grace, r)
+	}
+}
+
+// pressureEvict evicts one pod for pressure through the Eviction API. While an interruption is
+// pending its window bounds the grace too: a pressure eviction never gives more than the
+// interruption plan would.
+func (lp *Loop) pressureEvict(ctx context.Context, now time.Time, r Resource, lvl Level, ttl time.Duration, ev Eviction, view evict.View) {
+	logger := klog.FromContext(ctx)
+	pod := ev.Pod
+	grace := ev.Grace
+	if view.Window.HasDeadline() {
+		// As syncPod does: from when the request lands, not from now.
+		grace = min(grace, plan.GraceAt(ev.Candidate.Grace, view.Window, now.Add(plan.RequestAllowance)))
+	}
+	eta := "now"
+	if ttl > 0 {
+		eta = "in about " + ttl.Round(time.Second).String()
+	}
+	err := lp.o.Executor.Evict(ctx, pod, grace)
+	switch {
+	case err == nil:
+		lp.inFlight[pod.UID] = inFlight{key: pod.Namespace + "/" + pod.Name, resource: r, signal: lvl.Signal, usage: ev.Usage}
+		delete(lp.blocked, pod.UID)
+		lp.o.Metrics.PressureEvictionsTotal.WithLabelValues(string(lvl.Signal)).Inc()
+		lp.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultEvicted).Inc()
+		logger.Info("Evicted pod for pressure", "pod", klog.KObj(pod), "signal", lvl.Signal, "available", lvl.Available,
+			"kubeletHard", lvl.Hard, "timeToHard", ttl, "grace", grace, "podGrace", ev.Candidate.Grace, "usage", ev.Usage)
+		verb := "Evicted"
+		if lp.o.DryRun {
+			verb = "Dry run: would have evicted"
+		}
+		lp.o.Recorder.Eventf(pod, v1.EventTypeWarning, events.ReasonPressureEviction,
+			"%s for %s pressure with a %s grace (the pod asks %s): %s reaches the kubelet's hard threshold %s %s",
+			verb, r, grace, ev.Candidate.Grace, lvl.Signal, FormatAmount(lvl.Signal, lvl.Hard), eta)
+	case evict.IsPDBRefusal(err):
+		b := lp.blocked[pod.UID]
+		b.attempts++
+		b.until = now.Add(min(pressureBlockedBackoff<<min(b.attempts-1, 5), pressureBlockedMax))
+		lp.blocked[pod.UID] = b
+		lp.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultPDBBlocked).Inc()
+		logger.Info("A PodDisruptionBudget blocks the pressure eviction; trying the next pod", "pod", klog.KObj(pod), "retryAt", b.until)
+		if b.attempts == 1 {
+			lp.o.Recorder.Eventf(pod, v1.EventTypeWarning, events.ReasonEvictionBlocked, "A PodDisruptionBudget blocks its eviction for %s pressure", r)
+		}
+	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		// Gone, or replaced by a pod of the same name: nothing to do.
+	default:
+		lp.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultFailed).Inc()
+		logger.Error(err, "Evicting pod for pressure failed; will retry", "pod", klog.KObj(pod))
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

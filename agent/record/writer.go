@@ -1,0 +1,308 @@
+package record
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/reprieve-dev/reprieve/agent/plan"
+)
+
+// WriteTimeout bounds one write of the node (its retries on conflict included), so that a PATCH
+// held by a slow admission webhook or a struggling API server holds back the next write, never
+// the evictions or the metadata polls: those do not wait on the writer at all.
+const WriteTimeout = 10 * time.Second
+
+// Backoff of the writes that failed: 200 ms doubling to 5 s, so that a write lost to an outage
+// lands within seconds of the API server's return.
+const (
+	writeBackoffBase = 200 * time.Millisecond
+	writeBackoffMax  = 5 * time.Second
+)
+
+// Wish is what the interruption loop wants on the node: its intent (the interruption, the
+// notices' soft taints), whether the deadline annotation and the record are reprieve's to
+// write, and the record itself.
+type Wish struct {
+	Intent        plan.Intent
+	WriteDeadline bool
+	Record        *Record
+}
+
+// Writer is the node's one writer. The interruption loop (SetInterruption) and the pressure loop
+// (SetPressure) hand it their wishes and return at once; its own goroutine (Run) writes the
+// combination with one merge patch at a time, under a resourceVersion precondition, retrying on
+// conflict and, after a failure, with backoff. It also owns each taint's timeAdded: the moment
+// reprieve first wanted it, in whole seconds, kept until the taint is no longer wanted, so that
+// the plan made from Desire before the write equals the plan made from the written taint.
+//
+// Fields under mu are shared with the producers; the rest belong to the Run goroutine (or to the
+// caller of Sync, which must not run beside it).
+type Writer struct {
+	client   kubernetes.Interface
+	nodeName string
+	dryRun   bool
+	taints   plan.TaintSet
+	clock    clock.WithTicker
+	// cached returns the informer's copy of the node (nil when not known); a conflict falls
+	// back to a live GET.
+	cached func() *v1.Node
+	// observe, when set, is told the outcome of every patch sent (the refusal count).
+	observe func(error)
+	// onWrite, when set, is told every change a write made, with the desire it carried.
+	onWrite func(context.Context, NodeChange, NodeDesire)
+	// onWish, when set, is called after a producer's wish changed (the interruption loop
+	// re-plans: a pressure taint may be NoExecute).
+	onWish func()
+
+	mu           sync.Mutex
+	interruption Wish
+	pressure     []v1.Taint
+	addedAt      map[string]time.Time
+	wake         chan struct{}
+
+	// lastDryRun is the last change a dry run logged.
+	lastDryRun string
+	// written is the node as the last successful patch returned it, and writtenFrom the
+	// resourceVersion the informer's copy had then. While the informer's copy is still at
+	// writtenFrom it has not seen the write (after an API server outage its watch
+	// backs off for up to 30 s), and written is the fresher view: without it every poll would
+	// patch again and fail the resourceVersion precondition.
+	written     *v1.Node
+	writtenFrom string
+	// cachedRV is the informer copy's resourceVersion that base last saw.
+	cachedRV string
+}
+
+// WriterOptions configures a Writer.
+type WriterOptions struct {
+	Client   kubernetes.Interface
+	NodeName string
+	DryRun   bool
+	Taints   plan.TaintSet
+	Clock    clock.WithTicker
+	// Cached returns the informer's copy of the node, nil when it is not known.
+	Cached func() *v1.Node
+	// Observe is told the outcome of every patch sent.
+	Observe func(error)
+	// OnWrite is told every change a write made, from the writer's goroutine.
+	OnWrite func(context.Context, NodeChange, NodeDesire)
+	// OnWish is called when a producer's wish changed.
+	OnWish func()
+}
+
+// NewWriter returns a writer that wants nothing yet.
+func NewWriter(o WriterOptions) *Writer {
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	return &Writer{client: o.Client, nodeName: o.NodeName, dryRun: o.DryRun, taints: o.Taints, clock: o.Clock,
+		cached: o.Cached, observe: o.Observe, onWrite: o.OnWrite, onWish: o.OnWish,
+		addedAt: map[string]time.Time{}, wake: make(chan struct{}, 1)}
+}
+
+// SetInterruption replaces the interruption loop's wish and wakes the writer. It never waits
+// on the API server.
+func (w *Writer) SetInterruption(wish Wish) {
+	w.mu.Lock()
+	w.interruption = wish
+	w.mu.Unlock()
+	w.Poke()
+}
+
+// SetPressure replaces the pressure loop's wish, the pressure taints wanted on the node, and
+// wakes the writer. It never waits on the API server.
+func (w *Writer) SetPressure(taints []v1.Taint) {
+	w.mu.Lock()
+	w.pressure = append([]v1.Taint(nil), taints...)
+	w.mu.Unlock()
+	w.Poke()
+	if w.onWish != nil {
+		w.onWish()
+	}
+}
+
+// Poke asks for a write of the current wishes: after a wish changed, or when the node changed
+// (someone removed a taint reprieve wants).
+func (w *Writer) Poke() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Desire is the combination of every wish, as the next write will carry it. The interruption
+// loop plans the pods on ComputeNodeChange(node, Desire()).Taints: the node as it is about to
+// be, so that an API outage delays the write but not the countdowns.
+func (w *Writer) Desire() NodeDesire {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	in := w.interruption.Intent
+	in.SoftTaints = append(append([]v1.Taint(nil), in.SoftTaints...), w.pressure...)
+	now := w.clock.Now()
+	return NodeDesire{
+		Intent: in, Taints: w.taints, WriteDeadline: w.interruption.WriteDeadline, Record: w.interruption.Record,
+		AddedAt: func(id string) time.Time {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			t, ok := w.addedAt[id]
+			if !ok {
+				t = now.Truncate(time.Second)
+				w.addedAt[id] = t
+			}
+			return t
+		},
+	}
+}
+
+// prune forgets the timeAdded of the taints d no longer wants.
+func (w *Writer) prune(d NodeDesire) {
+	want := map[string]bool{}
+	if d.Intent.Interrupting() {
+		want[TaintID(d.Taints.Interruption)] = true
+	}
+	for _, t := range d.Intent.SoftTaints {
+		want[TaintID(t)] = true
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for id := range w.addedAt {
+		if !want[id] {
+			delete(w.addedAt, id)
+		}
+	}
+}
+
+// Run writes the wishes whenever they or the node change, until ctx ends.
+func (w *Writer) Run(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	fails := 0
+	var retry clock.Timer
+	var retryC <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			if retry != nil {
+				retry.Stop()
+			}
+			return
+		case <-w.wake:
+		case <-retryC:
+		}
+		if retry != nil {
+			retry.Stop()
+			retry, retryC = nil, nil
+		}
+		if err := w.Sync(ctx); err != nil {
+			fails++
+			d := min(writeBackoffBase<<min(fails-1, 8), writeBackoffMax)
+			if ctx.Err() == nil {
+				logger.Error(err, "Updating the node failed; will retry", "node", w.nodeName, "retryIn", d)
+			}
+			retry = w.clock.NewTimer(d)
+			retryC = retry.C()
+			continue
+		}
+		fails = 0
+	}
+}
+
+// Sync writes the current wishes once, within WriteTimeout. Tests call it directly; in the agent
+// only Run does.
+func (w *Writer) Sync(ctx context.Context) error {
+	d := w.Desire()
+	rctx, cancel := context.WithTimeout(ctx, WriteTimeout)
+	defer cancel()
+	done, err := w.ensure(rctx, d)
+	w.prune(d)
+	if w.onWrite != nil && !done.Empty() {
+		w.onWrite(ctx, done, d)
+	}
+	return err
+}
+
+// base returns the node to compute a change from: the informer's copy, unless it has not yet
+// caught up with reprieve's own last write.
+func (w *Writer) base() *v1.Node {
+	if w.cached == nil {
+		return nil
+	}
+	node := w.cached()
+	if node == nil {
+		return nil
+	}
+	w.cachedRV = node.ResourceVersion
+	if w.written != nil && node.ResourceVersion == w.writtenFrom {
+		return w.written
+	}
+	w.written = nil
+	return node
+}
+
+// ensure makes the node carry d, retrying on conflict. It returns the change it made: empty
+// when the node already was as wanted, or (in a dry run) when it already logged the same change.
+func (w *Writer) ensure(ctx context.Context, d NodeDesire) (NodeChange, error) {
+	logger := klog.FromContext(ctx)
+	first := true
+	var done NodeChange
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		done = NodeChange{}
+		var node *v1.Node
+		if first {
+			node = w.base()
+		}
+		first = false
+		if node == nil {
+			n, err := w.client.CoreV1().Nodes().Get(ctx, w.nodeName, metav1.GetOptions{})
+			if err != nil {
+				return fmt.Errorf("getting node %s: %w", w.nodeName, err)
+			}
+			node = n
+		}
+		ch := ComputeNodeChange(node, d)
+		if ch.Empty() {
+			w.lastDryRun = ""
+			return nil
+		}
+		patch, err := mergePatch(node, ch)
+		if err != nil {
+			return err
+		}
+		if w.dryRun {
+			// Nothing is written, so the same change comes back at every poll: say it once.
+			b, _ := json.Marshal(struct {
+				T []v1.Taint
+				L map[string]*string
+				A map[string]*string
+			}{ch.Taints, ch.Labels, ch.Annotations})
+			if key := string(b); key != w.lastDryRun {
+				w.lastDryRun = key
+				logger.Info("Dry run: would patch node", "node", klog.KObj(node), "patch", string(patch))
+				done = ch
+			}
+			return nil
+		}
+		logger.V(2).Info("Patching node", "node", klog.KObj(node), "patch", string(patch))
+		out, err := w.client.CoreV1().Nodes().Patch(ctx, w.nodeName, types.MergePatchType, patch, metav1.PatchOptions{})
+		if w.observe != nil {
+			w.observe(err)
+		}
+		if err != nil {
+			return fmt.Errorf("patching node %s: %w", w.nodeName, err)
+		}
+		w.written, w.writtenFrom = out, w.cachedRV
+		done = ch
+		return nil
+	})
+	return done, err
+}
