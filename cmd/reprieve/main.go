@@ -232,6 +232,11 @@ func start(ctx context.Context, cfg agent.Config) error {
 	choice, err := chooseProvider(ctx, cfg, client, clk, func(why string) (func(), error) {
 		return serveWhileWaiting(ctx, cfg.MetricsBindAddress, reg, why)
 	})
+	if err != nil && ctx.Err() != nil {
+		// Stopped (SIGTERM) while waiting for the API server: a clean stop, as Run's.
+		klog.FromContext(ctx).Info("Stopped before the provider was known", "err", err.Error())
+		return nil
+	}
 	if err != nil {
 		return err
 	}

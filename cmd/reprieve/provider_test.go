@@ -19,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/reprieve-dev/reprieve/agent"
@@ -255,5 +257,26 @@ func TestNewProviderAzureResourceName(t *testing.T) {
 				t.Error("the Azure provider reports no sources")
 			}
 		})
+	}
+}
+
+// TestStartStoppedWhileWaiting: a stop (SIGTERM) while the agent waits for the API server is a
+// clean stop, not a failure.
+func TestStartStoppedWhileWaiting(t *testing.T) {
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["down"] = &clientcmdapi.Cluster{Server: "https://127.0.0.1:1"}
+	cfg.AuthInfos["agent"] = &clientcmdapi.AuthInfo{Token: "t"}
+	cfg.Contexts["down"] = &clientcmdapi.Context{Cluster: "down", AuthInfo: "agent"}
+	cfg.CurrentContext = "down"
+	if err := clientcmd.WriteToFile(*cfg, kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	ac := agent.DefaultConfig()
+	ac.NodeName, ac.Kubeconfig, ac.Provider, ac.HostRoot, ac.MetricsBindAddress = "n1", kubeconfig, "auto", hostRoot("no-dmi"), ""
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := start(ctx, ac); err != nil {
+		t.Errorf("start stopped while waiting for the node = %v, want a clean stop", err)
 	}
 }
