@@ -58,36 +58,35 @@ type Notice struct {
 	Action string
 	// Description is free text from the cloud, for logs and events.
 	Description string
-	// Source is the metadata source that raised the notice (a metadata path such as
-	// spot/instance-action), stable across agent processes: only a positive answer of this
-	// source withdraws the notice.
+	// Source names the metadata source that raised the notice, the same in every process: the
+	// path of an AWS or GCP metadata value (aws.PathSpotInstanceAction, gcp.PathPreempted),
+	// azure.SourceScheduledEvents, or "annotation" for the none provider. It is a key of
+	// SourceReporter.Answered for providers that implement it.
 	Source string
-	// FromFirstSeen is true when Deadline counts from NoticeTime and NoticeTime is when this
-	// process first saw the value (the payload gives no time): a new process must re-anchor it on
-	// the first-seen time the node's record holds (Reanchor), never on its own clock.
+	// FromFirstSeen is true when Deadline is counted from NoticeTime, and NoticeTime is when this
+	// process first saw the value because the payload carries no time (GCP preempted=TRUE:
+	// first seen + 30 s; GCP TERMINATE_ON_HOST_MAINTENANCE without an upcoming-maintenance
+	// window: first seen + the maintenance notice; AWS hibernate: first seen). A process that
+	// knows an earlier first sighting (Reanchor) moves such a deadline with it. It is false
+	// when the cloud's payload gives the deadline.
 	FromFirstSeen bool
 }
 
-// Reanchor returns n as first seen at firstSeen: when firstSeen is earlier than n.NoticeTime
-// (or n has none), NoticeTime becomes firstSeen and, for a deadline counted from it
-// (FromFirstSeen), the deadline moves with it. A later or zero firstSeen changes nothing.
+// Reanchor returns the notice as first seen at firstSeen, an earlier sighting than this
+// process's own (another process's, read back from the node). When firstSeen is non-zero and
+// before NoticeTime, or NoticeTime is zero, NoticeTime becomes firstSeen and, when the deadline
+// is counted from it (FromFirstSeen), the deadline moves by the same amount, so that
+// Deadline - NoticeTime is kept. Otherwise, including a firstSeen later than NoticeTime (a
+// process's clock never moves a countdown later), the notice is returned unchanged.
 func (n Notice) Reanchor(firstSeen time.Time) Notice {
 	if firstSeen.IsZero() || (!n.NoticeTime.IsZero() && !firstSeen.Before(n.NoticeTime)) {
 		return n
 	}
-	if n.FromFirstSeen && !n.NoticeTime.IsZero() && !n.Deadline.IsZero() {
-		n.Deadline = firstSeen.Add(n.Deadline.Sub(n.NoticeTime))
+	if n.FromFirstSeen && !n.Deadline.IsZero() && !n.NoticeTime.IsZero() {
+		n.Deadline = n.Deadline.Add(firstSeen.Sub(n.NoticeTime))
 	}
 	n.NoticeTime = firstSeen
 	return n
-}
-
-// SourceReporter is implemented by providers that read several sources. Answered returns
-// every source of the provider and whether it has given a good answer (a value, or a positive
-// "none" such as a 404 meaning nothing pending) since the provider was created. A source that
-// only failed, or whose first call is still outstanding, is false: unknown, not none.
-type SourceReporter interface {
-	Answered() map[string]bool
 }
 
 // Interrupts reports whether the notice ends the machine's pods at its deadline.
@@ -100,6 +99,20 @@ func (n Notice) Interrupts() bool {
 // returns nil when the provider has an answer to go by, else why not.
 type Readiness interface {
 	Ready() error
+}
+
+// SourceReporter is implemented by providers that read several sources (AWS's three metadata
+// paths, GCP's values) and can tell which of them have answered. An answer from one source
+// says nothing about another: a notice raised by a source that has not answered yet is not
+// withdrawn by the others answering. The agent treats a provider that does not implement it as
+// one source, answered once Poll returned err == nil.
+type SourceReporter interface {
+	// Answered returns every source of the provider and whether it has given a good answer
+	// (a value, or a positive "none" such as a 404 meaning nothing pending) since the
+	// provider was created. A source that only failed, or whose first call is still
+	// outstanding, is false: unknown, not none. Once true, a source stays true: a later
+	// failure keeps its last good answer in what Poll returns.
+	Answered() map[string]bool
 }
 
 // Provider reports the notices a cloud currently has for this machine.

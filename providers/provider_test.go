@@ -56,3 +56,39 @@ func TestSortAndInterrupts(t *testing.T) {
 		}
 	}
 }
+
+func TestReanchor(t *testing.T) {
+	at := func(s int) time.Time { return time.Date(2026, 11, 29, 10, 0, s, 0, time.UTC) }
+	preempt := Notice{Kind: KindPreemption, ID: "p", NoticeTime: at(10), Deadline: at(40), FromFirstSeen: true, Source: "instance/preempted"}
+	spot := Notice{Kind: KindSpotInterruption, ID: "s", NoticeTime: at(10), Deadline: at(120)}
+	tests := []struct {
+		name      string
+		n         Notice
+		firstSeen time.Time
+		want      Notice
+	}{
+		// A restart 10 s into a preemption: the deadline stays at T+30 s, not T+40 s.
+		{"first-seen deadline moves with an earlier sighting", preempt, at(0),
+			Notice{Kind: KindPreemption, ID: "p", NoticeTime: at(0), Deadline: at(30), FromFirstSeen: true, Source: "instance/preempted"}},
+		{"the payload's deadline stays", spot, at(0),
+			Notice{Kind: KindSpotInterruption, ID: "s", NoticeTime: at(0), Deadline: at(120)}},
+		{"a later sighting changes nothing", preempt, at(20), preempt},
+		{"the same sighting changes nothing", preempt, at(10), preempt},
+		{"no sighting changes nothing", preempt, time.Time{}, preempt},
+		{"a notice without a notice time takes the sighting", Notice{ID: "z", Deadline: at(50)}, at(5),
+			Notice{ID: "z", NoticeTime: at(5), Deadline: at(50)}},
+		// Deadline - NoticeTime is undefined without a notice time: the deadline stays.
+		{"first-seen without a notice time keeps its deadline", Notice{ID: "z", Deadline: at(50), FromFirstSeen: true}, at(5),
+			Notice{ID: "z", NoticeTime: at(5), Deadline: at(50), FromFirstSeen: true}},
+		{"first-seen without a deadline keeps none", Notice{ID: "m", NoticeTime: at(10), FromFirstSeen: true}, at(0),
+			Notice{ID: "m", NoticeTime: at(0), FromFirstSeen: true}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := tc.n.Reanchor(tc.firstSeen)
+			if got != tc.want {
+				t.Errorf("Reanchor(%s) = %+v, want %+v", tc.firstSeen.Format(time.RFC3339), got, tc.want)
+			}
+		})
+	}
+}

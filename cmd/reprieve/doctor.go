@@ -87,7 +87,7 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer, cli
 	r := &doctorReport{w: stdout}
 	fmt.Fprintf(stdout, "reprieve doctor: node %s, provider %s\n", cfg.NodeName, cfg.Provider)
 	client, providerID := checkKubernetes(ctx, r, cfg, clientFor)
-	checkMetadata(ctx, r, cfg, client, providerID)
+	checkMetadata(ctx, r, cfg, providerID)
 	checkHostRoot(r, cfg)
 	checkPressure(ctx, r, cfg, client)
 	if r.failed > 0 {
@@ -250,13 +250,19 @@ func checkEviction(ctx context.Context, r *doctorReport, cfg agent.Config, clien
 
 // checkMetadata asks the cloud's metadata service for its notices once, through the provider
 // the agent would use, so that the token, headers and payloads are checked as the agent uses them.
-func checkMetadata(ctx context.Context, r *doctorReport, cfg agent.Config, client kubernetes.Interface, providerID string) {
-	name := cfg.Provider
-	if name == "auto" {
-		d := detect.Detect(providerID, cfg.HostRoot)
+func checkMetadata(ctx context.Context, r *doctorReport, cfg agent.Config, providerID string) {
+	choice := providerChoice{name: cfg.Provider}
+	if choice.name == "auto" {
+		// As the agent decides (chooseProvider): DMI first, then the node's providerID.
+		d, ok := detect.FromHost(cfg.HostRoot)
+		if !ok {
+			d = detect.Detect(providerID, cfg.HostRoot)
+			choice.providerID = providerID
+		}
 		r.ok("provider detected: %s (%s)", d.Provider, d.Reason)
-		name = d.Provider
+		choice.name, choice.reason = d.Provider, d.Reason
 	}
+	name := choice.name
 	if name == "none" {
 		r.skip("metadata service: provider none (the deadline comes from the node annotation %s)", agent.AnnotationReclaimDeadline)
 		return
@@ -264,13 +270,9 @@ func checkMetadata(ctx context.Context, r *doctorReport, cfg agent.Config, clien
 	if name == aws.Name && !checkAWSToken(ctx, r, cfg.AWSIMDSEndpoint) {
 		return
 	}
-	cfg.Provider = name
-	if name == "azure" && cfg.AzureResourceName == "" && client == nil {
-		// newProvider reads the node for its providerID; without an API server, the node's
-		// name stands in for the VM's.
-		cfg.AzureResourceName = cfg.NodeName
-	}
-	p, err := newProvider(klog.NewContext(ctx, klog.Background()), cfg, client, prometheus.NewRegistry())
+	// Without --azure-resource-name the provider asks IMDS compute.name, as the agent's does
+	// when the node gives no name.
+	p, err := newProvider(klog.NewContext(ctx, klog.Background()), cfg, choice, prometheus.NewRegistry())
 	if err != nil {
 		r.fail(fmt.Sprintf("metadata service (%s): %v", name, err), "check the --"+name+"-* endpoint flags")
 		return

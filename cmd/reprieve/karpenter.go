@@ -21,18 +21,15 @@ const ReasonKarpenterManaged = "KarpenterManaged"
 // enough: users put it on node groups of their own to share selectors.
 var karpenterLabels = []string{"karpenter.sh/nodepool", "karpenter.sh/provisioner-name"}
 
-// noteKarpenter says, once at start, in the log and as an Event on the node, when the node is
-// managed by Karpenter. With an interruption queue Karpenter drains and terminates such a node
-// itself on a spot notice, on its own plan (docs/faq.md): the operator must pick one of the two.
-// reprieve cannot see Karpenter's settings, so it warns rather than stands aside. An error reading
-// the node or writing the Event is logged and otherwise ignored: it must not stop the agent.
-func noteKarpenter(ctx context.Context, client kubernetes.Interface, nodeName string, clk clock.Clock) {
+// noteKarpenterNode says, once at start, in the log and as an Event on the node, when the node
+// is managed by Karpenter. With an interruption queue Karpenter drains and terminates such a
+// node itself on a spot notice, on its own plan (docs/faq.md): the operator must pick one of the
+// two. reprieve cannot see Karpenter's settings, so it warns rather than stands aside. An error
+// writing the Event is logged and otherwise ignored: it must not stop the agent. start calls it
+// in the background once getNode has read the node, so that a slow API server delays nothing.
+func noteKarpenterNode(ctx context.Context, client kubernetes.Interface, node *v1.Node, clk clock.Clock) {
 	logger := klog.FromContext(ctx)
-	node, err := client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
-	if err != nil {
-		logger.Error(err, "Reading the node to check for Karpenter", "node", klog.KRef("", nodeName))
-		return
-	}
+	nodeName := node.Name
 	label, pool := "", ""
 	for _, l := range karpenterLabels {
 		if v, ok := node.Labels[l]; ok {

@@ -28,7 +28,11 @@ func TestNoteKarpenter(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			client := fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: tc.labels}})
-			noteKarpenter(context.Background(), client, "n1", clk)
+			node, err := getNode(context.Background(), client, "n1", clk, "check for Karpenter", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			noteKarpenterNode(context.Background(), client, node, clk)
 			evs, err := client.CoreV1().Events(metav1.NamespaceDefault).List(context.Background(), metav1.ListOptions{})
 			if err != nil {
 				t.Fatal(err)
@@ -45,9 +49,20 @@ func TestNoteKarpenter(t *testing.T) {
 			}
 		})
 	}
-	// A node that cannot be read: nothing recorded, no panic.
+	// A node that cannot be read: getNode keeps trying until the agent stops, nothing is
+	// recorded, no panic.
 	client := fake.NewClientset()
-	noteKarpenter(context.Background(), client, "missing", clk)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() {
+		_, err := getNode(ctx, client, "missing", clk, "check for Karpenter", nil)
+		done <- err
+	}()
+	waitTimer(t, clk)
+	cancel()
+	if err := <-done; err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Errorf("getNode after the agent stopped: %v, want the last error", err)
+	}
 	if evs, _ := client.CoreV1().Events(metav1.NamespaceDefault).List(context.Background(), metav1.ListOptions{}); len(evs.Items) != 0 {
 		t.Errorf("%d events for a node that does not exist", len(evs.Items))
 	}

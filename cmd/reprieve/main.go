@@ -18,7 +18,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -28,7 +27,6 @@ import (
 	"github.com/reprieve-dev/reprieve/providers"
 	"github.com/reprieve-dev/reprieve/providers/aws"
 	"github.com/reprieve-dev/reprieve/providers/azure"
-	"github.com/reprieve-dev/reprieve/providers/detect"
 	"github.com/reprieve-dev/reprieve/providers/gcp"
 )
 
@@ -213,44 +211,53 @@ func newClient(cfg agent.Config) (kubernetes.Interface, error) {
 	return client, nil
 }
 
-// start wires the dependencies and runs the agent until ctx ends.
+// start wires the dependencies and runs the agent until ctx ends. Nothing here needs the API
+// server to answer, so that an agent started while it is down waits (its /healthz answers, its
+// /readyz says why not) instead of exiting into CrashLoopBackOff: the informers wait for it, the
+// provider comes from the flags or the host's DMI (the node only when DMI names no cloud, read
+// with retries), and the Karpenter check runs in the background.
 func start(ctx context.Context, cfg agent.Config) error {
 	client, err := newClient(cfg)
 	if err != nil {
 		return err
 	}
-	noteKarpenter(ctx, client, cfg.NodeName, clock.RealClock{})
+	clk := clock.RealClock{}
+	go func() {
+		if node, err := getNode(ctx, client, cfg.NodeName, clk, "check for Karpenter", nil); err == nil {
+			noteKarpenterNode(ctx, client, node, clk)
+		}
+	}()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	provider, err := newProvider(ctx, cfg, client, reg)
+	choice, err := chooseProvider(ctx, cfg, client, clk, func(why string) (func(), error) {
+		return serveWhileWaiting(ctx, cfg.MetricsBindAddress, reg, why)
+	})
+	if err != nil && ctx.Err() != nil {
+		// Stopped (SIGTERM) while waiting for the API server: a clean stop, as Run's.
+		klog.FromContext(ctx).Info("Stopped before the provider was known", "err", err.Error())
+		return nil
+	}
 	if err != nil {
 		return err
 	}
-	a, err := agent.New(cfg, agent.Deps{Client: client, Provider: provider, Clock: clock.RealClock{}, Registerer: reg, Gatherer: reg})
+	provider, err := newProvider(ctx, cfg, choice, reg)
+	if err != nil {
+		return err
+	}
+	a, err := agent.New(cfg, agent.Deps{Client: client, Provider: provider, Clock: clk, Registerer: reg, Gatherer: reg})
 	if err != nil {
 		return fmt.Errorf("creating the agent: %w", err)
 	}
 	return a.Run(ctx)
 }
 
-// newProvider returns the provider the flags name; nil for none (the agent reads its node's
-// deadline annotation). With auto, and for Azure's resource name, it reads the node once.
-func newProvider(ctx context.Context, cfg agent.Config, client kubernetes.Interface, reg prometheus.Registerer) (providers.Provider, error) {
+// newProvider returns the provider chosen (chooseProvider); nil for none (the agent reads its
+// node's deadline annotation). Azure's resource name is --azure-resource-name, else the one the
+// node's providerID gives when chooseProvider read it, else the provider asks IMDS compute.name
+// at its first poll: the same name (providers/azure), with no API server needed.
+func newProvider(ctx context.Context, cfg agent.Config, choice providerChoice, reg prometheus.Registerer) (providers.Provider, error) {
 	logger := klog.FromContext(ctx)
-	name := cfg.Provider
-	var providerID string
-	if name == "auto" || (name == "azure" && cfg.AzureResourceName == "") {
-		node, err := client.CoreV1().Nodes().Get(ctx, cfg.NodeName, metav1.GetOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("reading node %s to detect its cloud: %w", cfg.NodeName, err)
-		}
-		providerID = node.Spec.ProviderID
-	}
-	if name == "auto" {
-		d := detect.Detect(providerID, cfg.HostRoot)
-		logger.Info("Detected the provider", "provider", d.Provider, "reason", d.Reason)
-		name = d.Provider
-	}
+	name := choice.name
 	if name == "none" {
 		return nil, nil
 	}
@@ -279,11 +286,14 @@ func newProvider(ctx context.Context, cfg agent.Config, client kubernetes.Interf
 		return p, nil
 	case azure.Name:
 		resource := cfg.AzureResourceName
-		if resource == "" && providerID != "" {
-			if resource, err = azure.ResourceNameFromProviderID(providerID); err != nil {
-				logger.Info("Node providerID gives no Azure resource name; asking IMDS", "providerID", providerID, "err", err.Error())
+		if resource == "" && choice.providerID != "" {
+			if resource, err = azure.ResourceNameFromProviderID(choice.providerID); err != nil {
+				logger.Info("Node providerID gives no Azure resource name; asking IMDS compute.name", "providerID", choice.providerID, "err", err.Error())
 				resource = ""
 			}
+		}
+		if resource == "" {
+			logger.Info("No --azure-resource-name: asking IMDS compute.name at the first poll")
 		}
 		p, err := azure.New(azure.Options{Endpoint: cfg.AzureIMDSEndpoint, ResourceName: resource,
 			FreezeInterrupts: cfg.AzureFreezeInterrupts, HTTPClient: metadataClient})

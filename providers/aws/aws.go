@@ -68,6 +68,8 @@ type Provider struct {
 	last map[string][]providers.Notice
 	// firstSeen stamps notices whose payload carries no notice time.
 	firstSeen map[string]time.Time
+	// answered holds the sources that have answered (200 and parsed, or 404) since New.
+	answered map[string]bool
 }
 
 // New returns a provider for the IMDS at opts.Endpoint. IMDSv1 fallback is disabled: a token
@@ -120,6 +122,7 @@ func New(opts Options) (*Provider, error) {
 		clock:     opts.Clock,
 		last:      map[string][]providers.Notice{},
 		firstSeen: map[string]time.Time{},
+		answered:  map[string]bool{},
 	}, nil
 }
 
@@ -227,6 +230,7 @@ func (p *Provider) Poll(ctx context.Context) ([]providers.Notice, error) {
 			p.stampFirstSeen(results[i].notices, now)
 			hibernateNow(results[i].notices)
 			p.last[src] = results[i].notices
+			p.answered[src] = true
 		}
 		all = append(all, p.last[src]...)
 	}
@@ -242,6 +246,18 @@ func (p *Provider) Poll(ctx context.Context) ([]providers.Notice, error) {
 	}
 	providers.Sort(all)
 	return all, errors.Join(errs...)
+}
+
+// Answered implements providers.SourceReporter: each of the three paths, true once a GET of
+// it was answered 200 with a document that parsed, or 404 (nothing pending).
+func (p *Provider) Answered() map[string]bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string]bool, len(sources))
+	for _, src := range sources {
+		out[src] = p.answered[src]
+	}
+	return out
 }
 
 // get fetches one metadata path. found is false for a 404, which IMDS uses for "nothing
@@ -337,6 +353,7 @@ func hibernateNow(ns []providers.Notice) {
 		}
 		if !n.NoticeTime.IsZero() && n.NoticeTime.Before(n.Deadline) {
 			n.Deadline = n.NoticeTime
+			n.FromFirstSeen = true
 		}
 	}
 }
@@ -370,6 +387,7 @@ func ParseSpotInstanceAction(body []byte) ([]providers.Notice, error) {
 		Deadline:    deadline,
 		Action:      doc.Action,
 		Description: "spot instance " + doc.Action,
+		Source:      PathSpotInstanceAction,
 	}
 	if doc.Action == ActionHibernate {
 		// The deadline becomes min(time, first seen) in Poll, which knows when that was.
@@ -403,6 +421,7 @@ func ParseRebalance(body []byte) ([]providers.Notice, error) {
 		ID:          providers.HashID(Name, PathRebalance),
 		NoticeTime:  t,
 		Description: "EC2 instance rebalance recommendation",
+		Source:      PathRebalance,
 	}}, nil
 }
 
@@ -446,6 +465,7 @@ func ParseScheduledEvents(body []byte) ([]providers.Notice, error) {
 			Deadline:    nb,
 			Action:      ev.Code,
 			Description: ev.Description,
+			Source:      PathScheduledEvents,
 		})
 	}
 	if len(errs) > 0 {

@@ -39,6 +39,9 @@ import (
 // Name is the provider's flag value.
 const Name = "azure"
 
+// SourceScheduledEvents is the one source of the provider, as Notice.Source and in Answered.
+const SourceScheduledEvents = "scheduledevents"
+
 // DefaultEndpoint is the IMDS address inside every Azure VM.
 const DefaultEndpoint = "http://169.254.169.254"
 
@@ -111,6 +114,8 @@ type Provider struct {
 	lastErr     error
 	// seen remembers each live event naming this machine, by EventId.
 	seen map[string]*seenEvent
+	// answered is set once a Scheduled Events document was read and decoded.
+	answered bool
 
 	timers           clock.Clock
 	firstCallTimeout time.Duration
@@ -225,6 +230,9 @@ func (p *Provider) Poll(ctx context.Context) ([]providers.Notice, error) {
 	if err != nil {
 		return slices.Clone(p.last), err
 	}
+	// A document, even one with events that cannot be used (apply keeps their last good
+	// notices): an event it does not list is gone.
+	p.answered = true
 	notices, err := p.apply(doc, resource, p.clock.Now())
 	p.parsed, p.incarnation, p.last, p.lastErr = true, inc, notices, err
 	// A copy, so that a caller that sorts or edits what it got cannot change what a later poll
@@ -310,6 +318,17 @@ func (p *Provider) Ready() error {
 	default:
 		return errors.New("azure Scheduled Events has not answered yet")
 	}
+}
+
+// Answered implements providers.SourceReporter with the provider's one source,
+// SourceScheduledEvents: true once a Scheduled Events document was read and decoded since New.
+// Not while the first call is outstanding (Poll then returns what it knows and no error, as
+// documented), not after a 404, a 503, a timeout or a body that is not a document: until
+// then, no notice is known to be absent.
+func (p *Provider) Answered() map[string]bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return map[string]bool{SourceScheduledEvents: p.answered}
 }
 
 // withTimeout is providers.WithTimeout on the provider's timers.

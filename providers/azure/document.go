@@ -213,6 +213,7 @@ func toNotice(ev Event, freezeInterrupts bool, firstSeen, startedSeen time.Time)
 		NoticeTime:  firstSeen,
 		Action:      ev.EventType,
 		Description: ev.Description,
+		Source:      SourceScheduledEvents,
 	}
 	if n.Description == "" {
 		n.Description = "Azure scheduled event " + ev.EventType

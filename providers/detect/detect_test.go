@@ -74,3 +74,61 @@ func TestDetect(t *testing.T) {
 		})
 	}
 }
+
+// TestFromHost reads the fixture host roots in testdata/: the cloud comes from DMI alone, with
+// no API server, and ok says whether DMI named one (else the caller asks the node's providerID).
+func TestFromHost(t *testing.T) {
+	tests := []struct {
+		root   string
+		want   string
+		ok     bool
+		reason string
+	}{
+		{"aws-nitro", "aws", true, "Amazon EC2"},
+		{"aws-metal", "aws", true, "m5.metal"},
+		{"aws-xen", "aws", true, "/sys/hypervisor/uuid"},
+		{"gce", "gcp", true, "Google Compute Engine"},
+		{"azure", "azure", true, AzureChassisAssetTag},
+		{"hyperv-onprem", "none", false, "Hyper-V"},
+		{"kvm", "none", false, `sys_vendor "QEMU"`},
+		{"baremetal", "none", false, "PowerEdge"},
+		{"no-dmi", "none", false, "no DMI data"},
+		{"does-not-exist", "none", false, "no DMI data"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.root, func(t *testing.T) {
+			got, ok := FromHost(filepath.Join("testdata", tc.root))
+			if got.Provider != tc.want || ok != tc.ok {
+				t.Errorf("FromHost = %q, %v, want %q, %v (%s)", got.Provider, ok, tc.want, tc.ok, got.Reason)
+			}
+			if !strings.Contains(got.Reason, tc.reason) {
+				t.Errorf("reason %q does not mention %q", got.Reason, tc.reason)
+			}
+		})
+	}
+}
+
+// TestFromHostBIOSVendor: bios_vendor alone names the cloud when the other files do not (a
+// product name GCE does not guarantee, cloud-init LP #1674861), as systemd's
+// detect_vm_dmi_vendor reads it.
+func TestFromHostBIOSVendor(t *testing.T) {
+	for _, tc := range []struct{ bios, want string }{{"Amazon EC2", "aws"}, {"Google", "gcp"}, {"SeaBIOS", "none"}} {
+		root := host(t, map[string]string{dmiDir + "sys_vendor": "", dmiDir + "product_name": "", dmiDir + "bios_vendor": tc.bios})
+		if got, _ := FromHost(root); got.Provider != tc.want {
+			t.Errorf("bios_vendor %q: %q (%s), want %q", tc.bios, got.Provider, got.Reason, tc.want)
+		}
+	}
+}
+
+// TestDetectFallsBackToHost: Detect with a providerID that names no cloud gives what FromHost
+// gives, so that the agent and `reprieve doctor` agree.
+func TestDetectFallsBackToHost(t *testing.T) {
+	for _, root := range []string{"aws-nitro", "gce", "azure", "hyperv-onprem", "no-dmi"} {
+		h, _ := FromHost(filepath.Join("testdata", root))
+		for _, id := range []string{"", "kwok://node-1", "kind://docker/kind/kind-worker"} {
+			if d := Detect(id, filepath.Join("testdata", root)); d.Provider != h.Provider {
+				t.Errorf("Detect(%q, %s) = %q, FromHost = %q", id, root, d.Provider, h.Provider)
+			}
+		}
+	}
+}

@@ -41,6 +41,9 @@ const (
 // noticePaths are the values that carry notices, in a fixed order so results are deterministic.
 var noticePaths = []string{PathPreempted, PathMaintenanceEvent}
 
+// answerSources are the sources Answered reports: every path a notice can come from.
+var answerSources = []string{PathPreempted, PathMaintenanceEvent, PathUpcomingMaintenance}
+
 const (
 	// readTimeout bounds a plain read, including the library's own retries of 5xx answers
 	// and refused or reset connections (5 attempts, at most about 3 s of backoff).
@@ -98,6 +101,9 @@ type Provider struct {
 	schedulingKnown bool
 	// unknownLogged remembers the unknown maintenance-event values already logged.
 	unknownLogged map[string]bool
+	// answered holds the notice sources that have given a good answer since New: a valid
+	// value, or for upcoming-maintenance a window that decoded or a 404 (none scheduled).
+	answered map[string]bool
 	// inflight counts the requests under way.
 	inflight atomic.Int64
 }
@@ -140,6 +146,7 @@ func New(opts Options) (*Provider, error) {
 		// maintenance: acting early costs less than being powered off with pods running.
 		st:            state{spot: true, maintenanceNotice: opts.MaintenanceNotice},
 		unknownLogged: map[string]bool{},
+		answered:      map[string]bool{},
 	}, nil
 }
 
@@ -207,6 +214,7 @@ func (p *Provider) refreshUpcoming(ctx context.Context) (changed bool, err error
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.answered[PathUpcomingMaintenance] = true
 	if p.st.upcoming.same(u) {
 		return false, nil
 	}
@@ -218,6 +226,21 @@ func (p *Provider) refreshUpcoming(ctx context.Context) (changed bool, err error
 	}
 	p.st.upcoming = u
 	return true, nil
+}
+
+// Answered implements providers.SourceReporter, in Poll and Watch alike: instance/preempted
+// and instance/maintenance-event once a valid value was read (a 404 on them is a wrong
+// endpoint, not "no notice", so it is no answer), instance/upcoming-maintenance/ once a
+// window decoded or a 404 said none is scheduled. The scheduling values raise no notice and
+// are not reported.
+func (p *Provider) Answered() map[string]bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string]bool, len(answerSources))
+	for _, src := range answerSources {
+		out[src] = p.answered[src]
+	}
+	return out
 }
 
 // notices returns the notices in force according to the last good values.
@@ -264,6 +287,7 @@ func (p *Provider) observe(ctx context.Context, path, raw string) (changed bool,
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.answered[path] = true
 	if !known && !p.unknownLogged[v] {
 		p.unknownLogged[v] = true
 		klog.FromContext(ctx).Info("Unknown instance/maintenance-event value: treating it as maintenance without a deadline (new pods kept off the node, nothing evicted)",

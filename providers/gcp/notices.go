@@ -133,6 +133,9 @@ func (s state) notices() []providers.Notice {
 			Deadline:    s.preemptedSince.Add(preemptGrace),
 			Action:      actionPreempt,
 			Description: desc,
+			Source:      PathPreempted,
+			// The value carries no time: the 30 s count from when this process saw it.
+			FromFirstSeen: true,
 		})
 	}
 	window := time.Time{}
@@ -145,22 +148,25 @@ func (s state) notices() []providers.Notice {
 		// A scheduled maintenance, not a termination: far ahead it only keeps new pods off the
 		// node, and from --maintenance-lead before the deadline it interrupts, as an AWS
 		// scheduled event does. GPU jobs keep running until their own last safe moment.
-		deadline, why := window, "upcoming-maintenance window-start-time"
+		deadline, why, fromFirstSeen := window, "upcoming-maintenance window-start-time", false
 		if deadline.IsZero() {
 			notice := s.maintenanceNotice
 			if notice <= 0 {
 				notice = DefaultMaintenanceNotice
 			}
 			deadline, why = s.maintenanceSince.Add(notice), fmt.Sprintf("%s after the value was first seen (GPU VMs get a one-hour notice)", notice)
+			fromFirstSeen = true
 		}
 		ns = append(ns, providers.Notice{
-			Provider:    Name,
-			Kind:        providers.KindScheduledMaintenance,
-			ID:          noticeID(PathMaintenanceEvent, s.maintenance, s.maintenanceSince),
-			NoticeTime:  s.maintenanceSince,
-			Deadline:    deadline,
-			Action:      actionTerminateMaintenance,
-			Description: "GCE host maintenance stops this VM; deadline: " + why,
+			Provider:      Name,
+			Kind:          providers.KindScheduledMaintenance,
+			ID:            noticeID(PathMaintenanceEvent, s.maintenance, s.maintenanceSince),
+			NoticeTime:    s.maintenanceSince,
+			Deadline:      deadline,
+			Action:        actionTerminateMaintenance,
+			Description:   "GCE host maintenance stops this VM; deadline: " + why,
+			Source:        PathMaintenanceEvent,
+			FromFirstSeen: fromFirstSeen,
 		})
 	case s.maintenance == MaintenanceMigrate:
 		// Live migration keeps the VM running: a soft notice without a deadline.
@@ -171,6 +177,7 @@ func (s state) notices() []providers.Notice {
 			NoticeTime:  s.maintenanceSince,
 			Action:      actionMigrateMaintenance,
 			Description: "GCE host maintenance live-migrates this VM",
+			Source:      PathMaintenanceEvent,
 		})
 	default:
 		// A value GCE added: information, not an error. Without knowing what it does,
@@ -182,6 +189,7 @@ func (s state) notices() []providers.Notice {
 			NoticeTime:  s.maintenanceSince,
 			Action:      strings.ToLower(strings.ReplaceAll(s.maintenance, "_", "-")),
 			Description: fmt.Sprintf("GCE host maintenance of a kind reprieve does not know (%s): new pods are kept off the node, nothing is evicted", s.maintenance),
+			Source:      PathMaintenanceEvent,
 		})
 	}
 	if u := s.upcoming; u != nil {
@@ -190,6 +198,7 @@ func (s state) notices() []providers.Notice {
 			ID:         providers.HashID(Name, PathUpcomingMaintenance, u.Type, u.WindowStart.UTC().Format(time.RFC3339)),
 			NoticeTime: u.since,
 			Action:     strings.TrimSpace(fmt.Sprintf("%s %s %s", actionUpcomingMaintenance, strings.ToLower(u.Type), strings.ToLower(u.Status))),
+			Source:     PathUpcomingMaintenance,
 		}
 		if s.migrates {
 			// The VM live-migrates: information only, never an eviction.

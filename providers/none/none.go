@@ -15,6 +15,10 @@ import (
 // Name is the provider's flag value.
 const Name = "none"
 
+// SourceAnnotation is the provider's one source, as Notice.Source and in Answered: the node
+// annotation, which the informer always has an answer for.
+const SourceAnnotation = "annotation"
+
 // Provider reads the deadline from a node annotation through lookup. It is used by one poller
 // at a time.
 type Provider struct {
@@ -27,6 +31,11 @@ func New(lookup func() (string, bool)) *Provider { return &Provider{lookup: look
 
 // Name implements providers.Provider.
 func (p *Provider) Name() string { return Name }
+
+// Answered implements providers.SourceReporter: the annotation is always answered, its absence
+// is a positive "none" (the node object says so), and a value that does not parse is an error
+// that keeps the last notice.
+func (p *Provider) Answered() map[string]bool { return map[string]bool{SourceAnnotation: true} }
 
 // Poll returns one interruption notice while the annotation holds an RFC 3339 time. A value
 // that does not parse is an error (the caller keeps its previous state), not a withdrawal.
@@ -47,6 +56,7 @@ func (p *Provider) Poll(context.Context) ([]providers.Notice, error) {
 		Deadline:    d,
 		Action:      "terminate",
 		Description: "reclaim deadline set on the node annotation",
+		Source:      SourceAnnotation,
 	}}
 	// A copy, so that a caller that sorts or edits what it got cannot change what the next
 	// failed poll reports.

@@ -165,3 +165,23 @@ func TestName(t *testing.T) {
 		t.Errorf("Name() = %q", p.Name())
 	}
 }
+
+var _ providers.SourceReporter = (*Provider)(nil)
+
+// TestSource: the annotation is the one source, always answered: the node object says whether
+// it is there, so its absence is a positive "none".
+func TestSource(t *testing.T) {
+	a := &annotation{}
+	p := New(a.lookup)
+	if got := p.Answered(); len(got) != 1 || !got[SourceAnnotation] {
+		t.Errorf("Answered() = %v, want {%s: true}", got, SourceAnnotation)
+	}
+	a.value, a.set = "2026-11-29T10:02:00Z", true
+	ns, err := p.Poll(context.Background())
+	if err != nil || len(ns) != 1 {
+		t.Fatalf("Poll = %v, %v", ns, err)
+	}
+	if ns[0].Source != SourceAnnotation || ns[0].FromFirstSeen {
+		t.Errorf("notice Source %q, FromFirstSeen %v; want %q, false", ns[0].Source, ns[0].FromFirstSeen, SourceAnnotation)
+	}
+}

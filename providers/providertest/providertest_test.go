@@ -3,6 +3,7 @@ package providertest
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -100,5 +101,30 @@ func TestWaitForPollsHonoursContext(t *testing.T) {
 	cancel()
 	if err := New("fake").WaitForPolls(ctx, 1); !errors.Is(err, context.Canceled) {
 		t.Errorf("WaitForPolls on a cancelled context: %v", err)
+	}
+}
+
+func TestSourcesFake(t *testing.T) {
+	f := NewWithSources("aws", "spot/instance-action", "events/recommendations/rebalance")
+	want := map[string]bool{"spot/instance-action": false, "events/recommendations/rebalance": false}
+	if got := f.Answered(); !maps.Equal(got, want) {
+		t.Errorf("Answered() = %v, want %v", got, want)
+	}
+	f.SetAnswered("events/recommendations/rebalance", true)
+	got := f.Answered()
+	want["events/recommendations/rebalance"] = true
+	if !maps.Equal(got, want) {
+		t.Errorf("after SetAnswered: %v, want %v", got, want)
+	}
+	got["spot/instance-action"] = true
+	if f.Answered()["spot/instance-action"] {
+		t.Error("Answered returned the fake's own map")
+	}
+	var p providers.Provider = f
+	if _, ok := p.(providers.SourceReporter); !ok {
+		t.Error("SourcesFake is no SourceReporter")
+	}
+	if _, ok := any(New("x")).(providers.SourceReporter); ok {
+		t.Error("a plain Fake is a SourceReporter: code under test would see sources it was not given")
 	}
 }
