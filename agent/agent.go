@@ -287,6 +287,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("listening on --metrics-bind-address %s: %w", a.cfg.MetricsBindAddress, err)
 		}
+		ln = metricsListener(ln)
 		logger.Info("Serving metrics", "address", ln.Addr().String())
 		g.Go(func() error {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -490,5 +491,5 @@ func (a *Agent) metricsServer() *http.Server {
 		}
 		_, _ = w.Write([]byte("ok"))
 	})
-	return &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	return newMetricsServer(addr, mux)
 }

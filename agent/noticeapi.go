@@ -8,11 +8,14 @@ import (
 	"hash/fnv"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
+	"sync"
 	"time"
 
-	"golang.org/x/net/netutil"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -27,14 +30,27 @@ const (
 	noticeWaitDefault = 60 * time.Second
 	noticeWaitMax     = 300 * time.Second
 	// noticeWaitersMax bounds the hanging GETs held at once (a goroutine and a timer each), so
-	// that a pod looping on wait=true cannot exhaust the agent; past it a wait is answered at
+	// that the node's pods together cannot exhaust the agent; past it a wait is answered at
 	// once, which a client following the ETags takes as a changed answer and asks again.
 	noticeWaitersMax = 1024
-	// noticeConnsSpare is how many connections beyond noticeWaitersMax the listener accepts at
-	// once; a connection past them waits in the kernel's backlog.
+	// noticeWaitsPerPod is how many of them one pod may hold (its containers share its IP): a
+	// pod looping on wait=true about itself takes its own slots, not its neighbours'.
+	noticeWaitsPerPod = 4
+	// noticeConnsSpare is how many connections beyond noticeWaitersMax the pods' pool holds, so
+	// that quick answers go on while every wait slot is taken.
 	noticeConnsSpare = 64
-	// noticeIdleTimeout closes a kept-alive connection that sends no request.
-	noticeIdleTimeout = 30 * time.Second
+	// noticeWriteTimeout bounds an answer that does not wait; a hanging GET gets its wait on top.
+	noticeWriteTimeout = 10 * time.Second
+)
+
+// The endpoint's connection pools (poolListener). A source address that some pod of the node
+// lists as its IP is in the pods' pool, eight connections each. Any other source (another
+// node, the node itself, a host-network pod) is no pod's requester and only ever gets 404: a
+// pool of its own, two connections per address and 16 in all, so that strangers cannot take
+// the pods' connections however many addresses they send from.
+var (
+	noticePodPool      = &connPool{name: "pods", total: noticeWaitersMax + noticeConnsSpare, perSource: 8}
+	noticeStrangerPool = &connPool{name: "strangers", total: 16, perSource: 2}
 )
 
 // NoticeAnswer is the endpoint's JSON answer.
@@ -73,6 +89,10 @@ type noticeAPI struct {
 	clock   clock.WithTicker
 	// waiters holds a token per hanging GET; nil: unbounded (tests).
 	waiters chan struct{}
+
+	mu sync.Mutex
+	// waiting counts each pod's hanging GETs by UID (noticeWaitsPerPod).
+	waiting map[types.UID]int
 }
 
 // warningOf returns what pod should carry now, and a channel closed at the next change of any
@@ -90,7 +110,15 @@ func (n *podNotifier) warningOf(pod *v1.Pod) (podWarning, <-chan struct{}) {
 func (s *noticeAPI) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/pods/{namespace}/{name}/notice", s.serveNotice)
+	mux.HandleFunc("/", notFound)
 	return mux
+}
+
+// notFound answers 404 and closes the connection: a stranger gets one answer per connection it
+// opens, and holds none of the endpoint's connections between requests.
+func notFound(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Connection", "close")
+	http.NotFound(w, r)
 }
 
 // serveNotice answers only a pod about itself: the request must come from one of the named
@@ -103,7 +131,7 @@ func (s *noticeAPI) handler() http.Handler {
 func (s *noticeAPI) serveNotice(w http.ResponseWriter, r *http.Request) {
 	pod, ok := s.requester(r)
 	if !ok {
-		http.NotFound(w, r)
+		notFound(w, r)
 		return
 	}
 	q := r.URL.Query()
@@ -124,29 +152,30 @@ func (s *noticeAPI) serveNotice(w http.ResponseWriter, r *http.Request) {
 		if last == "" {
 			last = etag
 		}
-		if s.waiters != nil {
-			select {
-			case s.waiters <- struct{}{}:
-				defer func() { <-s.waiters }()
-			default:
-				s.write(w, body, etag)
-				return
-			}
+		if !s.takeWait(pod.UID) {
+			s.write(w, body, etag)
+			return
 		}
+		defer s.endWait(pod.UID)
+		// The server's write timeout runs from the request; a hanging GET answers up to its wait
+		// later. The connection's deadline is the kernel's wall clock, not the agent's clock.
+		// (A bodiless request's read deadline is already off while the handler runs: net/http's
+		// connReader.startBackgroundRead clears it.) A test's recorder has no deadline to set.
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(timeout + noticeWriteTimeout))
 		t := s.clock.NewTimer(timeout)
 		defer t.Stop()
-		for etag == last {
+		for expired := false; etag == last && !expired; {
 			select {
 			case <-changed:
 			case <-t.C():
-				s.write(w, body, etag)
-				return
+				expired = true
 			case <-r.Context().Done():
 				return
 			}
-			// The pod may have been replaced or deleted while the request waited.
+			// The pod may have been replaced or deleted while the request waited, with or
+			// without a change of its warning: a deleted pod's last answer is not its answer.
 			if pod, ok = s.requester(r); !ok {
-				http.NotFound(w, r)
+				notFound(w, r)
 				return
 			}
 			pw, changed = s.notices.warningOf(pod)
@@ -156,6 +185,38 @@ func (s *noticeAPI) serveNotice(w http.ResponseWriter, r *http.Request) {
 	s.write(w, body, etag)
 }
 
+// takeWait takes one of the node's wait slots and one of pod's; false when either is full.
+func (s *noticeAPI) takeWait(pod types.UID) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.waiting[pod] >= noticeWaitsPerPod {
+		return false
+	}
+	if s.waiters != nil {
+		select {
+		case s.waiters <- struct{}{}:
+		default:
+			return false
+		}
+	}
+	if s.waiting == nil {
+		s.waiting = map[types.UID]int{}
+	}
+	s.waiting[pod]++
+	return true
+}
+
+func (s *noticeAPI) endWait(pod types.UID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.waiters != nil {
+		<-s.waiters
+	}
+	if s.waiting[pod]--; s.waiting[pod] <= 0 {
+		delete(s.waiting, pod)
+	}
+}
+
 func (s *noticeAPI) write(w http.ResponseWriter, body []byte, etag string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("ETag", etag)
@@ -163,40 +224,63 @@ func (s *noticeAPI) write(w http.ResponseWriter, body []byte, etag string) {
 }
 
 // requester returns the pod the request names, when it is on this node and the request comes
-// from one of its IPs.
+// from one of its IPs, which no other pod of the node claims.
 func (s *noticeAPI) requester(r *http.Request) (*v1.Pod, bool) {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
 	if err != nil {
 		return nil, false
 	}
-	src := net.ParseIP(host)
-	pod, err := s.pods.Pods(r.PathValue("namespace")).Get(r.PathValue("name"))
-	if err != nil || src == nil {
+	pods := s.claimants(ap.Addr().Unmap())
+	// Two unfinished pods with one IP (after a node reboot, or a sandbox re-created while the
+	// cache still shows the old one): the request may come from either, and answering the one
+	// it names could tell the other its neighbour's plan.
+	if len(pods) != 1 || pods[0].Namespace != r.PathValue("namespace") || pods[0].Name != r.PathValue("name") {
 		return nil, false
 	}
-	// A host-network pod's IP is the node's, shared by every process and host-network pod on
-	// it: no request proves it comes from that pod. A finished pod's IP may already be a new
-	// pod's.
-	if pod.Spec.HostNetwork || pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
-		return nil, false
-	}
-	for _, ip := range podIPs(pod) {
-		if ip.Equal(src) {
-			return pod, true
-		}
-	}
-	return nil, false
+	return pods[0], true
 }
 
-func podIPs(pod *v1.Pod) []net.IP {
-	var out []net.IP
-	for _, p := range pod.Status.PodIPs {
-		if ip := net.ParseIP(p.IP); ip != nil {
-			out = append(out, ip)
+// claimants returns the pods of the node that list src as one of their IPs. A host-network
+// pod's IP is the node's, shared by every process and host-network pod on it: no request
+// proves it comes from that pod. A finished pod's IP may already be a new pod's.
+func (s *noticeAPI) claimants(src netip.Addr) []*v1.Pod {
+	pods, err := s.pods.List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	var out []*v1.Pod
+	for _, pod := range pods {
+		if pod.Spec.HostNetwork || pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
+			continue
+		}
+		for _, ip := range podIPs(pod) {
+			if ip == src {
+				out = append(out, pod)
+				break
+			}
 		}
 	}
-	if ip := net.ParseIP(pod.Status.PodIP); ip != nil && len(out) == 0 {
-		out = append(out, ip)
+	return out
+}
+
+// pool is the endpoint's poolListener rule: a source that some pod of the node claims is in
+// the pods' pool, any other in the strangers'.
+func (s *noticeAPI) pool(_, remote netip.Addr) *connPool {
+	if len(s.claimants(remote)) > 0 {
+		return noticePodPool
+	}
+	return noticeStrangerPool
+}
+
+func podIPs(pod *v1.Pod) []netip.Addr {
+	var out []netip.Addr
+	for _, p := range pod.Status.PodIPs {
+		if ip, err := netip.ParseAddr(p.IP); err == nil {
+			out = append(out, ip.Unmap())
+		}
+	}
+	if ip, err := netip.ParseAddr(pod.Status.PodIP); err == nil && len(out) == 0 {
+		out = append(out, ip.Unmap())
 	}
 	return out
 }
@@ -216,6 +300,18 @@ func encodeAnswer(a NoticeAnswer) ([]byte, string) {
 	return b, strconv.FormatUint(h.Sum64(), 16)
 }
 
+// newNoticeServer returns the endpoint's server, serving h with every timeout. A connection
+// idle between requests is closed after serveIdleTimeout (a hanging GET is a request, not
+// idle); a hanging GET extends its own write deadline past noticeWriteTimeout.
+func newNoticeServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: serveReadHeaderTimeout, ReadTimeout: serveReadTimeout,
+		WriteTimeout: noticeWriteTimeout, IdleTimeout: serveIdleTimeout,
+		MaxHeaderBytes: serveMaxHeaderBytes,
+	}
+}
+
 // serveNoticeAPI serves the endpoint on --notice-bind-address until ctx ends.
 func (a *Agent) serveNoticeAPI(ctx context.Context) error {
 	if a.cfg.NoticeBindAddress == "" || a.podNotice == nil {
@@ -225,14 +321,12 @@ func (a *Agent) serveNoticeAPI(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listening on --notice-bind-address %s: %w", a.cfg.NoticeBindAddress, err)
 	}
-	// The port is open to anyone who reaches the node: bound the connections, so that a flood
-	// of them cannot take the agent's file descriptors, which its API client needs too. Room
-	// beyond the hanging GETs' cap keeps quick answers going.
-	ln = netutil.LimitListener(ln, noticeWaitersMax+noticeConnsSpare)
 	s := &noticeAPI{notices: a.podNotice, pods: a.podLister, clock: a.clock, waiters: make(chan struct{}, noticeWaitersMax)}
-	// No write timeout: a hanging GET lasts up to noticeWaitMax. A connection idle between
-	// requests is closed after noticeIdleTimeout (a hanging GET is a request, not idle).
-	srv := &http.Server{Handler: s.handler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: noticeIdleTimeout}
+	// The port is open to anyone who reaches the node: bound the connections, so that a flood
+	// of them cannot take the agent's memory or file descriptors, and by source, so that
+	// strangers cannot take the pods' share.
+	ln = newPoolListener(ln, s.pool)
+	srv := newNoticeServer(s.handler())
 	klog.FromContext(ctx).Info("Serving the node-local notice endpoint", "address", ln.Addr().String())
 	go func() {
 		<-ctx.Done()

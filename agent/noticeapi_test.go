@@ -184,3 +184,137 @@ func TestNoticeAPIWaitersBounded(t *testing.T) {
 		t.Errorf("a wait past the bound: %d %+v; want the current answer at once", code, a)
 	}
 }
+
+// waitAsync starts a hanging GET from src in the background and returns once it is either
+// waiting on clk or answered.
+func waitAsync(t *testing.T, s *noticeAPI, clk *clocktesting.FakeClock, src, path string) <-chan int {
+	t.Helper()
+	before := clk.Waiters()
+	done := make(chan int, 1)
+	go func() {
+		code, _, _ := ask(t, s, src, path)
+		done <- code
+	}()
+	for clk.Waiters() == before && len(done) == 0 {
+		runtime.Gosched()
+	}
+	return done
+}
+
+// A pod that loops on wait=true about itself gets a few wait slots, not the node's: every
+// other pod's wait still hangs (issue 22, item 5).
+func TestNoticeAPIWaitSlotsPerPod(t *testing.T) {
+	h := newHarness(t, nil, testNode(), podWithIP("job", "10.0.0.5", 30), podWithIP("hog", "10.0.0.6", 30))
+	clk := clocktesting.NewFakeClock(t0)
+	s := &noticeAPI{notices: h.a.podNotice, pods: h.a.podLister, clock: clk, waiters: make(chan struct{}, noticeWaitersMax)}
+	const hogPath = "/v1/pods/ns/hog/notice?wait=true&timeout_sec=300"
+	var held []<-chan int
+	for range noticeWaitersMax {
+		done := waitAsync(t, s, clk, "10.0.0.6", hogPath)
+		if len(done) == 1 {
+			if code := <-done; code != http.StatusOK {
+				t.Fatalf("the hog's wait past its slots: %d, want 200 at once", code)
+			}
+			break
+		}
+		held = append(held, done)
+	}
+	if len(held) > 8 {
+		t.Errorf("one pod holds %d hanging GETs; want a few of its own", len(held))
+	}
+	job := waitAsync(t, s, clk, "10.0.0.5", "/v1/pods/ns/job/notice?wait=true&timeout_sec=60")
+	select {
+	case code := <-job:
+		t.Errorf("the job's wait=true returned at once (%d) while the hog held %d waits; want it to hang", code, len(held))
+	default:
+		held = append(held, job)
+	}
+	clk.Step(noticeWaitMax)
+	for _, d := range held {
+		<-d
+	}
+}
+
+// Two unfinished pods that list the same IP (a node reboot, a sandbox re-created while the
+// cache still shows the old pod): a request from it may come from either, so both get 404
+// (issue 22, item 6); once one has finished, the other is answered again.
+func TestNoticeAPISharedIPAnswersNeither(t *testing.T) {
+	h := newHarness(t, nil, testNode(), podWithIP("job", "10.0.0.5", 30), podWithIP("twin", "10.0.0.5", 30))
+	h.notice(t0.Add(120 * time.Second))
+	h.syncAll("job", "twin")
+	s := &noticeAPI{notices: h.a.podNotice, pods: h.a.podLister, clock: h.clock}
+	for _, name := range []string{"job", "twin"} {
+		if code, _, a := ask(t, s, "10.0.0.5", "/v1/pods/ns/"+name+"/notice"); code != http.StatusNotFound {
+			t.Errorf("%s from the shared IP: %d %+v; want 404", name, code, a)
+		}
+	}
+	twin := h.pod("twin")
+	twin.Status.Phase = v1.PodFailed
+	if err := h.a.podFactory.Core().V1().Pods().Informer().GetIndexer().Update(twin); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, a := ask(t, s, "10.0.0.5", "/v1/pods/ns/job/notice"); code != http.StatusOK || !a.Notice {
+		t.Errorf("job once the twin has failed: %d %+v; want 200 and its notice", code, a)
+	}
+}
+
+// A source that is no pod of the node gets its 404 and its connection closed: keeping it
+// alive would let a stranger hold the endpoint's connections (issue 22, item 4).
+func TestNoticeAPIClosesStrangersConnections(t *testing.T) {
+	h := newHarness(t, nil, testNode(), podWithIP("job", "10.0.0.5", 30), podWithIP("other", "10.0.0.6", 30))
+	s := &noticeAPI{notices: h.a.podNotice, pods: h.a.podLister, clock: h.clock}
+	for _, tc := range []struct{ what, src, path string }{
+		{"an address of no pod", "192.0.2.1", "/v1/pods/ns/job/notice"},
+		{"a neighbour", "10.0.0.6", "/v1/pods/ns/job/notice"},
+		{"another path", "10.0.0.5", "/v1/pods/ns/job"},
+	} {
+		req := httptest.NewRequest(http.MethodGet, tc.path, nil)
+		req.RemoteAddr = tc.src + ":40000"
+		rec := httptest.NewRecorder()
+		s.handler().ServeHTTP(rec, req)
+		if rec.Code != http.StatusNotFound || rec.Header().Get("Connection") != "close" {
+			t.Errorf("%s: %d, Connection %q; want 404 and close", tc.what, rec.Code, rec.Header().Get("Connection"))
+		}
+	}
+}
+
+// A hanging GET about a pod that is deleted while it waits answers 404, never the pod's last
+// notice: at once when the informer reports the deletion, and at its timeout when the cache
+// has dropped the pod before the handler ran (issue 20, item 10).
+func TestNoticeAPIWaitForgetsADeletedPod(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		handler bool
+	}{{"the informer's delete handler ran", true}, {"only the cache has dropped the pod", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, nil, testNode(), podWithIP("job", "10.0.0.5", 30, spotToleration(secs(3600))))
+			h.notice(t0.Add(120 * time.Second))
+			h.syncAll("job")
+			clk := clocktesting.NewFakeClock(t0)
+			s := &noticeAPI{notices: h.a.podNotice, pods: h.a.podLister, clock: clk}
+			_, etag, a := ask(t, s, "10.0.0.5", "/v1/pods/ns/job/notice")
+			if !a.Notice {
+				t.Fatalf("before the deletion: %+v, want the notice", a)
+			}
+			done := waitAsync(t, s, clk, "10.0.0.5", "/v1/pods/ns/job/notice?wait=true&timeout_sec=60&last_etag="+etag)
+			pod := h.pod("job")
+			if err := h.a.podFactory.Core().V1().Pods().Informer().GetIndexer().Delete(pod); err != nil {
+				t.Fatal(err)
+			}
+			if tc.handler {
+				h.a.podNotice.podDeleted(pod)
+			} else {
+				clk.Step(60 * time.Second)
+			}
+			select {
+			case code := <-done:
+				if code != http.StatusNotFound {
+					t.Errorf("the wait after the deletion: %d, want 404", code)
+				}
+			case <-time.After(5 * time.Second):
+				clk.Step(noticeWaitMax)
+				t.Errorf("the wait did not return when the pod was deleted (answered %d at its timeout)", <-done)
+			}
+		})
+	}
+}

@@ -274,6 +274,10 @@ func (n *podNotifier) record(key string, uid types.UID, pw podWarning) {
 func (n *podNotifier) forget(key string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	// Wake the hanging GETs: one about this pod answers its end now, not its last warning at
+	// its timeout.
+	close(n.changed)
+	n.changed = make(chan struct{})
 	delete(n.want, key)
 	delete(n.written, key)
 }
