@@ -45,22 +45,29 @@ func refusedWith403(t *testing.T, what string, err error, want string) {
 	t.Logf("refused: %s: %d %s: %s", what, s.Code, s.Reason, s.Message)
 }
 
-// TestPolicyLegacyTokenRefusedWith403 uses a legacy Secret token of the agent's ServiceAccount
-// (type kubernetes.io/service-account-token, filled in by kube-controller-manager's token
-// controller): its user has no userInfo.extra at all, not even an empty map. With the shipped
-// policies and eviction guard on the real API server, every write the agent makes is refused
-// with 403 Forbidden and the rule's message, never 422 Invalid with "no such key: extra" (a
-// policy that fails to evaluate under failurePolicy Fail): the agent counts a 403 as a refused
-// write and turns not ready. The shipped policies but the events one (see below) also
-// type-check without a warning.
-func TestPolicyLegacyTokenRefusedWith403(t *testing.T) {
+// TestPolicyHostileTokens tries the shipped policies on the real API server with tokens of the
+// agent's ServiceAccount (the shipped RBAC, policies and eviction guard; boundAgents' nodes and
+// pods): a legacy Secret token, and the token of node A's agent against the fields of a pod's
+// status and of its node's spec.
+func TestPolicyHostileTokens(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	const ns, sa, nodeA, nodeB = "legacy-token", "reprieve-legacy", "legacy-a", "legacy-b"
-	c := env.Client
-	boundAgents(ctx, t, ns, sa, nodeA, nodeB)
+	const ns, sa, nodeA, nodeB = "hostile", "reprieve-hostile", "hostile-a", "hostile-b"
+	kubeA := boundAgents(ctx, t, ns, sa, nodeA, nodeB)
 	startEvictionGuard(ctx, t, sa, ns)
+	t.Run("LegacyTokenRefusedWith403", func(t *testing.T) { legacyTokenRefusedWith403(ctx, t, ns, sa, nodeA) })
+	t.Run("PodStatusAndNodeSpecPinned", func(t *testing.T) { podStatusAndNodeSpecPinned(ctx, t, ns, nodeA, clientFor(t, kubeA)) })
+}
 
+// legacyTokenRefusedWith403 uses a legacy Secret token of the agent's ServiceAccount ns/sa
+// (type kubernetes.io/service-account-token, filled in by kube-controller-manager's token
+// controller): its user has no userInfo.extra at all, not even an empty map. Every write the
+// agent makes on node A is refused with 403 Forbidden and the rule's message, never 422 Invalid
+// with "no such key: extra" (a policy that fails to evaluate under failurePolicy Fail): the
+// agent counts a 403 as a refused write and turns not ready. The shipped policies but the
+// events one (see below) also type-check without a warning.
+func legacyTokenRefusedWith403(ctx context.Context, t *testing.T, ns, sa, nodeA string) {
+	c := env.Client
 	// The token controller fills the Secret in; the policies' status controller type-checks the
 	// shipped expressions against the API's schema.
 	if err := env.StartControllerManager(ctx, "serviceaccount-token", "validatingadmissionpolicy-status-controller"); err != nil {
@@ -161,8 +168,7 @@ func TestPolicyLegacyTokenRefusedWith403(t *testing.T) {
 }
 
 // podStatusChanges are, for each field of v1.PodStatus by its JSON name, a change that a stolen
-// token might write through pods/status of the test's pod (or a function of the pod that
-// returns it). conditions is the one field the agent writes (its reprieve.io/Interruption and
+// token might write through pods/status (or a function of the pod that returns it). conditions is the one field the agent writes (its reprieve.io/Interruption and
 // DisruptionTarget conditions): another condition type is refused.
 var podStatusChanges = map[string]any{
 	"observedGeneration": 1,
@@ -218,20 +224,16 @@ func jsonFields(typ reflect.Type) []string {
 	return names
 }
 
-// TestPolicyPinsPodStatusAndNodeSpec tries, with the token of node A's agent on a pod of node A
-// and on node A itself, to change every field of a pod's status and of the node's spec. For each
-// change it first asks the API server, as the admin with a server-side dry run, whether the
+// podStatusAndNodeSpecPinned tries, with clientA (the token of node A's agent) on pods of node
+// A and on node A itself, to change every field of a pod's status and of the node's spec. For
+// each change it first asks the API server, as the admin with a server-side dry run, whether the
 // change survives the API server's own validation and field dropping (a field of a feature
 // gate that is off is dropped before admission, an immutable one is refused): the changes that
 // reach admission must be refused to the agent's token with 403 and the policy's message. The
 // fields that upstream serves by default must be among those. The agent's own status write,
 // its warning with DisruptionTarget, still passes.
-func TestPolicyPinsPodStatusAndNodeSpec(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	const ns, sa, nodeA, nodeB = "pinned", "reprieve-pinned", "pinned-a", "pinned-b"
+func podStatusAndNodeSpecPinned(ctx context.Context, t *testing.T, ns, nodeA string, clientA kubernetes.Interface) {
 	c := env.Client
-	clientA := clientFor(t, boundAgents(ctx, t, ns, sa, nodeA, nodeB))
 	for _, tc := range []struct {
 		typ     reflect.Type
 		changes map[string]any
@@ -243,20 +245,21 @@ func TestPolicyPinsPodStatusAndNodeSpec(t *testing.T) {
 			t.Fatalf("the changes tried on %s are for %v; want one for each field %v", tc.typ, got, fields)
 		}
 	}
-	// A pod of node A with an extended resource and a ResourceClaim, so that the claims' status
-	// fields name what they must to pass the API server's validation.
+	// The changes go to victim-<nodeA>, running, but those of the claims' status fields to a
+	// pod of node A with an extended resource and a ResourceClaim, so that they name what the
+	// API server's validation wants (it need not run: kwok takes seconds).
 	gpu := v1.ResourceList{"example.com/gpu": resource.MustParse("1")}
 	if _, err := c.CoreV1().Pods(ns).Create(ctx, &v1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "target", Namespace: ns},
+		ObjectMeta: metav1.ObjectMeta{Name: "claims", Namespace: ns},
 		Spec: v1.PodSpec{NodeName: nodeA, AutomountServiceAccountToken: new(bool),
 			Containers:     []v1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10", Resources: v1.ResourceRequirements{Requests: gpu, Limits: gpu}}},
 			ResourceClaims: []v1.PodResourceClaim{{Name: "claim", ResourceClaimName: new("stolen")}}},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	get := func() (pod *v1.Pod, node *v1.Node) {
+	get := func(podName string) (pod *v1.Pod, node *v1.Node) {
 		t.Helper()
-		pod, err := c.CoreV1().Pods(ns).Get(ctx, "target", metav1.GetOptions{})
+		pod, err := c.CoreV1().Pods(ns).Get(ctx, podName, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -266,18 +269,18 @@ func TestPolicyPinsPodStatusAndNodeSpec(t *testing.T) {
 		}
 		return pod, node
 	}
-	waitFor(ctx, t, "the target pod running", func() bool {
-		p, _ := get()
-		return p.Status.Phase == v1.PodRunning && p.Status.PodIP != ""
-	})
 
 	dry := metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}
-	// try sets part.field (status.phase of the target pod, spec.unschedulable of node A) with a
+	// try sets part.field (status.phase of the pod, spec.unschedulable of node A) with a
 	// merge patch: as the admin, then with A's token, both as dry runs (nothing is stored either
 	// way). It returns whether the change reached admission.
 	try := func(part, field string, value any, want string) bool {
 		t.Helper()
-		pod, node := get()
+		podName := "victim-" + nodeA
+		if strings.Contains(strings.ToLower(field), "resourceclaimstatus") {
+			podName = "claims"
+		}
+		pod, node := get(podName)
 		if f, ok := value.(func(*v1.Pod) any); ok {
 			value = f(pod)
 		}
@@ -344,7 +347,7 @@ func TestPolicyPinsPodStatusAndNodeSpec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := clientA.CoreV1().Pods(ns).Patch(ctx, "target", types.StrategicMergePatchType, b, metav1.PatchOptions{}, "status"); err != nil {
+	if _, err := clientA.CoreV1().Pods(ns).Patch(ctx, "victim-"+nodeA, types.StrategicMergePatchType, b, metav1.PatchOptions{}, "status"); err != nil {
 		t.Errorf("the agent's warning and DisruptionTarget on a pod of node A: %v; want it allowed", err)
 	}
 }
