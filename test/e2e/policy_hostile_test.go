@@ -83,8 +83,11 @@ func legacyTokenRefusedWith403(ctx context.Context, t *testing.T, ns, sa, nodeA 
 	var token string
 	waitFor(ctx, t, "the token controller filling the Secret in", func() bool {
 		s, err := c.CoreV1().Secrets(ns).Get(ctx, sa+"-token", metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
 		token = string(s.Data[v1.ServiceAccountTokenKey])
-		return err == nil && token != ""
+		return token != ""
 	})
 	policies, err := c.AdmissionregistrationV1().ValidatingAdmissionPolicies().List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -102,8 +105,11 @@ func legacyTokenRefusedWith403(ctx context.Context, t *testing.T, ns, sa, nodeA 
 		var typeCheck *admissionregistrationv1.TypeChecking
 		waitFor(ctx, t, "policy "+p.Name+" type-checked", func() bool {
 			got, err := c.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, p.Name, metav1.GetOptions{})
+			if err != nil {
+				return false
+			}
 			typeCheck = got.Status.TypeChecking
-			return err == nil && got.Status.ObservedGeneration == got.Generation && typeCheck != nil
+			return got.Status.ObservedGeneration == got.Generation && typeCheck != nil
 		})
 		for _, w := range typeCheck.ExpressionWarnings {
 			t.Errorf("policy %s: %s: %s", p.Name, w.FieldRef, w.Warning)
@@ -168,8 +174,9 @@ func legacyTokenRefusedWith403(ctx context.Context, t *testing.T, ns, sa, nodeA 
 }
 
 // podStatusChanges are, for each field of v1.PodStatus by its JSON name, a change that a stolen
-// token might write through pods/status (or a function of the pod that returns it). conditions is the one field the agent writes (its reprieve.io/Interruption and
-// DisruptionTarget conditions): another condition type is refused.
+// token might write through pods/status (or a function of the pod that returns it). conditions
+// is the one field the agent writes (its reprieve.io/Interruption and DisruptionTarget
+// conditions): another condition type is refused.
 var podStatusChanges = map[string]any{
 	"observedGeneration": 1,
 	"phase":              "Failed",
