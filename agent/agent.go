@@ -420,7 +420,7 @@ func (a *Agent) lingerOnStop(parent context.Context, clk clock.WithTicker, stopW
 		if !now.Before(w.End()) {
 			// The window's summary (the InterruptionHandled event, the handled webhook, the
 			// missed deadlines) is given before the work stops, whichever loop gets there first.
-			a.exec.Summarize(parent, now)
+			a.exec.Summarize(context.WithoutCancel(parent), now)
 			stopWork()
 			return
 		}

@@ -46,6 +46,8 @@ type harness struct {
 	cfg    Config
 	// reg, when set before build, is the agent's metrics registry.
 	reg *prometheus.Registry
+	// evictFn, when set, receives the evictions instead of the fake clientset.
+	evictFn func(context.Context, *policyv1.Eviction) error
 }
 
 const nodeName = "n1"
@@ -84,6 +86,9 @@ func (h *harness) build(p providers.Provider) {
 		// The fake clientset serves EvictV1 through its reactors (postEviction needs a real
 		// REST client).
 		Evict: func(ctx context.Context, ev *policyv1.Eviction) error {
+			if h.evictFn != nil {
+				return h.evictFn(ctx, ev)
+			}
 			return h.client.CoreV1().Pods(ev.Namespace).EvictV1(ctx, ev)
 		}}
 	if h.reg != nil {
