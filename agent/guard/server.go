@@ -67,9 +67,12 @@ func Mux(h *Handler, g prometheus.Gatherer) *http.ServeMux {
 // Serve serves HTTPS until ctx ends, then lets the reviews in flight finish.
 func Serve(ctx context.Context, opts ServerOptions) error {
 	logger := klog.FromContext(ctx)
-	// NextProtos as http.Server.ServeTLS would set them: a ClientAuth's per-handshake config is
-	// a clone of this one and must offer HTTP/2 as well.
-	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: opts.Certs.GetCertificate, NextProtos: []string{"h2", "http/1.1"}}
+	// HTTP/1.1 only. kube-apiserver calls a webhook behind a Service with HTTP/1.1 alone
+	// (ClientManager.hookClientConfig, for kubernetes/kubernetes#75791), so HTTP/2 would serve
+	// only callers that are not the API server, each connection carrying up to 250 reviews at
+	// once past the cap on connections. Set here as well as in Protocols: a ClientAuth's
+	// per-handshake config is a clone of this one.
+	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: opts.Certs.GetCertificate, NextProtos: []string{"http/1.1"}}
 	if opts.Handler != nil && opts.Handler.ClientAuth != nil {
 		tlsConfig = opts.Handler.ClientAuth.tlsConfig(tlsConfig)
 	}
@@ -80,6 +83,7 @@ func Serve(ctx context.Context, opts ServerOptions) error {
 		WriteTimeout:      10 * time.Second,
 		IdleTimeout:       idleTimeout,
 		TLSConfig:         tlsConfig,
+		Protocols:         http1Only(),
 		// Failed handshakes (a caller without a certificate, a port scan) are net/http's to
 		// report: at most one line a minute, so that a flood does not flood the log.
 		ErrorLog: log.New(&sparseLog{logger: logger, every: time.Minute, clock: clock.RealClock{}}, "", 0),
@@ -145,4 +149,10 @@ func (s *sparseLog) Write(p []byte) (int, error) {
 	s.mu.Unlock()
 	s.logger.Info("HTTPS server error", "error", strings.TrimSpace(string(p)), "droppedSinceLast", dropped)
 	return len(p), nil
+}
+
+func http1Only() *http.Protocols {
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	return p
 }
