@@ -190,6 +190,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	verdict, err := h.review(r.Context(), req, getPod)
+	logger = logger.WithValues("pod", klog.KRef(req.Namespace, req.Name), "uid", req.UID, "source", r.RemoteAddr, "bytes", len(body))
 	switch {
 	case errors.Is(err, errReadBudget):
 		h.reject(w, r, src, http.StatusTooManyRequests, err)
@@ -199,19 +200,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// answers the agent with a 500, which it retries and, near the deadline, replaces with
 		// its node-bound DELETE.
 		h.count(ResultError)
-		logger.Error(err, "Reviewing an eviction failed", "pod", klog.KRef(req.Namespace, req.Name), "uid", req.UID, "source", r.RemoteAddr)
+		logger.Error(err, "Reviewing an eviction failed")
 		http.Error(w, "the eviction guard could not read the pod", http.StatusInternalServerError)
 		return
 	}
 	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: verdict.Allowed}
 	if verdict.Allowed {
 		h.count(ResultAllowed)
-		logger.V(4).Info("Allowed an eviction", "pod", klog.KRef(req.Namespace, req.Name), "user", req.UserInfo.Username, "reason", verdict.Message, "uid", req.UID, "source", r.RemoteAddr)
+		logger.V(4).Info("Allowed an eviction", "user", req.UserInfo.Username, "reason", verdict.Message)
 	} else {
 		h.count(ResultDenied)
 		resp.Result = &metav1.Status{Status: metav1.StatusFailure, Code: http.StatusForbidden,
 			Reason: metav1.StatusReasonForbidden, Message: DeniedMessage(req.UID)}
-		logger.Info("Denied an eviction", "pod", klog.KRef(req.Namespace, req.Name), "user", req.UserInfo.Username, "reason", verdict.Message, "uid", req.UID, "source", r.RemoteAddr)
+		logger.Info("Denied an eviction", "user", req.UserInfo.Username, "reason", verdict.Message)
 	}
 	out := admissionv1.AdmissionReview{TypeMeta: review.TypeMeta, Response: resp}
 	if out.APIVersion == "" {
@@ -219,7 +220,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	if err := json.NewEncoder(w).Encode(out); err != nil {
-		logger.Error(err, "Writing the AdmissionReview response failed", "uid", req.UID)
+		logger.Error(err, "Writing the AdmissionReview response failed")
 	}
 }
 

@@ -131,6 +131,12 @@ func post(c *http.Client, host string, body []byte) (int, string, error) {
 // guardCounter reads reprieve_guard_reviews_total{result} from the guard's /metrics.
 func guardCounter(t *testing.T, host, result string) float64 {
 	t.Helper()
+	return guardMetric(t, host, `reprieve_guard_reviews_total{result="`+result+`"}`)
+}
+
+// guardMetric reads one series (name{labels} as exposed) from the guard's /metrics.
+func guardMetric(t *testing.T, host, series string) float64 {
+	t.Helper()
 	resp, err := attacker("127.0.0.1", 1).Get("https://" + host + guard.PathMetrics)
 	if err != nil {
 		t.Fatal(err)
@@ -140,9 +146,9 @@ func guardCounter(t *testing.T, host, result string) float64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile(`(?m)^reprieve_guard_reviews_total\{result="` + result + `"\} (\S+)$`).FindSubmatch(b)
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`).FindSubmatch(b)
 	if m == nil {
-		t.Fatalf("the guard's /metrics lacks reprieve_guard_reviews_total{result=%q}:\n%s", result, b)
+		t.Fatalf("the guard's /metrics lacks %s:\n%s", series, b)
 	}
 	v, err := strconv.ParseFloat(string(m[1]), 64)
 	if err != nil {
@@ -320,14 +326,15 @@ func TestEvictionGuardUnderFlood(t *testing.T) {
 	refusedIn := time.Since(start)
 	floodFor := time.Since(floodStart)
 	sent := flood.sent.Load() - sentAtStart
+	rss := guardMetric(t, host, "process_resident_memory_bytes")
 	stopFlood()
 
 	slices.Sort(took)
 	p50, p99, worst := quantile(took, 0.5), quantile(took, 0.99), took[len(took)-1]
 	t.Logf("guard flood: %d forged reviews in %.1f s from 127.0.0.2 (%.0f/s; %d answered, %d refused with 429, %d connections closed at once); "+
-		"%d evictions of node A's agent meanwhile: p50 %v, p99 %v, max %v; the refused one in %v",
+		"%d evictions of node A's agent meanwhile: p50 %v, p99 %v, max %v; the refused one in %v; the guard's RSS %.0f MiB",
 		sent, floodFor.Seconds(), float64(sent)/floodFor.Seconds(), flood.answered.Load(), flood.refused.Load(), flood.failed.Load(),
-		len(took), p50.Round(100*time.Microsecond), p99.Round(100*time.Microsecond), worst.Round(100*time.Microsecond), refusedIn.Round(100*time.Microsecond))
+		len(took), p50.Round(100*time.Microsecond), p99.Round(100*time.Microsecond), worst.Round(100*time.Microsecond), refusedIn.Round(100*time.Microsecond), rss/(1<<20))
 	if worst >= time.Second || refusedIn >= time.Second {
 		t.Errorf("an eviction during the flood took %v (the refused one %v); want every one answered within 1 s", worst, refusedIn)
 	}
