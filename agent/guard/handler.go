@@ -28,7 +28,7 @@ import (
 const NodeClaim = "authentication.kubernetes.io/node-name"
 
 // maxReviewBytes bounds an AdmissionReview body. The API server's review of an Eviction is about
-// 2 KiB (the caller's userInfo and the Eviction); 64 KiB leaves room for long group lists, and
+// 1.7 KiB (the caller's userInfo and the Eviction); 64 KiB leaves room for long group lists, and
 // keeps the memory of Limits.InFlight reviews at a few megabytes.
 const maxReviewBytes = 64 << 10
 
