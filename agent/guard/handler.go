@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	v1 "k8s.io/api/core/v1"
@@ -19,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 )
 
@@ -31,6 +34,9 @@ const NodeClaim = "authentication.kubernetes.io/node-name"
 // 1.7 KiB (the caller's userInfo and the Eviction); 64 KiB leaves room for long group lists, and
 // keeps the memory of Limits.InFlight reviews at a few megabytes.
 const maxReviewBytes = 64 << 10
+
+// podReadTimeout bounds a review's pod read: less than the chart's timeoutSeconds (3 s).
+const podReadTimeout = 2 * time.Second
 
 // errReadBudget is the refusal of a pod read past the source's budget (Limiter.AllowRead).
 var errReadBudget = errors.New("the source's budget of pod reads is spent")
@@ -95,6 +101,14 @@ func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest,
 		return Verdict{Message: "reprieve may evict only with a UID precondition (deleteOptions.preconditions.uid)"}, nil
 	case grace == nil || *grace < 1:
 		return Verdict{Message: "reprieve may evict only with deleteOptions.gracePeriodSeconds of at least 1"}, nil
+	}
+	// A name no pod can have is a forgery (the API server validates the path first): refused
+	// without a read, which would fail and count as the guard's error.
+	if errs := validation.IsDNS1123Label(req.Namespace); len(errs) > 0 {
+		return Verdict{Message: fmt.Sprintf("namespace %q is not a namespace name: %s", req.Namespace, strings.Join(errs, "; "))}, nil
+	}
+	if errs := validation.IsDNS1123Subdomain(req.Name); len(errs) > 0 {
+		return Verdict{Message: fmt.Sprintf("%q is not a pod name: %s", req.Name, strings.Join(errs, "; "))}, nil
 	}
 	pod, err := getPod(ctx, req.Namespace, req.Name)
 	switch {
@@ -189,11 +203,20 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return h.GetPod(ctx, ns, name)
 		}
 	}
-	verdict, err := h.review(r.Context(), req, getPod)
+	// The read gets less time than the API server gives the review (timeoutSeconds, 3 s in the
+	// chart), so that a slow read ends here, as an error, before the caller hangs up.
+	ctx, cancel := context.WithTimeout(r.Context(), podReadTimeout)
+	defer cancel()
+	verdict, err := h.review(ctx, req, getPod)
 	logger = logger.WithValues("pod", klog.KRef(req.Namespace, req.Name), "uid", req.UID, "source", r.RemoteAddr, "bytes", len(body))
 	switch {
 	case errors.Is(err, errReadBudget):
 		h.reject(w, r, src, http.StatusTooManyRequests, err)
+		return
+	case err != nil && r.Context().Err() != nil:
+		// The caller hung up before the answer: a forger that does not wait for it must not
+		// count as the guard failing the API server.
+		h.reject(w, r, src, http.StatusServiceUnavailable, fmt.Errorf("the caller went away before the answer: %w", err))
 		return
 	case err != nil:
 		// An error status, not a refusal: the API server applies failurePolicy (Fail) and

@@ -138,6 +138,17 @@ func TestReview(t *testing.T) {
 			r.SubResource, r.Operation = "", admissionv1.Delete
 			return r
 		}, allowed: true},
+		{name: "a name no pod can have is refused without a read", req: func(t *testing.T) *admissionv1.AdmissionRequest {
+			return eviction(t, agentUser, "node-a", "../on-a", &uidA)
+		}, wantMsg: []string{"is not a pod name"}},
+		{name: "no name", req: func(t *testing.T) *admissionv1.AdmissionRequest {
+			return eviction(t, agentUser, "node-a", "", &uidA)
+		}, wantMsg: []string{"is not a pod name"}},
+		{name: "no namespace", req: func(t *testing.T) *admissionv1.AdmissionRequest {
+			r := eviction(t, agentUser, "node-a", "on-a", &uidA)
+			r.Namespace = ""
+			return r
+		}, wantMsg: []string{"is not a namespace name"}},
 		{name: "an undecodable Eviction", req: func(t *testing.T) *admissionv1.AdmissionRequest {
 			r := eviction(t, agentUser, "node-a", "on-a", nil)
 			r.Object.Raw = []byte(`{"deleteOptions": 7}`)
@@ -290,5 +301,33 @@ func TestForgedReviewsRevealNothing(t *testing.T) {
 				t.Errorf("%s: the answer names %q: %s", c.what, leak, got)
 			}
 		}
+	}
+}
+
+// TestServeHTTPCallerGone posts a review whose caller hangs up during the pod read, as a forger
+// that does not wait can: a rejection, not the guard's error, which says the API server was failed.
+func TestServeHTTPCallerGone(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, hangUp := context.WithCancel(context.Background())
+	h := &Handler{Username: agentUser, Metrics: m, GetPod: func(ctx context.Context, _, _ string) (*v1.Pod, error) {
+		hangUp()
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}}
+	uid := types.UID("uid-a")
+	b, err := json.Marshal(admissionv1.AdmissionReview{Request: eviction(t, agentUser, "node-a", "on-a", &uid)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, PathValidate, bytes.NewReader(b)).WithContext(ctx))
+	if got := testutil.ToFloat64(m.ReviewsTotal.WithLabelValues(ResultError)); got != 0 {
+		t.Errorf("error = %v; want 0 for a caller that hung up", got)
+	}
+	if got := testutil.ToFloat64(m.ReviewsTotal.WithLabelValues(ResultRejected)); got != 1 {
+		t.Errorf("rejected = %v; want 1", got)
 	}
 }
