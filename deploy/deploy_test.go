@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"sigs.k8s.io/yaml"
 
+	"github.com/reprieve-dev/reprieve/agent/guard"
 	"github.com/reprieve-dev/reprieve/providers"
 )
 
@@ -49,6 +50,8 @@ var allowedForeignMetrics = map[string]string{
 	// kube-state-metrics v2 names, for ReprieveAgentAbsent's DaemonSet check.
 	"kube_daemonset_status_desired_number_scheduled": "kube-state-metrics",
 	"kube_daemonset_status_number_ready":             "kube-state-metrics",
+	// ReprieveEvictionGuardDown's check of guard replicas that never started.
+	"kube_deployment_status_replicas_available": "kube-state-metrics",
 }
 
 type ruleFile struct {
@@ -117,6 +120,8 @@ var wantAlerts = []string{
 	"ReprieveAgentAbsent",
 	"ReprieveNodeWritesRefused",
 	"ReprieveAgentNotReady",
+	"ReprieveEvictionGuardDown",
+	"ReprieveEvictionGuardFailing",
 }
 
 func TestRules(t *testing.T) {
@@ -373,6 +378,10 @@ func knownMetrics(t *testing.T) map[string]bool {
 	rm, err := providers.NewRequestMetrics(rec, "aws")
 	if err != nil {
 		t.Fatalf("providers.NewRequestMetrics: %v", err)
+	}
+	// The eviction guard's, which its own process serves (reprieve eviction-guard).
+	if _, err := guard.NewMetrics(rec); err != nil {
+		t.Fatalf("guard.NewMetrics: %v", err)
 	}
 	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		if err := rec.Register(c); err != nil {
@@ -908,7 +917,9 @@ func TestPromtool(t *testing.T) {
 	// Every test passes for it too, so no alert is tied to the default release's name.
 	gpu := strings.NewReplacer(`job="reprieve"`, `job="reprieve-gpu"`, `daemonset="reprieve"`, `daemonset="reprieve-gpu"`,
 		"job: reprieve\n", "job: reprieve-gpu\n", "daemonset: reprieve\n", "daemonset: reprieve-gpu\n",
-		"kube-system/reprieve ", "kube-system/reprieve-gpu ")
+		"kube-system/reprieve ", "kube-system/reprieve-gpu ",
+		`job="reprieve-eviction-guard"`, `job="reprieve-gpu-eviction-guard"`, `deployment="reprieve-eviction-guard"`, `deployment="reprieve-gpu-eviction-guard"`,
+		"job: reprieve-eviction-guard\n", "job: reprieve-gpu-eviction-guard\n", "deployment: reprieve-eviction-guard\n", "deployment: reprieve-gpu-eviction-guard\n")
 	dir := t.TempDir()
 	rules, err := os.ReadFile(rulesPath)
 	if err != nil {

@@ -120,14 +120,16 @@ func TestServe(t *testing.T) {
 	}()
 	pool := x509.NewCertPool()
 	pool.AddCert(cert)
-	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	// A client that offers HTTP/2 gets HTTP/1.1: the one protocol the API server calls a
+	// Service's webhook with.
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true}}
 	resp, err := client.Get("https://" + (<-addr).String() + PathReadyz)
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Errorf("readyz: %d; want 200", resp.StatusCode)
+	if resp.StatusCode != http.StatusOK || resp.ProtoMajor != 1 {
+		t.Errorf("readyz: %d over %s; want 200 over HTTP/1.1", resp.StatusCode, resp.Proto)
 	}
 	client.CloseIdleConnections()
 	cancel()

@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	v1 "k8s.io/api/core/v1"
@@ -19,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 )
 
@@ -27,8 +30,16 @@ import (
 // the ServiceAccountTokenPodNodeInfo feature gate is off).
 const NodeClaim = "authentication.kubernetes.io/node-name"
 
-// maxReviewBytes bounds an AdmissionReview body: an Eviction is a few hundred bytes.
-const maxReviewBytes = 1 << 20
+// maxReviewBytes bounds an AdmissionReview body. The API server's review of an Eviction is about
+// 1.7 KiB (the caller's userInfo and the Eviction); 64 KiB leaves room for long group lists, and
+// keeps the memory of Limits.InFlight reviews at a few megabytes.
+const maxReviewBytes = 64 << 10
+
+// podReadTimeout bounds a review's pod read: less than the chart's timeoutSeconds (3 s).
+const podReadTimeout = 2 * time.Second
+
+// errReadBudget is the refusal of a pod read past the source's budget (Limiter.AllowRead).
+var errReadBudget = errors.New("the source's budget of pod reads is spent")
 
 // PodGetter reads one pod. The guard reads each evicted pod once per review: an informer on all
 // pods would cost memory and API server watch load in proportion to the cluster.
@@ -43,6 +54,17 @@ type Handler struct {
 	// GetPod reads the pod being evicted.
 	GetPod  PodGetter
 	Metrics *Metrics
+	// Limits, if set, bounds each source's reviews in flight and pod reads.
+	Limits *Limiter
+	// ClientAuth, if set, admits reviews only from callers with a client certificate it accepts.
+	ClientAuth *ClientAuth
+}
+
+// DeniedMessage is the message of every refusal, whatever its reason. A review that anyone who
+// reaches the port can forge must not tell whether a pod exists, or its node or UID: the reason
+// goes to the guard's log, under the review's UID (the caller's own value), and nowhere else.
+func DeniedMessage(reviewUID types.UID) string {
+	return fmt.Sprintf("reprieve's eviction guard refused this eviction; its log gives the reason under review UID %s", reviewUID)
 }
 
 // Verdict is the guard's answer to one review: allowed, or refused with a message.
@@ -55,6 +77,10 @@ type Verdict struct {
 // for another reason than its absence: the caller answers with an error status, and the API
 // server's failurePolicy (Fail) refuses the eviction.
 func (h *Handler) Review(ctx context.Context, req *admissionv1.AdmissionRequest) (Verdict, error) {
+	return h.review(ctx, req, h.GetPod)
+}
+
+func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest, getPod PodGetter) (Verdict, error) {
 	if req.UserInfo.Username != h.Username || req.Operation != admissionv1.Create ||
 		req.Resource.Group != "" || req.Resource.Resource != "pods" || req.SubResource != "eviction" {
 		return Verdict{Allowed: true, Message: "not an eviction by reprieve's agent"}, nil
@@ -76,7 +102,15 @@ func (h *Handler) Review(ctx context.Context, req *admissionv1.AdmissionRequest)
 	case grace == nil || *grace < 1:
 		return Verdict{Message: "reprieve may evict only with deleteOptions.gracePeriodSeconds of at least 1"}, nil
 	}
-	pod, err := h.GetPod(ctx, req.Namespace, req.Name)
+	// A name no pod can have is a forgery (the API server validates the path first): refused
+	// without a read, which would fail and count as the guard's error.
+	if errs := validation.IsDNS1123Label(req.Namespace); len(errs) > 0 {
+		return Verdict{Message: fmt.Sprintf("namespace %q is not a namespace name: %s", req.Namespace, strings.Join(errs, "; "))}, nil
+	}
+	if errs := validation.IsDNS1123Subdomain(req.Name); len(errs) > 0 {
+		return Verdict{Message: fmt.Sprintf("%q is not a pod name: %s", req.Name, strings.Join(errs, "; "))}, nil
+	}
+	pod, err := getPod(ctx, req.Namespace, req.Name)
 	switch {
 	case apierrors.IsNotFound(err):
 		return Verdict{Message: fmt.Sprintf("pod %s/%s not found", req.Namespace, req.Name)}, nil
@@ -119,43 +153,89 @@ func evictionOptions(req *admissionv1.AdmissionRequest) (types.UID, *int64, erro
 	return uid, ev.DeleteOptions.GracePeriodSeconds, nil
 }
 
-// ServeHTTP answers an AdmissionReview (admission.k8s.io/v1) posted by the API server.
+// ServeHTTP answers an AdmissionReview (admission.k8s.io/v1) posted by the API server. What is
+// refused before it is judged (a caller without the client certificate, a source past its limits,
+// a body that is not an AdmissionReview) gets an HTTP error at once, counted as rejected: the API
+// server turns it into a failed call, which its failurePolicy (Fail) refuses with a 500 that the
+// agent retries, as it does when the guard is down.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	logger := klog.FromContext(r.Context())
+	src := SourceKey(r.RemoteAddr)
+	if h.ClientAuth != nil {
+		if err := h.ClientAuth.Verify(r.TLS); err != nil {
+			h.reject(w, r, src, http.StatusForbidden, err)
+			return
+		}
+	}
+	if h.Limits != nil {
+		release, ok := h.Limits.Acquire(src)
+		if !ok {
+			h.reject(w, r, src, http.StatusTooManyRequests, errors.New("too many reviews in flight from this source, or in all"))
+			return
+		}
+		defer release()
+	}
 	if r.Method != http.MethodPost {
-		http.Error(w, "POST an AdmissionReview", http.StatusMethodNotAllowed)
+		h.reject(w, r, src, http.StatusMethodNotAllowed, fmt.Errorf("method %s; want POST", r.Method))
 		return
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxReviewBytes+1))
-	if err != nil || len(body) > maxReviewBytes {
-		http.Error(w, "reading the AdmissionReview failed or it is too large", http.StatusBadRequest)
+	switch {
+	case err != nil:
+		h.reject(w, r, src, http.StatusBadRequest, fmt.Errorf("reading the body: %w", err))
+		return
+	case len(body) > maxReviewBytes:
+		h.reject(w, r, src, http.StatusRequestEntityTooLarge, fmt.Errorf("a body of more than %d bytes", maxReviewBytes))
 		return
 	}
 	var review admissionv1.AdmissionReview
 	if err := json.Unmarshal(body, &review); err != nil || review.Request == nil {
-		http.Error(w, "the body is not an AdmissionReview with a request", http.StatusBadRequest)
+		h.reject(w, r, src, http.StatusBadRequest, fmt.Errorf("the body is not an AdmissionReview with a request (%v)", err))
 		return
 	}
 	req := review.Request
-	verdict, err := h.Review(r.Context(), req)
-	if err != nil {
+	getPod := h.GetPod
+	if h.Limits != nil {
+		getPod = func(ctx context.Context, ns, name string) (*v1.Pod, error) {
+			if !h.Limits.AllowRead(src) {
+				return nil, errReadBudget
+			}
+			return h.GetPod(ctx, ns, name)
+		}
+	}
+	// The read gets less time than the API server gives the review (timeoutSeconds, 3 s in the
+	// chart), so that a slow read ends here, as an error, before the caller hangs up.
+	ctx, cancel := context.WithTimeout(r.Context(), podReadTimeout)
+	defer cancel()
+	verdict, err := h.review(ctx, req, getPod)
+	logger = logger.WithValues("pod", klog.KRef(req.Namespace, req.Name), "uid", req.UID, "source", r.RemoteAddr, "bytes", len(body))
+	switch {
+	case errors.Is(err, errReadBudget):
+		h.reject(w, r, src, http.StatusTooManyRequests, err)
+		return
+	case err != nil && r.Context().Err() != nil:
+		// The caller hung up before the answer: a forger that does not wait for it must not
+		// count as the guard failing the API server.
+		h.reject(w, r, src, http.StatusServiceUnavailable, fmt.Errorf("the caller went away before the answer: %w", err))
+		return
+	case err != nil:
 		// An error status, not a refusal: the API server applies failurePolicy (Fail) and
 		// answers the agent with a 500, which it retries and, near the deadline, replaces with
 		// its node-bound DELETE.
 		h.count(ResultError)
-		logger.Error(err, "Reviewing an eviction failed", "pod", klog.KRef(req.Namespace, req.Name), "uid", req.UID)
+		logger.Error(err, "Reviewing an eviction failed")
 		http.Error(w, "the eviction guard could not read the pod", http.StatusInternalServerError)
 		return
 	}
 	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: verdict.Allowed}
 	if verdict.Allowed {
 		h.count(ResultAllowed)
-		logger.V(4).Info("Allowed an eviction", "pod", klog.KRef(req.Namespace, req.Name), "user", req.UserInfo.Username, "reason", verdict.Message)
+		logger.V(4).Info("Allowed an eviction", "user", req.UserInfo.Username, "reason", verdict.Message)
 	} else {
 		h.count(ResultDenied)
 		resp.Result = &metav1.Status{Status: metav1.StatusFailure, Code: http.StatusForbidden,
-			Reason: metav1.StatusReasonForbidden, Message: verdict.Message}
-		logger.Info("Denied an eviction", "pod", klog.KRef(req.Namespace, req.Name), "user", req.UserInfo.Username, "reason", verdict.Message)
+			Reason: metav1.StatusReasonForbidden, Message: DeniedMessage(req.UID)}
+		logger.Info("Denied an eviction", "user", req.UserInfo.Username, "reason", verdict.Message)
 	}
 	out := admissionv1.AdmissionReview{TypeMeta: review.TypeMeta, Response: resp}
 	if out.APIVersion == "" {
@@ -163,8 +243,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	if err := json.NewEncoder(w).Encode(out); err != nil {
-		logger.Error(err, "Writing the AdmissionReview response failed", "uid", req.UID)
+		logger.Error(err, "Writing the AdmissionReview response failed")
 	}
+}
+
+// reject answers a request refused before it was judged with status and its generic text, and
+// logs the reason, at most once a minute per source when there are Limits.
+func (h *Handler) reject(w http.ResponseWriter, r *http.Request, src string, status int, reason error) {
+	h.count(ResultRejected)
+	if h.Limits == nil || h.Limits.ShouldLog(src) {
+		klog.FromContext(r.Context()).Info("Rejected a request before reviewing it (further ones from this source are not logged for a minute)",
+			"source", r.RemoteAddr, "status", status, "reason", reason.Error())
+	}
+	http.Error(w, http.StatusText(status), status)
 }
 
 func (h *Handler) count(result string) {

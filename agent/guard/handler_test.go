@@ -138,6 +138,17 @@ func TestReview(t *testing.T) {
 			r.SubResource, r.Operation = "", admissionv1.Delete
 			return r
 		}, allowed: true},
+		{name: "a name no pod can have is refused without a read", req: func(t *testing.T) *admissionv1.AdmissionRequest {
+			return eviction(t, agentUser, "node-a", "../on-a", &uidA)
+		}, wantMsg: []string{"is not a pod name"}},
+		{name: "no name", req: func(t *testing.T) *admissionv1.AdmissionRequest {
+			return eviction(t, agentUser, "node-a", "", &uidA)
+		}, wantMsg: []string{"is not a pod name"}},
+		{name: "no namespace", req: func(t *testing.T) *admissionv1.AdmissionRequest {
+			r := eviction(t, agentUser, "node-a", "on-a", &uidA)
+			r.Namespace = ""
+			return r
+		}, wantMsg: []string{"is not a namespace name"}},
 		{name: "an undecodable Eviction", req: func(t *testing.T) *admissionv1.AdmissionRequest {
 			r := eviction(t, agentUser, "node-a", "on-a", nil)
 			r.Object.Raw = []byte(`{"deleteOptions": 7}`)
@@ -206,8 +217,8 @@ func TestServeHTTP(t *testing.T) {
 	}
 	resp, out = post(eviction(t, agentUser, "node-a", "on-b", &uidA))
 	if resp.StatusCode != http.StatusOK || out.Response == nil || out.Response.Allowed || out.Response.Result == nil ||
-		out.Response.Result.Code != http.StatusForbidden || !strings.Contains(out.Response.Result.Message, "on node-b") {
-		t.Errorf("node B: %d %+v; want a 403 refusal naming node-b", resp.StatusCode, out.Response)
+		out.Response.Result.Code != http.StatusForbidden || out.Response.Result.Message != DeniedMessage("review-1") {
+		t.Errorf("node B: %d %+v; want a 403 refusal with the generic message", resp.StatusCode, out.Response)
 	}
 	p.err = errors.New("connection refused")
 	if resp, _ = post(eviction(t, agentUser, "node-a", "on-a", &uidA)); resp.StatusCode != http.StatusInternalServerError {
@@ -218,11 +229,18 @@ func TestServeHTTP(t *testing.T) {
 	} else {
 		r.Body.Close()
 	}
-	want := `# HELP reprieve_guard_reviews_total Eviction admission reviews answered by the eviction guard, by result (allowed, denied, error).
+	if r, err := http.Post(srv.URL+PathValidate, "application/json", strings.NewReader(`{"request":{"uid":"`+strings.Repeat("x", maxReviewBytes)+`"}}`)); err != nil || r.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Errorf("a review of more than %d bytes: %v %v; want 413", maxReviewBytes, r, err)
+	} else {
+		r.Body.Close()
+	}
+	// Malformed requests are rejected, not errors: error is the guard failing the API server.
+	want := `# HELP reprieve_guard_reviews_total Eviction admission reviews answered by the eviction guard, by result (allowed, denied, error, rejected).
 # TYPE reprieve_guard_reviews_total counter
 reprieve_guard_reviews_total{result="allowed"} 1
 reprieve_guard_reviews_total{result="denied"} 1
 reprieve_guard_reviews_total{result="error"} 1
+reprieve_guard_reviews_total{result="rejected"} 2
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "reprieve_guard_reviews_total"); err != nil {
 		t.Error(err)
@@ -234,5 +252,82 @@ reprieve_guard_reviews_total{result="error"} 1
 			continue
 		}
 		r.Body.Close()
+	}
+}
+
+// TestForgedReviewsRevealNothing posts, as anyone who reaches the port can, reviews of a pod that
+// does not exist, of one on another node, of one that is not scheduled and of one with another
+// UID: the responses are the same bytes but for the review's own UID, and none names a pod, a
+// node or a UID; the reasons go to the log only.
+func TestForgedReviewsRevealNothing(t *testing.T) {
+	uidA, other := types.UID("uid-a"), types.UID("uid-other")
+	p := &pods{byName: map[string]*v1.Pod{
+		"ns/on-a": pod("on-a", "node-a", uidA), "ns/on-b": pod("on-b", "node-b", "uid-b"), "ns/unbound": pod("unbound", "", "uid-u"),
+	}}
+	h := &Handler{Username: agentUser, GetPod: p.get}
+	answer := func(name string, uid *types.UID, reviewUID types.UID) string {
+		t.Helper()
+		req := eviction(t, agentUser, "node-a", name, uid)
+		req.UID = reviewUID
+		b, err := json.Marshal(admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"}, Request: req})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, PathValidate, bytes.NewReader(b)))
+		if rec.Code != http.StatusOK {
+			t.Fatalf("%s: status %d; want 200", name, rec.Code)
+		}
+		return strings.ReplaceAll(rec.Body.String(), string(reviewUID), "REVIEW")
+	}
+	want := answer("gone", &uidA, "r-gone")
+	if strings.Contains(want, `"allowed":true`) {
+		t.Fatalf("a review of a missing pod was allowed: %s", want)
+	}
+	for _, c := range []struct {
+		what, name string
+		uid        *types.UID
+	}{
+		{"a pod on another node", "on-b", &uidA},
+		{"a pod not scheduled", "unbound", &uidA},
+		{"a pod on the claimed node with another UID", "on-a", &other},
+	} {
+		got := answer(c.name, c.uid, types.UID("r-"+c.name))
+		if got != want {
+			t.Errorf("%s: answered\n%s\nwant what a missing pod gets:\n%s", c.what, got, want)
+		}
+		for _, leak := range []string{"node-b", "uid-a", "uid-b", "uid-u", "not found", "node"} {
+			if strings.Contains(got, leak) {
+				t.Errorf("%s: the answer names %q: %s", c.what, leak, got)
+			}
+		}
+	}
+}
+
+// TestServeHTTPCallerGone posts a review whose caller hangs up during the pod read, as a forger
+// that does not wait can: a rejection, not the guard's error, which says the API server was failed.
+func TestServeHTTPCallerGone(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, hangUp := context.WithCancel(context.Background())
+	h := &Handler{Username: agentUser, Metrics: m, GetPod: func(ctx context.Context, _, _ string) (*v1.Pod, error) {
+		hangUp()
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}}
+	uid := types.UID("uid-a")
+	b, err := json.Marshal(admissionv1.AdmissionReview{Request: eviction(t, agentUser, "node-a", "on-a", &uid)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, PathValidate, bytes.NewReader(b)).WithContext(ctx))
+	if got := testutil.ToFloat64(m.ReviewsTotal.WithLabelValues(ResultError)); got != 0 {
+		t.Errorf("error = %v; want 0 for a caller that hung up", got)
+	}
+	if got := testutil.ToFloat64(m.ReviewsTotal.WithLabelValues(ResultRejected)); got != 1 {
+		t.Errorf("rejected = %v; want 1", got)
 	}
 }

@@ -5,13 +5,17 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log"
 	"net"
 	"net/http"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 )
 
 // Paths the guard serves.
@@ -26,13 +30,23 @@ const (
 // review at most timeoutSeconds (3 s in the chart).
 const shutdownTimeout = 5 * time.Second
 
+// idleTimeout closes a kept-alive connection with no request for this long: the API server
+// reuses its connections far more often than that, and an idle connection holds one of its
+// source's ConnsPerSource.
+const idleTimeout = 30 * time.Second
+
 // ServerOptions configure Serve.
 type ServerOptions struct {
 	// BindAddress is host:port of the HTTPS listener.
 	BindAddress string
 	Certs       *CertReloader
-	Handler     *Handler
-	Gatherer    prometheus.Gatherer
+	// Handler answers the reviews. Its ClientAuth, if set, also asks each TLS handshake for a
+	// client certificate.
+	Handler  *Handler
+	Gatherer prometheus.Gatherer
+	// MaxConns and MaxConnsPerSource cap the open connections (Limits.Conns and
+	// Limits.ConnsPerSource); zero: no cap.
+	MaxConns, MaxConnsPerSource int
 	// Listening, if set, is called with the listener's address once it accepts connections.
 	Listening func(net.Addr)
 }
@@ -53,18 +67,39 @@ func Mux(h *Handler, g prometheus.Gatherer) *http.ServeMux {
 // Serve serves HTTPS until ctx ends, then lets the reviews in flight finish.
 func Serve(ctx context.Context, opts ServerOptions) error {
 	logger := klog.FromContext(ctx)
+	// HTTP/1.1 only. kube-apiserver calls a webhook behind a Service with HTTP/1.1 alone
+	// (ClientManager.hookClientConfig, for kubernetes/kubernetes#75791), so HTTP/2 would serve
+	// only callers that are not the API server, each connection carrying up to 250 reviews at
+	// once past the cap on connections. Set here as well as in Protocols: a ClientAuth's
+	// per-handshake config is a clone of this one.
+	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: opts.Certs.GetCertificate, NextProtos: []string{"http/1.1"}}
+	if opts.Handler != nil && opts.Handler.ClientAuth != nil {
+		tlsConfig = opts.Handler.ClientAuth.tlsConfig(tlsConfig)
+	}
 	srv := &http.Server{
 		Handler:           Mux(opts.Handler, opts.Gatherer),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      10 * time.Second,
-		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: opts.Certs.GetCertificate},
+		IdleTimeout:       idleTimeout,
+		TLSConfig:         tlsConfig,
+		Protocols:         http1Only(),
+		// Failed handshakes (a caller without a certificate, a port scan) are net/http's to
+		// report: at most one line a minute, so that a flood does not flood the log.
+		ErrorLog: log.New(&sparseLog{logger: logger, every: time.Minute, clock: clock.RealClock{}}, "", 0),
 		// Reviews keep the logger but not the cancellation: on SIGTERM those in flight finish.
 		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
 	ln, err := net.Listen("tcp", opts.BindAddress)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", opts.BindAddress, err)
+	}
+	if opts.MaxConns > 0 && opts.MaxConnsPerSource > 0 {
+		var refused func()
+		if opts.Handler != nil && opts.Handler.Metrics != nil {
+			refused = opts.Handler.Metrics.ConnectionsRefused.Inc
+		}
+		ln = newConnLimitListener(ln, opts.MaxConns, opts.MaxConnsPerSource, refused)
 	}
 	logger.Info("Serving the eviction guard", "address", ln.Addr().String(), "path", PathValidate)
 	if opts.Listening != nil {
@@ -87,4 +122,37 @@ func Serve(ctx context.Context, opts ServerOptions) error {
 		return fmt.Errorf("serving HTTPS on %s: %w", opts.BindAddress, err)
 	}
 	return nil
+}
+
+// sparseLog is net/http's error log: one line per interval, with the count of those dropped
+// since the last.
+type sparseLog struct {
+	logger klog.Logger
+	every  time.Duration
+	clock  clock.PassiveClock
+
+	mu      sync.Mutex
+	last    time.Time
+	dropped int
+}
+
+func (s *sparseLog) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	now := s.clock.Now()
+	if !s.last.IsZero() && now.Sub(s.last) < s.every {
+		s.dropped++
+		s.mu.Unlock()
+		return len(p), nil
+	}
+	dropped := s.dropped
+	s.last, s.dropped = now, 0
+	s.mu.Unlock()
+	s.logger.Info("HTTPS server error", "error", strings.TrimSpace(string(p)), "droppedSinceLast", dropped)
+	return len(p), nil
+}
+
+func http1Only() *http.Protocols {
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	return p
 }

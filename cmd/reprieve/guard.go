@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/reprieve-dev/reprieve/agent"
 	"github.com/reprieve-dev/reprieve/agent/guard"
@@ -31,6 +32,12 @@ type guardConfig struct {
 	ServiceAccount string
 	Kubeconfig     string
 	LogFormat      string
+	// ClientCAFile and ClientAllowedNames authenticate the API server (guard.ClientAuth).
+	ClientCAFile       string
+	ClientAllowedNames []string
+	// SourceInFlight and SourcePodReads are guard.Limits' per-source limits.
+	SourceInFlight int
+	SourcePodReads float32
 }
 
 func (c *guardConfig) addFlags(fs *pflag.FlagSet) {
@@ -40,6 +47,25 @@ func (c *guardConfig) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.ServiceAccount, "agent-service-account", "kube-system:reprieve", "NAMESPACE:NAME of the agent's ServiceAccount, whose evictions the guard binds to their token's node")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, else in-cluster)")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
+	fs.StringVar(&c.ClientCAFile, "client-ca-file", "", "CA bundle (PEM), reloaded when the file changes: reviews must come with a client certificate it verifies, as kube-apiserver presents with an --admission-control-config-file kubeconfig for the webhook; empty: any caller (docs/eviction-guard.md)")
+	fs.StringSliceVar(&c.ClientAllowedNames, "client-allowed-names", nil, "with --client-ca-file, the client certificate CommonNames accepted (comma-separated); empty: any the CA signed")
+	d := guard.DefaultLimits()
+	fs.IntVar(&c.SourceInFlight, "source-reviews-in-flight", d.InFlightPerSource, "reviews one source address may have in flight; past it the guard answers 429 at once")
+	fs.Float32Var(&c.SourcePodReads, "source-pod-reads-per-second", d.PodReadsPerSecond, "pod GETs a second for one source address's reviews (burst twice that); past it the guard answers 429 at once. Its client may make twice as many in all")
+}
+
+// limits are the guard's limits from the flags.
+func (c *guardConfig) limits() (guard.Limits, error) {
+	l := guard.DefaultLimits()
+	l.InFlightPerSource, l.PodReadsPerSecond = c.SourceInFlight, c.SourcePodReads
+	l.PodReadBurst = max(1, int(2*c.SourcePodReads))
+	if l.InFlight < l.InFlightPerSource {
+		l.InFlight = 4 * l.InFlightPerSource
+	}
+	if err := l.Validate(); err != nil {
+		return l, fmt.Errorf("--source-reviews-in-flight, --source-pod-reads-per-second: %w", err)
+	}
+	return l, nil
 }
 
 // username is the agent's ServiceAccount as the API server names it in userInfo.
@@ -88,6 +114,13 @@ func runGuard(fs *pflag.FlagSet, cfg *guardConfig) int {
 	if err == nil && (cfg.TLSCertFile == "" || cfg.TLSKeyFile == "") {
 		err = fmt.Errorf("--tls-cert-file and --tls-private-key-file are required")
 	}
+	if err == nil && cfg.ClientCAFile == "" && len(cfg.ClientAllowedNames) > 0 {
+		err = fmt.Errorf("--client-allowed-names needs --client-ca-file")
+	}
+	var limits guard.Limits
+	if err == nil {
+		limits, err = cfg.limits()
+	}
 	if err == nil {
 		err = setupLogging(cfg.LogFormat, verbosity(fs), os.Stderr)
 	}
@@ -96,6 +129,10 @@ func runGuard(fs *pflag.FlagSet, cfg *guardConfig) int {
 		return 2
 	}
 	certs, err := guard.NewCertReloader(cfg.TLSCertFile, cfg.TLSKeyFile)
+	var auth *guard.ClientAuth
+	if err == nil && cfg.ClientCAFile != "" {
+		auth, err = guard.NewClientAuth(cfg.ClientCAFile, cfg.ClientAllowedNames)
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "reprieve eviction-guard: %v\n", err)
 		return 2
@@ -104,7 +141,7 @@ func runGuard(fs *pflag.FlagSet, cfg *guardConfig) int {
 	defer stop()
 	logger := klog.Background()
 	ctx = klog.NewContext(ctx, logger)
-	if err := serveGuard(ctx, *cfg, user, certs); err != nil {
+	if err := serveGuard(ctx, *cfg, user, certs, auth, limits); err != nil {
 		logger.Error(err, "The eviction guard failed")
 		klog.Flush()
 		return 1
@@ -114,7 +151,7 @@ func runGuard(fs *pflag.FlagSet, cfg *guardConfig) int {
 }
 
 // serveGuard wires the client, the metrics and the handler, and serves until ctx ends.
-func serveGuard(ctx context.Context, cfg guardConfig, user string, certs *guard.CertReloader) error {
+func serveGuard(ctx context.Context, cfg guardConfig, user string, certs *guard.CertReloader, auth *guard.ClientAuth, limits guard.Limits) error {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = cfg.Kubeconfig
 	restCfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
@@ -122,7 +159,9 @@ func serveGuard(ctx context.Context, cfg guardConfig, user string, certs *guard.
 		return fmt.Errorf("loading the Kubernetes client configuration: %w", err)
 	}
 	// One GET per eviction: a node's drain sends a few dozen at once, a fleet's reclaim more.
-	restCfg.QPS, restCfg.Burst = 50, 100
+	// Twice one source's budget (guard.Limits), so that one source reading all it may leaves
+	// the rest to the others, the API server among them.
+	restCfg.QPS, restCfg.Burst = 2*limits.PodReadsPerSecond, 2*limits.PodReadBurst
 	restCfg.UserAgent = "reprieve-eviction-guard/" + version
 	client, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
@@ -134,8 +173,16 @@ func serveGuard(ctx context.Context, cfg guardConfig, user string, certs *guard.
 	if err != nil {
 		return err
 	}
-	h := &guard.Handler{Username: user, Metrics: metrics, GetPod: func(ctx context.Context, ns, name string) (*v1.Pod, error) {
+	limiter, err := guard.NewLimiter(limits, clock.RealClock{})
+	if err != nil {
+		return err
+	}
+	h := &guard.Handler{Username: user, Metrics: metrics, Limits: limiter, ClientAuth: auth, GetPod: func(ctx context.Context, ns, name string) (*v1.Pod, error) {
 		return client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 	}}
-	return guard.Serve(ctx, guard.ServerOptions{BindAddress: cfg.BindAddress, Certs: certs, Handler: h, Gatherer: reg})
+	if auth == nil {
+		klog.FromContext(ctx).Info("Serving reviews from any caller: without --client-ca-file the guard cannot tell the API server's from forged ones, and bounds each source address instead")
+	}
+	return guard.Serve(ctx, guard.ServerOptions{BindAddress: cfg.BindAddress, Certs: certs, Handler: h, Gatherer: reg,
+		MaxConns: limits.Conns, MaxConnsPerSource: limits.ConnsPerSource})
 }

@@ -2,11 +2,51 @@ package main
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
+// writeServingPair writes a self-signed certificate and its key that load, so that the checks
+// after them run.
+func writeServingPair(t *testing.T) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "guard"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
+}
+
 func TestGuardExitCodes(t *testing.T) {
+	pairCert, pairKey := writeServingPair(t)
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -19,6 +59,10 @@ func TestGuardExitCodes(t *testing.T) {
 		{"service account without namespace", []string{"eviction-guard", "--agent-service-account=reprieve", "--tls-cert-file=a", "--tls-private-key-file=b"}, nil, 2},
 		{"variable that names no pair", []string{"eviction-guard", "--tls-cert-file=a"}, map[string]string{"REPRIEVE_GUARD_TLS_PRIVATE_KEY_FILE": ""}, 2},
 		{"an agent flag", []string{"eviction-guard", "--node-name=n"}, nil, 2},
+		{"allowed names without a client CA", []string{"eviction-guard", "--tls-cert-file=a", "--tls-private-key-file=b", "--client-allowed-names=kube-apiserver"}, nil, 2},
+		{"no pod reads", []string{"eviction-guard", "--tls-cert-file=a", "--tls-private-key-file=b", "--source-pod-reads-per-second=0"}, nil, 2},
+		{"no reviews in flight", []string{"eviction-guard", "--tls-cert-file=a", "--tls-private-key-file=b", "--source-reviews-in-flight=0"}, nil, 2},
+		{"a client CA file that does not load", []string{"eviction-guard", "--tls-cert-file=" + pairCert, "--tls-private-key-file=" + pairKey, "--client-ca-file=guard.go"}, nil, 2},
 		{"an argument", []string{"eviction-guard", "extra"}, nil, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -43,7 +87,8 @@ func TestGuardHelp(t *testing.T) {
 		t.Fatal(err)
 	}
 	help := out.String()
-	for _, want := range []string{"reprieve eviction-guard", "--tls-cert-file", "--tls-private-key-file", "--bind-address", "--agent-service-account"} {
+	for _, want := range []string{"reprieve eviction-guard", "--tls-cert-file", "--tls-private-key-file", "--bind-address", "--agent-service-account",
+		"--client-ca-file", "--client-allowed-names", "--source-reviews-in-flight", "--source-pod-reads-per-second"} {
 		if !strings.Contains(help, want) {
 			t.Errorf("help lacks %s:\n%s", want, help)
 		}
