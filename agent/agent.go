@@ -368,6 +368,25 @@ func (a *Agent) Run(ctx context.Context) error {
 	return err
 }
 
+// startPodNotice starts the warning writer and the notice endpoint under g, once the caches
+// have synced, as far as --pod-notice and --notice-bind-address ask.
+func (a *Agent) startPodNotice(ctx context.Context, g *errgroup.Group) {
+	if a.podNotice == nil {
+		return
+	}
+	if _, err := a.podFactory.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		DeleteFunc: a.podNotice.podDeleted,
+	}); err != nil {
+		// Only a stopped informer refuses a handler: the agent is stopping. The warnings still
+		// go out; only deleted pods stay in memory.
+		klog.FromContext(ctx).Error(err, "Watching pod deletions for the pods' warnings failed")
+	}
+	if a.podNotice.write {
+		g.Go(func() error { a.podNotice.run(ctx); return nil })
+	}
+	g.Go(func() error { return serveNoticeAPI(ctx, a.cfg.NoticeBindAddress, a.podNotice, a.podLister, a.clock) })
+}
+
 // writeProbe is the desire the write check dry-runs: what an interruption would write now.
 func (a *Agent) writeProbe() record.NodeDesire {
 	now := a.clock.Now()

@@ -24,8 +24,6 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/reprieve-dev/reprieve/providers"
 )
 
@@ -287,25 +285,6 @@ func (n *podNotifier) podDeleted(obj any) {
 	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
 		n.forget(key)
 	}
-}
-
-// startPodNotice starts the warning writer and the notice endpoint under g, once the caches
-// have synced, as far as --pod-notice and --notice-bind-address ask.
-func (a *Agent) startPodNotice(ctx context.Context, g *errgroup.Group) {
-	if a.podNotice == nil {
-		return
-	}
-	if _, err := a.podFactory.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		DeleteFunc: a.podNotice.podDeleted,
-	}); err != nil {
-		// Only a stopped informer refuses a handler: the agent is stopping. The warnings still
-		// go out; only deleted pods stay in memory.
-		klog.FromContext(ctx).Error(err, "Watching pod deletions for the pods' warnings failed")
-	}
-	if a.podNotice.write {
-		g.Go(func() error { a.podNotice.run(ctx); return nil })
-	}
-	g.Go(func() error { return a.serveNoticeAPI(ctx) })
 }
 
 // carries reports whether pod already shows pw: for an active warning, the annotations and a

@@ -1,6 +1,7 @@
 package evict
 
 import (
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/reprieve-dev/reprieve/agent/plan"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -44,42 +45,20 @@ func newDrain(w plan.Window, n *providers.Notice) *drain {
 	return &drain{window: w, notice: n, pods: map[podKey]*podState{}, acted: map[string]bool{}}
 }
 
-// closeDrain ends d; the blocked-pods gauge forgets its pods. Called with e.mu held.
-func (e *Executor) closeDrain(d *drain) {
+// close ends d; blocked (the blocked-pods gauge) forgets its pods. Called with Executor.mu held.
+func (d *drain) close(blocked prometheus.Gauge) {
 	d.closed = true
 	for _, st := range d.pods {
 		if st.blocked {
-			e.o.Metrics.BlockedPods.Dec()
+			blocked.Dec()
 		}
 	}
 }
 
-// stateFor returns the current drain's state for a pod and the view to plan it with, taken
-// together under the lock so that a pod is never planned with one window and remembered in
-// another.
-func (e *Executor) stateFor(key string, uid types.UID) (*podState, View) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	d := e.drain
-	for k, st := range d.pods {
-		if k.key == key && k.uid != uid {
-			// The pod was replaced under the same name: its predecessor's state goes.
-			e.dropState(d, k, st)
-		}
-	}
-	k := podKey{key: key, uid: uid}
-	st, ok := d.pods[k]
-	if !ok {
-		st = &podState{key: k, uid: uid, drain: d}
-		d.pods[k] = st
-	}
-	return st, e.view
-}
-
-// dropState removes one pod's state from d. Called with e.mu held.
-func (e *Executor) dropState(d *drain, k podKey, st *podState) {
+// drop removes one pod's state from d. Called with Executor.mu held.
+func (d *drain) drop(k podKey, st *podState, blocked prometheus.Gauge) {
 	if st.blocked && !d.closed {
-		e.o.Metrics.BlockedPods.Dec()
+		blocked.Dec()
 	}
 	st.blocked = false
 	delete(d.pods, k)

@@ -122,7 +122,7 @@ func (e *Executor) forget(key string) {
 	defer e.mu.Unlock()
 	for k, st := range e.drain.pods {
 		if k.key == key {
-			e.dropState(e.drain, k, st)
+			e.drain.drop(k, st, e.o.Metrics.BlockedPods)
 		}
 	}
 }
