@@ -27,8 +27,10 @@ func run(ctx context.Context, name string, args ...string) error {
 
 // setupNetwork puts NodeIP and ServiceIP on lo and writes the CNI configuration: a bridge with
 // host-local addresses from PodSubnet (the host is the pods' gateway, so they reach NodeIP and
-// ServiceIP) and portmap for hostPorts. No masquerading: the notice endpoint knows a pod by its
-// source address.
+// ServiceIP) and portmap for hostPorts. No masquerading, by the bridge or by portmap (whose
+// "snat" would masquerade a pod's connection to a hostPort from the bridge's address): the
+// notice endpoint knows a pod by its source address, as on CNIs that keep it (the kernel's
+// bridge netfilter, on here, lets conntrack undo the DNAT of the replies).
 func (n *Node) setupNetwork() error {
 	ctx := context.Background()
 	for _, ip := range []string{NodeIP, ServiceIP} {
@@ -37,6 +39,10 @@ func (n *Node) setupNetwork() error {
 		}
 		n.undo = append(n.undo, func() error { return run(context.Background(), "ip", "addr", "del", ip+"/32", "dev", "lo") })
 	}
+	// The hostPort rules of sandboxes that were never torn down (a run that was killed) would
+	// send the port to an address that is now another pod's.
+	removeHostPortRules()
+	n.undo = append(n.undo, func() error { removeHostPortRules(); return nil })
 	n.undo = append(n.undo, func() error {
 		if _, err := net.InterfaceByName(bridgeDev); err != nil {
 			return nil
@@ -50,7 +56,7 @@ func (n *Node) setupNetwork() error {
     {"type": "bridge", "bridge": %q, "isGateway": true, "ipMasq": false, "hairpinMode": true,
      "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]], "routes": [{"dst": "0.0.0.0/0"}],
               "dataDir": %q}},
-    {"type": "portmap", "capabilities": {"portMappings": true}, "snat": true}
+    {"type": "portmap", "capabilities": {"portMappings": true}, "snat": false}
   ]
 }
 `, bridgeDev, PodSubnet, filepath.Join(n.Dir, "cni", "ipam"))
@@ -236,4 +242,43 @@ func removeKubeCgroups() {
 			continue
 		}
 	}
+}
+
+// removeHostPortRules deletes portmap's per-sandbox rules of this network ("dnat name:
+// \"reprieve-node\"") from the nat table, and their chains.
+func removeHostPortRules() {
+	ctx := context.Background()
+	out, err := exec.CommandContext(ctx, "iptables", "-t", "nat", "-S", "CNI-HOSTPORT-DNAT").Output()
+	if err != nil {
+		return // no portmap chains yet
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if !strings.HasPrefix(line, "-A CNI-HOSTPORT-DNAT ") || !strings.Contains(line, `dnat name: \"reprieve-node\"`) {
+			continue
+		}
+		f := strings.Fields(line)
+		chain := f[len(f)-1]
+		// The rule as iptables-save prints it, quoted comment and all: delete by rule number
+		// instead of re-quoting it.
+		if n := ruleNumber(ctx, chain); n != "" {
+			_ = run(ctx, "iptables", "-t", "nat", "-D", "CNI-HOSTPORT-DNAT", n)
+		}
+		_ = run(ctx, "iptables", "-t", "nat", "-F", chain)
+		_ = run(ctx, "iptables", "-t", "nat", "-X", chain)
+	}
+}
+
+// ruleNumber is the number of the CNI-HOSTPORT-DNAT rule that jumps to chain.
+func ruleNumber(ctx context.Context, chain string) string {
+	out, err := exec.CommandContext(ctx, "iptables", "-t", "nat", "-L", "CNI-HOSTPORT-DNAT", "-n", "--line-numbers").Output()
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[1] == chain {
+			return f[0]
+		}
+	}
+	return ""
 }

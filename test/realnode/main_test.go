@@ -157,6 +157,15 @@ func setUpAndRun(m *testing.M) (code int) {
 		return fail(err)
 	}
 	defer fwd.Close()
+	// No notice and no rebalance recommendation for a day, until a test starts a mock of its own.
+	if imdsMock, err = startQuietIMDS(ctx); err != nil {
+		return fail(err)
+	}
+	defer func() {
+		imdsMu.Lock()
+		defer imdsMu.Unlock()
+		_ = imdsMock.Stop()
+	}()
 	if err := importImages(ctx); err != nil {
 		return fail(err)
 	}
