@@ -188,8 +188,13 @@ func install(ctx context.Context, t *testing.T, extra ...string) (*appsv1.Daemon
 // uninstall deletes the DaemonSet and waits until its pod is gone from the node.
 func uninstall(ctx context.Context, t *testing.T) {
 	t.Helper()
-	err := env.Client.AppsV1().DaemonSets("kube-system").Delete(ctx, "reprieve", metav1.DeleteOptions{PropagationPolicy: ptrTo(metav1.DeletePropagationForeground)})
+	err := env.Client.AppsV1().DaemonSets("kube-system").Delete(ctx, "reprieve", metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	// No garbage collector runs in this control plane: delete the DaemonSet's pods as it would.
+	if err := env.Client.CoreV1().Pods("kube-system").DeleteCollection(ctx, metav1.DeleteOptions{},
+		metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=reprieve"}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(ctx, t, 60*time.Second, "the reprieve pod gone from the real node", func() bool {
