@@ -10,7 +10,7 @@ export REPRIEVE_TOOLS_BIN ?= $(TOOLS_BIN)
 # before any of them starts a clock: cold, the build alone takes minutes on two cores.
 E2E_BIN := $(CURDIR)/.cache/e2e/reprieve
 
-.PHONY: build release e2e-bin tools helm manifests promtool test unit e2e lint fuzz fuzz-outside fuzz-run demo bench soak clean
+.PHONY: build release e2e-bin tools helm manifests promtool node-packages test unit e2e realnode lint fuzz fuzz-outside fuzz-run demo bench soak clean
 
 ## build: the static binary the Dockerfile builds (CGO off, trimmed paths, version baked in)
 build:
@@ -45,6 +45,11 @@ manifests: helm
 promtool:
 	bash test/tools/prometheus.sh
 
+## node-packages: Debian's containerd, runc, CNI plugins, iptables and a static busybox for the
+## real node of test/realnode (the kubelet itself comes from `make tools`)
+node-packages:
+	bash test/tools/node-packages.sh
+
 ## lint: formatting and vet. vet runs with -race so that the packages it compiles are the ones
 ## `go test -race` reuses from the build cache (a plain vet would compile the tree once more)
 lint:
@@ -78,13 +83,24 @@ fuzz-run:
 	  go test -run '^$$' -fuzz "^$${t%%:*}$$" -fuzztime $(FUZZTIME) "$${t#*:}"; \
 	done
 
-## e2e: end-to-end tests on the real control plane
-e2e: tools promtool e2e-bin
-	REPRIEVE_BIN=$(E2E_BIN) REPRIEVE_E2E_REQUIRED=1 go test -race -count=1 -timeout 45m ./test/...
+# test/realnode changes the host and measures memory pressure against the kubelet, so it runs
+# after the other packages, alone (about a minute and a half once compiled: test/README.md).
+REALNODE := ./test/realnode
+NOT_REALNODE = $$(go list ./... | grep -v '/test/realnode$$')
 
-## test: everything CI runs: lint, unit and end-to-end tests
-test: tools promtool lint fuzz-outside e2e-bin
-	REPRIEVE_BIN=$(E2E_BIN) REPRIEVE_E2E_REQUIRED=1 go test -race -count=1 -timeout 45m ./...
+## e2e: end-to-end tests on the real control plane, then on the real node
+e2e: tools promtool node-packages e2e-bin
+	REPRIEVE_BIN=$(E2E_BIN) REPRIEVE_E2E_REQUIRED=1 go test -race -count=1 -timeout 45m $$(go list ./test/... | grep -v '/test/realnode$$')
+	REPRIEVE_BIN=$(E2E_BIN) REPRIEVE_E2E_REQUIRED=1 go test -race -count=1 -timeout 10m $(REALNODE)
+
+## test: everything CI runs: lint, unit and end-to-end tests (the real node's last)
+test: tools promtool node-packages lint fuzz-outside e2e-bin
+	REPRIEVE_BIN=$(E2E_BIN) REPRIEVE_E2E_REQUIRED=1 go test -race -count=1 -timeout 45m $(NOT_REALNODE)
+	REPRIEVE_BIN=$(E2E_BIN) REPRIEVE_E2E_REQUIRED=1 go test -race -count=1 -timeout 10m $(REALNODE)
+
+## realnode: only the real node's tests (root; make tools node-packages first)
+realnode: e2e-bin
+	REPRIEVE_BIN=$(E2E_BIN) REPRIEVE_E2E_REQUIRED=1 go test -race -count=1 -v -timeout 10m $(REALNODE)
 
 ## demo: a spot interruption on a local control plane with a simulated cloud, with a table
 ## (PROVIDER=aws|gcp|azure). More: make demo PROVIDER=gcp DEMO_ARGS=-scenario=gpu-maintenance

@@ -69,6 +69,20 @@ type PodUsage struct {
 	Processes int64
 	// Inodes is the inodes the pod's ephemeral storage uses (rootfs, logs, local volumes).
 	Inodes int64
+	// Rootfs and Logs are the pod's containers' writable layers and logs, summed over its
+	// containers, and Volumes each of its volumes by name: the parts the kubelet's eviction
+	// ranking adds up for a disk signal (podDiskUsage), where EphemeralStorage and Inodes are
+	// the pod's totals.
+	Rootfs, Logs FsUsage
+	Volumes      map[string]FsUsage
+	// RootfsOnImageFs is true when the writable layers live on a dedicated imagefs (the
+	// sample's DedicatedImageFs): they then count for imagefs signals, not for nodefs ones.
+	RootfsOnImageFs bool
+}
+
+// FsUsage is what one part of a pod's storage uses: bytes and inodes.
+type FsUsage struct {
+	Bytes, Inodes int64
 }
 
 // Sample is one reading of the node. Pods is nil when the source has no per-pod usage (the host

@@ -102,9 +102,10 @@ func snippet(b []byte) string {
 //   - pid.available: node.rlimit maxpid - curproc, with capacity maxpid.
 //
 // Per-pod usage comes from pods[].memory.workingSetBytes, pods[]."ephemeral-storage".usedBytes and
-// pods[].process_stats.process_count (0 when absent). A missing field leaves its signal out, as in
-// the kubelet; a value beyond int64 also leaves it out and is named in the error returned with the
-// rest of the sample.
+// pods[].process_stats.process_count (0 when absent), with the parts the kubelet ranks disk
+// signals by: the containers' rootfs and logs and each volume's usage. A missing field leaves
+// its signal out, as in the kubelet; a value beyond int64 also leaves it out and is named in the
+// error returned with the rest of the sample.
 func ParseSummary(body []byte) (Sample, error) {
 	var sum statsapi.Summary
 	if err := json.Unmarshal(body, &sum); err != nil {
@@ -152,6 +153,7 @@ func ParseSummary(body []byte) (Sample, error) {
 		}
 	}
 
+	dedicated := dedicatedImageFs(obs)
 	pods := make(map[types.UID]PodUsage, len(sum.Pods))
 	for _, p := range sum.Pods {
 		u := PodUsage{Namespace: p.PodRef.Namespace, Name: p.PodRef.Name, UID: types.UID(p.PodRef.UID)}
@@ -167,9 +169,43 @@ func ParseSummary(body []byte) (Sample, error) {
 		if p.EphemeralStorage != nil && p.EphemeralStorage.InodesUsed != nil {
 			u.Inodes = clampInt64(*p.EphemeralStorage.InodesUsed)
 		}
+		for _, c := range p.Containers {
+			u.Rootfs = u.Rootfs.add(c.Rootfs)
+			u.Logs = u.Logs.add(c.Logs)
+		}
+		for _, v := range p.VolumeStats {
+			if u.Volumes == nil {
+				u.Volumes = make(map[string]FsUsage, len(p.VolumeStats))
+			}
+			u.Volumes[v.Name] = u.Volumes[v.Name].add(&v.FsStats)
+		}
+		u.RootfsOnImageFs = dedicated
 		pods[u.UID] = u
 	}
-	return Sample{Node: obs, Pods: pods, DedicatedImageFs: dedicatedImageFs(obs)}, errors.Join(errs...)
+	return Sample{Node: obs, Pods: pods, DedicatedImageFs: dedicated}, errors.Join(errs...)
+}
+
+// add adds what fs uses; a missing figure counts 0, as in the kubelet's diskUsage and
+// inodeUsage. The sums saturate at MaxInt64, as clampInt64 does.
+func (u FsUsage) add(fs *statsapi.FsStats) FsUsage {
+	if fs == nil {
+		return u
+	}
+	if fs.UsedBytes != nil {
+		u.Bytes = addClamped(u.Bytes, clampInt64(*fs.UsedBytes))
+	}
+	if fs.InodesUsed != nil {
+		u.Inodes = addClamped(u.Inodes, clampInt64(*fs.InodesUsed))
+	}
+	return u
+}
+
+// addClamped adds two non-negative values, saturating at MaxInt64.
+func addClamped(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 func toInt64(v uint64) (int64, bool) {

@@ -48,13 +48,16 @@ func TestParseSummary(t *testing.T) {
 	}
 	wantPods := map[types.UID]PodUsage{
 		"3f1c2a9e-5b7d-4c1e-9a0f-2d6e8b4c1a77": {Namespace: "shop", Name: "web-7c9d8f6b5-x2kqp", UID: "3f1c2a9e-5b7d-4c1e-9a0f-2d6e8b4c1a77",
-			MemoryWorkingSet: 537919488, EphemeralStorage: 1084268544, Processes: 12, Inodes: 55},
+			MemoryWorkingSet: 537919488, EphemeralStorage: 1084268544, Processes: 12, Inodes: 55,
+			// The parts the kubelet ranks disk signals by; the writable layer is on the dedicated imagefs.
+			Rootfs: FsUsage{Bytes: 40960, Inodes: 10}, Logs: FsUsage{Bytes: 10485760, Inodes: 3},
+			Volumes: map[string]FsUsage{"cache": {Bytes: 1073741824, Inodes: 42}}, RootfsOnImageFs: true},
 		// No ephemeral-storage or process_stats: zero.
 		"a0d9e1c2-7f44-4b8e-b2a1-5c3d9e7f1b20": {Namespace: "jobs", Name: "batch-28951380-9zq4m", UID: "a0d9e1c2-7f44-4b8e-b2a1-5c3d9e7f1b20",
-			MemoryWorkingSet: 3000000000},
+			MemoryWorkingSet: 3000000000, RootfsOnImageFs: true},
 		// No memory: zero.
 		"c4b3a291-0e1d-4f2c-8b7a-6d5e4f3c2b10": {Namespace: "default", Name: "fresh-5d8f7c6b4-abcde", UID: "c4b3a291-0e1d-4f2c-8b7a-6d5e4f3c2b10",
-			EphemeralStorage: 4096, Processes: 1},
+			EphemeralStorage: 4096, Processes: 1, RootfsOnImageFs: true},
 	}
 	if !reflect.DeepEqual(s.Pods, wantPods) {
 		t.Errorf("Pods =\n%v\nwant\n%v", s.Pods, wantPods)

@@ -270,7 +270,7 @@ func TestRankPIDUnknownAfterPriority(t *testing.T) {
 // Inode signals rank and count inodes, not bytes.
 func TestRankInodes(t *testing.T) {
 	a, b := pod("a", 0, "", 30), pod("b", 0, "", 30)
-	usage := map[types.UID]kubelet.PodUsage{"a": {EphemeralStorage: 10 << 30, Inodes: 10}, "b": {EphemeralStorage: 1 << 20, Inodes: 90000}}
+	usage := map[types.UID]kubelet.PodUsage{"a": {Rootfs: kubelet.FsUsage{Bytes: 10 << 30, Inodes: 10}}, "b": {Rootfs: kubelet.FsUsage{Bytes: 1 << 20, Inodes: 90000}}}
 	cs := Candidates(kubelet.NodeFsInodesFree, []*v1.Pod{a, b}, usage, grace)
 	if got, want := names(cs), []string{"b", "a"}; !slices.Equal(got, want) || cs[0].Usage != 90000 {
 		t.Fatalf("inode order %v (usage %d), want %v with 90000 inodes", got, cs[0].Usage, want)
@@ -293,7 +293,7 @@ func TestRankUsesEffectiveRequests(t *testing.T) {
 func TestRankDiskUsesEphemeralStorage(t *testing.T) {
 	a, b := pod("a", 0, "", 30), pod("b", 0, "", 30)
 	a.Spec.Containers[0].Resources.Requests = v1.ResourceList{v1.ResourceEphemeralStorage: resource.MustParse("10Gi")}
-	usage := map[types.UID]kubelet.PodUsage{"a": {EphemeralStorage: 5 << 30, MemoryWorkingSet: 1}, "b": {EphemeralStorage: 1 << 30}}
+	usage := map[types.UID]kubelet.PodUsage{"a": {Rootfs: kubelet.FsUsage{Bytes: 5 << 30}, MemoryWorkingSet: 1}, "b": {Rootfs: kubelet.FsUsage{Bytes: 1 << 30}}}
 	// b exceeds its (zero) request, a does not: b first although a writes more.
 	if got, want := names(Candidates(kubelet.NodeFsAvailable, []*v1.Pod{a, b}, usage, grace)), []string{"b", "a"}; !slices.Equal(got, want) {
 		t.Fatalf("disk order %v, want %v", got, want)

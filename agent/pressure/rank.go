@@ -2,6 +2,7 @@ package pressure
 
 import (
 	"cmp"
+	"math"
 	"slices"
 	"time"
 
@@ -82,9 +83,9 @@ func Candidates(s kubelet.Signal, pods []*v1.Pod, usage map[types.UID]kubelet.Po
 				case kubelet.MemoryAvailable:
 					c.Usage = u.MemoryWorkingSet
 				case kubelet.NodeFsAvailable, kubelet.ImageFsAvailable:
-					c.Usage = u.EphemeralStorage
+					c.Usage = diskUsage(s, p, u).Bytes
 				case kubelet.NodeFsInodesFree, kubelet.ImageFsInodesFree:
-					c.Usage = u.Inodes
+					c.Usage = diskUsage(s, p, u).Inodes
 				case kubelet.PIDAvailable:
 					c.Usage = u.Processes
 				}
@@ -96,24 +97,74 @@ func Candidates(s kubelet.Signal, pods []*v1.Pod, usage map[types.UID]kubelet.Po
 	return cs
 }
 
+// diskUsage is what pod uses on the filesystem that disk signal s measures, added up as the
+// kubelet's podDiskUsage adds it with the stats buildSignalToRankFunc picks for s:
+//   - with a dedicated imagefs, nodefs counts the containers' logs and the pod's local volumes,
+//     and imagefs only the writable layers (the images themselves belong to no pod);
+//   - on one shared filesystem, both count the writable layers, the logs and the local volumes.
+//
+// The pod's ephemeral-storage total is not used: it also holds Secret, downward API and projected
+// volumes and /etc/hosts, which the kubelet does not rank by. reprieve does not model a
+// containerfs split from imagefs (KubeletSeparateDiskGC).
+func diskUsage(s kubelet.Signal, pod *v1.Pod, u kubelet.PodUsage) kubelet.FsUsage {
+	imageFs := s == kubelet.ImageFsAvailable || s == kubelet.ImageFsInodesFree
+	if u.RootfsOnImageFs && imageFs {
+		return u.Rootfs
+	}
+	var sum kubelet.FsUsage
+	add := func(f kubelet.FsUsage) {
+		sum.Bytes = addSaturating(sum.Bytes, f.Bytes)
+		sum.Inodes = addSaturating(sum.Inodes, f.Inodes)
+	}
+	if !u.RootfsOnImageFs {
+		add(u.Rootfs)
+	}
+	add(u.Logs)
+	for _, v := range pod.Spec.Volumes {
+		if isLocalVolume(v) {
+			add(u.Volumes[v.Name])
+		}
+	}
+	return sum
+}
+
+// isLocalVolume is the kubelet's localVolumeNames test: a hostPath, or a local ephemeral
+// volume as volumeutil.IsLocalEphemeralVolume names one (gitRepo, an emptyDir on disk, a
+// configMap). A Secret or a memory-backed emptyDir is tmpfs and frees no disk.
+func isLocalVolume(v v1.Volume) bool {
+	return v.HostPath != nil || v.GitRepo != nil || v.ConfigMap != nil ||
+		(v.EmptyDir != nil && v.EmptyDir.Medium == v1.StorageMediumDefault)
+}
+
+func addSaturating(a, b int64) int64 {
+	if b > 0 && a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
 // Rank orders candidates for signal s the way the kubelet's eviction manager does
 // (rankMemoryPressure, rankDiskPressureFunc, rankPIDPressure):
 //   - memory and disk: a pod without usage figures first, then pods whose usage exceeds their
-//     request, then lower priority first, then the larger usage above request first (inodes
-//     have no request: any use counts as above it);
+//     request, then lower priority first, then the larger usage above request first;
 //   - PID: lower priority first, then, among equals, a pod without figures, then more processes.
 //
-// Requests are the pod's effective requests as the kubelet computes them (init containers,
-// sidecars, pod-level resources and overhead). Ties keep the input order.
+// Requests are the pod's requests as the kubelet's GetResourceRequestQuantity computes them.
+// Inodes have no request: any use exceeds it (exceedDiskRequests), but the usage above request
+// has the pod's ephemeral-storage request subtracted from its inode count, as the kubelet's
+// disk() does. Ties keep the input order.
 func Rank(s kubelet.Signal, cs []Candidate) {
-	var name v1.ResourceName
+	var exceedName, aboveName v1.ResourceName
 	switch s {
 	case kubelet.MemoryAvailable:
-		name = v1.ResourceMemory
+		exceedName, aboveName = v1.ResourceMemory, v1.ResourceMemory
 	case kubelet.NodeFsAvailable, kubelet.ImageFsAvailable:
-		name = v1.ResourceEphemeralStorage
+		exceedName, aboveName = v1.ResourceEphemeralStorage, v1.ResourceEphemeralStorage
+	case kubelet.NodeFsInodesFree, kubelet.ImageFsInodesFree:
+		aboveName = v1.ResourceEphemeralStorage
 	}
-	above := func(c Candidate) int64 { return c.Usage - requestOf(c.Pod, name) }
+	exceeds := func(c Candidate) bool { return c.Usage > requestOf(c.Pod, exceedName) }
+	above := func(c Candidate) int64 { return c.Usage - requestOf(c.Pod, aboveName) }
 	unknownFirst := func(a, b Candidate) int {
 		switch {
 		case a.Known == b.Known:
@@ -137,7 +188,7 @@ func Rank(s kubelet.Signal, cs []Candidate) {
 			return c
 		}
 		if a.Known {
-			if ea, eb := above(a) > 0, above(b) > 0; ea != eb {
+			if ea, eb := exceeds(a), exceeds(b); ea != eb {
 				if ea {
 					return -1
 				}
@@ -161,16 +212,22 @@ func priorityOf(pod *v1.Pod) int32 {
 	return 0
 }
 
-// requestOf is the pod's effective request of name, as the kubelet's ranking takes it
-// (GetResourceRequestQuantity): component-helpers' PodRequests, which counts init containers
-// and sidecars, pod-level resources and overhead. Inodes (name "") have no request.
+// requestOf is the pod's request of name as the kubelet's ranking takes it
+// (GetResourceRequestQuantity in pkg/api/v1/resource): component-helpers' PodRequests without
+// overhead (init containers and sidecars count), only the pod-level resources when any are set
+// (the PodLevelResources gate, on by default from 1.34), and the overhead added only when
+// that total is non-zero. Name "" (inodes) has no request.
 func requestOf(pod *v1.Pod, name v1.ResourceName) int64 {
 	if name == "" {
 		return 0
 	}
-	q, ok := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})[name]
-	if !ok {
-		return 0
+	reqs := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{
+		SkipContainerLevelResources: resourcehelper.IsPodLevelResourcesSet(pod),
+		ExcludeOverhead:             true,
+	})
+	q := reqs[name]
+	if o, ok := pod.Spec.Overhead[name]; ok && !q.IsZero() {
+		q.Add(o)
 	}
 	return q.Value()
 }

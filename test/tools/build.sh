@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds the real control-plane programs and peers that the end-to-end tests run against into
-# a git-ignored cache ($REPRIEVE_TOOLS_BIN, default .cache/bin at the repository root). Each
-# binary is rebuilt only when its pinned version changes (a stamp file beside it records it).
+# Builds the real control-plane programs, the kubelet and the peers that the end-to-end tests run
+# against into a git-ignored cache ($REPRIEVE_TOOLS_BIN, default .cache/bin at the repository
+# root). Each binary is rebuilt only when its pinned version changes (a stamp file beside it
+# records it).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -26,7 +27,9 @@ k8s_ldflags="-s -w -X $vpkg.gitVersion=$K8S_VERSION -X $vpkg.gitMajor=1 \
   -X $vpkg.gitMinor=$(echo "$K8S_VERSION" | cut -d. -f2) -X $vpkg.gitTreeState=clean \
   -X $vpkg.gitCommit=0000000000000000000000000000000000000000 -X $vpkg.buildDate=1970-01-01T00:00:00Z"
 
-for cmd in kube-apiserver kube-controller-manager kube-scheduler; do
+# The kubelet runs the one real node of test/realnode (containerd, runc and CNI plugins come
+# from Debian: test/tools/node-packages.sh).
+for cmd in kube-apiserver kube-controller-manager kube-scheduler kubelet; do
   if ! fresh "$cmd" "$K8S_VERSION"; then
     echo "building $cmd $K8S_VERSION (several minutes on a cold cache)" >&2
     (cd "$here" && go build -trimpath -ldflags "$k8s_ldflags" -o "$bin/$cmd" "k8s.io/kubernetes/cmd/$cmd")
