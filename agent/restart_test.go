@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	goruntime "runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -317,3 +319,34 @@ func taintOf(n *v1.Node, key string) *v1.Taint {
 }
 
 var _ = record.AnnotationInterruption
+
+// TestPlatformSignalAloneAndItsWithdrawal (issue 21 item 3): GKE's impending-termination taint
+// alone taints the node and plans the pods; once the metadata service reports a spot notice too,
+// removing the signal withdraws only what it raised.
+func TestPlatformSignalAloneAndItsWithdrawal(t *testing.T) {
+	added := metav1.NewTime(t0)
+	node := testNode(v1.Taint{Key: "cloud.google.com/impending-node-termination", Effect: v1.TaintEffectNoSchedule, TimeAdded: &added})
+	h := newHarness(t, nil, node, testPod("now", 5))
+	h.step()
+	if taintOf(h.node(), "cloud") == nil {
+		t.Fatal("the platform signal alone did not taint the node")
+	}
+	if v := h.a.exec.View(); !v.Window.Deadline.Equal(t0.Add(30 * time.Second)) {
+		t.Fatalf("deadline %v, want the signal's timeAdded + 30 s", v.Window.Deadline)
+	}
+	// The cloud's own notice, later, and the signal goes away.
+	h.prov.Set(providerNotice("spot-1", t0.Add(2*time.Minute)))
+	n := h.node()
+	n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t v1.Taint) bool { return t.Key == "cloud.google.com/impending-node-termination" })
+	if _, err := h.client.CoreV1().Nodes().Update(h.ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.syncStores()
+	h.step()
+	if taintOf(h.node(), "cloud") == nil {
+		t.Fatal("withdrawing the signal removed the interruption the metadata service still reports")
+	}
+	if v := h.a.exec.View(); !v.Window.Deadline.Equal(t0.Add(2 * time.Minute)) {
+		t.Fatalf("deadline %v after the signal went, want the spot notice's %v", v.Window.Deadline, t0.Add(2*time.Minute))
+	}
+}

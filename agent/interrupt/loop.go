@@ -74,6 +74,10 @@ type Loop struct {
 	// saw each NoExecute taint (by key, effect and value).
 	farLogged map[string]bool
 	seenAt    map[string]time.Time
+	// signalSeen is when this process first saw each platform signal (by source), badLogged
+	// the unreadable signal values already logged (by key).
+	signalSeen map[string]time.Time
+	badLogged  map[string]string
 }
 
 // New returns a loop that knows nothing yet: until its sources answer, what the node's record
@@ -83,7 +87,8 @@ func New(o Options) *Loop {
 		o.Clock = clock.RealClock{}
 	}
 	return &Loop{o: o, poke: make(chan struct{}, 1), answers: newAnswers(o.Provider),
-		noticeID: map[string]providers.Notice{}, farLogged: map[string]bool{}, seenAt: map[string]time.Time{}}
+		noticeID: map[string]providers.Notice{}, farLogged: map[string]bool{}, seenAt: map[string]time.Time{},
+		signalSeen: map[string]time.Time{}, badLogged: map[string]string{}}
 }
 
 // Poke asks for a reconcile: the node changed, or a wish did.
@@ -207,16 +212,54 @@ func (l *Loop) Apply(ctx context.Context, notices []providers.Notice, err error)
 	return err == nil
 }
 
-// inForce is the notices in force now: the sources' answers merged with the node's record.
-func (l *Loop) inForce(node *v1.Node) []providers.Notice {
+// inForce is the notices in force now: the metadata sources' answers and the node's own
+// platform signals, merged with the node's record.
+func (l *Loop) inForce(ctx context.Context, node *v1.Node) []providers.Notice {
 	l.mu.Lock()
 	reported, answered := l.answers.notices, l.answers.answered()
 	l.mu.Unlock()
+	signals := l.nodeSignals(ctx, node)
+	for _, s := range signalSources {
+		answered[s] = true // read from the node itself: always an answer
+	}
+	reported = append(append([]providers.Notice(nil), reported...), signals...)
 	if l.o.Provider.Name() == none.Name {
 		// The annotation is the none provider's input: nothing to resume.
 		return reported
 	}
 	return InForce(reported, answered, l.recorded(node))
+}
+
+// signalSources are the platform signals' sources (NodeSignals).
+var signalSources = []string{SourceGKEScheduledMaintenance, SourceGKEActiveMaintenance, SourceGKEImpendingTermination,
+	SourceAKSScheduledEvent, SourceKarpenterDisrupted}
+
+// nodeSignals reads the node's platform signals, stamping when this process first saw each
+// and saying once per value which could not be read.
+func (l *Loop) nodeSignals(ctx context.Context, node *v1.Node) []providers.Notice {
+	now := l.o.Clock.Now()
+	used := map[string]bool{}
+	ns, bad := NodeSignals(node, func(source string) time.Time {
+		used[source] = true
+		t, ok := l.signalSeen[source]
+		if !ok {
+			t = now
+			l.signalSeen[source] = t
+		}
+		return t
+	})
+	for s := range l.signalSeen {
+		if !used[s] {
+			delete(l.signalSeen, s)
+		}
+	}
+	for key, v := range bad {
+		if l.badLogged[key] != v {
+			l.badLogged[key] = v
+			klog.FromContext(ctx).Error(nil, "A platform signal on the node does not parse; it raises nothing", "key", key, "value", v)
+		}
+	}
+	return ns
 }
 
 // announce says each new notice once (log, node event, webhook) and each withdrawn one.

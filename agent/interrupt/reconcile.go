@@ -27,7 +27,7 @@ func (l *Loop) Reconcile(ctx context.Context) {
 		logger.Error(nil, "Node not found; waiting for it", "node", l.o.NodeName)
 		return
 	}
-	notices := l.inForce(node)
+	notices := l.inForce(ctx, node)
 	l.announce(ctx, notices)
 	intent := plan.Intend(notices, now, l.o.MaintenanceLead, l.o.Taints)
 	for _, n := range intent.FarAhead {
