@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/serve"
+
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -49,8 +51,8 @@ const (
 // pool of its own, two connections per address and 16 in all, so that strangers cannot take
 // the pods' connections however many addresses they send from.
 var (
-	noticePodPool      = &connPool{name: "pods", total: noticeWaitersMax + noticeConnsSpare, perSource: 8}
-	noticeStrangerPool = &connPool{name: "strangers", total: 16, perSource: 2}
+	noticePodPool      = &serve.Pool{Name: "pods", Total: noticeWaitersMax + noticeConnsSpare, PerSource: 8}
+	noticeStrangerPool = &serve.Pool{Name: "strangers", Total: 16, PerSource: 2}
 )
 
 // NoticeAnswer is the endpoint's JSON answer.
@@ -265,7 +267,7 @@ func (s *noticeAPI) claimants(src netip.Addr) []*v1.Pod {
 
 // pool is the endpoint's poolListener rule: a source that some pod of the node claims is in
 // the pods' pool, any other in the strangers'.
-func (s *noticeAPI) pool(_, remote netip.Addr) *connPool {
+func (s *noticeAPI) pool(_, remote netip.Addr) *serve.Pool {
 	if len(s.claimants(remote)) > 0 {
 		return noticePodPool
 	}
@@ -301,14 +303,14 @@ func encodeAnswer(a NoticeAnswer) ([]byte, string) {
 }
 
 // newNoticeServer returns the endpoint's server, serving h with every timeout. A connection
-// idle between requests is closed after serveIdleTimeout (a hanging GET is a request, not
+// idle between requests is closed after serve.IdleTimeout (a hanging GET is a request, not
 // idle); a hanging GET extends its own write deadline past noticeWriteTimeout.
 func newNoticeServer(h http.Handler) *http.Server {
 	return &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: serveReadHeaderTimeout, ReadTimeout: serveReadTimeout,
-		WriteTimeout: noticeWriteTimeout, IdleTimeout: serveIdleTimeout,
-		MaxHeaderBytes: serveMaxHeaderBytes,
+		ReadHeaderTimeout: serve.ReadHeaderTimeout, ReadTimeout: serve.ReadTimeout,
+		WriteTimeout: noticeWriteTimeout, IdleTimeout: serve.IdleTimeout,
+		MaxHeaderBytes: serve.MaxHeaderBytes,
 	}
 }
 
@@ -326,7 +328,7 @@ func serveNoticeAPI(ctx context.Context, addr string, notices *podNotifier, pods
 	// The port is open to anyone who reaches the node: bound the connections, so that a flood
 	// of them cannot take the agent's memory or file descriptors, and by source, so that
 	// strangers cannot take the pods' share.
-	ln = newPoolListener(ln, s.pool)
+	ln = serve.NewListener(ln, s.pool)
 	srv := newNoticeServer(s.handler())
 	klog.FromContext(ctx).Info("Serving the node-local notice endpoint", "address", ln.Addr().String())
 	go func() {

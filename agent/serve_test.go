@@ -6,12 +6,13 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/netip"
 	"runtime"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/reprieve-dev/reprieve/agent/serve"
 
 	clocktesting "k8s.io/utils/clock/testing"
 )
@@ -71,52 +72,6 @@ func request(t *testing.T, c net.Conn, path string) int {
 	return resp.StatusCode
 }
 
-func TestPoolListenerCapsEachSourceAndThePool(t *testing.T) {
-	inner, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := &connPool{name: "test", total: 3, perSource: 2}
-	ln := newPoolListener(inner, func(_, _ netip.Addr) *connPool { return pool })
-	defer ln.Close()
-	accepted := make(chan net.Conn)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				close(accepted)
-				return
-			}
-			accepted <- c
-		}
-	}()
-	addr := ln.Addr().String()
-	from := func(c net.Conn) string { a, _ := addrOf(c.RemoteAddr()); return a.String() }
-
-	dialFrom(t, "127.0.0.2", addr)
-	dialFrom(t, "127.0.0.2", addr)
-	first, second := <-accepted, <-accepted
-	if from(first) != "127.0.0.2" || from(second) != "127.0.0.2" {
-		t.Fatalf("accepted %s and %s, want two from 127.0.0.2", from(first), from(second))
-	}
-	if !refused(t, dialFrom(t, "127.0.0.2", addr)) {
-		t.Error("a third connection from 127.0.0.2 was kept; want it closed (2 per source)")
-	}
-	dialFrom(t, "127.0.0.3", addr)
-	if c := <-accepted; from(c) != "127.0.0.3" {
-		t.Errorf("accepted %s, want 127.0.0.3's first", from(c))
-	}
-	if !refused(t, dialFrom(t, "127.0.0.4", addr)) {
-		t.Error("a fourth connection was kept; want it closed (3 in the pool)")
-	}
-	// A closed connection gives its place back.
-	_ = first.Close()
-	dialFrom(t, "127.0.0.4", addr)
-	if c := <-accepted; from(c) != "127.0.0.4" {
-		t.Errorf("accepted %s after a close, want 127.0.0.4", from(c))
-	}
-}
-
 // TestMetricsServerBoundsEveryConnection holds what issue 22 item 1 found missing: the
 // metrics server had only ReadHeaderTimeout, so an idle kept-alive connection stayed open for
 // ever, and a header could grow to 1 MiB.
@@ -159,27 +114,27 @@ func TestMetricsListenerKeepsProbesAnswered(t *testing.T) {
 	addr := serveMetrics(t, h)
 
 	kept := 0
-	for range metricsOthersPool.perSource + 4 {
+	for range metricsOthersPool.PerSource + 4 {
 		if request(t, dialFrom(t, "127.0.0.2", addr), "/healthz") == http.StatusOK {
 			kept++
 		}
 	}
-	if kept != metricsOthersPool.perSource {
-		t.Errorf("one address kept %d idle connections, want %d", kept, metricsOthersPool.perSource)
+	if kept != metricsOthersPool.PerSource {
+		t.Errorf("one address kept %d idle connections, want %d", kept, metricsOthersPool.PerSource)
 	}
 	if code := request(t, dialFrom(t, "127.0.0.3", addr), "/readyz"); code != http.StatusOK {
 		t.Errorf("/readyz from another address during one address's flood: %d, want 200", code)
 	}
 
 	// Fill the others' pool from many addresses.
-	for i := 0; kept < metricsOthersPool.total; i++ {
-		src := fmt.Sprintf("127.0.1.%d", i/metricsOthersPool.perSource+1)
+	for i := 0; kept < metricsOthersPool.Total; i++ {
+		src := fmt.Sprintf("127.0.1.%d", i/metricsOthersPool.PerSource+1)
 		if request(t, dialFrom(t, src, addr), "/healthz") == http.StatusOK {
 			kept++
 		}
 	}
 	if code := request(t, dialFrom(t, "127.0.2.1", addr), "/healthz"); code != 0 {
-		t.Errorf("a stranger past the pool's %d: %d, want the connection closed", metricsOthersPool.total, code)
+		t.Errorf("a stranger past the pool's %d: %d, want the connection closed", metricsOthersPool.Total, code)
 	}
 	for _, path := range []string{"/readyz", "/healthz", "/metrics"} {
 		if code := request(t, dialFrom(t, "127.0.0.1", addr), path); code != http.StatusOK {
@@ -197,14 +152,14 @@ func TestNoticeListenerStrangersCannotLockOutPods(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: s.handler(), ReadHeaderTimeout: serveReadHeaderTimeout}
-	ln := newPoolListener(inner, s.pool)
+	srv := &http.Server{Handler: s.handler(), ReadHeaderTimeout: serve.ReadHeaderTimeout}
+	ln := serve.NewListener(inner, s.pool)
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	addr := inner.Addr().String()
 
 	// Strangers that open connections and send nothing, two from each address and then some.
-	for i := range noticeStrangerPool.total + 8 {
+	for i := range noticeStrangerPool.Total + 8 {
 		dialFrom(t, fmt.Sprintf("127.0.3.%d", i/2+1), addr)
 	}
 	dialFrom(t, "127.0.3.1", addr)
@@ -217,11 +172,9 @@ func TestNoticeListenerStrangersCannotLockOutPods(t *testing.T) {
 	}
 	// The listener accepts in order: once the job's connection is in, every stranger's before
 	// it has been kept or closed.
-	ln.mu.Lock()
-	strangers, pods := ln.open[noticeStrangerPool], ln.open[noticePodPool]
-	ln.mu.Unlock()
-	if strangers != noticeStrangerPool.total || pods != 1 {
-		t.Errorf("open: %d strangers' and %d pods' connections; want %d and 1", strangers, pods, noticeStrangerPool.total)
+	strangers, pods := ln.Open(noticeStrangerPool), ln.Open(noticePodPool)
+	if strangers != noticeStrangerPool.Total || pods != 1 {
+		t.Errorf("open: %d strangers' and %d pods' connections; want %d and 1", strangers, pods, noticeStrangerPool.Total)
 	}
 	// Past the full pool, a stranger's connection is closed at once.
 	s2 := dialFrom(t, "127.0.4.1", addr)

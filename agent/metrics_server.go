@@ -1,0 +1,50 @@
+package agent
+
+import (
+	"net"
+	"net/http"
+	"net/netip"
+	"time"
+
+	"github.com/reprieve-dev/reprieve/agent/serve"
+)
+
+// metricsWriteTimeout bounds a response from handler start to its last byte: the agent's
+// scrape is gathered in milliseconds and the PodMonitor's scrapeTimeout is 4 s; only a client
+// that reads slowly on purpose gets near it.
+const metricsWriteTimeout = 30 * time.Second
+
+// The metrics server's pools. The kubelet's probes of a host-network agent come from the node
+// itself: it dials the pod IP, which is a node address, and the kernel's source address for a
+// local destination is that same address, so the connection's two ends have one address. The
+// host pool keeps /readyz and /healthz answering when strangers fill theirs from many
+// addresses. On the pod network the probes come from the node's side of the pod's interface
+// (an address per CNI); there they share the others' pool, where the per-source cap keeps one
+// flooding address from starving them.
+var (
+	metricsHostPool   = &serve.Pool{Name: "host", Total: 32, PerSource: 32}
+	metricsOthersPool = &serve.Pool{Name: "others", Total: 256, PerSource: 8}
+)
+
+// newMetricsServer returns the server of --metrics-bind-address, serving h with every
+// timeout; serve it on metricsListener's listener.
+func newMetricsServer(addr string, h http.Handler) *http.Server {
+	return &http.Server{
+		Addr: addr, Handler: h,
+		ReadHeaderTimeout: serve.ReadHeaderTimeout, ReadTimeout: serve.ReadTimeout,
+		WriteTimeout: metricsWriteTimeout, IdleTimeout: serve.IdleTimeout,
+		MaxHeaderBytes: serve.MaxHeaderBytes,
+	}
+}
+
+// metricsListener bounds the metrics server's connections by its pools.
+func metricsListener(ln net.Listener) net.Listener { return serve.NewListener(ln, metricsPool) }
+
+// metricsPool puts a connection from the host itself in the host pool, any other in the
+// others' pool.
+func metricsPool(local, remote netip.Addr) *serve.Pool {
+	if local == remote {
+		return metricsHostPool
+	}
+	return metricsOthersPool
+}

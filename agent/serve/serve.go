@@ -1,0 +1,140 @@
+// Package serve bounds the agent's open ports: every connection in time (the timeouts) and in
+// number (Listener): a total per pool, and a cap per source address, so that one source cannot
+// take a pool and a stranger cannot take what the kubelet's probes and the node's pods need.
+package serve
+
+import (
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+)
+
+const (
+	// ReadHeaderTimeout bounds a request's header (a slow sender, slowloris).
+	ReadHeaderTimeout = 5 * time.Second
+	// ReadTimeout bounds a whole request; these servers take no bodies.
+	ReadTimeout = 10 * time.Second
+	// IdleTimeout closes a kept-alive connection that sends no request. Longer than the
+	// PodMonitor's 5 s interval, so that Prometheus keeps its connection between scrapes.
+	IdleTimeout = 30 * time.Second
+	// MaxHeaderBytes bounds a request's header. net/http's default, 1 MiB, held by each of
+	// a few thousand connections whose header never ends, exceeds the chart's memory limit
+	// many times over; a bearer token and Prometheus's headers fit well within 16 KiB.
+	MaxHeaderBytes = 16 << 10
+)
+
+// Pool is a share of a listener's connections: at most Total open at once, and at most
+// PerSource from one source address.
+type Pool struct {
+	// Name says which pool refused a connection, in logs.
+	Name             string
+	Total, PerSource int
+}
+
+// Listener accepts a connection only while its pool has room, overall and for its source
+// address, and closes any other at once (a reset, so that neither end keeps its socket). It
+// never blocks on a full pool, unlike golang.org/x/net/netutil.LimitListener: a connection
+// waiting in the kernel's backlog behind a stranger's would wait as long as the stranger holds
+// on.
+type Listener struct {
+	net.Listener
+	pool func(local, remote netip.Addr) *Pool
+
+	mu   sync.Mutex
+	open map[*Pool]int
+	from map[poolSource]int
+}
+
+type poolSource struct {
+	pool *Pool
+	addr netip.Addr
+}
+
+// NewListener wraps ln; pool picks a new connection's pool from its two addresses (nil
+// refuses it).
+func NewListener(ln net.Listener, pool func(local, remote netip.Addr) *Pool) *Listener {
+	return &Listener{Listener: ln, pool: pool, open: map[*Pool]int{}, from: map[poolSource]int{}}
+}
+
+// Accept returns the next connection its pool has room for.
+func (l *Listener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if pc := l.admit(c); pc != nil {
+			return pc, nil
+		}
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0)
+		}
+		_ = c.Close()
+	}
+}
+
+func (l *Listener) admit(c net.Conn) net.Conn {
+	local, ok1 := AddrOf(c.LocalAddr())
+	remote, ok2 := AddrOf(c.RemoteAddr())
+	if !ok1 || !ok2 {
+		return nil
+	}
+	p := l.pool(local, remote)
+	if p == nil {
+		return nil
+	}
+	key := poolSource{pool: p, addr: remote}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.open[p] >= p.Total || l.from[key] >= p.PerSource {
+		return nil
+	}
+	l.open[p]++
+	l.from[key]++
+	return &poolConn{Conn: c, release: func() { l.release(key) }}
+}
+
+func (l *Listener) release(key poolSource) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.open[key.pool]--
+	if l.from[key]--; l.from[key] <= 0 {
+		delete(l.from, key)
+	}
+}
+
+// poolConn gives its place in the pool back when closed (net/http closes every connection it
+// accepted, whichever way it ends).
+type poolConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *poolConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
+}
+
+// Open is how many connections of pool p are open now.
+func (l *Listener) Open(p *Pool) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.open[p]
+}
+
+// AddrOf is a connection end's IP address, IPv4 in its 4-byte form (an IPv4 client of a dual-
+// stack listener arrives as ::ffff:a.b.c.d).
+func AddrOf(a net.Addr) (netip.Addr, bool) {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		ip, ok := netip.AddrFromSlice(ta.IP)
+		return ip.Unmap(), ok
+	}
+	ap, err := netip.ParseAddrPort(a.String())
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return ap.Addr().Unmap(), true
+}
