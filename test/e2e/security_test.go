@@ -98,8 +98,12 @@ func TestAgentTokenAttacks(t *testing.T) {
 	// The attacks.
 	denied("patch node B", patch(nodeB, map[string]any{"spec": map[string]any{"taints": []v1.Taint{spot}}}),
 		"bound to ("+nodeA+"), not "+nodeB)
+	// The guard's refusal tells the caller nothing (issue 22 item 3); its log names the reason.
 	denied("evict a pod on node B", evict(ctx, clientA, ns, victimB.Name, ptr64(30), &victimB.UID, false),
-		"is on "+nodeB)
+		"reprieve's eviction guard refused this eviction")
+	if log := guardLogText(t, sa, ns); !strings.Contains(log, "is on "+nodeB) {
+		t.Errorf("the guard's log does not say the pod is on %s", nodeB)
+	}
 	denied("evict a pod on node A with grace 0", evict(ctx, clientA, ns, victimA.Name, ptr64(0), &victimA.UID, false),
 		"gracePeriodSeconds of at least 1")
 	denied("evict a pod on node A without a UID precondition", evict(ctx, clientA, ns, victimA.Name, ptr64(30), nil, false),
