@@ -182,7 +182,8 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	a.writer = record.NewWriter(record.WriterOptions{Client: deps.Client, NodeName: cfg.NodeName, DryRun: cfg.DryRun,
 		Taints: a.taints, Clock: deps.Clock, Cached: a.cachedNode, Observe: a.refusals.Observe,
 		OnWrite: func(ctx context.Context, ch record.NodeChange, d record.NodeDesire) { intr.OnWrite(ctx, ch, d) },
-		OnWish:  func() { intr.Poke() }})
+		OnWish:  func() { intr.Poke() }, NodeConditions: cfg.NodeConditions, LifecycleConditions: cfg.LifecycleConditions,
+		Drained: func() bool { _, _, ok := a.exec.Drained(); return ok }})
 	intrOpts.Writer = a.writer
 	if cfg.PressureSource != PressureSourceOff {
 		for _, r := range pressure.Resources {

@@ -63,6 +63,10 @@ func newHarness(t *testing.T, mutate func(*Config), objs ...runtime.Object) *har
 	// The start-up dry-run write check would be one more node patch among those the tests
 	// count; TestNodeWriteRefusals turns it on.
 	cfg.NodeWriteRefusals = 0
+	// The node conditions' status patch would be one more node write among those the tests
+	// count, and the fake clientset applies no strategic merge patch of a subresource: they are
+	// tested in agent/record and against the real API server (test/e2e/node_condition_test.go).
+	cfg.NodeConditions = false
 	if mutate != nil {
 		mutate(&cfg)
 	}

@@ -95,6 +95,10 @@ type Config struct {
 	// PodNotice writes the early warning on each pod a notice concerns: the
 	// reprieve.io/Interruption condition and the evict-at and reclaim-deadline annotations.
 	PodNotice bool
+	// NodeConditions keeps the reprieve.io/Interruption condition on the node's status beside the
+	// interruption taint; LifecycleConditions also KEP-5683's MaintenancePlanned,
+	// DrainInProgress and Drained (agent/record/condition.go).
+	NodeConditions, LifecycleConditions bool
 	// NoticeBindAddress serves the node-local notice endpoint (noticeapi.go); empty: off.
 	NoticeBindAddress string
 	// TolerationComparisonOperators matches the cluster's TaintTolerationComparisonOperators
@@ -159,6 +163,7 @@ func DefaultConfig() Config {
 		SafetyMargin:         5 * time.Second,
 		EvictionWorkers:      64,
 		PodNotice:            true,
+		NodeConditions:       true,
 
 		PressureSource:           PressureSourceHost,
 		KubeletConfig:            "/var/lib/kubelet/config.yaml",
@@ -228,6 +233,8 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.PressureTaintEffect, "pressure-taint-effect", c.PressureTaintEffect, "Effect of the pressure taints reprieve.io/{memory,disk,pid}-pressure: NoSchedule or PreferNoSchedule.")
 	fs.BoolVar(&c.EvictDaemonSetPods, "evict-daemonset-pods", c.EvictDaemonSetPods, "Evict DaemonSet pods too (kubectl drain does not).")
 	fs.BoolVar(&c.PodNotice, "pod-notice", c.PodNotice, "At a notice, mark every pod it concerns (planned for eviction, or tolerating it forever) with the condition reprieve.io/Interruption and the annotations reprieve.io/evict-at and reprieve.io/reclaim-deadline, through pods/status; withdrawn with the notice.")
+	fs.BoolVar(&c.NodeConditions, "node-conditions", c.NodeConditions, "Set the node condition reprieve.io/Interruption beside the interruption taint (True with the notice's reason, deadline and source; False once withdrawn), through nodes/status.")
+	fs.BoolVar(&c.LifecycleConditions, "lifecycle-conditions", c.LifecycleConditions, "Also set Kubernetes' node lifecycle conditions MaintenancePlanned, DrainInProgress and Drained (KEP-5683, alpha in 1.37 behind the NodeLifecycleConditions feature gate; turn it on where the cluster runs with the gate). Needs --node-conditions.")
 	fs.StringVar(&c.NoticeBindAddress, "notice-bind-address", c.NoticeBindAddress, "Serve GET /v1/pods/{namespace}/{name}/notice here (e.g. :10272) for pods of this node to read their own notice without API credentials (?wait=true waits for a change); empty: off.")
 	fs.BoolVar(&c.TolerationComparisonOperators, "toleration-comparison-operators", c.TolerationComparisonOperators, "Match Lt/Gt tolerations, as with the cluster's TaintTolerationComparisonOperators feature gate.")
 	fs.IntVar(&c.EvictionWorkers, "eviction-workers", c.EvictionWorkers, "How many evictions may be in flight at once.")
@@ -380,6 +387,9 @@ func (c *Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.validatePressure()...)
+	if c.LifecycleConditions && !c.NodeConditions {
+		errs = append(errs, errors.New("--lifecycle-conditions needs --node-conditions: both are written through nodes/status, which --node-conditions=false leaves alone"))
+	}
 	if c.NodeWriteRefusals < 0 {
 		errs = append(errs, fmt.Errorf("--node-write-refusals %d: must be 0 (never NotReady) or more", c.NodeWriteRefusals))
 	}

@@ -79,6 +79,7 @@ func TestConfigErrorsNameTheFlag(t *testing.T) {
 		{"soft taint outside reprieve.io", []string{"--node-name=n", "--rebalance-taint=foo=bar:PreferNoSchedule"}, nil, []string{"--rebalance-taint", "reprieve.io/"}},
 		{"soft taint must not evict", []string{"--node-name=n", "--maintenance-taint=reprieve.io/m=x:NoExecute"}, nil, []string{"--maintenance-taint"}},
 		{"negative margin", []string{"--node-name=n", "--safety-margin=-1s"}, nil, []string{"--safety-margin"}},
+		{"lifecycle conditions need node conditions", []string{"--node-name=n", "--node-conditions=false", "--lifecycle-conditions"}, nil, []string{"--lifecycle-conditions", "--node-conditions"}},
 		{"poll too fast", []string{"--node-name=n", "--poll-interval=10ms"}, nil, []string{"--poll-interval"}},
 		{"every problem at once", []string{"--provider=x", "--safety-margin=-1s"}, nil, []string{"--node-name", "--provider", "--safety-margin"}},
 	}

@@ -93,6 +93,13 @@ type NodeDesire struct {
 	// Record is the interruption record to carry (AnnotationInterruption) when WriteDeadline
 	// is set; nil leaves the annotation as it is, an empty record removes reprieve's own.
 	Record *Record
+	// Conditions has the writer keep ConditionInterruption on the node's status
+	// (--node-conditions), and Lifecycle also KEP-5683's LifecycleConditions
+	// (--lifecycle-conditions). ComputeNodeChange ignores them; ComputeConditionChange reads them.
+	Conditions, Lifecycle bool
+	// Drained says that every pod reprieve evicts for the interruption is gone (the executor's
+	// Drained), for the Drained lifecycle condition.
+	Drained bool
 }
 
 // ComputeNodeChange is pure: it returns how node must change to carry desire, touching nothing

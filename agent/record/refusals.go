@@ -100,6 +100,7 @@ func (w *Refusals) NotReady() string {
 // (an empty patch passed such a policy and reset the count). When the node already carries it
 // all, the check is an empty patch, which still goes through RBAC and validating admission. No
 // resourceVersion precondition: nothing is stored, and a stale copy must not fail the check.
+// With node conditions on, it also dry-runs the status patch an interruption would send.
 func (w *Writer) CheckWrite(ctx context.Context, probe NodeDesire) error {
 	rctx, cancel := context.WithTimeout(ctx, WriteTimeout)
 	defer cancel()
@@ -123,6 +124,25 @@ func (w *Writer) CheckWrite(ctx context.Context, probe NodeDesire) error {
 		metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
 	if err != nil {
 		return fmt.Errorf("checking with a dry run that node %s may be tainted: %w", w.nodeName, err)
+	}
+	if !w.conditions {
+		return nil
+	}
+	// And its conditions, through nodes/status: RBAC's patch on nodes/status and the status
+	// policy, with the conditions an interruption would set.
+	probe.Conditions, probe.Lifecycle = true, w.lifecycle
+	patch = []byte("{}")
+	if conds := ComputeConditionChange(node, probe, w.clock.Now()); len(conds) > 0 {
+		b, err := conditionPatch(conds)
+		if err != nil {
+			return err
+		}
+		patch = b
+	}
+	_, err = w.client.CoreV1().Nodes().Patch(rctx, w.nodeName, types.StrategicMergePatchType, patch,
+		metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}, "status")
+	if err != nil {
+		return fmt.Errorf("checking with a dry run that the conditions of node %s may be set: %w", w.nodeName, err)
 	}
 	return nil
 }

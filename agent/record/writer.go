@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -64,6 +65,10 @@ type Writer struct {
 	// onWish, when set, is called after a producer's wish changed (the interruption loop
 	// re-plans: a pressure taint may be NoExecute).
 	onWish func()
+	// conditions and lifecycle say which node conditions the writer keeps (NodeDesire); drained,
+	// when set, says whether every pod reprieve evicts is gone.
+	conditions, lifecycle bool
+	drained               func() bool
 
 	mu           sync.Mutex
 	interruption Wish
@@ -71,8 +76,8 @@ type Writer struct {
 	addedAt      map[string]time.Time
 	wake         chan struct{}
 
-	// lastDryRun is the last change a dry run logged.
-	lastDryRun string
+	// lastDryRun and lastDryRunStatus are the last changes a dry run logged.
+	lastDryRun, lastDryRunStatus string
 	// written is the node as the last successful patch returned it, and writtenFrom the
 	// resourceVersion the informer's copy had then. While the informer's copy is still at
 	// writtenFrom it has not seen the write (after an API server outage its watch
@@ -99,6 +104,13 @@ type WriterOptions struct {
 	OnWrite func(context.Context, NodeChange, NodeDesire)
 	// OnWish is called when a producer's wish changed.
 	OnWish func()
+	// NodeConditions keeps ConditionInterruption on the node's status (--node-conditions), and
+	// LifecycleConditions also KEP-5683's (--lifecycle-conditions); both need patch on
+	// nodes/status.
+	NodeConditions, LifecycleConditions bool
+	// Drained reports whether every pod reprieve evicts for the interruption is gone (the
+	// executor's Drained); called from the writer's goroutine while an interruption is wanted.
+	Drained func() bool
 }
 
 // NewWriter returns a writer that wants nothing yet.
@@ -108,6 +120,7 @@ func NewWriter(o WriterOptions) *Writer {
 	}
 	return &Writer{client: o.Client, nodeName: o.NodeName, dryRun: o.DryRun, taints: o.Taints, clock: o.Clock,
 		cached: o.Cached, observe: o.Observe, onWrite: o.OnWrite, onWish: o.OnWish,
+		conditions: o.NodeConditions, lifecycle: o.NodeConditions && o.LifecycleConditions, drained: o.Drained,
 		addedAt: map[string]time.Time{}, wake: make(chan struct{}, 1)}
 }
 
@@ -152,6 +165,7 @@ func (w *Writer) Desire() NodeDesire {
 	now := w.clock.Now()
 	return NodeDesire{
 		Intent: in, Taints: w.taints, WriteDeadline: w.interruption.WriteDeadline, Record: w.interruption.Record,
+		Conditions: w.conditions, Lifecycle: w.lifecycle,
 		AddedAt: func(id string) time.Time {
 			w.mu.Lock()
 			defer w.mu.Unlock()
@@ -221,6 +235,9 @@ func (w *Writer) Run(ctx context.Context) {
 // only Run does.
 func (w *Writer) Sync(ctx context.Context) error {
 	d := w.Desire()
+	if w.lifecycle && w.drained != nil && d.Intent.Interrupting() {
+		d.Drained = w.drained()
+	}
 	rctx, cancel := context.WithTimeout(ctx, WriteTimeout)
 	defer cancel()
 	done, err := w.ensure(rctx, d)
@@ -228,7 +245,61 @@ func (w *Writer) Sync(ctx context.Context) error {
 	if w.onWrite != nil && !done.Empty() {
 		w.onWrite(ctx, done, d)
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	// The conditions follow the taints: never True before the taint is written, and turned
+	// False only once it is removed. Within the same WriteTimeout.
+	return w.ensureConditions(rctx, d)
+}
+
+// ensureConditions makes the node's status carry reprieve's conditions for d, with one strategic
+// merge patch of nodes/status (conditionPatch). A refusal counts as a refused node write; a
+// success does not clear the count, which the main patch and the write check own (a status patch
+// that keeps being refused while no taint changes must still add up to --node-write-refusals).
+func (w *Writer) ensureConditions(ctx context.Context, d NodeDesire) error {
+	if !d.Conditions {
+		return nil
+	}
+	node := w.base()
+	if node == nil {
+		n, err := w.client.CoreV1().Nodes().Get(ctx, w.nodeName, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("getting node %s: %w", w.nodeName, err)
+		}
+		node = n
+	}
+	conds := ComputeConditionChange(node, d, w.clock.Now())
+	if len(conds) == 0 {
+		w.lastDryRunStatus = ""
+		return nil
+	}
+	patch, err := conditionPatch(conds)
+	if err != nil {
+		return err
+	}
+	logger := klog.FromContext(ctx)
+	if w.dryRun {
+		var key strings.Builder
+		for _, c := range conds {
+			fmt.Fprintf(&key, "%s=%s/%s/%s;", c.Type, c.Status, c.Reason, c.Message)
+		}
+		if key.String() != w.lastDryRunStatus {
+			w.lastDryRunStatus = key.String()
+			logger.Info("Dry run: would patch node status", "node", klog.KObj(node), "patch", string(patch))
+		}
+		return nil
+	}
+	logger.V(2).Info("Patching node status", "node", klog.KObj(node), "patch", string(patch))
+	out, err := w.client.CoreV1().Nodes().Patch(ctx, w.nodeName, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	if err != nil {
+		if w.observe != nil && IsRefusal(err) {
+			w.observe(err)
+		}
+		return fmt.Errorf("patching the conditions of node %s: %w", w.nodeName, err)
+	}
+	w.written, w.writtenFrom = out, w.cachedRV
+	return nil
 }
 
 // base returns the node to compute a change from: the informer's copy, unless it has not yet

@@ -628,3 +628,62 @@ func httpOK(ctx context.Context, c *http.Client, url, token string) error {
 	_, err := httpGet(ctx, c, url, token)
 	return err
 }
+
+// PeerAPIServer is a second kube-apiserver on the Env's etcd, with the Env's certificates,
+// tokens and service-account keys (a high-availability peer: the same objects, the same
+// credentials) and flags of its own, such as --feature-gates. The Env's admin and service-account
+// tokens work on it unchanged.
+type PeerAPIServer struct {
+	// Host is its URL, https://127.0.0.1:<port>; Config and Client are the admin's for it.
+	Host   string
+	Config *rest.Config
+	Client kubernetes.Interface
+
+	process *Process
+}
+
+// StartPeerAPIServer starts a PeerAPIServer named name (its log is <name>.log in LogDir) with
+// the Env's flags and extra after them (a later flag wins: --feature-gates=Gate=true), and waits
+// until it is ready. Stop it with its Stop; the Env's Stop does not.
+func (e *Env) StartPeerAPIServer(ctx context.Context, name string, extra ...string) (*PeerAPIServer, error) {
+	port, err := FreePort()
+	if err != nil {
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	host := fmt.Sprintf("https://127.0.0.1:%d", port)
+	var args []string
+	for _, a := range e.apiserverArgs {
+		switch {
+		case strings.HasPrefix(a, "--secure-port="):
+			a = "--secure-port=" + strconv.Itoa(port)
+		case strings.HasPrefix(a, "--cert-dir="):
+			a = "--cert-dir=" + filepath.Join(e.dataDir, name+"-certs")
+		}
+		args = append(args, a)
+	}
+	args = append(args, extra...)
+	begin := time.Now()
+	p, err := StartProcess(ctx, name, filepath.Join(e.LogDir, name+".log"), filepath.Join(e.toolsBin, KubeAPIServerBin), args, nil)
+	if err != nil {
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	client := e.httpClient()
+	if err := waitReady(ctx, p, apiserverReadyTimeout, func(ctx context.Context) error {
+		return httpOK(ctx, client, host+"/readyz", e.Token)
+	}); err != nil {
+		_ = p.Stop()
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	e.logf("testenv: %s ready at %s in %s", name, host, time.Since(begin).Round(time.Millisecond))
+	cfg := rest.CopyConfig(e.Config)
+	cfg.Host = host
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		_ = p.Stop()
+		return nil, fmt.Errorf("creating the admin client of %s: %w", name, err)
+	}
+	return &PeerAPIServer{Host: host, Config: cfg, Client: cs, process: p}, nil
+}
+
+// Stop stops the peer (SIGTERM, then SIGKILL after 5 s).
+func (p *PeerAPIServer) Stop() error { return p.process.Stop() }
