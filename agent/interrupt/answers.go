@@ -3,6 +3,7 @@ package interrupt
 import (
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/reprieve-dev/reprieve/providers"
 )
@@ -88,7 +89,14 @@ func InForce(reported []providers.Notice, answered map[string]bool, recorded []p
 		if i := match(n, recorded); i >= 0 {
 			used[i] = true
 			r := recorded[i]
+			// A deadline at the moment this process first saw the notice (an Azure event seen
+			// already Started: due at once) is this process's clock too: the record's earlier
+			// one stands.
+			atFirstSight := !n.Deadline.IsZero() && !n.NoticeTime.IsZero() && !n.Deadline.After(n.NoticeTime.Add(time.Second))
 			n = n.Reanchor(r.NoticeTime)
+			if atFirstSight && !r.Deadline.IsZero() && r.Deadline.Before(n.Deadline) {
+				n.Deadline = r.Deadline
+			}
 			if r.Source != "" {
 				n.ID = r.ID // the ID the node's record and the events already carry
 			}
