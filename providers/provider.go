@@ -71,8 +71,8 @@ type Notice struct {
 	// when the cloud's payload gives the deadline.
 	FromFirstSeen bool
 	// SoftOff is when the machine's OS gets the ACPI soft-off (GCP: preempted=TRUE plus the
-	// VM's preemption notice), zero when the provider does not know or it is the deadline
-	// itself. A kubelet with graceful node shutdown starts stopping pods on its own schedule
+	// VM's preemption notice, which is zero by default), zero when the provider does not know
+	// (AWS and Azure stop the machine at the deadline). A kubelet with graceful node shutdown starts stopping pods on its own schedule
 	// then (pkg/kubelet/nodeshutdown), which can be before Deadline.
 	SoftOff time.Time
 }

@@ -228,6 +228,11 @@ func start(ctx context.Context, cfg agent.Config) error {
 	go func() {
 		if node, err := getNode(ctx, client, cfg.NodeName, clk, "check for Karpenter and accelerators", nil); err == nil {
 			accel.set(node)
+			if gpu, why, _ := accel.get(); gpu {
+				klog.FromContext(ctx).Info("The node shows an accelerator", "node", klog.KObj(node), "seen", why)
+			} else {
+				klog.FromContext(ctx).Info("The node shows no accelerator", "node", klog.KObj(node))
+			}
 			noteKarpenterNode(ctx, client, node, clk)
 		}
 	}()

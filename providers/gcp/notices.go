@@ -227,8 +227,10 @@ func (s state) notices() []providers.Notice {
 			// The value carries no time: the window counts from when this process saw it.
 			FromFirstSeen: true,
 		}
+		// The soft-off comes the preemption notice after preempted=TRUE (at once without one):
+		// a kubelet with graceful node shutdown (GKE's default) starts stopping pods then.
+		n.SoftOff = s.preemptedSince.Add(s.win.preemption)
 		if s.win.preemption > 0 {
-			n.SoftOff = s.preemptedSince.Add(s.win.preemption)
 			n.Description += fmt.Sprintf("; extended notice: soft-off at %s, power-off 30 s later", n.SoftOff.UTC().Format(time.RFC3339))
 		}
 		ns = append(ns, n)

@@ -113,11 +113,11 @@ func TestPreemptionNotice(t *testing.T) {
 	if ws[1].Duration != 150*time.Second || !strings.Contains(ws[1].Source, "--gcp-preemption-notice") {
 		t.Errorf("preemption window %+v, want 150 s from --gcp-preemption-notice", ws[1])
 	}
-	// Without the option: 30 s, no soft-off of its own.
+	// Without the option: 30 s, the soft-off at once.
 	p2, _ := New(Options{Endpoint: s.Addr(), Clock: clocktesting.NewFakePassiveClock(t0)})
 	ns, _ = p2.Poll(context.Background())
-	if len(ns) != 1 || !ns[0].Deadline.Equal(t0.Add(30*time.Second)) || !ns[0].SoftOff.IsZero() {
-		t.Errorf("without the option: %q soft-off %v, want first seen + 30 s", summaries(ns), ns[0].SoftOff)
+	if len(ns) != 1 || !ns[0].Deadline.Equal(t0.Add(30*time.Second)) || !ns[0].SoftOff.Equal(t0) {
+		t.Errorf("without the option: %q soft-off %v, want first seen + 30 s, the soft-off at first seen", summaries(ns), ns[0].SoftOff)
 	}
 }
 

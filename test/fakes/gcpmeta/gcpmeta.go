@@ -119,9 +119,11 @@ type failure struct {
 
 // Server is a fake GCE metadata server. Its zero value is not usable: call New.
 type Server struct {
-	mu       sync.Mutex
-	entries  map[string]*entry
-	failures map[string]*failure
+	mu      sync.Mutex
+	entries map[string]*entry
+	// gpusAttached marks a VM with GPUs whatever its machine type (SetGPUsAttached).
+	gpusAttached bool
+	failures     map[string]*failure
 	// wake is closed and replaced by every change, waking every hanging GET to re-check.
 	wake       chan struct{}
 	waiting    map[string]int
@@ -358,6 +360,14 @@ const (
 // "Preemption process").
 const PreemptionGrace = 30 * time.Second
 
+// SetGPUsAttached says the VM has GPUs attached whatever its machine type (an N1 VM with
+// --accelerator): GCE gives it a GPU VM's notice, though its metadata does not say so.
+func (s *Server) SetGPUsAttached(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gpusAttached = on
+}
+
 // SetMachineType sets instance/machine-type to projects/NUMBER/machineTypes/name.
 func (s *Server) SetMachineType(name string) {
 	s.Set(PathMachineType, "projects/123456789012/machineTypes/"+name)
@@ -390,7 +400,10 @@ func (s *Server) StopForMaintenance(gpu, vm time.Duration, stopped func()) time.
 		vm = VMMaintenanceNotice
 	}
 	notice := vm
-	if mt, _ := s.Get(PathMachineType); isGPUMachineType(mt) {
+	s.mu.Lock()
+	attached := s.gpusAttached
+	s.mu.Unlock()
+	if mt, _ := s.Get(PathMachineType); attached || isGPUMachineType(mt) {
 		notice = gpu
 	}
 	s.Set(PathOnHostMaintenance, "TERMINATE")
