@@ -28,7 +28,8 @@ const (
 	KindPreemption Kind = "preemption"
 	// KindTermination: the machine is being deleted or stopped at the deadline for another
 	// reason (Azure Terminate). GCP TERMINATE_ON_HOST_MAINTENANCE is not one: it comes an
-	// hour ahead and is a KindScheduledMaintenance, so that --maintenance-lead applies.
+	// hour ahead on a GPU VM (60 s on any other) and is a KindScheduledMaintenance, so that
+	// --maintenance-lead applies.
 	KindTermination Kind = "termination"
 	// KindMaintenanceInformation: host maintenance that does not stop the machine (GCP
 	// upcoming-maintenance on a VM that live-migrates). It never has a deadline and gives no
