@@ -66,8 +66,17 @@ type Config struct {
 	// data under.
 	GCPMetadataEndpoint string
 	// GCPMaintenanceNotice is how long after TERMINATE_ON_HOST_MAINTENANCE first appears a GCP
-	// VM is stopped, when instance/upcoming-maintenance gives no window.
-	GCPMaintenanceNotice  time.Duration
+	// VM is stopped, when instance/upcoming-maintenance gives no window. Zero (the default)
+	// decides from the VM: GCPGPUMaintenanceNotice for a GPU VM, GCPVMMaintenanceNotice for any
+	// other and for one that cannot be told.
+	GCPMaintenanceNotice time.Duration
+	// GCPGPUMaintenanceNotice and GCPVMMaintenanceNotice are GCE's notices of a GPU VM (one
+	// hour) and of any other (60 s); tests shrink them.
+	GCPGPUMaintenanceNotice, GCPVMMaintenanceNotice time.Duration
+	// GCPPreemptionNotice is the VM's extended preemption notice
+	// (scheduling.preemptionNoticeDuration), which the metadata server does not serve; zero is
+	// none.
+	GCPPreemptionNotice   time.Duration
 	AzureIMDSEndpoint     string
 	AzureResourceName     string
 	AzureFreezeInterrupts bool
@@ -148,22 +157,24 @@ var providerNames = []string{"aws", "gcp", "azure", "auto", "none"}
 // DefaultConfig returns the defaults that the flags show.
 func DefaultConfig() Config {
 	return Config{
-		Provider:             "auto",
-		LogFormat:            "text",
-		StopGrace:            140 * time.Second,
-		GCPMaintenanceNotice: time.Hour,
-		AWSIMDSEndpoint:      "http://169.254.169.254",
-		AzureIMDSEndpoint:    "http://169.254.169.254",
-		HostRoot:             "/",
-		PollInterval:         time.Second,
-		MaintenanceLead:      10 * time.Minute,
-		InterruptionTaint:    "cloud=spot:NoExecute",
-		RebalanceTaint:       "reprieve.io/rebalance-recommended=true:PreferNoSchedule",
-		MaintenanceTaint:     "reprieve.io/scheduled-maintenance=true:NoSchedule",
-		SafetyMargin:         5 * time.Second,
-		EvictionWorkers:      64,
-		PodNotice:            true,
-		NodeConditions:       true,
+		Provider:  "auto",
+		LogFormat: "text",
+		StopGrace: 140 * time.Second,
+		// GCE "Handling GPU host maintenance events".
+		GCPGPUMaintenanceNotice: time.Hour,
+		GCPVMMaintenanceNotice:  time.Minute,
+		AWSIMDSEndpoint:         "http://169.254.169.254",
+		AzureIMDSEndpoint:       "http://169.254.169.254",
+		HostRoot:                "/",
+		PollInterval:            time.Second,
+		MaintenanceLead:         10 * time.Minute,
+		InterruptionTaint:       "cloud=spot:NoExecute",
+		RebalanceTaint:          "reprieve.io/rebalance-recommended=true:PreferNoSchedule",
+		MaintenanceTaint:        "reprieve.io/scheduled-maintenance=true:NoSchedule",
+		SafetyMargin:            5 * time.Second,
+		EvictionWorkers:         64,
+		PodNotice:               true,
+		NodeConditions:          true,
 
 		PressureSource:           PressureSourceHost,
 		KubeletConfig:            "/var/lib/kubelet/config.yaml",
@@ -204,7 +215,10 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.Provider, "provider", c.Provider, "Cloud to watch: "+strings.Join(providerNames, "|")+". 'none' takes the deadline from the node annotation "+AnnotationReclaimDeadline+".")
 	fs.StringVar(&c.AWSIMDSEndpoint, "aws-imds-endpoint", c.AWSIMDSEndpoint, "Base URL of the EC2 instance metadata service.")
 	fs.StringVar(&c.GCPMetadataEndpoint, "gcp-metadata-endpoint", c.GCPMetadataEndpoint, "GCP metadata server, host:port (else $GCE_METADATA_HOST, else metadata.google.internal).")
-	fs.DurationVar(&c.GCPMaintenanceNotice, "gcp-maintenance-notice", c.GCPMaintenanceNotice, "GCP: how long after maintenance-event turns TERMINATE_ON_HOST_MAINTENANCE the VM stops, when instance/upcoming-maintenance gives no window (GCE gives GPU VMs one hour: \"Handling GPU host maintenance events\").")
+	fs.DurationVar(&c.GCPMaintenanceNotice, "gcp-maintenance-notice", c.GCPMaintenanceNotice, "GCP: how long after maintenance-event turns TERMINATE_ON_HOST_MAINTENANCE the VM stops, when instance/upcoming-maintenance gives no window. 0: decide from the VM, --gcp-gpu-maintenance-notice for a GPU VM (machine family, node accelerators, gke-accelerator label), else --gcp-vm-maintenance-notice.")
+	fs.DurationVar(&c.GCPGPUMaintenanceNotice, "gcp-gpu-maintenance-notice", c.GCPGPUMaintenanceNotice, "GCP: the maintenance notice of a VM with GPUs (GCE gives one hour: \"Handling GPU host maintenance events\"); change it only to test.")
+	fs.DurationVar(&c.GCPVMMaintenanceNotice, "gcp-vm-maintenance-notice", c.GCPVMMaintenanceNotice, "GCP: the maintenance notice of a VM without GPUs, or one that cannot be told (GCE gives 60 s); change it only to test.")
+	fs.DurationVar(&c.GCPPreemptionNotice, "gcp-preemption-notice", c.GCPPreemptionNotice, "GCP: the Spot VM's extended preemption notice (scheduling.preemptionNoticeDuration): preempted=TRUE comes this long before the soft-off, the power-off 30 s after it. 0: none. The metadata server does not serve it.")
 	fs.StringVar(&c.AzureIMDSEndpoint, "azure-imds-endpoint", c.AzureIMDSEndpoint, "Base URL of Azure's instance metadata service (Scheduled Events).")
 	fs.StringVar(&c.AzureResourceName, "azure-resource-name", c.AzureResourceName, "This machine's name in Scheduled Events' Resources (else from the node's providerID, else IMDS compute.name).")
 	fs.BoolVar(&c.AzureFreezeInterrupts, "azure-freeze-interrupts", c.AzureFreezeInterrupts, "Treat an Azure Freeze like a Reboot (evict) instead of a soft notice.")
@@ -351,8 +365,21 @@ func (c *Config) Validate() error {
 	if c.StopGrace < 0 {
 		errs = append(errs, fmt.Errorf("--stop-grace %s: must not be negative", c.StopGrace))
 	}
-	if c.GCPMaintenanceNotice <= 0 {
-		errs = append(errs, fmt.Errorf("--gcp-maintenance-notice %s: must be positive", c.GCPMaintenanceNotice))
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"gcp-maintenance-notice", c.GCPMaintenanceNotice}, {"gcp-preemption-notice", c.GCPPreemptionNotice}} {
+		if f.d < 0 || f.d > 24*time.Hour {
+			errs = append(errs, fmt.Errorf("--%s %s: must be between 0 (unset) and 24h", f.name, f.d))
+		}
+	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"gcp-gpu-maintenance-notice", c.GCPGPUMaintenanceNotice}, {"gcp-vm-maintenance-notice", c.GCPVMMaintenanceNotice}} {
+		if f.d <= 0 || f.d > 24*time.Hour {
+			errs = append(errs, fmt.Errorf("--%s %s: must be positive and at most 24h", f.name, f.d))
+		}
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		errs = append(errs, fmt.Errorf("--log-format %q: must be text or json", c.LogFormat))

@@ -48,6 +48,17 @@ func TestConfigDefaultsAndEnv(t *testing.T) {
 		t.Errorf("env values not applied: %+v", cfg)
 	}
 
+	// Issue 21: the GCP maintenance notice is unset by default (decided from the VM), the
+	// figures are GCE's, and no extended preemption notice; each reads its variable.
+	cfg, err = parse(t, []string{"--node-name=n1"}, nil)
+	if err != nil || cfg.GCPMaintenanceNotice != 0 || cfg.GCPGPUMaintenanceNotice != time.Hour || cfg.GCPVMMaintenanceNotice != time.Minute || cfg.GCPPreemptionNotice != 0 {
+		t.Errorf("GCP notice defaults: %v %v %v %v (%v)", cfg.GCPMaintenanceNotice, cfg.GCPGPUMaintenanceNotice, cfg.GCPVMMaintenanceNotice, cfg.GCPPreemptionNotice, err)
+	}
+	cfg, err = parse(t, []string{"--node-name=n1"}, map[string]string{"REPRIEVE_GCP_PREEMPTION_NOTICE": "120s", "REPRIEVE_GCP_MAINTENANCE_NOTICE": "5m"})
+	if err != nil || cfg.GCPPreemptionNotice != 120*time.Second || cfg.GCPMaintenanceNotice != 5*time.Minute {
+		t.Errorf("GCP notices from the environment: %v %v (%v)", cfg.GCPPreemptionNotice, cfg.GCPMaintenanceNotice, err)
+	}
+
 	// A flag on the command line wins over its variable.
 	cfg, err = parse(t, []string{"--node-name=flag"}, map[string]string{"REPRIEVE_NODE_NAME": "env"})
 	if err != nil || cfg.NodeName != "flag" {
@@ -81,6 +92,9 @@ func TestConfigErrorsNameTheFlag(t *testing.T) {
 		{"negative margin", []string{"--node-name=n", "--safety-margin=-1s"}, nil, []string{"--safety-margin"}},
 		{"lifecycle conditions need node conditions", []string{"--node-name=n", "--node-conditions=false", "--lifecycle-conditions"}, nil, []string{"--lifecycle-conditions", "--node-conditions"}},
 		{"poll too fast", []string{"--node-name=n", "--poll-interval=10ms"}, nil, []string{"--poll-interval"}},
+		{"negative preemption notice", []string{"--node-name=n", "--gcp-preemption-notice=-1s"}, nil, []string{"--gcp-preemption-notice"}},
+		{"maintenance notice typo", []string{"--node-name=n", "--gcp-maintenance-notice=200h"}, nil, []string{"--gcp-maintenance-notice", "24h"}},
+		{"zero GPU notice", []string{"--node-name=n", "--gcp-gpu-maintenance-notice=0s"}, nil, []string{"--gcp-gpu-maintenance-notice"}},
 		{"every problem at once", []string{"--provider=x", "--safety-margin=-1s"}, nil, []string{"--node-name", "--provider", "--safety-margin"}},
 	}
 	for _, tc := range tests {

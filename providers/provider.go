@@ -28,7 +28,8 @@ const (
 	KindPreemption Kind = "preemption"
 	// KindTermination: the machine is being deleted or stopped at the deadline for another
 	// reason (Azure Terminate). GCP TERMINATE_ON_HOST_MAINTENANCE is not one: it comes an
-	// hour ahead and is a KindScheduledMaintenance, so that --maintenance-lead applies.
+	// hour ahead on a GPU VM (60 s on any other) and is a KindScheduledMaintenance, so that
+	// --maintenance-lead applies.
 	KindTermination Kind = "termination"
 	// KindMaintenanceInformation: host maintenance that does not stop the machine (GCP
 	// upcoming-maintenance on a VM that live-migrates). It never has a deadline and gives no
@@ -70,6 +71,11 @@ type Notice struct {
 	// knows an earlier first sighting (Reanchor) moves such a deadline with it. It is false
 	// when the cloud's payload gives the deadline.
 	FromFirstSeen bool
+	// SoftOff is when the machine's OS gets the ACPI soft-off (GCP: preempted=TRUE plus the
+	// VM's preemption notice, which is zero by default), zero when the provider does not know
+	// (AWS and Azure stop the machine at the deadline). A kubelet with graceful node shutdown starts stopping pods on its own schedule
+	// then (pkg/kubelet/nodeshutdown), which can be before Deadline.
+	SoftOff time.Time
 }
 
 // Reanchor returns the notice as first seen at firstSeen, an earlier sighting than this
@@ -92,6 +98,25 @@ func (n Notice) Reanchor(firstSeen time.Time) Notice {
 // Interrupts reports whether the notice ends the machine's pods at its deadline.
 func (n Notice) Interrupts() bool {
 	return !n.Deadline.IsZero() && n.Kind != KindRebalanceRecommendation && n.Kind != KindMaintenanceInformation
+}
+
+// Window is a notice window a provider applies: how long before the machine goes a notice
+// comes, and where that figure came from (a flag, a metadata value, the cloud's documentation),
+// for `reprieve doctor` and the startup log.
+type Window struct {
+	// Name says which notice ("maintenance-event TERMINATE_ON_HOST_MAINTENANCE").
+	Name string
+	// Duration is the window.
+	Duration time.Duration
+	// Source says where Duration came from.
+	Source string
+}
+
+// WindowReporter is implemented by providers whose windows depend on the machine or on flags
+// (GCP: the maintenance notice of a GPU VM or an ordinary one, the extended preemption notice).
+type WindowReporter interface {
+	// Windows returns the windows that apply now, in a fixed order.
+	Windows() []Window
 }
 
 // Readiness is implemented by providers that can be unable to say anything yet for a while

@@ -26,6 +26,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/providers"
 	"github.com/reprieve-dev/reprieve/providers/aws"
 	"github.com/reprieve-dev/reprieve/providers/detect"
 )
@@ -86,8 +87,8 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer, cli
 
 	r := &doctorReport{w: stdout}
 	fmt.Fprintf(stdout, "reprieve doctor: node %s, provider %s\n", cfg.NodeName, cfg.Provider)
-	client, providerID := checkKubernetes(ctx, r, cfg, clientFor)
-	checkMetadata(ctx, r, cfg, providerID)
+	client, node := checkKubernetes(ctx, r, cfg, clientFor)
+	checkMetadata(ctx, r, cfg, node)
 	checkHostRoot(r, cfg)
 	checkPressure(ctx, r, cfg, client)
 	if r.failed > 0 {
@@ -99,19 +100,19 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer, cli
 }
 
 // checkKubernetes checks the API server, each permission and the node; it returns the client
-// (nil when there is none) and the node's providerID ("" when unknown).
-func checkKubernetes(ctx context.Context, r *doctorReport, cfg agent.Config, clientFor func(agent.Config) (kubernetes.Interface, error)) (kubernetes.Interface, string) {
+// (nil when there is none) and the node (nil when unknown).
+func checkKubernetes(ctx context.Context, r *doctorReport, cfg agent.Config, clientFor func(agent.Config) (kubernetes.Interface, error)) (kubernetes.Interface, *v1.Node) {
 	client, err := clientFor(cfg)
 	if err != nil {
 		r.fail(fmt.Sprintf("Kubernetes client: %v", err), "pass --kubeconfig, set $KUBECONFIG, or run in a pod with a ServiceAccount")
-		return nil, ""
+		return nil, nil
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	v, err := client.Discovery().ServerVersion()
 	if err != nil {
 		r.fail(fmt.Sprintf("Kubernetes API server reachable: %v", err), "check the kubeconfig's server address, the network path to it, and its certificate")
-		return nil, ""
+		return nil, nil
 	}
 	r.ok("Kubernetes API server reachable (%s)", v.GitVersion)
 
@@ -144,13 +145,13 @@ func checkKubernetes(ctx context.Context, r *doctorReport, cfg agent.Config, cli
 	n, err := client.CoreV1().Nodes().Get(cctx, cfg.NodeName, metav1.GetOptions{})
 	if err != nil {
 		r.fail(fmt.Sprintf("node %s: %v", cfg.NodeName, err), "--node-name must be the Kubernetes node's name: in the DaemonSet, NODE_NAME from the downward API (spec.nodeName)")
-		return nil, ""
+		return nil, nil
 	}
 	r.ok("node %s exists (providerID %q)", n.Name, n.Spec.ProviderID)
 	claim := checkNodeClaim(r, cfg, user)
 	checkNodeWrite(cctx, r, cfg, client, claim)
 	checkEviction(cctx, r, cfg, client)
-	return client, n.Spec.ProviderID
+	return client, n
 }
 
 // nodeClaim is the extra that the API server puts in a ServiceAccount token bound to a pod: the
@@ -250,8 +251,16 @@ func checkEviction(ctx context.Context, r *doctorReport, cfg agent.Config, clien
 
 // checkMetadata asks the cloud's metadata service for its notices once, through the provider
 // the agent would use, so that the token, headers and payloads are checked as the agent uses them.
-func checkMetadata(ctx context.Context, r *doctorReport, cfg agent.Config, providerID string) {
+func checkMetadata(ctx context.Context, r *doctorReport, cfg agent.Config, node *v1.Node) {
 	choice := providerChoice{name: cfg.Provider}
+	providerID := ""
+	if node != nil {
+		providerID = node.Spec.ProviderID
+		// As the agent does once it has read the node.
+		accel := &acceleratorHolder{}
+		accel.set(node)
+		choice.nodeAccelerator = accel.get
+	}
 	if choice.name == "auto" {
 		// As the agent decides (chooseProvider): DMI first, then the node's providerID.
 		d, ok := detect.FromHost(cfg.HostRoot)
@@ -285,6 +294,13 @@ func checkMetadata(ctx context.Context, r *doctorReport, cfg agent.Config, provi
 		return
 	}
 	r.ok("metadata service (%s) answers; %d notice(s) in force now", name, len(notices))
+	// Which windows apply and where they came from (issue 21): a GPU VM's hour of maintenance
+	// notice or an ordinary VM's minute, an extended preemption notice or none.
+	if wr, ok := p.(providers.WindowReporter); ok {
+		for _, w := range wr.Windows() {
+			r.ok("window: %s: %s (%s)", w.Name, w.Duration, w.Source)
+		}
+	}
 }
 
 // checkAWSToken asks IMDSv2 for a token with a short timeout: a token request that times out

@@ -222,8 +222,17 @@ func start(ctx context.Context, cfg agent.Config) error {
 		return err
 	}
 	clk := clock.RealClock{}
+	// What the node shows of accelerators refines GCP's maintenance notice once the node is
+	// read; until then the provider goes by the machine type alone.
+	accel := &acceleratorHolder{}
 	go func() {
-		if node, err := getNode(ctx, client, cfg.NodeName, clk, "check for Karpenter", nil); err == nil {
+		if node, err := getNode(ctx, client, cfg.NodeName, clk, "check for Karpenter and accelerators", nil); err == nil {
+			accel.set(node)
+			if gpu, why, _ := accel.get(); gpu {
+				klog.FromContext(ctx).Info("The node shows an accelerator", "node", klog.KObj(node), "seen", why)
+			} else {
+				klog.FromContext(ctx).Info("The node shows no accelerator", "node", klog.KObj(node))
+			}
 			noteKarpenterNode(ctx, client, node, clk)
 		}
 	}()
@@ -240,6 +249,7 @@ func start(ctx context.Context, cfg agent.Config) error {
 	if err != nil {
 		return err
 	}
+	choice.nodeAccelerator = accel.get
 	provider, err := newProvider(ctx, cfg, choice, reg)
 	if err != nil {
 		return err
@@ -279,9 +289,19 @@ func newProvider(ctx context.Context, cfg agent.Config, choice providerChoice, r
 		return p, nil
 	case gcp.Name:
 		// No client timeout: hanging GETs wait up to a minute (the provider bounds each one).
-		p, err := gcp.New(gcp.Options{Endpoint: cfg.GCPMetadataEndpoint, HTTPClient: metadataClient, MaintenanceNotice: cfg.GCPMaintenanceNotice})
+		p, err := gcp.New(gcp.Options{Endpoint: cfg.GCPMetadataEndpoint, HTTPClient: metadataClient,
+			MaintenanceNotice: cfg.GCPMaintenanceNotice, GPUMaintenanceNotice: cfg.GCPGPUMaintenanceNotice,
+			VMMaintenanceNotice: cfg.GCPVMMaintenanceNotice, PreemptionNotice: cfg.GCPPreemptionNotice,
+			NodeAccelerator: choice.nodeAccelerator})
 		if err != nil {
 			return nil, fmt.Errorf("creating the GCP provider: %w", err)
+		}
+		// The machine type is read with the first answer; the provider logs the windows then.
+		if cfg.GCPMaintenanceNotice > 0 {
+			logger.Info("GCP maintenance notice set by --gcp-maintenance-notice", "window", cfg.GCPMaintenanceNotice)
+		}
+		if cfg.GCPPreemptionNotice > 0 {
+			logger.Info("GCP extended preemption notice set by --gcp-preemption-notice: the deadline is preempted=TRUE plus it and 30 s", "notice", cfg.GCPPreemptionNotice)
 		}
 		return p, nil
 	case azure.Name:

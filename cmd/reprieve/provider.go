@@ -30,6 +30,9 @@ type providerChoice struct {
 	providerID string
 	// reason says why, for the log; "" when the flag named the provider.
 	reason string
+	// nodeAccelerator says what the node shows of accelerators once it was read, for GCP's
+	// maintenance notice (gcp.Options.NodeAccelerator); nil when nothing will read it.
+	nodeAccelerator func() (gpu bool, why string, known bool)
 }
 
 // chooseProvider resolves --provider. A named provider needs nothing more. auto asks the host's

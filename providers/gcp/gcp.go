@@ -33,6 +33,8 @@ const (
 	PathPreemptible       = "instance/scheduling/preemptible"
 	PathProvisioningModel = "instance/scheduling/provisioning-model"
 	PathOnHostMaintenance = "instance/scheduling/on-host-maintenance"
+	// PathMachineType is projects/NUMBER/machineTypes/NAME (GCE "Predefined metadata keys").
+	PathMachineType = "instance/machine-type"
 	// PathUpcomingMaintenance is a directory, read whole with ?recursive=true; 404 when no
 	// maintenance is scheduled.
 	PathUpcomingMaintenance = "instance/upcoming-maintenance/"
@@ -81,10 +83,31 @@ type Options struct {
 	// request (waitTimeout, readTimeout); nil is the real clock.
 	Timers clock.Clock
 	// MaintenanceNotice is the deadline of TERMINATE_ON_HOST_MAINTENANCE, counted from when
-	// reprieve first saw the value, when upcoming-maintenance gives no window-start-time.
-	// Zero means DefaultMaintenanceNotice (one hour, GCE's notice for GPU VMs).
+	// reprieve first saw the value, when upcoming-maintenance gives no window-start-time. Zero
+	// means decide from the VM: GPUMaintenanceNotice for a GPU VM (its machine family, or the
+	// node's accelerators through NodeAccelerator), VMMaintenanceNotice for any other, and for
+	// one that cannot be told.
 	MaintenanceNotice time.Duration
+	// GPUMaintenanceNotice and VMMaintenanceNotice replace GCE's figures (one hour, 60 s) when
+	// non-zero; tests shrink them.
+	GPUMaintenanceNotice, VMMaintenanceNotice time.Duration
+	// PreemptionNotice is the VM's extended preemption notice (scheduling.preemptionNoticeDuration,
+	// beta): preempted=TRUE comes that long before the soft-off, and the power-off 30 s after
+	// it. Zero is GCE's default: no wait before the soft-off. The metadata server does not
+	// serve the value ("Predefined metadata keys" lists no such key under scheduling/), so it
+	// comes from a flag.
+	PreemptionNotice time.Duration
+	// NodeAccelerator, when not nil, says whether the node shows an accelerator (a device
+	// plugin's resource in status.capacity, the cloud.google.com/gke-accelerator label), with
+	// what it saw; known is false while the node has not been read. The provider asks it
+	// whenever it computes a maintenance deadline, so the answer may come after New; it must
+	// return at once (it is called with the provider's lock held).
+	NodeAccelerator func() (gpu bool, why string, known bool)
 }
+
+// maxNotice bounds the notice options: GCE's longest documented notice is a GPU VM's hour; a
+// larger value is a typo (2h for 2m) that would keep every pod until it is too late.
+const maxNotice = 24 * time.Hour
 
 // Provider reads the GCE metadata server. Poll is for one poller at a time; Watch replaces it.
 type Provider struct {
@@ -120,11 +143,14 @@ func New(opts Options) (*Provider, error) {
 	if opts.Timers == nil {
 		opts.Timers = clock.RealClock{}
 	}
-	if opts.MaintenanceNotice < 0 {
-		return nil, fmt.Errorf("gcp provider: maintenance notice %s: must not be negative", opts.MaintenanceNotice)
-	}
-	if opts.MaintenanceNotice == 0 {
-		opts.MaintenanceNotice = DefaultMaintenanceNotice
+	for _, o := range []struct {
+		name string
+		d    time.Duration
+	}{{"maintenance notice", opts.MaintenanceNotice}, {"GPU maintenance notice", opts.GPUMaintenanceNotice},
+		{"VM maintenance notice", opts.VMMaintenanceNotice}, {"preemption notice", opts.PreemptionNotice}} {
+		if o.d < 0 || o.d > maxNotice {
+			return nil, fmt.Errorf("gcp provider: %s %s: must be between 0 and %s", o.name, o.d, maxNotice)
+		}
 	}
 	var hc http.Client
 	if opts.HTTPClient != nil {
@@ -144,7 +170,10 @@ func New(opts Options) (*Provider, error) {
 		timers: opts.Timers,
 		// Until the scheduling values are read, assume a Spot VM that stops on host
 		// maintenance: acting early costs less than being powered off with pods running.
-		st:            state{spot: true, maintenanceNotice: opts.MaintenanceNotice},
+		st: state{spot: true, win: windows{
+			maintenance: opts.MaintenanceNotice, gpu: opts.GPUMaintenanceNotice, vm: opts.VMMaintenanceNotice,
+			preemption: opts.PreemptionNotice, preemptionSource: "--gcp-preemption-notice", node: opts.NodeAccelerator,
+		}},
 		unknownLogged: map[string]bool{},
 		answered:      map[string]bool{},
 	}, nil
@@ -315,18 +344,21 @@ func (p *Provider) readScheduling(ctx context.Context) error {
 		return nil
 	}
 	var (
-		pv, mv, hv             string
-		pFound, mFound, hFound bool
-		pErr, mErr, hErr       error
-		wg                     sync.WaitGroup
+		pv, mv, hv, tv                 string
+		pFound, mFound, hFound, tFound bool
+		pErr, mErr, hErr, tErr         error
+		wg                             sync.WaitGroup
 	)
 	// provisioning-model (SPOT, STANDARD) is the current key; preemptible is kept as the
 	// fallback for preemptible VMs, which predate it.
 	wg.Go(func() { pv, _, pFound, pErr = p.get(ctx, PathPreemptible, "") })
 	wg.Go(func() { mv, _, mFound, mErr = p.get(ctx, PathProvisioningModel, "") })
 	wg.Go(func() { hv, _, hFound, hErr = p.get(ctx, PathOnHostMaintenance, "") })
+	// The machine type tells a GPU VM's hour of maintenance notice from an ordinary VM's
+	// minute; 404 (a metadata server that serves a subset, such as GKE's) leaves it unknown.
+	wg.Go(func() { tv, _, tFound, tErr = p.get(ctx, PathMachineType, "") })
 	wg.Wait()
-	if err := errors.Join(pErr, mErr, hErr); err != nil {
+	if err := errors.Join(pErr, mErr, hErr, tErr); err != nil {
 		return err
 	}
 	preemptible, err := parsePreemptible(pv, pFound)
@@ -337,8 +369,32 @@ func (p *Provider) readScheduling(ctx context.Context) error {
 	defer p.mu.Unlock()
 	p.st.spot = preemptible || parseProvisioningModel(mv, mFound)
 	p.st.migrates = parseOnHostMaintenance(hv, hFound)
+	if tFound {
+		p.st.machineType = strings.TrimSpace(tv)
+	}
 	p.schedulingKnown = true
+	logger := klog.FromContext(ctx)
+	for _, w := range p.st.windows() {
+		logger.Info("GCP notice window", "notice", w.Name, "window", w.Duration, "source", w.Source)
+	}
 	return nil
+}
+
+// Windows implements providers.WindowReporter: the maintenance notice that applies to this VM
+// (flag, machine family, node) and the time from preempted=TRUE to the power-off.
+func (p *Provider) Windows() []providers.Window {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.st.windows()
+}
+
+func (s state) windows() []providers.Window {
+	md, msrc := s.win.maintenanceWindow(s.machineType)
+	pd, psrc := s.win.preemptionWindow()
+	return []providers.Window{
+		{Name: PathMaintenanceEvent + " " + MaintenanceTerminate + " without an upcoming-maintenance window", Duration: md, Source: msrc},
+		{Name: PathPreempted + " TRUE to power-off", Duration: pd, Source: psrc},
+	}
 }
 
 // get reads one metadata path; with etag, as a hanging GET that returns when the value's ETag

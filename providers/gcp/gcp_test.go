@@ -70,12 +70,40 @@ func TestNotices(t *testing.T) {
 		// Issue 13: GPU VMs get a one-hour notice; the deadline is the maintenance's start,
 		// not first seen + 120 s (30 s on Spot), and the kind is scheduled maintenance so
 		// that --maintenance-lead applies.
-		{name: "terminate without a window: one hour after first seen", st: state{maintenance: MaintenanceTerminate, maintenanceSince: t0},
+		// Issue 21: the hour is a GPU VM's; an ordinary VM gets 60 s ("Handling GPU host
+		// maintenance events"), and a VM that cannot be told gets the shorter notice.
+		{name: "terminate without a window, GPU machine family: one hour after first seen",
+			st:   state{maintenance: MaintenanceTerminate, maintenanceSince: t0, machineType: "projects/1/machineTypes/a2-highgpu-1g"},
 			want: []string{"scheduled-maintenance terminate-on-host-maintenance deadline=11:00:00 noticed=10:00:00"}},
-		{name: "terminate, Spot VM: the same hour", st: state{maintenance: MaintenanceTerminate, maintenanceSince: t0, spot: true},
+		{name: "terminate, GPU VM on Spot: the same hour",
+			st:   state{maintenance: MaintenanceTerminate, maintenanceSince: t0, spot: true, machineType: "projects/1/machineTypes/g2-standard-8"},
 			want: []string{"scheduled-maintenance terminate-on-host-maintenance deadline=11:00:00 noticed=10:00:00"}},
-		{name: "terminate, notice set by the option", st: state{maintenance: MaintenanceTerminate, maintenanceSince: t0, maintenanceNotice: 20 * time.Minute},
+		{name: "terminate without a window, ordinary VM: 60 s",
+			st:   state{maintenance: MaintenanceTerminate, maintenanceSince: t0, machineType: "projects/1/machineTypes/n2-standard-4"},
+			want: []string{"scheduled-maintenance terminate-on-host-maintenance deadline=10:01:00 noticed=10:00:00"}},
+		{name: "terminate, machine type unknown: the shorter notice", st: state{maintenance: MaintenanceTerminate, maintenanceSince: t0},
+			want: []string{"scheduled-maintenance terminate-on-host-maintenance deadline=10:01:00 noticed=10:00:00"}},
+		{name: "terminate, N1 with a GPU on the node: one hour",
+			st: state{maintenance: MaintenanceTerminate, maintenanceSince: t0, machineType: "projects/1/machineTypes/n1-standard-8",
+				win: windows{node: func() (bool, string, bool) { return true, "nvidia.com/gpu: 1", true }}},
+			want: []string{"scheduled-maintenance terminate-on-host-maintenance deadline=11:00:00 noticed=10:00:00"}},
+		{name: "terminate, N1 without a GPU on the node: 60 s",
+			st: state{maintenance: MaintenanceTerminate, maintenanceSince: t0, machineType: "projects/1/machineTypes/n1-standard-8",
+				win: windows{node: func() (bool, string, bool) { return false, "", true }}},
+			want: []string{"scheduled-maintenance terminate-on-host-maintenance deadline=10:01:00 noticed=10:00:00"}},
+		{name: "terminate, notice set by the option wins over a GPU machine",
+			st: state{maintenance: MaintenanceTerminate, maintenanceSince: t0, machineType: "projects/1/machineTypes/a3-highgpu-8g",
+				win: windows{maintenance: 20 * time.Minute}},
 			want: []string{"scheduled-maintenance terminate-on-host-maintenance deadline=10:20:00 noticed=10:00:00"}},
+		{name: "terminate, notice set by the option wins over an ordinary machine",
+			st: state{maintenance: MaintenanceTerminate, maintenanceSince: t0, machineType: "projects/1/machineTypes/e2-medium",
+				win: windows{maintenance: 20 * time.Minute}},
+			want: []string{"scheduled-maintenance terminate-on-host-maintenance deadline=10:20:00 noticed=10:00:00"}},
+		// Issue 21: with scheduling.preemptionNoticeDuration 120 s, preempted=TRUE comes 120 s
+		// before the soft-off and the power-off 30 s after it.
+		{name: "preempted with an extended notice: 150 s",
+			st:   state{preempted: PreemptedTrue, preemptedSince: t0, maintenance: MaintenanceNone, win: windows{preemption: 120 * time.Second}},
+			want: []string{"preemption preempt deadline=10:02:30 noticed=10:00:00"}},
 		{name: "terminate with a window: its start",
 			st: state{maintenance: MaintenanceTerminate, maintenanceSince: t0, upcoming: window},
 			want: []string{
@@ -94,7 +122,7 @@ func TestNotices(t *testing.T) {
 		{name: "an unknown value is a soft notice", st: state{maintenance: "REBOOT_ON_HOST_MAINTENANCE", maintenanceSince: t0},
 			want: []string{"scheduled-maintenance reboot-on-host-maintenance deadline=- noticed=10:00:00"}},
 		{name: "preempted during a terminate, earliest deadline first",
-			st: state{preempted: PreemptedTrue, preemptedSince: later, maintenance: MaintenanceTerminate, maintenanceSince: t0},
+			st: state{preempted: PreemptedTrue, preemptedSince: later, maintenance: MaintenanceTerminate, maintenanceSince: t0, machineType: "projects/1/machineTypes/a2-highgpu-1g"},
 			want: []string{
 				"preemption preempt deadline=10:01:15 noticed=10:00:45",
 				"scheduled-maintenance terminate-on-host-maintenance deadline=11:00:00 noticed=10:00:00",
@@ -264,14 +292,20 @@ func TestPoll(t *testing.T) {
 		{name: "preempted", values: map[string]string{PathPreempted: "TRUE", PathPreemptible: "TRUE"},
 			want: []string{"preemption preempt deadline=10:00:30 noticed=10:00:00"}},
 		// GPU VMs: a one-hour notice, whatever the provisioning model (issue 13).
-		{name: "terminate, standard VM", values: map[string]string{PathMaintenanceEvent: MaintenanceTerminate},
+		{name: "terminate, standard VM", values: map[string]string{PathMachineType: "projects/1/machineTypes/a2-highgpu-1g", PathMaintenanceEvent: MaintenanceTerminate},
 			want: []string{"scheduled-maintenance terminate-on-host-maintenance deadline=11:00:00 noticed=10:00:00"}},
-		{name: "terminate, standard provisioning model", values: map[string]string{PathMaintenanceEvent: MaintenanceTerminate, PathPreemptible: "FALSE", PathProvisioningModel: "STANDARD"},
+		{name: "terminate, standard provisioning model", values: map[string]string{PathMachineType: "projects/1/machineTypes/a2-highgpu-1g", PathMaintenanceEvent: MaintenanceTerminate, PathPreemptible: "FALSE", PathProvisioningModel: "STANDARD"},
 			want: []string{"scheduled-maintenance terminate-on-host-maintenance deadline=11:00:00 noticed=10:00:00"}},
-		{name: "terminate, preemptible VM", values: map[string]string{PathMaintenanceEvent: MaintenanceTerminate, PathPreemptible: "TRUE"},
+		{name: "terminate, preemptible VM", values: map[string]string{PathMachineType: "projects/1/machineTypes/a2-highgpu-1g", PathMaintenanceEvent: MaintenanceTerminate, PathPreemptible: "TRUE"},
 			want: []string{"scheduled-maintenance terminate-on-host-maintenance deadline=11:00:00 noticed=10:00:00"}},
-		{name: "terminate, Spot VM", values: map[string]string{PathMaintenanceEvent: MaintenanceTerminate, PathPreemptible: "FALSE", PathProvisioningModel: "SPOT"},
+		{name: "terminate, Spot VM", values: map[string]string{PathMachineType: "projects/1/machineTypes/a2-highgpu-1g", PathMaintenanceEvent: MaintenanceTerminate, PathPreemptible: "FALSE", PathProvisioningModel: "SPOT"},
 			want: []string{"scheduled-maintenance terminate-on-host-maintenance deadline=11:00:00 noticed=10:00:00"}},
+		// Issue 21: an ordinary VM gets 60 s; the fake serves machine type n2-standard-4 by
+		// default, and one that is not served (404) is treated the same.
+		{name: "terminate, ordinary VM", values: map[string]string{PathMaintenanceEvent: MaintenanceTerminate},
+			want: []string{"scheduled-maintenance terminate-on-host-maintenance deadline=10:01:00 noticed=10:00:00"}},
+		{name: "terminate, machine type not served", values: map[string]string{PathMaintenanceEvent: MaintenanceTerminate, PathMachineType: ""},
+			want: []string{"scheduled-maintenance terminate-on-host-maintenance deadline=10:01:00 noticed=10:00:00"}},
 		{name: "GPU VM: terminate and a window, the window's start", values: withWindow(map[string]string{
 			PathMaintenanceEvent: MaintenanceTerminate, PathOnHostMaintenance: "TERMINATE"}, "2026-11-29T10:50:00Z"),
 			want: []string{
@@ -443,7 +477,8 @@ func TestPollTracksValues(t *testing.T) {
 	both := poll("")
 	want := []string{
 		"preemption preempt deadline=10:00:50 noticed=10:00:20",
-		"scheduled-maintenance terminate-on-host-maintenance deadline=11:00:20 noticed=10:00:20",
+		// An ordinary VM (the fake's default machine type): first seen + 60 s (issue 21).
+		"scheduled-maintenance terminate-on-host-maintenance deadline=10:01:20 noticed=10:00:20",
 	}
 	if got := summaries(both); !slices.Equal(got, want) {
 		t.Errorf("got %q, want %q", got, want)
@@ -751,8 +786,8 @@ func TestWatchLatency(t *testing.T) {
 		t.Errorf("migration %s: want a soft notice", summary(n))
 	}
 	u = measure(PathMaintenanceEvent, MaintenanceTerminate, "the termination", hasAction(actionTerminateMaintenance))
-	// No window: first seen + one hour.
-	if want := []string{"scheduled-maintenance terminate-on-host-maintenance deadline=11:04:00 noticed=10:04:00"}; !slices.Equal(summaries(u.notices), want) {
+	// An ordinary VM (the fake's default machine type): first seen + 60 s (issue 21).
+	if want := []string{"scheduled-maintenance terminate-on-host-maintenance deadline=10:05:00 noticed=10:04:00"}; !slices.Equal(summaries(u.notices), want) {
 		t.Errorf("got %q, want %q", summaries(u.notices), want)
 	}
 	measure(PathMaintenanceEvent, MaintenanceNone, "the termination withdrawn", empty)

@@ -30,13 +30,40 @@ const (
 // preemptible VM (GCE "Preemption process"). preempted=TRUE only happens to such VMs.
 const preemptGrace = 30 * time.Second
 
-// DefaultMaintenanceNotice is how long before a host-maintenance stop GCE sets
-// instance/maintenance-event to TERMINATE_ON_HOST_MAINTENANCE on a VM with a GPU attached:
-// one hour (GCE "Handling GPU host maintenance events"; Google's k8s-node-termination-handler
-// waits one hour for GPU VMs). It is the deadline when upcoming-maintenance gives no
-// window-start-time. The 30 s (Spot) and 120 s (standard) figures are the soft-off to power-off
-// gap once a stop has begun, not a notice.
-const DefaultMaintenanceNotice = time.Hour
+// GPUMaintenanceNotice is how long before a host-maintenance stop GCE sets
+// instance/maintenance-event to TERMINATE_ON_HOST_MAINTENANCE on a VM with a GPU attached, and
+// VMMaintenanceNotice the same for every other VM: "Compute Engine gives GPU VMs a 1-hour
+// stopping notice, while normal VMs receive only a 60-second notice" (GCE "Handling GPU host
+// maintenance events"). Either is the deadline when upcoming-maintenance gives no
+// window-start-time. The 30 s (Spot) and 120 s (standard) figures are the soft-off to
+// power-off gap once a stop has begun, not a notice.
+const (
+	GPUMaintenanceNotice = time.Hour
+	VMMaintenanceNotice  = 60 * time.Second
+)
+
+// DefaultMaintenanceNotice is kept for callers of the previous API: the GPU VM's hour.
+//
+// Deprecated: the notice depends on the VM; see GPUMaintenanceNotice and VMMaintenanceNotice.
+const DefaultMaintenanceNotice = GPUMaintenanceNotice
+
+// gpuFamilies are the machine families that come with GPUs attached: the accelerator-optimized
+// A2, A3, A4, A4X and G2, G4 (GCE "Accelerator-optimized machine family"). Other families (N1
+// above all) may have GPUs attached too; that only the node's capacity or labels can tell.
+var gpuFamilies = map[string]bool{"a2": true, "a3": true, "a4": true, "a4x": true, "g2": true, "g4": true}
+
+// machineFamily returns the family of instance/machine-type's value
+// (projects/123/machineTypes/a2-highgpu-1g gives a2); "" when it has none.
+func machineFamily(machineType string) string {
+	name := machineType[strings.LastIndex(machineType, "/")+1:]
+	family, _, _ := strings.Cut(strings.ToLower(strings.TrimSpace(name)), "-")
+	return family
+}
+
+// machineTypeName returns the last part of instance/machine-type's value.
+func machineTypeName(machineType string) string {
+	return machineType[strings.LastIndex(machineType, "/")+1:]
+}
 
 // normalize trims the value (the server answers without a newline, emulators not always) and
 // upper-cases it, since GCE's vocabulary is upper case.
@@ -111,9 +138,71 @@ type state struct {
 	// migrates is true when the VM live-migrates on host maintenance (on-host-maintenance
 	// MIGRATE); such a VM keeps running through upcoming maintenance.
 	migrates bool
-	// maintenanceNotice is the deadline of TERMINATE_ON_HOST_MAINTENANCE counted from when the
-	// value was first seen, when upcoming-maintenance gives no window.
-	maintenanceNotice time.Duration
+	// machineType is instance/machine-type; "" while unknown (not read yet, or 404).
+	machineType string
+	// win decides the windows; the zero value is GCE's documented figures, and an unknown
+	// machine the ordinary VM's minute.
+	win windows
+}
+
+// windows are the figures the notices' deadlines come from.
+type windows struct {
+	// maintenance, when non-zero, is the deadline of TERMINATE_ON_HOST_MAINTENANCE counted from
+	// when the value was first seen (--gcp-maintenance-notice): it wins over the machine.
+	maintenance time.Duration
+	// gpu and vm are the notices of a GPU VM and of any other; zero means GCE's figures.
+	gpu, vm time.Duration
+	// preemption is the extended preemption notice (scheduling.preemptionNoticeDuration):
+	// preempted=TRUE comes that long before the soft-off. Zero: none, the soft-off at once.
+	preemption time.Duration
+	// preemptionSource says where preemption came from.
+	preemptionSource string
+	// node, when set, says whether the node shows an accelerator; known is false while the
+	// node has not been read. It must not block: it is called with the provider's lock held.
+	node func() (gpu bool, why string, known bool)
+}
+
+// maintenanceWindow returns the TERMINATE_ON_HOST_MAINTENANCE notice for a VM of machineType
+// and where it came from: the flag; else a GPU VM's hour when the machine family has GPUs or
+// the node shows an accelerator; else the ordinary minute, also when nothing can tell (evicting
+// early costs less than dying mid-job).
+func (w windows) maintenanceWindow(machineType string) (time.Duration, string) {
+	if w.maintenance > 0 {
+		return w.maintenance, "--gcp-maintenance-notice"
+	}
+	gpu, vm := w.gpu, w.vm
+	if gpu <= 0 {
+		gpu = GPUMaintenanceNotice
+	}
+	if vm <= 0 {
+		vm = VMMaintenanceNotice
+	}
+	if f := machineFamily(machineType); gpuFamilies[f] {
+		return gpu, fmt.Sprintf("GPU VM: machine type %s (family %s comes with GPUs)", machineTypeName(machineType), f)
+	}
+	if w.node != nil {
+		if has, why, known := w.node(); known && has {
+			return gpu, "GPU VM: the node shows " + why
+		} else if known {
+			return vm, fmt.Sprintf("ordinary VM: machine type %s, no accelerator on the node", orUnknown(machineTypeName(machineType)))
+		}
+	}
+	return vm, fmt.Sprintf("assumed ordinary VM: machine type %s, node not read yet (the shorter notice)", orUnknown(machineTypeName(machineType)))
+}
+
+// preemptionWindow returns the time from preempted=TRUE to the power-off and where it came from.
+func (w windows) preemptionWindow() (time.Duration, string) {
+	if w.preemption <= 0 {
+		return preemptGrace, "no extended preemption notice: the soft-off comes with preempted=TRUE, the power-off 30 s later"
+	}
+	return w.preemption + preemptGrace, fmt.Sprintf("preemption notice %s (%s) then the 30 s from soft-off to power-off", w.preemption, w.preemptionSource)
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
 }
 
 // notices maps the state onto the notices in force, sorted.
@@ -125,18 +214,26 @@ func (s state) notices() []providers.Notice {
 			// Only Spot and preemptible VMs are preempted; say so rather than guess.
 			desc = "GCE reports preempted=TRUE on a VM whose provisioning-model and preemptible say it is standard; handled as a preemption"
 		}
-		ns = append(ns, providers.Notice{
+		window, _ := s.win.preemptionWindow()
+		n := providers.Notice{
 			Provider:    Name,
 			Kind:        providers.KindPreemption,
 			ID:          noticeID(PathPreempted, s.preempted, s.preemptedSince),
 			NoticeTime:  s.preemptedSince,
-			Deadline:    s.preemptedSince.Add(preemptGrace),
+			Deadline:    s.preemptedSince.Add(window),
 			Action:      actionPreempt,
 			Description: desc,
 			Source:      PathPreempted,
-			// The value carries no time: the 30 s count from when this process saw it.
+			// The value carries no time: the window counts from when this process saw it.
 			FromFirstSeen: true,
-		})
+		}
+		// The soft-off comes the preemption notice after preempted=TRUE (at once without one):
+		// a kubelet with graceful node shutdown (GKE's default) starts stopping pods then.
+		n.SoftOff = s.preemptedSince.Add(s.win.preemption)
+		if s.win.preemption > 0 {
+			n.Description += fmt.Sprintf("; extended notice: soft-off at %s, power-off 30 s later", n.SoftOff.UTC().Format(time.RFC3339))
+		}
+		ns = append(ns, n)
 	}
 	window := time.Time{}
 	if s.upcoming != nil {
@@ -150,11 +247,8 @@ func (s state) notices() []providers.Notice {
 		// scheduled event does. GPU jobs keep running until their own last safe moment.
 		deadline, why, fromFirstSeen := window, "upcoming-maintenance window-start-time", false
 		if deadline.IsZero() {
-			notice := s.maintenanceNotice
-			if notice <= 0 {
-				notice = DefaultMaintenanceNotice
-			}
-			deadline, why = s.maintenanceSince.Add(notice), fmt.Sprintf("%s after the value was first seen (GPU VMs get a one-hour notice)", notice)
+			notice, source := s.win.maintenanceWindow(s.machineType)
+			deadline, why = s.maintenanceSince.Add(notice), fmt.Sprintf("%s after the value was first seen (%s)", notice, source)
 			fromFirstSeen = true
 		}
 		ns = append(ns, providers.Notice{

@@ -16,7 +16,17 @@
 //     scheduled, and is absent (404) otherwise (GCE "Monitor and plan for a host maintenance
 //     event");
 //   - a VM with a GPU attached sees maintenance-event TERMINATE_ON_HOST_MAINTENANCE one hour
-//     before it is stopped (GCE "Handling GPU host maintenance events"): ScheduleGPUMaintenance;
+//     before it is stopped, "while normal VMs receive only a 60-second notice" (GCE "Handling
+//     GPU host maintenance events"): ScheduleGPUMaintenance, and StopForMaintenance for either;
+//   - instance/machine-type is projects/NUMBER/machineTypes/NAME (GCE "Predefined metadata
+//     keys"); a fresh server is an ordinary n2-standard-4, ScheduleGPUMaintenance makes it an
+//     a2-highgpu-1g (GCE "Accelerator-optimized machine family": A2 comes with A100 GPUs);
+//   - with an extended preemption notice (scheduling.preemptionNoticeDuration, beta: "the
+//     Metadata Service preemption notice duration before the GCE ACPI G2 Soft Off signal is
+//     triggered for Spot VMs only. If not specified, there will be no wait before the G2 Soft
+//     Off signal is triggered", Compute Engine API reference, Scheduling), preempted turns TRUE
+//     that long before the soft-off, and the power-off follows 30 s after the soft-off (GCE
+//     "Preemption process"): Preempt. The metadata server serves no key with the duration.
 //   - a stall keeps the connection open and answers nothing, without a reset, as a metadata
 //     server that hangs does (issue 13): SetStall and StallHeld.
 package gcpmeta
@@ -45,6 +55,7 @@ const (
 	PathPreemptible       = "instance/scheduling/preemptible"
 	PathProvisioningModel = "instance/scheduling/provisioning-model"
 	PathOnHostMaintenance = "instance/scheduling/on-host-maintenance"
+	PathMachineType       = "instance/machine-type"
 	// PathUpcomingMaintenance is a directory: read it with ?recursive=true.
 	PathUpcomingMaintenance = "instance/upcoming-maintenance/"
 	PathID                  = "instance/id"
@@ -64,7 +75,15 @@ var defaults = map[string]string{
 	PathZone:             "projects/123456789012/zones/europe-west1-b",
 	PathProjectID:        "reprieve-test",
 	PathNumericProjectID: "123456789012",
+	PathMachineType:      "projects/123456789012/machineTypes/" + OrdinaryMachineType,
 }
+
+// OrdinaryMachineType is a fresh server's machine type, a VM without GPUs; GPUMachineType is
+// the one ScheduleGPUMaintenance sets.
+const (
+	OrdinaryMachineType = "n2-standard-4"
+	GPUMachineType      = "a2-highgpu-1g"
+)
 
 // DefaultWait bounds a hanging GET that gives no timeout_sec.
 const DefaultWait = 5 * time.Minute
@@ -100,9 +119,11 @@ type failure struct {
 
 // Server is a fake GCE metadata server. Its zero value is not usable: call New.
 type Server struct {
-	mu       sync.Mutex
-	entries  map[string]*entry
-	failures map[string]*failure
+	mu      sync.Mutex
+	entries map[string]*entry
+	// gpusAttached marks a VM with GPUs whatever its machine type (SetGPUsAttached).
+	gpusAttached bool
+	failures     map[string]*failure
 	// wake is closed and replaced by every change, waking every hanging GET to re-check.
 	wake       chan struct{}
 	waiting    map[string]int
@@ -328,30 +349,113 @@ func (s *Server) ClearUpcomingMaintenance() {
 }
 
 // GPUMaintenanceNotice is how long before a GPU VM is stopped for host maintenance GCE sets
-// maintenance-event to TERMINATE_ON_HOST_MAINTENANCE (GCE "Handling GPU host maintenance
-// events").
-const GPUMaintenanceNotice = time.Hour
+// maintenance-event to TERMINATE_ON_HOST_MAINTENANCE, and VMMaintenanceNotice the same for any
+// other VM (GCE "Handling GPU host maintenance events").
+const (
+	GPUMaintenanceNotice = time.Hour
+	VMMaintenanceNotice  = 60 * time.Second
+)
 
-// ScheduleGPUMaintenance emulates a GPU VM (on-host-maintenance TERMINATE) with host
-// maintenance whose window starts at windowStart and lasts four hours: upcoming-maintenance
-// says so at once (PENDING, SCHEDULED), maintenance-event turns to
+// PreemptionGrace is the time from a preemption's soft-off to the power-off of a Spot VM (GCE
+// "Preemption process").
+const PreemptionGrace = 30 * time.Second
+
+// SetGPUsAttached says the VM has GPUs attached whatever its machine type (an N1 VM with
+// --accelerator): GCE gives it a GPU VM's notice, though its metadata does not say so.
+func (s *Server) SetGPUsAttached(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gpusAttached = on
+}
+
+// SetMachineType sets instance/machine-type to projects/NUMBER/machineTypes/name.
+func (s *Server) SetMachineType(name string) {
+	s.Set(PathMachineType, "projects/123456789012/machineTypes/"+name)
+}
+
+// ScheduleGPUMaintenance emulates a GPU VM (machine type GPUMachineType, on-host-maintenance
+// TERMINATE) with host maintenance whose window starts at windowStart and lasts four hours:
+// upcoming-maintenance says so at once (PENDING, SCHEDULED), maintenance-event turns to
 // TERMINATE_ON_HOST_MAINTENANCE GPUMaintenanceNotice before windowStart (at once when that is
 // already past), and the status turns ONGOING at windowStart.
 func (s *Server) ScheduleGPUMaintenance(windowStart time.Time) {
+	s.SetMachineType(GPUMachineType)
 	s.Set(PathOnHostMaintenance, "TERMINATE")
 	s.SetUpcomingMaintenance(UpcomingMaintenance{Status: "PENDING", Type: "SCHEDULED", WindowStart: windowStart, WindowEnd: windowStart.Add(4 * time.Hour)})
-	at := func(t time.Time, f func()) {
-		d := time.Until(t)
-		if d <= 0 {
-			f()
-			return
-		}
-		s.mu.Lock()
-		s.timers = append(s.timers, time.AfterFunc(d, f))
-		s.mu.Unlock()
+	s.at(windowStart.Add(-GPUMaintenanceNotice), func() { s.Set(PathMaintenanceEvent, "TERMINATE_ON_HOST_MAINTENANCE") })
+	s.at(windowStart, func() { s.Set(PathUpcomingMaintenance+"maintenance-status", "ONGOING") })
+}
+
+// StopForMaintenance emulates host maintenance that stops the VM, without upcoming-maintenance
+// (the key is populated only for some machine families): maintenance-event turns
+// TERMINATE_ON_HOST_MAINTENANCE now, and the VM stops notice later, when stopped runs (it may
+// be nil). notice is the VM's: GPUMaintenanceNotice when its machine family comes with GPUs,
+// else VMMaintenanceNotice; a test may pass scaled figures (gpu, vm) to shrink both alike.
+// The stop is returned.
+func (s *Server) StopForMaintenance(gpu, vm time.Duration, stopped func()) time.Time {
+	if gpu <= 0 {
+		gpu = GPUMaintenanceNotice
 	}
-	at(windowStart.Add(-GPUMaintenanceNotice), func() { s.Set(PathMaintenanceEvent, "TERMINATE_ON_HOST_MAINTENANCE") })
-	at(windowStart, func() { s.Set(PathUpcomingMaintenance+"maintenance-status", "ONGOING") })
+	if vm <= 0 {
+		vm = VMMaintenanceNotice
+	}
+	notice := vm
+	s.mu.Lock()
+	attached := s.gpusAttached
+	s.mu.Unlock()
+	if mt, _ := s.Get(PathMachineType); attached || isGPUMachineType(mt) {
+		notice = gpu
+	}
+	s.Set(PathOnHostMaintenance, "TERMINATE")
+	now := time.Now()
+	s.Set(PathMaintenanceEvent, "TERMINATE_ON_HOST_MAINTENANCE")
+	stop := now.Add(notice)
+	if stopped != nil {
+		s.at(stop, stopped)
+	}
+	return stop
+}
+
+// isGPUMachineType reports whether the machine type's family comes with GPUs attached (GCE
+// "Accelerator-optimized machine family": A2, A3, A4, A4X, G2, G4). An N1 VM with GPUs
+// attached is not told apart here: the VM's GPUs are not in its metadata.
+func isGPUMachineType(mt string) bool {
+	name := mt[strings.LastIndex(mt, "/")+1:]
+	family, _, _ := strings.Cut(name, "-")
+	switch family {
+	case "a2", "a3", "a4", "a4x", "g2", "g4":
+		return true
+	}
+	return false
+}
+
+// Preempt emulates the preemption of a Spot VM whose preemptionNoticeDuration is notice (zero:
+// none): preempted turns TRUE now, the soft-off comes notice later (softOff runs then) and the
+// power-off PreemptionGrace after that (powerOff runs then); either func may be nil. It
+// returns the soft-off and the power-off.
+func (s *Server) Preempt(notice time.Duration, softOff, powerOff func()) (softOffAt, powerOffAt time.Time) {
+	now := time.Now()
+	s.Set(PathPreempted, "TRUE")
+	softOffAt, powerOffAt = now.Add(notice), now.Add(notice+PreemptionGrace)
+	if softOff != nil {
+		s.at(softOffAt, softOff)
+	}
+	if powerOff != nil {
+		s.at(powerOffAt, powerOff)
+	}
+	return softOffAt, powerOffAt
+}
+
+// at runs f at t (at once when t is past), on a timer Close stops.
+func (s *Server) at(t time.Time, f func()) {
+	d := time.Until(t)
+	if d <= 0 {
+		f()
+		return
+	}
+	s.mu.Lock()
+	s.timers = append(s.timers, time.AfterFunc(d, f))
+	s.mu.Unlock()
 }
 
 // Waiting returns how many hanging GETs on path are held now.

@@ -353,3 +353,56 @@ func TestStall(t *testing.T) {
 		t.Errorf("after SetStall(false): got %d", a.status)
 	}
 }
+
+// TestStopForMaintenance: an ordinary VM stops its notice after maintenance-event flips, a
+// GPU VM its (scaled) hour ("Handling GPU host maintenance events").
+func TestStopForMaintenance(t *testing.T) {
+	for _, tc := range []struct {
+		machine string
+		want    time.Duration
+	}{{OrdinaryMachineType, 100 * time.Millisecond}, {GPUMachineType, 300 * time.Millisecond}} {
+		s := New()
+		s.SetMachineType(tc.machine)
+		stopped := make(chan time.Time, 1)
+		start := time.Now()
+		stop := s.StopForMaintenance(300*time.Millisecond, 100*time.Millisecond, func() { stopped <- time.Now() })
+		if v, _ := s.Get(PathMaintenanceEvent); v != "TERMINATE_ON_HOST_MAINTENANCE" {
+			t.Errorf("%s: maintenance-event %q, want TERMINATE_ON_HOST_MAINTENANCE at once", tc.machine, v)
+		}
+		if d := stop.Sub(start); d < tc.want || d > tc.want+50*time.Millisecond {
+			t.Errorf("%s: stop %v after the value flipped, want %v", tc.machine, d, tc.want)
+		}
+		if at := <-stopped; at.Before(stop) {
+			t.Errorf("%s: stopped at %v, before its stop %v", tc.machine, at, stop)
+		}
+		s.Close()
+	}
+	// Unscaled, GCE's figures.
+	s := New()
+	defer s.Close()
+	if d := time.Until(s.StopForMaintenance(0, 0, nil)); d < 59*time.Second || d > VMMaintenanceNotice {
+		t.Errorf("ordinary VM: stop in %v, want 60 s", d)
+	}
+}
+
+// TestPreempt: preempted turns TRUE at once, the soft-off comes the notice later, the power-off
+// 30 s after the soft-off.
+func TestPreempt(t *testing.T) {
+	s := New()
+	defer s.Close()
+	softCh := make(chan time.Time, 1)
+	start := time.Now()
+	soft, power := s.Preempt(100*time.Millisecond, func() { softCh <- time.Now() }, nil)
+	if v, _ := s.Get(PathPreempted); v != "TRUE" {
+		t.Errorf("preempted %q, want TRUE at once", v)
+	}
+	if d := soft.Sub(start); d < 100*time.Millisecond || d > 150*time.Millisecond {
+		t.Errorf("soft-off %v after preempted=TRUE, want the notice", d)
+	}
+	if d := power.Sub(soft); d != PreemptionGrace {
+		t.Errorf("power-off %v after the soft-off, want %v", d, PreemptionGrace)
+	}
+	if at := <-softCh; at.Before(soft) {
+		t.Errorf("soft-off ran at %v, before %v", at, soft)
+	}
+}
