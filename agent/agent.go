@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"path/filepath"
 	"reflect"
 	"runtime"
 	"sync/atomic"
@@ -82,6 +83,7 @@ type Agent struct {
 	podLister               corelisters.PodLister
 	recorder                k8srecord.EventRecorder
 	broadcaster             k8srecord.EventBroadcaster // nil when Deps gave the recorder
+	delivery                *events.Delivery           // counts the broadcaster's events, for the stop
 	notifier                *notify.Notifier           // nil when webhooks are off
 	podNotice               *podNotifier               // the pods' early warning; nil when it and the notice endpoint are off
 	ready                   atomic.Bool
@@ -127,7 +129,8 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	}
 	if a.recorder == nil {
 		a.broadcaster = events.NewBroadcaster(context.Background())
-		a.recorder = events.Recorder(a.broadcaster, cfg.NodeName)
+		a.delivery = &events.Delivery{}
+		a.recorder = a.delivery.Recorder(events.Recorder(a.broadcaster, cfg.NodeName))
 	}
 	if a.provider == nil {
 		a.provider = none.New(a.deadlineAnnotation)
@@ -177,7 +180,8 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	intrOpts := interrupt.Options{NodeName: cfg.NodeName, Provider: a.provider, Clock: deps.Clock, Metrics: a.metrics,
 		Recorder: a.recorder, Notifier: a.notifier, Taints: a.taints, MaintenanceLead: cfg.MaintenanceLead,
 		SafetyMargin: cfg.SafetyMargin, PollInterval: cfg.PollInterval, DryRun: cfg.DryRun, ApproveEvents: cfg.ApproveEvents,
-		Node: a.cachedNode, Executor: a.exec}
+		ShutdownCut: shutdownCut(cfg),
+		Node:        a.cachedNode, Executor: a.exec}
 	var intr *interrupt.Loop
 	a.writer = record.NewWriter(record.WriterOptions{Client: deps.Client, NodeName: cfg.NodeName, DryRun: cfg.DryRun,
 		Taints: a.taints, Clock: deps.Clock, Cached: a.cachedNode, Observe: a.refusals.Observe,
@@ -196,6 +200,17 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 		return nil, err
 	}
 	return a, nil
+}
+
+// shutdownCut is how long the kubelet's graceful node shutdown gives the ordinary pods, from the
+// kubelet's config file under --host-root (shutdownGracePeriod - shutdownGracePeriodCriticalPods);
+// zero when it is off, or the file cannot be read (the plan then ends at the deadline alone).
+func shutdownCut(cfg Config) time.Duration {
+	kc, err := kubelet.ReadConfig(filepath.Join(cfg.HostRoot, cfg.KubeletConfig))
+	if err != nil {
+		return 0
+	}
+	return kc.ShutdownGracePeriod - kc.ShutdownGracePeriodCriticalPods
 }
 
 // pressureTaint is the taint the pressure loop puts on the node for r.
@@ -305,8 +320,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 
 	if a.broadcaster != nil {
-		events.StartRecording(a.broadcaster, a.client)
-		defer a.broadcaster.Shutdown()
+		events.StartRecording(a.broadcaster, a.client, a.delivery)
+		defer func() {
+			// The events queued last (the window's summary at a SIGTERM, the missed
+			// deadlines) are written before the broadcaster drops its queue.
+			if !a.delivery.Wait(eventFlushTimeout) {
+				logger.Info("Writing the queued events took too long; dropping the rest", "timeout", eventFlushTimeout)
+			}
+			a.broadcaster.Shutdown()
+		}()
 	}
 	a.nodeFactory.Start(ctx.Done())
 	a.podFactory.Start(ctx.Done())
@@ -399,6 +421,9 @@ func (a *Agent) writeProbe() record.NodeDesire {
 		WriteDeadline: a.provider.Name() != none.Name, Record: &rec,
 		AddedAt: func(string) time.Time { return now.Truncate(time.Second) }}
 }
+
+// eventFlushTimeout bounds the writing of the queued events when the agent stops.
+const eventFlushTimeout = 5 * time.Second
 
 // notifyFlushTimeout bounds the delivery of the queued webhooks when the agent stops.
 const notifyFlushTimeout = 10 * time.Second

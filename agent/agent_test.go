@@ -58,6 +58,9 @@ func newHarness(t *testing.T, mutate func(*Config), objs ...runtime.Object) *har
 	cfg.NodeName = nodeName
 	cfg.Provider = "aws"
 	cfg.MetricsBindAddress = ""
+	// The host's own kubelet config (graceful node shutdown, eviction thresholds) must not
+	// reach unit tests.
+	cfg.HostRoot = t.TempDir()
 	// Unit tests never read the machine's own pressure; pressure tests turn it on with src.
 	cfg.PressureSource = PressureSourceOff
 	// The start-up dry-run write check would be one more node patch among those the tests

@@ -38,6 +38,11 @@ type Config struct {
 	// PressureTransitionPeriod is evictionPressureTransitionPeriod (default 5m): how long the
 	// kubelet keeps a pressure condition after the signal recovers.
 	PressureTransitionPeriod time.Duration
+	// ShutdownGracePeriod and ShutdownGracePeriodCriticalPods are the kubelet's graceful node
+	// shutdown (zero: off): at the ACPI soft-off it stops the pods still running, the ordinary
+	// ones with ShutdownGracePeriod - ShutdownGracePeriodCriticalPods at most, then the critical
+	// ones (pkg/kubelet/nodeshutdown, migrateConfig).
+	ShutdownGracePeriod, ShutdownGracePeriodCriticalPods time.Duration
 	// Ignored lists the entries the kubelet accepts but reprieve does not model
 	// ("evictionHard.containerfs.available", "evictionSoft.allocatableMemory.available", ...),
 	// so that the caller can log them.
@@ -70,6 +75,8 @@ type evictionConfig struct {
 	EvictionMaxPodGracePeriod        int32             `json:"evictionMaxPodGracePeriod,omitempty"`
 	EvictionMinimumReclaim           map[string]string `json:"evictionMinimumReclaim,omitempty"`
 	MergeDefaultEvictionSettings     *bool             `json:"mergeDefaultEvictionSettings,omitempty"`
+	ShutdownGracePeriod              metav1.Duration   `json:"shutdownGracePeriod,omitempty"`
+	ShutdownGracePeriodCriticalPods  metav1.Duration   `json:"shutdownGracePeriodCriticalPods,omitempty"`
 }
 
 // decodeEvictionConfig decodes a KubeletConfiguration file as the kubelet's codec does: YAML or
@@ -161,6 +168,13 @@ func ParseConfig(data []byte) (Config, error) {
 		return Config{}, fmt.Errorf("evictionMaxPodGracePeriod %d is negative", kc.EvictionMaxPodGracePeriod)
 	}
 	c.MaxPodGracePeriod = time.Duration(kc.EvictionMaxPodGracePeriod) * time.Second
+	// As the kubelet's validation (ValidateKubeletConfiguration): neither negative, the
+	// critical pods' share within the whole.
+	c.ShutdownGracePeriod, c.ShutdownGracePeriodCriticalPods = kc.ShutdownGracePeriod.Duration, kc.ShutdownGracePeriodCriticalPods.Duration
+	if c.ShutdownGracePeriod < 0 || c.ShutdownGracePeriodCriticalPods < 0 || c.ShutdownGracePeriodCriticalPods > c.ShutdownGracePeriod {
+		return Config{}, fmt.Errorf("shutdownGracePeriod %v and shutdownGracePeriodCriticalPods %v: want both non-negative, the second within the first",
+			c.ShutdownGracePeriod, c.ShutdownGracePeriodCriticalPods)
+	}
 
 	hard := kc.EvictionHard
 	if hard == nil {

@@ -278,3 +278,20 @@ func TestParseConfigCaseSensitive(t *testing.T) {
 		t.Errorf("Hard = %s, want the defaults", got)
 	}
 }
+
+// TestParseConfigShutdownGrace reads the kubelet's graceful node shutdown, as GKE sets it
+// (30 s, 15 s of it for critical pods), and refuses what the kubelet's validation refuses.
+func TestParseConfigShutdownGrace(t *testing.T) {
+	head := "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+	c, err := ParseConfig([]byte(head + "shutdownGracePeriod: 30s\nshutdownGracePeriodCriticalPods: 15s\n"))
+	if err != nil || c.ShutdownGracePeriod != 30*time.Second || c.ShutdownGracePeriodCriticalPods != 15*time.Second {
+		t.Fatalf("config %+v err %v: want 30 s and 15 s", c, err)
+	}
+	if _, err := ParseConfig([]byte(head + "shutdownGracePeriod: 10s\nshutdownGracePeriodCriticalPods: 15s\n")); err == nil ||
+		!strings.Contains(err.Error(), "shutdownGracePeriodCriticalPods") {
+		t.Errorf("critical pods' share above the whole: err %v, want one naming shutdownGracePeriodCriticalPods", err)
+	}
+	if c, err := ParseConfig([]byte(head)); err != nil || c.ShutdownGracePeriod != 0 {
+		t.Errorf("without it: %+v %v, want off", c, err)
+	}
+}

@@ -88,8 +88,14 @@ func (n Notice) Reanchor(firstSeen time.Time) Notice {
 	if firstSeen.IsZero() || (!n.NoticeTime.IsZero() && !firstSeen.Before(n.NoticeTime)) {
 		return n
 	}
-	if n.FromFirstSeen && !n.Deadline.IsZero() && !n.NoticeTime.IsZero() {
-		n.Deadline = n.Deadline.Add(firstSeen.Sub(n.NoticeTime))
+	if n.FromFirstSeen && !n.NoticeTime.IsZero() {
+		shift := firstSeen.Sub(n.NoticeTime)
+		if !n.Deadline.IsZero() {
+			n.Deadline = n.Deadline.Add(shift)
+		}
+		if !n.SoftOff.IsZero() {
+			n.SoftOff = n.SoftOff.Add(shift) // counted from the first sight too
+		}
 	}
 	n.NoticeTime = firstSeen
 	return n

@@ -90,9 +90,14 @@ func Recorder(b record.EventBroadcaster, node string) record.EventRecorderLogger
 	return b.NewRecorder(scheme.Scheme, v1.EventSource{Component: "reprieve", Host: node})
 }
 
-// StartRecording sends b's events to the API server through client.
-func StartRecording(b record.EventBroadcaster, client kubernetes.Interface) {
-	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+// StartRecording sends b's events to the API server through client, counting each write in d
+// when it is given.
+func StartRecording(b record.EventBroadcaster, client kubernetes.Interface, d *Delivery) {
+	var sink record.EventSink = &typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")}
+	if d != nil {
+		sink = d.Sink(sink)
+	}
+	b.StartRecordingToSink(sink)
 }
 
 func spamKey(e *v1.Event) string {

@@ -46,6 +46,9 @@ type Options struct {
 	DryRun          bool
 	// ApproveEvents tells a cloud that supports it that the node is drained.
 	ApproveEvents bool
+	// ShutdownCut is how long the kubelet's graceful node shutdown gives the ordinary pods
+	// still running at the soft-off (zero: off or unknown); see plan.Window.
+	ShutdownCut time.Duration
 	// Node returns the informer's copy of the node, nil when not known.
 	Node     func() *v1.Node
 	Writer   *record.Writer

@@ -59,6 +59,11 @@ func (l *Loop) Reconcile(ctx context.Context) {
 		Notice: intent.Interruption}
 	if intent.Interrupting() {
 		view.Window.Deadline = intent.Deadline
+		if in := intent.Interruption; in != nil && !in.SoftOff.IsZero() && in.SoftOff.Before(intent.Deadline) && l.o.ShutdownCut > 0 {
+			// The kubelet stops what is still running at the soft-off (GKE's graceful node
+			// shutdown): plan every pod to go before it.
+			view.Window.SoftOff, view.Window.ShutdownCut = in.SoftOff.Truncate(time.Second), l.o.ShutdownCut
+		}
 	} else {
 		view.Window.Taint = v1.Taint{}
 	}

@@ -80,15 +80,41 @@ type Window struct {
 	// pulls it in, and only upstream's own timing (another NoExecute taint) applies to it.
 	// Empty: every pod is bound by the deadline.
 	Taint v1.Taint
+	// SoftOff is when the machine's OS gets the ACPI soft-off, before the deadline (GCP's
+	// extended preemption notice; zero when unknown or at the deadline), and ShutdownCut how
+	// long the kubelet's graceful node shutdown then gives the ordinary pods still running
+	// (shutdownGracePeriod - shutdownGracePeriodCriticalPods; zero when it is off). With both,
+	// every pod is evicted by the soft-off, through the Eviction API and its budgets, and is gone
+	// by SoftOff + ShutdownCut, before the kubelet would stop it itself with a shorter grace.
+	SoftOff     time.Time
+	ShutdownCut time.Duration
 }
 
-// End is the moment by which every evicted pod must have finished terminating.
-func (w Window) End() time.Time { return w.Deadline.Add(-w.SafetyMargin) }
+// kubeletCut is when the kubelet's graceful node shutdown stops the pods still running; zero
+// when it does not apply.
+func (w Window) kubeletCut() time.Time {
+	if w.SoftOff.IsZero() || w.ShutdownCut <= 0 {
+		return time.Time{}
+	}
+	return w.SoftOff.Add(w.ShutdownCut)
+}
+
+// End is the moment by which every evicted pod must have finished terminating: the deadline less
+// the safety margin, or earlier, when the kubelet's graceful node shutdown would stop the pods
+// before it.
+func (w Window) End() time.Time {
+	end := w.Deadline.Add(-w.SafetyMargin)
+	if cut := w.kubeletCut(); !cut.IsZero() && cut.Before(end) {
+		return cut
+	}
+	return end
+}
 
 // Equal reports whether two windows are the same instant and margin.
 func (w Window) Equal(o Window) bool {
 	return w.Deadline.Equal(o.Deadline) && w.SafetyMargin == o.SafetyMargin &&
-		w.Taint.Key == o.Taint.Key && w.Taint.Value == o.Taint.Value && w.Taint.Effect == o.Taint.Effect
+		w.Taint.Key == o.Taint.Key && w.Taint.Value == o.Taint.Value && w.Taint.Effect == o.Taint.Effect &&
+		w.SoftOff.Equal(o.SoftOff) && w.ShutdownCut == o.ShutdownCut
 }
 
 // HasDeadline reports whether an interruption deadline is pending.
@@ -162,6 +188,11 @@ func PlanPodAt(pod *v1.Pod, taints []v1.Taint, firstSeen time.Time, w Window, fi
 		// Never less than the 1 s every request carries (GraceAt): a pod whose own grace is 0
 		// still takes that second, and must start it a second before the window's end.
 		p.Latest = w.End().Add(-max(p.Grace, minGrace))
+		if !w.kubeletCut().IsZero() && p.Latest.After(w.SoftOff) {
+			// From the soft-off the kubelet stops the pod itself, past any budget: the eviction
+			// goes before it.
+			p.Latest = w.SoftOff
+		}
 		if p.Latest.Before(p.Due) {
 			p.EvictAt = p.Latest
 			p.ByDeadline = true

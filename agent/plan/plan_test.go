@@ -330,3 +330,37 @@ func TestPlanPodToleratesInterruptionForever(t *testing.T) {
 		t.Fatalf("plan %+v without the window's taint: want bound by the deadline", p)
 	}
 }
+
+// TestPlanPodBeforeTheKubeletsShutdown (issue 21 item 4): with a soft-off before the deadline
+// and the kubelet's graceful node shutdown on (GKE: 30 s, 15 s of it for critical pods), every pod
+// is evicted by the soft-off and gone by soft-off + 15 s, before the kubelet stops it itself
+// with a shorter grace and past its budget.
+func TestPlanPodBeforeTheKubeletsShutdown(t *testing.T) {
+	spot := []v1.Taint{taint("cloud", "spot", v1.TaintEffectNoExecute, t0)}
+	// A 120 s extended notice: soft-off at t0+120 s, power-off 30 s later.
+	w := Window{Deadline: t0.Add(150 * time.Second), SafetyMargin: 5 * time.Second, SoftOff: t0.Add(120 * time.Second), ShutdownCut: 15 * time.Second}
+	if !w.End().Equal(t0.Add(135 * time.Second)) {
+		t.Fatalf("window end %v, want the kubelet's cut at soft-off + 15 s (before deadline - margin, t0+145 s)", w.End())
+	}
+	for _, tc := range []struct {
+		grace       int64
+		wantLatest  time.Time
+		wantGraceAt time.Duration // the grace a request sent at Latest carries
+	}{
+		{grace: 60, wantLatest: t0.Add(75 * time.Second), wantGraceAt: 60 * time.Second},
+		{grace: 5, wantLatest: t0.Add(120 * time.Second), wantGraceAt: 5 * time.Second}, // not after the soft-off
+	} {
+		p := PlanPod(withGrace(pod(tol("cloud", v1.TolerationOpExists, "", v1.TaintEffectNoExecute, secs(600))), tc.grace), spot, w, PodFilter{}, false)
+		if !p.Latest.Equal(tc.wantLatest) || !p.EvictAt.Equal(tc.wantLatest) {
+			t.Errorf("grace %d s: latest %v evictAt %v, want %v", tc.grace, p.Latest, p.EvictAt, tc.wantLatest)
+		}
+		if g := GraceAt(p.Grace, w, p.Latest); g != tc.wantGraceAt {
+			t.Errorf("grace %d s: %v at the latest start, want %v", tc.grace, g, tc.wantGraceAt)
+		}
+	}
+	// Without the kubelet's shutdown (AWS, Azure, or off), the window is the deadline's.
+	w.ShutdownCut = 0
+	if !w.End().Equal(t0.Add(145 * time.Second)) {
+		t.Errorf("window end %v without the kubelet's shutdown, want deadline - margin", w.End())
+	}
+}

@@ -35,6 +35,8 @@ type Entry struct {
 	NoticeTime    time.Time  `json:"noticeTime"`
 	Deadline      *time.Time `json:"deadline,omitempty"`
 	FromFirstSeen bool       `json:"fromFirstSeen,omitempty"`
+	// SoftOff is the machine's ACPI soft-off before the deadline, when the cloud gives one.
+	SoftOff *time.Time `json:"softOff,omitempty"`
 }
 
 // RecordOf is the record of notices, in a stable order, leaving out what changes nothing on the
@@ -50,6 +52,10 @@ func RecordOf(notices []providers.Notice) Record {
 		if !n.Deadline.IsZero() {
 			d := n.Deadline.UTC().Truncate(time.Second)
 			e.Deadline = &d
+		}
+		if !n.SoftOff.IsZero() {
+			so := n.SoftOff.UTC().Truncate(time.Second)
+			e.SoftOff = &so
 		}
 		r.Notices = append(r.Notices, e)
 	}
@@ -67,6 +73,9 @@ func (r Record) Resume() []providers.Notice {
 			NoticeTime: e.NoticeTime, FromFirstSeen: e.FromFirstSeen, Description: "resumed from the node's " + AnnotationInterruption + " record"}
 		if e.Deadline != nil {
 			n.Deadline = *e.Deadline
+		}
+		if e.SoftOff != nil {
+			n.SoftOff = *e.SoftOff
 		}
 		out = append(out, n)
 	}
