@@ -642,8 +642,10 @@ func TestRecordSlowNodeWrite(t *testing.T) {
 		{Name: "now", Kind: scenario.Plain, Grace: ptr64(1)},
 		{Name: "tol-3", Kind: scenario.Plain, Tolerate: ptr64(3), Grace: ptr64(1)},
 	})
-	// The agent starts (and runs its start-up write check) before the webhook is registered.
-	p, _, err := scenario.StartReprieve(ctx, reprieveBin, logDir, node, "--kubeconfig="+agentKubeconfig, "--provider=none")
+	// The agent starts (and runs its start-up write check) before the webhook is registered. It
+	// reads the annotation every 200 ms, so that the second measured is the eviction's, not the
+	// poll's.
+	p, _, err := scenario.StartReprieve(ctx, reprieveBin, logDir, node, "--kubeconfig="+agentKubeconfig, "--provider=none", "--poll-interval=200ms")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -673,8 +675,10 @@ func TestRecordSlowNodeWrite(t *testing.T) {
 	recs := figures(t, obs, T, "now", "tol-3")
 	t.Logf("notice at T%+.2fs; %d writes held; released at T%+.2fs; taint on the node at T%+.2fs",
 		noticeAt.Sub(T).Seconds(), heldThen, releasedAt.Sub(T).Seconds(), landed.Sub(T).Seconds())
-	if d := recs["now"].DeletedAt.Sub(noticeAt); d > time.Second {
+	if d := recs["now"].DeletedAt.Sub(noticeAt); recs["now"].DeletedAt.IsZero() || d > time.Second {
 		t.Errorf("the pod without a toleration was evicted %v after the notice, want within 1 s while the node write is held", d.Round(time.Millisecond))
+	} else {
+		t.Logf("the pod without a toleration was evicted %v after the notice, the taint's PATCH held", d.Round(time.Millisecond))
 	}
 	// timeAdded is when the agent saw the notice, in whole seconds: within a second of it, not
 	// when the write finally went through.
