@@ -230,6 +230,10 @@ func kubeletShutdown(ctx context.Context, t *testing.T, ns string, slice time.Du
 //   - With --safety-margin at the kubelet's critical slice (15 s) reprieve's window ends when the
 //     kubelet would cut the non-critical pods: each pod reprieve evicted keeps the grace
 //     reprieve gave it. The subtest asserts that the kubelet cut none.
+//   - With the default margin and the kubelet's own config under --host-root (shutdownGracePeriod
+//     30 s, shutdownGracePeriodCriticalPods 15 s), reprieve plans for the kubelet's cut itself:
+//     every pod is evicted by the soft-off and gone before the kubelet would stop it. The kubelet
+//     cuts none.
 //
 // Both assert every pod gone before the power-off, and log each pod's timeline.
 func TestGCPGracefulShutdownBeside(t *testing.T) {
@@ -237,18 +241,33 @@ func TestGCPGracefulShutdownBeside(t *testing.T) {
 		name    string
 		margin  time.Duration
 		wantCut bool
+		kubelet bool
 	}{
-		{"default-margin", margin, true},
-		{"margin-at-the-kubelet-slice", 15 * time.Second, false},
+		{"default-margin", margin, true, false},
+		{"margin-at-the-kubelet-slice", 15 * time.Second, false, false},
+		{"kubelet-config-read", margin, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			gracefulShutdownBeside(t, "gcpw-gns-"+strings.Split(tc.name, "-")[0], tc.margin, tc.wantCut)
+			var extra []string
+			if tc.kubelet {
+				root := t.TempDir()
+				dir := filepath.Join(root, "var", "lib", "kubelet")
+				if err := os.MkdirAll(dir, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				cfg := "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nshutdownGracePeriod: 30s\nshutdownGracePeriodCriticalPods: 15s\n"
+				if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(cfg), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				extra = append(extra, "--host-root="+root)
+			}
+			gracefulShutdownBeside(t, "gcpw-gns-"+strings.Split(tc.name, "-")[0], tc.margin, tc.wantCut, extra...)
 		})
 	}
 }
 
-func gracefulShutdownBeside(t *testing.T, ns string, margin time.Duration, wantCut bool) {
+func gracefulShutdownBeside(t *testing.T, ns string, margin time.Duration, wantCut bool, extra ...string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	node := ns + "-node"
@@ -270,9 +289,9 @@ func gracefulShutdownBeside(t *testing.T, ns string, margin time.Duration, wantC
 	}
 	defer srv.Close()
 	srv.Set(gcpmeta.PathProvisioningModel, "SPOT")
-	rp, _, err := scenario.StartReprieve(ctx, reprieveBin, logDir, node, "--kubeconfig="+agentKubeconfig,
-		"--provider=gcp", "--gcp-metadata-endpoint="+strings.TrimPrefix(url, "http://"),
-		"--gcp-preemption-notice="+notice.String(), "--safety-margin="+margin.String())
+	args := append([]string{"--kubeconfig=" + agentKubeconfig, "--provider=gcp", "--gcp-metadata-endpoint=" + strings.TrimPrefix(url, "http://"),
+		"--gcp-preemption-notice=" + notice.String(), "--safety-margin=" + margin.String()}, extra...)
+	rp, _, err := scenario.StartReprieve(ctx, reprieveBin, logDir, node, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
