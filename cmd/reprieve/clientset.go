@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	policyv1 "k8s.io/client-go/kubernetes/typed/policy/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
 )
 
 // clientset is a kubernetes.Interface with only the API groups reprieve calls built: core (nodes,
@@ -62,9 +63,19 @@ func (c *clientset) BatchV1() batchv1.BatchV1Interface { return c.batchV1 }
 // clientsetGroups names the methods clientset builds (TestClientsetGroups).
 var clientsetGroups = []string{"Discovery", "CoreV1", "PolicyV1", "AuthenticationV1", "AuthorizationV1", "AppsV1", "BatchV1"}
 
-// newClientset builds the groups of clientset over one HTTP client, as
-// kubernetes.NewForConfigAndClient does for all of them.
-func newClientset(cfg *rest.Config) (kubernetes.Interface, error) {
+// newClientset builds the groups of clientset as kubernetes.NewForConfig does for all of them:
+// over one HTTP client and one rate limiter (QPS and burst bound the groups together).
+func newClientset(restCfg *rest.Config) (kubernetes.Interface, error) {
+	cfg := rest.CopyConfig(restCfg)
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
+	if cfg.RateLimiter == nil && cfg.QPS > 0 {
+		if cfg.Burst <= 0 {
+			return nil, fmt.Errorf("creating the Kubernetes client: burst %d must be above 0 when QPS is set", cfg.Burst)
+		}
+		cfg.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(cfg.QPS, cfg.Burst)
+	}
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("creating the HTTP client: %w", err)

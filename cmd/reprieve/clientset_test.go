@@ -15,7 +15,8 @@ import (
 
 // TestClientsetGroups checks that every group of kubernetes.Interface that the binary's code
 // calls (agent/, cmd/, providers/, kubelet/, outside tests) is one newClientset builds, and
-// that each of those is built: any other is the nil interface clientset embeds.
+// that each of those is built (any other is the nil interface clientset embeds), over one
+// rate limiter.
 func TestClientsetGroups(t *testing.T) {
 	iface := reflect.TypeFor[kubernetes.Interface]()
 	var names []string
@@ -50,7 +51,7 @@ func TestClientsetGroups(t *testing.T) {
 			t.Errorf("%s calls %s(), which newClientset does not build: add it to clientset", path, name)
 		}
 	}
-	c, err := newClientset(&rest.Config{Host: "https://127.0.0.1:1"})
+	c, err := newClientset(&rest.Config{Host: "https://127.0.0.1:1", QPS: 5, Burst: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,5 +61,10 @@ func TestClientsetGroups(t *testing.T) {
 		if out.IsNil() {
 			t.Errorf("newClientset built no %s client", name)
 		}
+	}
+	// --kube-api-qps bounds the agent's requests together, as kubernetes.NewForConfig's shared
+	// limiter does: not once per group.
+	if core, policy := c.CoreV1().RESTClient().GetRateLimiter(), c.PolicyV1().RESTClient().GetRateLimiter(); core == nil || core != policy {
+		t.Errorf("the groups do not share one rate limiter: core %p, policy %p", core, policy)
 	}
 }
