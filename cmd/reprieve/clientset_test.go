@@ -1,6 +1,9 @@
 package main
 
 import (
+	"context"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -9,8 +12,12 @@ import (
 	"strings"
 	"testing"
 
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/reprieve-dev/reprieve/agent"
 )
 
 // TestClientsetGroups checks that every group of kubernetes.Interface that the binary's code
@@ -66,5 +73,42 @@ func TestClientsetGroups(t *testing.T) {
 	// limiter does: not once per group.
 	if core, policy := c.CoreV1().RESTClient().GetRateLimiter(), c.PolicyV1().RESTClient().GetRateLimiter(); core == nil || core != policy {
 		t.Errorf("the groups do not share one rate limiter: core %p, policy %p", core, policy)
+	}
+}
+
+// TestClientSpeaksProtobuf checks that the agent's client asks for and sends protobuf, with
+// JSON still accepted, on a request it makes (a node read, then an event).
+func TestClientSpeaksProtobuf(t *testing.T) {
+	type seen struct{ accept, contentType string }
+	got := make(chan seen, 2)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- seen{r.Header.Get("Accept"), r.Header.Get("Content-Type")}
+		http.Error(w, "no", http.StatusTeapot)
+	}))
+	defer srv.Close()
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "`+srv.URL+`"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := agent.DefaultConfig()
+	cfg.Kubeconfig = kubeconfig
+	c, err := newClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = c.CoreV1().Nodes().Get(context.Background(), "n", metav1.GetOptions{})
+	_, _ = c.CoreV1().Events("default").Create(context.Background(), &v1.Event{ObjectMeta: metav1.ObjectMeta{Name: "e"}}, metav1.CreateOptions{})
+	read, write := <-got, <-got
+	if want := "application/vnd.kubernetes.protobuf,application/json"; read.accept != want {
+		t.Errorf("node read: Accept %q, want %q", read.accept, want)
+	}
+	if want := "application/vnd.kubernetes.protobuf"; write.contentType != want {
+		t.Errorf("event create: Content-Type %q, want %q", write.contentType, want)
 	}
 }
