@@ -109,10 +109,12 @@ func newClientset(restCfg *rest.Config) (kubernetes.Interface, error) {
 	return c, nil
 }
 
-// useProtobuf makes cfg speak protobuf to the API server, as kube-controller-manager and the
-// kubelet do for built-in types (their --kube-api-content-type default): smaller to receive and
-// cheaper to decode than JSON, for the node's and pods' lists and watches above all. JSON stays
-// acceptable for a server that answers with it. Patches keep their own content types.
+// useProtobuf makes every request of cfg's clients speak protobuf, as kube-controller-manager
+// and the kubelet do for built-in types (their --kube-api-content-type default), with JSON still
+// accepted. client-go's typed clients already prefer protobuf when the config names no content
+// type (Request.UseProtobufAsDefaultIfPreferred); a request made on the REST client directly,
+// such as agent/evict's eviction, would otherwise send and ask for JSON. Patches keep their own
+// content types.
 func useProtobuf(cfg *rest.Config) {
 	cfg.ContentType = "application/vnd.kubernetes.protobuf"
 	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"

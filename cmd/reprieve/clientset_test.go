@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -76,8 +76,10 @@ func TestClientsetGroups(t *testing.T) {
 	}
 }
 
-// TestClientSpeaksProtobuf checks that the agent's client asks for and sends protobuf, with
-// JSON still accepted, on a request it makes (a node read, then an event).
+// TestClientSpeaksProtobuf checks that every request of the agent's client asks for and sends
+// protobuf, with JSON still accepted: the typed clients' own (client-go's gentype prefers
+// protobuf for built-in types) and those made on the REST client directly, as agent/evict's
+// postEviction makes its evictions (without the config's content type, JSON).
 func TestClientSpeaksProtobuf(t *testing.T) {
 	type seen struct{ accept, contentType string }
 	got := make(chan seen, 2)
@@ -102,13 +104,16 @@ current-context: c
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _ = c.CoreV1().Nodes().Get(context.Background(), "n", metav1.GetOptions{})
-	_, _ = c.CoreV1().Events("default").Create(context.Background(), &v1.Event{ObjectMeta: metav1.ObjectMeta{Name: "e"}}, metav1.CreateOptions{})
-	read, write := <-got, <-got
-	if want := "application/vnd.kubernetes.protobuf,application/json"; read.accept != want {
-		t.Errorf("node read: Accept %q, want %q", read.accept, want)
+	ctx := context.Background()
+	_, _ = c.CoreV1().Nodes().Get(ctx, "n", metav1.GetOptions{})
+	ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"}}
+	_ = c.CoreV1().RESTClient().Post().Namespace(ev.Namespace).Resource("pods").Name(ev.Name).SubResource("eviction").
+		MaxRetries(0).Body(ev).Do(ctx).Error()
+	const accept, protobuf = "application/vnd.kubernetes.protobuf,application/json", "application/vnd.kubernetes.protobuf"
+	if read := <-got; read.accept != accept {
+		t.Errorf("node read: Accept %q, want %q", read.accept, accept)
 	}
-	if want := "application/vnd.kubernetes.protobuf"; write.contentType != want {
-		t.Errorf("event create: Content-Type %q, want %q", write.contentType, want)
+	if evict := <-got; evict.accept != accept || evict.contentType != protobuf {
+		t.Errorf("eviction: Accept %q, Content-Type %q; want %q, %q", evict.accept, evict.contentType, accept, protobuf)
 	}
 }
