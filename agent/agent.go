@@ -240,7 +240,7 @@ func newInformer(client kubernetes.Interface, example k8sruntime.Object,
 
 // trimForCache drops from a node or pod what no part of the agent reads, before it enters the
 // cache: managedFields (server-side apply's bookkeeping, which nothing here reads) and, of
-// the node, the image list and the volumes, which the kubelet reports every few seconds. Every
+// the node, the image list and the volumes, which the kubelet keeps in its status. Every
 // write is a patch of the agent's own fields (taints, labels, annotations, pod conditions), so
 // the trimmed object never goes back to the API server. Everything the plan, the eviction, the
 // pressure ranking, the pods' warning and the platform signals read is kept: labels,
