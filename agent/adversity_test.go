@@ -282,7 +282,7 @@ func TestShorteningDoesNotFlapOnSkew(t *testing.T) {
 	// The server, 2 s ahead, answered with deletionTimestamp = its now + 54 s.
 	skewed := p.DeepCopy()
 	skewed.DeletionTimestamp = &metav1.Time{Time: t0.Add(56 * time.Second)}
-	if err := h.a.podFactory.Core().V1().Pods().Informer().GetIndexer().Update(skewed); err != nil {
+	if err := h.a.podInformer.GetIndexer().Update(skewed); err != nil {
 		t.Fatal(err)
 	}
 	for range 5 {

@@ -7,8 +7,8 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
-	"reflect"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -30,7 +30,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/informers"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -78,15 +79,18 @@ type Agent struct {
 	gatherer prometheus.Gatherer
 	taints   plan.TaintSet
 
-	nodeFactory, podFactory informers.SharedInformerFactory
-	nodeLister              corelisters.NodeLister
-	podLister               corelisters.PodLister
-	recorder                k8srecord.EventRecorder
-	broadcaster             k8srecord.EventBroadcaster // nil when Deps gave the recorder
-	delivery                *events.Delivery           // counts the broadcaster's events, for the stop
-	notifier                *notify.Notifier           // nil when webhooks are off
-	podNotice               *podNotifier               // the pods' early warning; nil when it and the notice endpoint are off
-	ready                   atomic.Bool
+	// nodeInformer and podInformer watch this node and its pods only, built from the core
+	// client alone (informers.SharedInformerFactory would link an informer and a lister for
+	// every API group: see newInformer).
+	nodeInformer, podInformer cache.SharedIndexInformer
+	nodeLister                corelisters.NodeLister
+	podLister                 corelisters.PodLister
+	recorder                  k8srecord.EventRecorder
+	broadcaster               k8srecord.EventBroadcaster // nil when Deps gave the recorder
+	delivery                  *events.Delivery           // counts the broadcaster's events, for the stop
+	notifier                  *notify.Notifier           // nil when webhooks are off
+	podNotice                 *podNotifier               // the pods' early warning; nil when it and the notice endpoint are off
+	ready                     atomic.Bool
 
 	refusals *record.Refusals
 	writer   *record.Writer
@@ -153,16 +157,29 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 
 	// Watch only this node and only its pods: the agent must stay cheap for the API server at
 	// thousands of nodes.
-	a.nodeFactory = informers.NewSharedInformerFactoryWithOptions(deps.Client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector(metav1.ObjectNameField, cfg.NodeName).String()
-		}))
-	a.podFactory = informers.NewSharedInformerFactoryWithOptions(deps.Client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
-		}))
-	a.nodeLister = a.nodeFactory.Core().V1().Nodes().Lister()
-	a.podLister = a.podFactory.Core().V1().Pods().Lister()
+	core := deps.Client.CoreV1()
+	nodeSel := fields.OneTermEqualSelector(metav1.ObjectNameField, cfg.NodeName).String()
+	podSel := fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
+	a.nodeInformer = newInformer(deps.Client, &v1.Node{},
+		func(ctx context.Context, o metav1.ListOptions) (k8sruntime.Object, error) {
+			o.FieldSelector = nodeSel
+			return core.Nodes().List(ctx, o)
+		},
+		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = nodeSel
+			return core.Nodes().Watch(ctx, o)
+		})
+	a.podInformer = newInformer(deps.Client, &v1.Pod{},
+		func(ctx context.Context, o metav1.ListOptions) (k8sruntime.Object, error) {
+			o.FieldSelector = podSel
+			return core.Pods(metav1.NamespaceAll).List(ctx, o)
+		},
+		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = podSel
+			return core.Pods(metav1.NamespaceAll).Watch(ctx, o)
+		})
+	a.nodeLister = corelisters.NewNodeLister(a.nodeInformer.GetIndexer())
+	a.podLister = corelisters.NewPodLister(a.podInformer.GetIndexer())
 	a.podNotice = newPodNotifier(cfg, deps.Client, a.podLister, deps.Clock)
 	if a.podNotice != nil {
 		a.podNotice.wrote = func(result string) { a.metrics.PodWarningWrites.WithLabelValues(result).Inc() }
@@ -211,6 +228,51 @@ func shutdownCut(cfg Config) time.Duration {
 		return 0
 	}
 	return kc.ShutdownGracePeriod - kc.ShutdownGracePeriodCriticalPods
+}
+
+// newInformer is the informer of one resource that the generated informers of
+// k8s.io/client-go/informers/core/v1 build (NewTypedNodeInformerWithOptions), over the given
+// list and watch, with the namespace index the listers use. Built here from the core client
+// alone: the factory's ForResource names every group's informer and lister, which linked all of
+// them into the binary. Its transform trims each object before the cache stores it.
+func newInformer(client kubernetes.Interface, example k8sruntime.Object,
+	list cache.ListWithContextFunc, watchFn cache.WatchFuncWithContext) cache.SharedIndexInformer {
+	// The deprecated context-free funcs too, as the generated informers give them: a
+	// ListerWatcher is expected to have both.
+	lw := &cache.ListWatch{
+		ListWithContextFunc:  list,
+		WatchFuncWithContext: watchFn,
+		ListFunc:             func(o metav1.ListOptions) (k8sruntime.Object, error) { return list(context.Background(), o) },
+		WatchFunc:            func(o metav1.ListOptions) (watch.Interface, error) { return watchFn(context.Background(), o) },
+	}
+	inf := cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, client), example,
+		cache.SharedIndexInformerOptions{
+			Indexers: cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
+		})
+	// Only a started informer refuses a transform; this one has not started.
+	_ = inf.SetTransform(trimForCache)
+	return inf
+}
+
+// trimForCache drops from a node or pod what no part of the agent reads, before it enters the
+// cache: managedFields (server-side apply's bookkeeping, which nothing here reads) and, of
+// the node, the image list and the volumes, which the kubelet keeps in its status. Every
+// write is a patch of the agent's own fields (taints, labels, annotations, pod conditions), so
+// the trimmed object never goes back to the API server. Everything the plan, the eviction, the
+// pressure ranking, the pods' warning and the platform signals read is kept: labels,
+// annotations, owner references, deletionTimestamp, taints, conditions, capacity, addresses,
+// tolerations, priority, resources, phase and the pods' IPs.
+func trimForCache(obj any) (any, error) {
+	switch o := obj.(type) {
+	case *v1.Pod:
+		o.ManagedFields = nil
+	case *v1.Node:
+		o.ManagedFields = nil
+		o.Status.Images = nil
+		o.Status.VolumesInUse = nil
+		o.Status.VolumesAttached = nil
+	}
+	return obj, nil
 }
 
 // pressureTaint is the taint the pressure loop puts on the node for r.
@@ -282,14 +344,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 
 	nodeChanged := func() { a.intr.Poke(); a.writer.Poke() }
-	if _, err := a.nodeFactory.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := a.nodeInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { nodeChanged() },
 		UpdateFunc: func(any, any) { nodeChanged() },
 		DeleteFunc: func(any) { nodeChanged() },
 	}); err != nil {
 		return fmt.Errorf("watching node: %w", err)
 	}
-	if _, err := a.podFactory.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := a.podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    a.exec.Enqueue,
 		UpdateFunc: func(_, obj any) { a.exec.Enqueue(obj) },
 		DeleteFunc: a.exec.Enqueue,
@@ -330,16 +392,19 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.broadcaster.Shutdown()
 		}()
 	}
-	a.nodeFactory.Start(ctx.Done())
-	a.podFactory.Start(ctx.Done())
-	defer a.nodeFactory.Shutdown()
-	defer a.podFactory.Shutdown()
-	for _, synced := range []map[reflect.Type]bool{a.nodeFactory.WaitForCacheSync(ctx.Done()), a.podFactory.WaitForCacheSync(ctx.Done())} {
-		for typ, ok := range synced {
-			if !ok {
-				_ = g.Wait()
-				return fmt.Errorf("waiting for the %v cache to sync: %w", typ, ctx.Err())
-			}
+	// Started and awaited as a SharedInformerFactory's Start and Shutdown do.
+	var informers sync.WaitGroup
+	defer informers.Wait()
+	for _, inf := range []cache.SharedIndexInformer{a.nodeInformer, a.podInformer} {
+		informers.Go(func() { inf.RunWithContext(ctx) })
+	}
+	for _, inf := range []struct {
+		name   string
+		synced cache.InformerSynced
+	}{{"node", a.nodeInformer.HasSynced}, {"pod", a.podInformer.HasSynced}} {
+		if !cache.WaitForCacheSync(ctx.Done(), inf.synced) {
+			_ = g.Wait()
+			return fmt.Errorf("waiting for the %s cache to sync: %w", inf.name, ctx.Err())
 		}
 	}
 
@@ -397,7 +462,7 @@ func (a *Agent) startPodNotice(ctx context.Context, g *errgroup.Group) {
 	if a.podNotice == nil {
 		return
 	}
-	if _, err := a.podFactory.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := a.podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		DeleteFunc: a.podNotice.podDeleted,
 	}); err != nil {
 		// Only a stopped informer refuses a handler: the agent is stopping. The warnings still

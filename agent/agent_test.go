@@ -121,8 +121,8 @@ func (h *harness) reconcile() {
 // syncStores copies the fake API's objects into the informers' stores, as the watches would.
 func (h *harness) syncStores() {
 	h.t.Helper()
-	nodes := h.a.nodeFactory.Core().V1().Nodes().Informer().GetIndexer()
-	pods := h.a.podFactory.Core().V1().Pods().Informer().GetIndexer()
+	nodes := h.a.nodeInformer.GetIndexer()
+	pods := h.a.podInformer.GetIndexer()
 	n, err := h.client.CoreV1().Nodes().Get(h.ctx, nodeName, metav1.GetOptions{})
 	if err != nil {
 		h.t.Fatal(err)
@@ -531,7 +531,7 @@ func TestNewPodOfTheSameNameStartsAfresh(t *testing.T) {
 	// Same name, new UID: the old pod's "done" must not leak onto it.
 	np := testPod("p", 5)
 	np.UID = "uid-new"
-	if err := h.a.podFactory.Core().V1().Pods().Informer().GetIndexer().Update(np); err != nil {
+	if err := h.a.podInformer.GetIndexer().Update(np); err != nil {
 		t.Fatal(err)
 	}
 	h.a.exec.SyncPod(h.ctx, "ns/p")

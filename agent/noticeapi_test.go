@@ -68,7 +68,7 @@ func TestNoticeAPIAnswersAPodAboutItself(t *testing.T) {
 	done := podWithIP("done", "10.0.0.7", 30, spotToleration(secs(3600)))
 	done.Status.Phase = v1.PodSucceeded
 	for _, p := range []*v1.Pod{hostNet, done} {
-		if err := h.a.podFactory.Core().V1().Pods().Informer().GetIndexer().Add(p); err != nil {
+		if err := h.a.podInformer.GetIndexer().Add(p); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -250,7 +250,7 @@ func TestNoticeAPISharedIPAnswersNeither(t *testing.T) {
 	}
 	twin := h.pod("twin")
 	twin.Status.Phase = v1.PodFailed
-	if err := h.a.podFactory.Core().V1().Pods().Informer().GetIndexer().Update(twin); err != nil {
+	if err := h.a.podInformer.GetIndexer().Update(twin); err != nil {
 		t.Fatal(err)
 	}
 	if code, _, a := ask(t, s, "10.0.0.5", "/v1/pods/ns/job/notice"); code != http.StatusOK || !a.Notice {
@@ -298,7 +298,7 @@ func TestNoticeAPIWaitForgetsADeletedPod(t *testing.T) {
 			}
 			done := waitAsync(t, s, clk, "10.0.0.5", "/v1/pods/ns/job/notice?wait=true&timeout_sec=60&last_etag="+etag)
 			pod := h.pod("job")
-			if err := h.a.podFactory.Core().V1().Pods().Informer().GetIndexer().Delete(pod); err != nil {
+			if err := h.a.podInformer.GetIndexer().Delete(pod); err != nil {
 				t.Fatal(err)
 			}
 			if tc.handler {

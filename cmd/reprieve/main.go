@@ -204,7 +204,8 @@ func newClient(cfg agent.Config) (kubernetes.Interface, error) {
 	}
 	restCfg.QPS, restCfg.Burst = cfg.KubeAPIQPS, cfg.KubeAPIBurst
 	restCfg.UserAgent = "reprieve/" + version
-	client, err := kubernetes.NewForConfig(restCfg)
+	useProtobuf(restCfg)
+	client, err := newClientset(restCfg)
 	if err != nil {
 		return nil, fmt.Errorf("creating the Kubernetes client: %w", err)
 	}

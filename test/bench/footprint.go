@@ -33,6 +33,10 @@ type footprintResult struct {
 	Idle, Interruption   usage
 	InterruptionEvicted  int
 	InterruptionLeftOver int
+	// StartToReady is from the agent's process start to its first 200 on /readyz (polled
+	// every 50 ms): the client, the informers' first list and sync of the node and its pods,
+	// and the first answer of the metadata service, which both answer from the start.
+	StartToReady time.Duration
 }
 
 func (b *bench) footprint(ctx context.Context, rep *report) error {
@@ -57,18 +61,20 @@ func (b *bench) footprint(ctx context.Context, rep *report) error {
 	if err != nil {
 		return err
 	}
+	started := time.Now()
 	p, _, err := b.startAgentWith(ctx, kc, node, "--provider=aws", "--aws-imds-endpoint="+fake.URL,
 		"--safety-margin="+b.o.SafetyMargin.String())
 	if err != nil {
 		return err
 	}
 	defer func() { _ = p.Stop() }()
+	startToReady := time.Since(started)
 	// After the first sync: the agent is ready once its informers synced; give it a little
 	// longer for start-up work (events, the first polls) to pass.
 	if err := sleepUntil(ctx, time.Now().Add(b.o.Settle)); err != nil {
 		return err
 	}
-	res := &footprintResult{Pods: len(pods)}
+	res := &footprintResult{Pods: len(pods), StartToReady: startToReady}
 	if res.Idle, err = measure(ctx, p, proxy, time.Now().Add(b.o.Idle), time.Second); err != nil {
 		return err
 	}

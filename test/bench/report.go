@@ -239,7 +239,11 @@ func (r *report) footprintMD(p printer, o options) {
 			float64(nonWatch(ph.u.Requests))/ph.u.Window.Minutes(), ph.u.Watches)
 	}
 	p("\nRequests by verb and resource: idle %s; interruption %s.\n\n", requestList(f.Idle.Requests), requestList(f.Interruption.Requests))
-	p("- Target, under 30 MiB resident while idle: %s (median %s).\n", metMissed(f.Idle.RSSMedian < 30<<20), mib(f.Idle.RSSMedian))
+	p("Start to Ready (process start to the first 200 on `/readyz`, polled every 50 ms: the client, the\n"+
+		"informers' list and sync of the node and its %d pods, the first IMDS answer): %s.\n\n", f.Pods, f.StartToReady.Round(time.Millisecond))
+	p("- Target, at most 25 MiB resident while idle: %s (median %s).\n", metMissed(f.Idle.RSSMedian <= 25<<20), mib(f.Idle.RSSMedian))
+	p("- Target, at most 30 MiB resident during the interruption: %s (max %s).\n", metMissed(f.Interruption.RSSMax <= 30<<20), mib(f.Interruption.RSSMax))
+	p("- Target, Ready in under 2 s: %s (%s).\n", metMissed(f.StartToReady < 2*time.Second), f.StartToReady.Round(time.Millisecond))
 	p("- Target, under 2 millicores idle: %s (%.2f).\n", metMissed(f.Idle.Millicores < 2), f.Idle.Millicores)
 	p("- Target, zero non-watch requests per idle minute: %s (%d in %s).\n", metMissed(nonWatch(f.Idle.Requests) == 0),
 		nonWatch(f.Idle.Requests), f.Idle.Window.Round(time.Second))
