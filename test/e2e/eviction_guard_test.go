@@ -211,6 +211,7 @@ func evict(ctx context.Context, cl kubernetes.Interface, ns, name string, grace 
 // fails with a 500 and the real agent still ends A's pods before the reclaim deadline with its
 // node-bound DELETE.
 func TestEvictionGuardBindsEvictionsToTheNode(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	const ns, sa, nodeA, nodeB = "evguard", "reprieve-evguard", "evguard-a", "evguard-b"
@@ -369,6 +370,7 @@ func impersonate(t *testing.T, sa, ns, node string) kubernetes.Interface {
 // webhook's caBundle; once that Secret exists, a second render (an upgrade) reuses it, so the
 // pair and the caBundle do not rotate.
 func TestEvictionGuardChartKeepsItsKeyPair(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns = "evguard-tls"
@@ -453,6 +455,7 @@ func TestEvictionGuardChartKeepsItsKeyPair(t *testing.T) {
 // under a budget, with the agent's container securityContext; and no pod the agent's DaemonSet
 // would select.
 func TestEvictionGuardChartRender(t *testing.T) {
+	t.Parallel()
 	// The per-cloud values files keep the guard (the chart's default); the static manifests
 	// rendered from them (render.sh shows only the agent's templates) carry none of it.
 	for _, f := range []string{"aws", "gcp", "azure"} {

@@ -27,6 +27,7 @@ import (
 // the taint's timeAdded, not from the restart), nothing is evicted twice, and a SIGTERM then
 // stops the agent cleanly with the node's state intact.
 func TestRestartMidInterruption(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns, node = "restart", "restart-node"
@@ -123,6 +124,7 @@ func TestRestartMidInterruption(t *testing.T) {
 // node lifecycle controller and other agents do. No write of either side may drop the other's
 // taint, and reprieve's own taint must be present exactly once.
 func TestConcurrentWriters(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const node = "writers-node"
@@ -384,6 +386,7 @@ func absDur(d time.Duration) time.Duration {
 // mid-plan is skipped; a pod replaced under the same name is re-planned from its own
 // tolerations; and none of them holds up the others.
 func TestStuckDeletedAndReplacedPods(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns, node = "stuck", "stuck-node"

@@ -34,6 +34,7 @@ import (
 // Linux routes over loopback. A pod gets its notice, a hanging GET returns when the notice comes
 // and when it goes, and a neighbour, an address of no pod and a pod of another node get 404.
 func TestNoticeEndpointAnswersPodsAboutThemselves(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	const ns, node, other = "notice-api", "notice-api-a", "notice-api-b"
@@ -201,6 +202,7 @@ func TestNoticeEndpointAnswersPodsAboutThemselves(t *testing.T) {
 // same number when it is on the pod network (pods ask at status.hostIP), none on the host
 // network, where the port is the node's already.
 func TestChartNoticeEndpoint(t *testing.T) {
+	t.Parallel()
 	find := func(ds *appsv1.DaemonSet) (string, *v1.ContainerPort) {
 		c := ds.Spec.Template.Spec.Containers[0]
 		var addr string
