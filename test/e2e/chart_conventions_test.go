@@ -28,7 +28,6 @@ func readChartMeta(t *testing.T) chartMeta {
 // every object, name overrides, tolerating every taint by default (a pool with a NoExecute taint
 // of its own must not be left without its agent), and a rolling update one node at a time.
 func TestChartConventions(t *testing.T) {
-	t.Parallel()
 	chart := readChartMeta(t)
 	t.Run("labels", func(t *testing.T) {
 		for _, c := range chartCases {

@@ -112,7 +112,6 @@ var chartCases = []chartCase{
 // TestChartLint runs `helm lint --strict` on the chart with each case's values, and checks
 // that values the chart cannot render are refused with a message that names them.
 func TestChartLint(t *testing.T) {
-	t.Parallel()
 	for _, c := range chartCases {
 		if _, err := helm(t, append([]string{"lint", "--strict", chartDir}, c.args...)...); err != nil {
 			t.Errorf("%s: %v", c.name, err)
@@ -141,7 +140,6 @@ func TestChartLint(t *testing.T) {
 // TestManifestsRendered checks that deploy/manifests/ is what `make manifests` renders from
 // the chart now (deploy/chart/render.sh), file for file.
 func TestManifestsRendered(t *testing.T) {
-	t.Parallel()
 	root := repoRoot(t)
 	out := t.TempDir()
 	cmd := exec.Command("bash", filepath.Join(root, "deploy", "chart", "render.sh"), out)
@@ -194,7 +192,6 @@ func firstLineDiff(got, want []byte) string {
 // plain manifests. The Prometheus Operator's kinds are left out (no CRDs here) and checked
 // against deploy/prometheus/ instead.
 func TestChartRendersApplyServerDryRun(t *testing.T) {
-	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	d := newDryRunner(t)
@@ -331,7 +328,6 @@ var hostSourcePaths = []string{"/proc/meminfo", "/proc/loadavg", "/proc/sys/kern
 // TestChartValues checks what each value does to the rendered DaemonSet, ClusterRole and
 // admission policy.
 func TestChartValues(t *testing.T) {
-	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		set  string

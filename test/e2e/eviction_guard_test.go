@@ -370,7 +370,6 @@ func impersonate(t *testing.T, sa, ns, node string) kubernetes.Interface {
 // webhook's caBundle; once that Secret exists, a second render (an upgrade) reuses it, so the
 // pair and the caBundle do not rotate.
 func TestEvictionGuardChartKeepsItsKeyPair(t *testing.T) {
-	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns = "evguard-tls"
@@ -455,7 +454,6 @@ func TestEvictionGuardChartKeepsItsKeyPair(t *testing.T) {
 // under a budget, with the agent's container securityContext; and no pod the agent's DaemonSet
 // would select.
 func TestEvictionGuardChartRender(t *testing.T) {
-	t.Parallel()
 	// The per-cloud values files keep the guard (the chart's default); the static manifests
 	// rendered from them (render.sh shows only the agent's templates) carry none of it.
 	for _, f := range []string{"aws", "gcp", "azure"} {

@@ -728,7 +728,6 @@ func guardCAFile(t *testing.T) (string, []byte) {
 // Service's name, and gives the job the guard's alerts select, as they select the Deployment's
 // name; for a second release and another monitoring.job too.
 func TestEvictionGuardChartPodMonitor(t *testing.T) {
-	t.Parallel()
 	if pm := byKind(renderGuardObjects(t, "reprieve"), "PodMonitor"); len(pm) != 0 {
 		t.Errorf("the default render has a guard PodMonitor; want it only with podMonitor.enabled")
 	}
@@ -806,7 +805,6 @@ func TestEvictionGuardChartPodMonitor(t *testing.T) {
 // objects the API server knows are applied with a server-side dry run. Values that do not go
 // together are refused with a message naming them; client authentication mounts its CA.
 func TestEvictionGuardChartUserCertificate(t *testing.T) {
-	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	caPath, caPEM := guardCAFile(t)

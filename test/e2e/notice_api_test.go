@@ -202,7 +202,6 @@ func TestNoticeEndpointAnswersPodsAboutThemselves(t *testing.T) {
 // same number when it is on the pod network (pods ask at status.hostIP), none on the host
 // network, where the port is the node's already.
 func TestChartNoticeEndpoint(t *testing.T) {
-	t.Parallel()
 	find := func(ds *appsv1.DaemonSet) (string, *v1.ContainerPort) {
 		c := ds.Spec.Template.Spec.Containers[0]
 		var addr string
