@@ -87,15 +87,19 @@ fuzz-run:
 # after the other packages, alone (about a minute and a half once compiled: test/README.md).
 REALNODE := ./test/realnode
 NOT_REALNODE = $$(go list ./... | grep -v '/test/realnode$$')
+# The end-to-end tests that share no state run side by side on the one control plane
+# (t.Parallel; test/README.md lists which and why). They mostly wait for real windows of
+# 30-120 s, so more of them than GOMAXPROCS (2 here) run at once.
+E2E_PARALLEL ?= 16
 
 ## e2e: end-to-end tests on the real control plane, then on the real node
 e2e: tools promtool node-packages e2e-bin
-	REPRIEVE_BIN=$(E2E_BIN) REPRIEVE_E2E_REQUIRED=1 go test -race -count=1 -timeout 45m $$(go list ./test/... | grep -v '/test/realnode$$')
+	REPRIEVE_BIN=$(E2E_BIN) REPRIEVE_E2E_REQUIRED=1 go test -race -count=1 -timeout 45m -parallel $(E2E_PARALLEL) $$(go list ./test/... | grep -v '/test/realnode$$')
 	REPRIEVE_BIN=$(E2E_BIN) REPRIEVE_E2E_REQUIRED=1 go test -race -count=1 -timeout 10m $(REALNODE)
 
 ## test: everything CI runs: lint, unit and end-to-end tests (the real node's last)
 test: tools promtool node-packages lint fuzz-outside e2e-bin
-	REPRIEVE_BIN=$(E2E_BIN) REPRIEVE_E2E_REQUIRED=1 go test -race -count=1 -timeout 45m $(NOT_REALNODE)
+	REPRIEVE_BIN=$(E2E_BIN) REPRIEVE_E2E_REQUIRED=1 go test -race -count=1 -timeout 45m -parallel $(E2E_PARALLEL) $(NOT_REALNODE)
 	REPRIEVE_BIN=$(E2E_BIN) REPRIEVE_E2E_REQUIRED=1 go test -race -count=1 -timeout 10m $(REALNODE)
 
 ## realnode: only the real node's tests (root; make tools node-packages first)

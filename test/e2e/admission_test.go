@@ -26,6 +26,7 @@ import (
 // a token bound to no pod can change no node; yet the real agent, with A's token, carries out an
 // interruption on node A.
 func TestAdmissionPolicyBindsTheAgentToItsNode(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	const ns, sa, nodeA, nodeB = "vap", "reprieve-vap", "vap-a", "vap-b"

@@ -42,6 +42,7 @@ audit/StatefulSet/db   30s gcp,azure  2/2 all  0           0                  2 
 // a GKE Spot node and an on-demand node: owners resolved through ReplicaSets and Jobs, the
 // exact rows of the table, and the same figures in the JSON.
 func TestAuditMixedWorkload(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns, spotA, spotB, onDemand = "audit", "audit-spot-a", "audit-spot-b", "audit-on-demand"

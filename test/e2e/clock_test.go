@@ -20,6 +20,7 @@ import (
 // notices for the same machine, on the real binary: each handled with one request per pod (no
 // eviction storm) and a clear log line.
 func TestDeadlineOddities(t *testing.T) {
+	t.Parallel()
 	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
 	cfg := agent.DefaultConfig()
 	maint, _ := agent.ParseTaint(cfg.MaintenanceTaint)
@@ -61,6 +62,7 @@ func TestDeadlineOddities(t *testing.T) {
 	}
 
 	t.Run("past", func(t *testing.T) {
+		t.Parallel()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		obs, logTail, addr := start(ctx, t, "past")
@@ -85,6 +87,7 @@ func TestDeadlineOddities(t *testing.T) {
 	})
 
 	t.Run("a year away", func(t *testing.T) {
+		t.Parallel()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		obs, logTail, addr := start(ctx, t, "year")
@@ -116,6 +119,7 @@ func TestDeadlineOddities(t *testing.T) {
 	})
 
 	t.Run("moves earlier", func(t *testing.T) {
+		t.Parallel()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		obs, _, addr := start(ctx, t, "earlier")
@@ -139,6 +143,7 @@ func TestDeadlineOddities(t *testing.T) {
 	})
 
 	t.Run("two notices", func(t *testing.T) {
+		t.Parallel()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		srv := azureevents.New("two-node")

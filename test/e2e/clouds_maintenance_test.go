@@ -22,6 +22,7 @@ import (
 // pod running, put only the NoSchedule maintenance taint on, and know the deadline an hour out
 // (issue 13: it used to evict everything with a 120 s deadline).
 func TestGCPGPUMaintenanceHourAhead(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns, node = "gcp-gpu-hour", "gcp-gpu-hour-node"
@@ -109,6 +110,7 @@ func TestGCPGPUMaintenanceHourAhead(t *testing.T) {
 // TestGCPGPUMaintenanceWindowSoon: the same GPU VM with the window 90 s ahead, within
 // --maintenance-lead: the normal eviction schedule runs, against the window's start.
 func TestGCPGPUMaintenanceWindowSoon(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	res := runCloud(ctx, t, "gcp-gpu-soon", scenario.GCPMaintenance{}, 90*time.Second)
@@ -127,6 +129,7 @@ func TestGCPGPUMaintenanceWindowSoon(t *testing.T) {
 // service (up to two minutes; 20 s here). A Preempt posted meanwhile must be caught: the first
 // call runs to its end instead of being cut by every poll.
 func TestAzureSlowFirstAnswer(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	srv := azureevents.New("azure-slow-node")
@@ -155,6 +158,7 @@ func TestAzureSlowFirstAnswer(t *testing.T) {
 // connection stays open, no reset) and the VM is preempted meanwhile. The watch's own bound
 // must notice within 15 s; a preemption leaves 30 s.
 func TestGCPStalledWatch(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns, node = "gcp-stall", "gcp-stall-node"

@@ -86,6 +86,7 @@ func runCloud(ctx context.Context, t *testing.T, name string, cloud scenario.Clo
 // TestGCPPreemption: preempted=TRUE through hanging GETs; the machine goes 30 s later. The
 // taint must be on the node within a second of the value changing.
 func TestGCPPreemption(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	res := runCloud(ctx, t, "gcp", scenario.GCP{}, 30*time.Second)
@@ -102,6 +103,7 @@ func TestGCPPreemption(t *testing.T) {
 
 // TestAzurePreemption: a Preempt event from Scheduled Events, NotBefore 45 s after the notice.
 func TestAzurePreemption(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	res := runCloud(ctx, t, "azure", scenario.Azure{}, 45*time.Second)
@@ -115,6 +117,7 @@ func TestAzurePreemption(t *testing.T) {
 // once the node is drained; when the event then disappears from the document (finished or
 // cancelled), reprieve removes what it added.
 func TestAzureApprovalAndCancellation(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns, node = "azure-approve", "azure-approve-node"

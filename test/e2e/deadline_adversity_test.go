@@ -94,6 +94,7 @@ func goneBy(t *testing.T, recs map[string]scenario.Record, end, T time.Time, nam
 // forever is deleted by someone else with a 600 s grace two seconds after a 40 s notice. It is
 // leaving: reprieve shortens its grace so that it is gone before D - margin.
 func TestAdversityAlreadyTerminating(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns, node = "adv-leaving", "adv-leaving-node"
@@ -136,6 +137,7 @@ func TestAdversityAlreadyTerminating(t *testing.T) {
 // window (tolerating 600 s, so due at their latest start E - grace, which only reprieve acts
 // on): they are still evicted on time, and the process then exits 0.
 func TestAdversitySIGTERMMidWindow(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns, node = "adv-sigterm", "adv-sigterm-node"
@@ -186,6 +188,7 @@ func TestAdversitySIGTERMMidWindow(t *testing.T) {
 // down and the service comes back 10 s later. The taint keeps its original timeAdded, the pod
 // tolerating 10 s is evicted at T+10, and every pod is gone by D - margin.
 func TestAdversityRestartDuringMetadataOutage(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns, node = "adv-outage", "adv-outage-node"
@@ -265,6 +268,7 @@ func TestAdversityRestartDuringMetadataOutage(t *testing.T) {
 // notice's refused attempts and backoff (grown to 10 s) must not make the second skip the
 // Eviction API: the pod goes through it, and nothing is force-deleted.
 func TestAdversityTwoNotices(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns, node = "adv-twice", "adv-twice-node"
@@ -372,6 +376,7 @@ func failingEvictions(t *testing.T, delay time.Duration) (kubeconfig string, evi
 // the lead) in a 40 s window, still ends by D - margin. Before the DELETE, the pod gets
 // DisruptionTarget=True (item 8) with the shipped role.
 func TestAdversitySlowFailingEvictions(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns, node = "adv-slow", "adv-slow-node"
@@ -424,6 +429,7 @@ func TestAdversitySlowFailingEvictions(t *testing.T) {
 // pods/status; the shipped admission policy binds it to the token's node like the deletes: an
 // agent may mark a pod on its own node, not one on another node.
 func TestAdversityStatusPatchIsNodeBound(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns, sa, nodeA, nodeB = "adv-vap", "reprieve-adv-vap", "adv-vap-a", "adv-vap-b"

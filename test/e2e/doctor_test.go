@@ -24,6 +24,7 @@ import (
 // lacks one permission gets that permission named with its fix; metadata endpoints that are down,
 // or an IMDSv2 token request that never answers (the hop-limit symptom), fail with their fix.
 func TestDoctor(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns, node = "doctor", "doctor-node"

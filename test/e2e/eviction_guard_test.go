@@ -211,6 +211,7 @@ func evict(ctx context.Context, cl kubernetes.Interface, ns, name string, grace 
 // fails with a 500 and the real agent still ends A's pods before the reclaim deadline with its
 // node-bound DELETE.
 func TestEvictionGuardBindsEvictionsToTheNode(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	const ns, sa, nodeA, nodeB = "evguard", "reprieve-evguard", "evguard-a", "evguard-b"

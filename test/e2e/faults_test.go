@@ -27,6 +27,7 @@ import (
 // the taint's timeAdded, not from the restart), nothing is evicted twice, and a SIGTERM then
 // stops the agent cleanly with the node's state intact.
 func TestRestartMidInterruption(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns, node = "restart", "restart-node"
@@ -123,6 +124,7 @@ func TestRestartMidInterruption(t *testing.T) {
 // node lifecycle controller and other agents do. No write of either side may drop the other's
 // taint, and reprieve's own taint must be present exactly once.
 func TestConcurrentWriters(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const node = "writers-node"
@@ -137,16 +139,26 @@ func TestConcurrentWriters(t *testing.T) {
 	defer func() { _ = rp.Stop() }()
 
 	// The other writer: every few milliseconds, replace its own taint with a new value and
-	// bump a label and an annotation, through Update with the resourceVersion it read.
-	wctx, stopWriter := context.WithCancel(ctx)
+	// bump a label and an annotation, through Update with the resourceVersion it read. It stops
+	// between writes, never by cancelling one in flight: a write cancelled after the API server
+	// applied it would be on the node but not counted as the last one that succeeded.
+	stop := make(chan struct{})
+	stopWriter := func() { close(stop) }
 	var wg sync.WaitGroup
 	var writes, conflicts, lastOK int
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		for i := 0; wctx.Err() == nil; i++ {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-ctx.Done(): // the test failed or timed out
+				return
+			default:
+			}
 			err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-				n, err := env.Client.CoreV1().Nodes().Get(wctx, node, metav1.GetOptions{})
+				n, err := env.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 				if err != nil {
 					return err
 				}
@@ -162,7 +174,7 @@ func TestConcurrentWriters(t *testing.T) {
 					n.Annotations = map[string]string{}
 				}
 				n.Annotations["writer.example.com/gen"] = fmt.Sprint(i)
-				_, err = env.Client.CoreV1().Nodes().Update(wctx, n, metav1.UpdateOptions{})
+				_, err = env.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
 				if apierrors.IsConflict(err) {
 					conflicts++
 				}
@@ -384,6 +396,7 @@ func absDur(d time.Duration) time.Duration {
 // mid-plan is skipped; a pod replaced under the same name is re-planned from its own
 // tolerations; and none of them holds up the others.
 func TestStuckDeletedAndReplacedPods(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns, node = "stuck", "stuck-node"

@@ -26,6 +26,7 @@ import (
 // and admits each one (schemas with unknown fields refused, CEL of the admission policies)
 // without keeping it.
 func TestManifestsApplyServerDryRun(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	files, err := filepath.Glob(filepath.Join(repoRoot(t), "deploy", "manifests", "*.yaml"))

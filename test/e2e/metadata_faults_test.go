@@ -48,8 +48,12 @@ var everyFault = []faultproxy.Mode{faultproxy.ServerError, faultproxy.Hang, faul
 // can withdraw a notice (GCP, Azure), withdrawing it mid-flight undoes the taint and evicts
 // nothing.
 func TestMetadataFaults(t *testing.T) {
+	t.Parallel()
 	for _, c := range []metadataCloud{awsFaults(), gcpFaults(), azureFaults()} {
-		t.Run(c.provider, func(t *testing.T) { runMetadataFaults(t, c) })
+		t.Run(c.provider, func(t *testing.T) {
+			t.Parallel()
+			runMetadataFaults(t, c)
+		})
 	}
 }
 

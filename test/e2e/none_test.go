@@ -20,6 +20,7 @@ import (
 // none): setting it taints and evicts; removing it undoes exactly what reprieve added and
 // nothing that another writer had put on the node.
 func TestProviderNoneAnnotationRoundTrip(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns, node = "none", "none-node"

@@ -34,6 +34,7 @@ import (
 // Linux routes over loopback. A pod gets its notice, a hanging GET returns when the notice comes
 // and when it goes, and a neighbour, an address of no pod and a pod of another node get 404.
 func TestNoticeEndpointAnswersPodsAboutThemselves(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	const ns, node, other = "notice-api", "notice-api-a", "notice-api-b"

@@ -18,6 +18,7 @@ import (
 // handle it: every pod the plan evicts is evicted when and with the grace the plan says, PDB
 // refusals end in a delete at the time the plan gives, and every pod the plan skips stays.
 func TestPlanMatchesTheAgent(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns, node = "plan", "plan-node"

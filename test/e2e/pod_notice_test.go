@@ -31,6 +31,7 @@ import (
 // none. With the same token, the policy refuses a pod label, another annotation, another
 // condition, a write of the pod itself, and any write to a pod on node B.
 func TestPodNoticeWarnsPodsUnderThePolicy(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	const ns, sa, nodeA, nodeB = "pod-notice", "reprieve-pod-notice", "pod-notice-a", "pod-notice-b"

@@ -50,6 +50,7 @@ func refusedWith403(t *testing.T, what string, err error, want string) {
 // pods): a legacy Secret token, and the token of node A's agent against the fields of a pod's
 // status and of its node's spec.
 func TestPolicyHostileTokens(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns, sa, nodeA, nodeB = "hostile", "reprieve-hostile", "hostile-a", "hostile-b"
@@ -383,6 +384,7 @@ func fieldJSON(t *testing.T, obj any, part, field string) string {
 // mount (a 1.30 API server, where the RecursiveReadOnlyMounts gate is off by default, would drop
 // it), each read-only with no mount propagation, as the kubelet requires for it.
 func TestHostPathMountsStoredRecursiveReadOnly(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	sets := map[string]*appsv1.DaemonSet{}

@@ -84,6 +84,7 @@ func (k *fakeKubelet) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 //     DaemonSet, mirror and system-critical pods are never touched;
 //   - the taint goes a transition period after the signal came back, not before.
 func TestPressure(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	const ns, node = "pressure", "pressure-node"
@@ -261,6 +262,7 @@ func TestPressure(t *testing.T) {
 // filesystem (--pressure-source=host, the DaemonSet's default) with thresholds that cannot be
 // crossed: every signal is read, with sane values, no read error, and no taint.
 func TestPressureHostSource(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns, node = "pressure-host", "pressure-host-node"

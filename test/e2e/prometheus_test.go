@@ -35,6 +35,7 @@ func requireTool(t *testing.T, name string) string {
 // rules, through an interruption: the imminent-interruption alert fires, the missed-deadline
 // alert does not, and `promtool check metrics` accepts the agent's exposition.
 func TestPrometheusAlerts(t *testing.T) {
+	t.Parallel()
 	promtool := requireTool(t, "promtool")
 	requireTool(t, "prometheus")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -33,6 +33,7 @@ const apiOutage = 5 * time.Second
 // answering /healthz, is not ready meanwhile, and becomes ready once the API server answers (a
 // TCP forwarder to the real one starts listening on that address after apiOutage).
 func TestProviderStartWithoutAPIServer(t *testing.T) {
+	t.Parallel()
 	root := repoRoot(t)
 	dmi := func(name string) string { return filepath.Join(root, "providers", "detect", "testdata", name) }
 	tests := []struct {

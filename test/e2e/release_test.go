@@ -13,6 +13,7 @@ import (
 // the Dockerfile build it (the same flags in all three), it is static (the distroless static
 // image has no C library, so no loader and no shared library), and it runs.
 func TestReleaseBinary(t *testing.T) {
+	t.Parallel()
 	for _, f := range []string{"Makefile", "Dockerfile"} {
 		b := readRepoFile(t, f)
 		for _, want := range scenario.ReleaseBuild {

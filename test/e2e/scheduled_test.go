@@ -20,6 +20,7 @@ import (
 // NoSchedule maintenance taint and evicts nothing; within the lead it interrupts, with NotBefore
 // as the deadline; once the event is cancelled a restarted agent undoes what it added.
 func TestScheduledMaintenance(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	const ns, node = "maint", "maint-node"

@@ -28,6 +28,7 @@ import (
 // actions on A pass. Then the same identity with a token bound to no pod (no node claim):
 // `reprieve doctor` fails naming the claim, and the agent turns not ready.
 func TestAgentTokenAttacks(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	const ns, sa, nodeA, nodeB = "attack", "reprieve-attack", "attack-a", "attack-b"

@@ -61,6 +61,7 @@ var expected = map[string]expectation{
 }
 
 func TestSpotInterruption(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	hook := newReceiver(t)

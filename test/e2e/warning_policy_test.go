@@ -56,6 +56,7 @@ func warningsOf(t *testing.T, request func(kubernetes.Interface) error) []string
 // lists with templates that target spot capacity or not: the API server's answer carries the
 // exact warnings for the ones that cannot finish in the window, and none for the others.
 func TestAdmissionWarningsForSpotWorkloads(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns, release = "warnpolicy", "warnpolicy"

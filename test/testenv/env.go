@@ -98,7 +98,7 @@ type Options struct {
 type Env struct {
 	// Kubeconfig is the path of an admin kubeconfig file (bearer token, serving CA).
 	Kubeconfig string
-	// Config is the admin REST config (QPS 200, Burst 400). Copy it with rest.CopyConfig
+	// Config is the admin REST config (QPS 1000, Burst 2000). Copy it with rest.CopyConfig
 	// before changing it.
 	Config *rest.Config
 	// Client is an admin clientset built from Config.
@@ -534,8 +534,12 @@ func (e *Env) startAPIServer(ctx context.Context) error {
 		Host:            e.Host,
 		BearerToken:     e.Token,
 		TLSClientConfig: rest.TLSClientConfig{CAData: e.CAData},
-		QPS:             200,
-		Burst:           400,
+		// Client is shared by every test of a package, and tests that run in parallel each
+		// poll at up to 50 requests/s while they wait: client-go's token bucket must not
+		// delay those polls, or its wait reads as a late reaction in their timing assertions.
+		// The admin (system:masters) is exempt from the API server's own flow control.
+		QPS:   1000,
+		Burst: 2000,
 	}
 	if e.Client, err = kubernetes.NewForConfig(e.Config); err != nil {
 		return fmt.Errorf("creating the admin client: %w", err)

@@ -212,7 +212,9 @@ func (p *Process) failure(err error) error {
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that the kernel just handed out and that is
-// free again (as long as nobody else grabs it first).
+// free again (as long as nobody else grabs it first). It never returns a port it returned
+// before in this process, so that tests running in parallel (t.Parallel) cannot be handed
+// the same port in the moment between one's FreePort and its program's bind.
 func FreePort() (int, error) {
 	ports, err := freePorts(1)
 	if err != nil {
@@ -221,8 +223,16 @@ func FreePort() (int, error) {
 	return ports[0], nil
 }
 
-// freePorts returns n distinct free ports on 127.0.0.1, holding all listeners open until
-// every port is chosen so that the kernel cannot hand out one port twice.
+// handedOut are the ports freePorts returned in this process: the kernel may hand a port out
+// again once its listener is closed, which is before the program it was chosen for binds it.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// freePorts returns n distinct free ports on 127.0.0.1, none returned before in this process,
+// holding all listeners open until every port is chosen so that the kernel cannot hand out one
+// port twice.
 func freePorts(n int) ([]int, error) {
 	ports := make([]int, 0, n)
 	listeners := make([]net.Listener, 0, n)
@@ -231,13 +241,25 @@ func freePorts(n int) ([]int, error) {
 			_ = l.Close()
 		}
 	}()
-	for range n {
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	// A port handed out before is kept listening (so that the kernel picks another) and
+	// skipped; the bound keeps a full port range from looping forever.
+	for tries := 0; len(ports) < n; tries++ {
+		if tries > 1000 {
+			return nil, fmt.Errorf("getting a free port: %d tries gave only ports handed out before", tries)
+		}
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return nil, fmt.Errorf("getting a free port: %w", err)
 		}
 		listeners = append(listeners, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		port := l.Addr().(*net.TCPAddr).Port
+		if handedOut.ports[port] {
+			continue
+		}
+		handedOut.ports[port] = true
+		ports = append(ports, port)
 	}
 	return ports, nil
 }

@@ -287,6 +287,23 @@ func TestFreePort(t *testing.T) {
 	}
 }
 
+// TestFreePortNeverRepeats: tests that run in parallel each ask for ports; the kernel hands a
+// closed port out again at random (bind to port 0 picks from the whole ephemeral range), so
+// among 500 answers some repeat unless FreePort remembers what it gave.
+func TestFreePortNeverRepeats(t *testing.T) {
+	seen := map[int]bool{}
+	for range 500 {
+		p, err := FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[p] {
+			t.Fatalf("FreePort returned %d twice", p)
+		}
+		seen[p] = true
+	}
+}
+
 func waitFor(ctx context.Context, t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
