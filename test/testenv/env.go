@@ -92,6 +92,30 @@ type Options struct {
 	LogDir string
 	// Logf, when set, receives progress messages (for example t.Logf).
 	Logf func(format string, args ...any)
+	// APF, when set, runs kube-apiserver with API Priority and Fairness on and these seats;
+	// nil keeps it off (--enable-priority-and-fairness=false), as every test but the pool
+	// scenario wants.
+	APF *APF
+}
+
+// APF is kube-apiserver's API Priority and Fairness with a number of seats: APF shares
+// --max-requests-inflight + --max-mutating-requests-inflight among its priority levels by their
+// nominalConcurrencyShares (the defaults are 400 and 200).
+type APF struct {
+	MaxRequestsInflight, MaxMutatingRequestsInflight int
+}
+
+// Seats is the total APF shares among the priority levels.
+func (a APF) Seats() int { return a.MaxRequestsInflight + a.MaxMutatingRequestsInflight }
+
+// flags are kube-apiserver's flags for a (nil: APF off).
+func (a *APF) flags() []string {
+	if a == nil {
+		return []string{"--enable-priority-and-fairness=false"}
+	}
+	return []string{"--enable-priority-and-fairness=true",
+		"--max-requests-inflight=" + strconv.Itoa(a.MaxRequestsInflight),
+		"--max-mutating-requests-inflight=" + strconv.Itoa(a.MaxMutatingRequestsInflight)}
 }
 
 // Env is a running control plane. Its exported fields are read-only.
@@ -125,6 +149,9 @@ type Env struct {
 	etcd           *Process
 	apiserver      *Process
 	apiserverArgs  []string
+	apf            *APF
+	tokenFile      string
+	peers          []*Process // further API servers on the same etcd (StartAPIServer)
 	kwok           *Process
 	fastPods       bool
 	kcm            *Process
@@ -142,7 +169,7 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("starting the control plane: %w", err)
 	}
-	e := &Env{toolsBin: bin, logf: opts.Logf, LogDir: opts.LogDir}
+	e := &Env{toolsBin: bin, logf: opts.Logf, LogDir: opts.LogDir, apf: opts.APF}
 	if e.logf == nil {
 		e.logf = func(string, ...any) {}
 	}
@@ -200,11 +227,12 @@ func (e *Env) Stop() {
 	e.stopped = true
 	kcm, sched, kwok, apiserver, etcd := e.kcm, e.scheduler, e.kwok, e.apiserver, e.etcd
 	e.kcm, e.scheduler = nil, nil
+	peers := e.peers
 	e.mu.Unlock()
 
-	// The clients of the API server go first, in parallel, then the API server, then etcd.
+	// The clients of the API server go first, in parallel, then the API servers, then etcd.
 	var wg sync.WaitGroup
-	for _, p := range []*Process{kcm, sched, kwok} {
+	for _, p := range append([]*Process{kcm, sched, kwok}, peers...) {
 		if p != nil {
 			wg.Go(func() { e.stopProcess(p) })
 		}
@@ -504,28 +532,9 @@ func (e *Env) startAPIServer(ctx context.Context) error {
 	if err := os.WriteFile(tokenFile, fmt.Appendf(nil, "%s,%s,%s,%s\n", e.Token, adminUser, adminUser, adminGroup), 0o600); err != nil {
 		return fmt.Errorf("writing the token file: %w", err)
 	}
+	e.tokenFile = tokenFile
 	e.Host = fmt.Sprintf("https://127.0.0.1:%d", ports[0])
-	args := []string{
-		"--etcd-servers=" + e.EtcdURL,
-		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(ports[0]),
-		"--cert-dir=" + filepath.Join(e.dataDir, "apiserver-certs"),
-		"--tls-cert-file=" + e.pki.servingCert,
-		"--tls-private-key-file=" + e.pki.servingKey,
-		"--client-ca-file=" + e.pki.caCert,
-		"--token-auth-file=" + tokenFile,
-		"--authorization-mode=RBAC,Node",
-		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file=" + e.pki.saKey,
-		"--service-account-signing-key-file=" + e.pki.saKey,
-		"--service-cluster-ip-range=10.0.0.0/24",
-		"--endpoint-reconciler-type=none",
-		"--enable-priority-and-fairness=false",
-		"--allow-privileged=true",
-		"--profiling=false",
-	}
-	e.apiserverArgs = args
+	e.apiserverArgs = e.apiserverFlags(ports[0], "apiserver-certs", e.apf)
 	if err := e.runAPIServer(ctx); err != nil {
 		return err
 	}
@@ -543,6 +552,109 @@ func (e *Env) startAPIServer(ctx context.Context) error {
 	e.Kubeconfig = filepath.Join(e.dataDir, "admin.kubeconfig")
 	if err := writeKubeconfig(e.Kubeconfig, e.Host, e.CAData, adminUser, e.Token); err != nil {
 		return err
+	}
+	return nil
+}
+
+// apiserverFlags are kube-apiserver's flags for a server on port, with its generated
+// certificates in certDir under the data folder, and APF as apf says.
+func (e *Env) apiserverFlags(port int, certDir string, apf *APF) []string {
+	args := []string{
+		"--etcd-servers=" + e.EtcdURL,
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(port),
+		"--cert-dir=" + filepath.Join(e.dataDir, certDir),
+		"--tls-cert-file=" + e.pki.servingCert,
+		"--tls-private-key-file=" + e.pki.servingKey,
+		"--client-ca-file=" + e.pki.caCert,
+		"--token-auth-file=" + e.tokenFile,
+		"--authorization-mode=RBAC,Node",
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + e.pki.saKey,
+		"--service-account-signing-key-file=" + e.pki.saKey,
+		"--service-cluster-ip-range=10.0.0.0/24",
+		"--endpoint-reconciler-type=none",
+		"--allow-privileged=true",
+		"--profiling=false",
+	}
+	return append(args, apf.flags()...)
+}
+
+// APIServer is a further kube-apiserver on the Env's etcd (StartAPIServer): a peer of the
+// first, serving the same objects to the same credentials, with flags of its own.
+type APIServer struct {
+	// Host is its URL, https://127.0.0.1:<port>.
+	Host string
+	// Config is the admin REST config for it (QPS 200, Burst 400).
+	Config *rest.Config
+	// Client is an admin clientset for it.
+	Client  kubernetes.Interface
+	process *Process
+}
+
+// Process is the server's process (for its log).
+func (a *APIServer) Process() *Process { return a.process }
+
+// StartAPIServer starts one more kube-apiserver on the Env's etcd, with the same serving
+// certificate, admin token and service-account keys (a ServiceAccount kubeconfig of the Env
+// works against it once its server is changed to Host), and APF as apf says: a test can
+// measure API Priority and Fairness without changing the server every other test shares. Stop
+// stops it with the rest; a test may stop it earlier with Stop on its Process.
+func (e *Env) StartAPIServer(ctx context.Context, name string, apf *APF) (*APIServer, error) {
+	port, err := FreePort()
+	if err != nil {
+		return nil, fmt.Errorf("starting kube-apiserver %s: %w", name, err)
+	}
+	e.mu.Lock()
+	args := e.apiserverFlags(port, "apiserver-certs-"+name, apf)
+	e.mu.Unlock()
+	p, err := StartProcess(ctx, "kube-apiserver-"+name, filepath.Join(e.LogDir, "kube-apiserver-"+name+".log"),
+		filepath.Join(e.toolsBin, KubeAPIServerBin), args, nil)
+	if err != nil {
+		return nil, fmt.Errorf("starting kube-apiserver %s: %w", name, err)
+	}
+	e.mu.Lock()
+	e.peers = append(e.peers, p)
+	e.mu.Unlock()
+	host := fmt.Sprintf("https://127.0.0.1:%d", port)
+	client := e.httpClient()
+	if err := waitReady(ctx, p, apiserverReadyTimeout, func(ctx context.Context) error {
+		return httpOK(ctx, client, host+"/readyz", e.Token)
+	}); err != nil {
+		return nil, fmt.Errorf("starting kube-apiserver %s: %w", name, err)
+	}
+	cfg := rest.CopyConfig(e.Config)
+	cfg.Host = host
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating the admin client of kube-apiserver %s: %w", name, err)
+	}
+	return &APIServer{Host: host, Config: cfg, Client: cs, process: p}, nil
+}
+
+// RestartAPIServerWith stops kube-apiserver and starts it again on the same address and
+// credentials with APF as apf says (nil: off), for a benchmark that measures several seat
+// counts on one control plane. Clients reconnect.
+func (e *Env) RestartAPIServerWith(ctx context.Context, apf *APF) error {
+	if e.apiserverArgs == nil {
+		return errors.New("restarting kube-apiserver: it was never started")
+	}
+	if err := e.StopAPIServer(); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	e.apf = apf
+	port, err := strconv.Atoi(e.Host[strings.LastIndex(e.Host, ":")+1:])
+	if err == nil {
+		e.apiserverArgs = e.apiserverFlags(port, "apiserver-certs", apf)
+	}
+	e.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("restarting kube-apiserver: reading the port of %s: %w", e.Host, err)
+	}
+	if err := e.runAPIServer(ctx); err != nil {
+		return fmt.Errorf("restarting kube-apiserver: %w", err)
 	}
 	return nil
 }
