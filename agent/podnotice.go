@@ -83,7 +83,7 @@ type podNotifier struct {
 	// turn, when set, waits until a warning may be written (evict.Executor.Background): the
 	// warnings go only when no eviction waits for the API server, and pause with the
 	// evictions when the server throttles the agent. done takes the write's result.
-	turn func(ctx context.Context) (done func(error), err error)
+	turn  func(ctx context.Context) (done func(error), err error)
 	queue workqueue.TypedRateLimitingInterface[string]
 
 	mu sync.Mutex

@@ -56,8 +56,8 @@ type podState struct {
 	// they refused nothing about the pod, so they neither back it off nor force its delete.
 	throttled int
 	logged    plan.SkipReason
-	announced   time.Time // the eviction time last announced in an EvictionScheduled event
-	blocked     bool      // the last eviction request was refused by a PodDisruptionBudget
+	announced time.Time // the eviction time last announced in an EvictionScheduled event
+	blocked   bool      // the last eviction request was refused by a PodDisruptionBudget
 	// deleteFailures counts the deletes that failed in a row, for their backoff.
 	deleteFailures int
 	// marked is set once DisruptionTarget was patched onto the pod (markDisruptionTarget).
