@@ -162,14 +162,36 @@ func (e *Executor) Enqueue(obj any) {
 	}
 }
 
-// EnqueueAll queues every pod of the node.
+// EnqueueAll queues every pod of the node, the most urgent first (by their last safe moment,
+// the gate's order): the workers take them in that order, so that the first requests of a
+// notice, sent before the gate holds any waiter to order, are already the most urgent ones.
 func (e *Executor) EnqueueAll() {
 	pods, err := e.o.Pods.List(labels.Everything())
 	if err != nil {
 		return
 	}
-	for _, p := range pods {
-		e.Enqueue(p)
+	view := e.View()
+	type item struct {
+		pod     *v1.Pod
+		planned bool
+		key     time.Time
+	}
+	items := make([]item, len(pods))
+	for i, p := range pods {
+		pl := plan.PlanPod(p, view.Taints, view.Window, e.o.Filter, e.o.ComparisonOperators)
+		items[i] = item{pod: p, planned: pl.Skip == plan.SkipNone, key: gateKey(pl, pl.Bound(view.Window))}
+	}
+	slices.SortStableFunc(items, func(a, b item) int {
+		if a.planned != b.planned {
+			if a.planned {
+				return -1
+			}
+			return 1
+		}
+		return a.key.Compare(b.key)
+	})
+	for _, it := range items {
+		e.Enqueue(it.pod)
 	}
 }
 

@@ -3,6 +3,7 @@ package evict
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -301,5 +302,25 @@ func TestQueuedRequestResentWithGraceRecomputed(t *testing.T) {
 	sent := f.sentSoFar(got)
 	if len(sent) != 2 || sent[1].grace != 33 {
 		t.Fatalf("requests %v, want a second with the grace recomputed (33 s)", sent)
+	}
+}
+
+// TestEnqueueAllMostUrgentFirst (issue 24): a new window queues the node's pods by their last
+// safe moment, so that the first requests of a notice (sent before any waiter is there to be
+// ordered) are the most urgent; pods left alone come last.
+func TestEnqueueAllMostUrgentFirst(t *testing.T) {
+	forever := testPod("forever", 60)
+	forever.Spec.Tolerations = []v1.Toleration{{Key: spot.Key, Operator: v1.TolerationOpExists, Effect: v1.TaintEffectNoExecute}}
+	f := newFixture(t, testPod("a5", 5), forever, testPod("b30", 30), testPod("c1", 1), testPod("d20", 20))
+	f.e.SetView(view(t0.Add(40 * time.Second)))
+	var got []string
+	for f.e.queue.Len() > 0 {
+		k, _ := f.e.queue.Get()
+		got = append(got, k)
+		f.e.queue.Done(k)
+	}
+	want := []string{"ns/b30", "ns/d20", "ns/a5", "ns/c1", "ns/forever"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("queued %v, want %v", got, want)
 	}
 }
