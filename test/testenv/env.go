@@ -14,6 +14,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -67,6 +70,10 @@ const (
 	adminUser  = "testenv-admin"
 	adminGroup = "system:masters"
 )
+
+// kcmUser is kube-controller-manager's own user name, which the default FlowSchema
+// kube-controller-manager matches.
+const kcmUser = "system:kube-controller-manager"
 
 // Readiness deadlines for each program.
 const (
@@ -151,6 +158,7 @@ type Env struct {
 	apiserverArgs  []string
 	apf            *APF
 	tokenFile      string
+	kcmToken       string
 	peers          []*Process // further API servers on the same etcd (StartAPIServer)
 	kwok           *Process
 	fastPods       bool
@@ -328,7 +336,18 @@ func (e *Env) StartControllerManager(ctx context.Context, controllers ...string)
 		return fmt.Errorf("starting kube-controller-manager: %w", err)
 	}
 	begin := time.Now()
+	kubeconfig := e.Kubeconfig
+	e.mu.Lock()
+	asItself := e.apf != nil
+	e.mu.Unlock()
+	if asItself {
+		// With APF on it runs as itself, as in a cluster: the admin is exempt from APF.
+		if kubeconfig, err = e.controllerManagerKubeconfig(ctx); err != nil {
+			return fmt.Errorf("starting kube-controller-manager: %w", err)
+		}
+	}
 	p, err := e.startComponent(ctx, "kube-controller-manager", KubeControllerMgrBin, ports[0],
+		"--kubeconfig="+kubeconfig,
 		"--controllers="+strings.Join(controllers, ","),
 		"--service-account-private-key-file="+e.pki.saKey,
 		"--root-ca-file="+e.pki.caCert,
@@ -356,7 +375,7 @@ func (e *Env) StartControllerManager(ctx context.Context, controllers ...string)
 // answers /healthz. extra are its own flags.
 func (e *Env) startComponent(ctx context.Context, name, bin string, port int, extra ...string) (*Process, error) {
 	args := append([]string{
-		"--kubeconfig=" + e.Kubeconfig,
+		"--kubeconfig=" + e.Kubeconfig, // a later --kubeconfig in extra wins
 		"--leader-elect=false",
 		"--bind-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(port),
@@ -529,7 +548,14 @@ func (e *Env) startAPIServer(ctx context.Context) error {
 		return err
 	}
 	tokenFile := filepath.Join(e.dataDir, "tokens.csv")
-	if err := os.WriteFile(tokenFile, fmt.Appendf(nil, "%s,%s,%s,%s\n", e.Token, adminUser, adminUser, adminGroup), 0o600); err != nil {
+	if e.kcmToken, err = randomToken(); err != nil {
+		return err
+	}
+	// kube-controller-manager's own identity (no group): under APF it is classified as a
+	// cluster classifies it (the kube-controller-manager FlowSchema, workload-high), not as
+	// the exempt system:masters.
+	if err := os.WriteFile(tokenFile, fmt.Appendf(nil, "%s,%s,%s,%s\n%s,%s,%s\n", e.Token, adminUser, adminUser, adminGroup,
+		e.kcmToken, kcmUser, kcmUser), 0o600); err != nil {
 		return fmt.Errorf("writing the token file: %w", err)
 	}
 	e.tokenFile = tokenFile
@@ -579,6 +605,25 @@ func (e *Env) apiserverFlags(port int, certDir string, apf *APF) []string {
 		"--profiling=false",
 	}
 	return append(args, apf.flags()...)
+}
+
+// controllerManagerKubeconfig writes a kubeconfig for kube-controller-manager's own user and
+// binds that user to cluster-admin (its controllers all run on this one identity:
+// --use-service-account-credentials=false).
+func (e *Env) controllerManagerKubeconfig(ctx context.Context) (string, error) {
+	crb := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "testenv-kube-controller-manager"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: kcmUser}},
+	}
+	if _, err := e.Client.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", fmt.Errorf("binding %s to cluster-admin: %w", kcmUser, err)
+	}
+	path := filepath.Join(e.dataDir, "kube-controller-manager.kubeconfig")
+	if err := writeKubeconfig(path, e.Host, e.CAData, kcmUser, e.kcmToken); err != nil {
+		return "", err
+	}
+	return path, nil
 }
 
 // APIServer is a further kube-apiserver on the Env's etcd (StartAPIServer): a peer of the
