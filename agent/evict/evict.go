@@ -172,8 +172,14 @@ func (e *Executor) syncPod(ctx context.Context, key string) time.Duration {
 		return 0
 	}
 
+	// The measured queueing margin (gate.queueMargin): a deadline-bound pod leaves that much
+	// earlier, so that its request may wait in the server's queue and still keep its grace.
+	margin := e.gate.queueMargin()
 	fireAt := plan.SendAt(pl)
-	forceAt := pl.Latest.Add(-plan.EvictionLead)
+	if pl.ByDeadline {
+		fireAt = fireAt.Add(-margin)
+	}
+	forceAt := pl.Latest.Add(-plan.EvictionLead - margin)
 	if st.nextTry.After(fireAt) {
 		fireAt = st.nextTry
 	}
@@ -191,7 +197,7 @@ func (e *Executor) syncPod(ctx context.Context, key string) time.Duration {
 	}
 	// Wait for the agent's turn (gate.go): when the server has few seats, the pod whose last
 	// safe moment is nearest goes first, and none waits past its force point.
-	t, err := e.gate.acquire(ctx, gateKey(pl, w), mustGo(w, forceAt), false)
+	t, err := e.gate.acquire(ctx, gateKey(pl, w), mustGo(w, forceAt), lastChance(w, margin), false)
 	if err != nil {
 		return 0 // stopping
 	}
@@ -204,7 +210,8 @@ func (e *Executor) syncPod(ctx context.Context, key string) time.Duration {
 	// may have waited for its turn. And from when it lands: leave it requestAllowance to get
 	// there, or a pod whose grace was cut to the window would end just past it.
 	now = e.o.Clock.Now()
-	grace := plan.GraceAt(pl.Grace, w, now.Add(plan.RequestAllowance))
+	// And it leaves the request the margin the server's queue takes now.
+	grace := plan.GraceAt(pl.Grace, w, now.Add(plan.RequestAllowance+e.gate.queueMargin()))
 	if w.HasDeadline() && st.attempts > 0 && !now.Before(forceAt) {
 		t.done(errNotSent)
 		return e.forceDelete(ctx, key, pod, st, pl, w)
@@ -213,7 +220,7 @@ func (e *Executor) syncPod(ctx context.Context, key string) time.Duration {
 	logger.Info("Evicting pod", "pod", klog.KObj(pod), "grace", grace, "podGrace", pl.Grace,
 		"planned", pl.EvictAt, "due", pl.Due, "latest", pl.Latest, "byDeadline", pl.ByDeadline, "attempt", st.attempts+st.throttled+1)
 	err = e.evict(ctx, pod, grace, bound)
-	t.done(err)
+	t.done(gateResult(err, bound))
 	switch {
 	case err == nil:
 		e.recordSent(st, true, grace, now.Add(plan.RequestAllowance).Add(grace))
@@ -372,6 +379,25 @@ func QueueBound(w plan.Window, grace time.Duration, sent time.Time) time.Duratio
 	return min(RequestTimeout, max(w.End().Sub(sent)-grace, plan.RequestAllowance))
 }
 
+// lastChance is when a request waiting for its turn goes past everything, the gate's pause
+// too: the last moment at which a 1 s grace still ends the pod by the window's end, with the
+// request's lead and the measured margin; never without a deadline.
+func lastChance(w plan.Window, margin time.Duration) time.Time {
+	if !w.HasDeadline() {
+		return time.Time{}
+	}
+	return w.End().Add(-time.Second - plan.EvictionLead - margin)
+}
+
+// gateResult is what the gate learns from a request's err: a request cut at its bound is
+// errQueueBound.
+func gateResult(err error, bound time.Duration) error {
+	if waitedTooLong(err, bound) {
+		return errQueueBound
+	}
+	return err
+}
+
 // waitedTooLong reports whether err is a request cut by its QueueBound (shorter than
 // RequestTimeout): it waited for all the slack its grace left.
 func waitedTooLong(err error, bound time.Duration) bool {
@@ -424,7 +450,8 @@ func (e *Executor) deletePod(ctx context.Context, pod *v1.Pod, grace, timeout ti
 // eviction queue does once now > deadline - grace.
 func (e *Executor) forceDelete(ctx context.Context, key string, pod *v1.Pod, st *podState, pl plan.Plan, w plan.Window) time.Duration {
 	logger := klog.FromContext(ctx)
-	t, err := e.gate.acquire(ctx, gateKey(pl, w), mustGo(w, pl.Latest.Add(-plan.EvictionLead)), false)
+	margin := e.gate.queueMargin()
+	t, err := e.gate.acquire(ctx, gateKey(pl, w), mustGo(w, pl.Latest.Add(-plan.EvictionLead-margin)), lastChance(w, margin), false)
 	if err != nil {
 		return 0 // stopping
 	}
@@ -432,10 +459,11 @@ func (e *Executor) forceDelete(ctx context.Context, key string, pod *v1.Pod, st 
 	// From the clock now, not from before the eviction that failed: that request may have
 	// hung for seconds, and a grace computed before it would end the pod past the window.
 	sent := e.o.Clock.Now()
-	grace := plan.GraceAt(pl.Grace, w, sent.Add(plan.RequestAllowance))
+	grace := plan.GraceAt(pl.Grace, w, sent.Add(plan.RequestAllowance+e.gate.queueMargin()))
 	logger.Info("Deleting pod: the reclaim deadline leaves no time for a blocked eviction", "pod", klog.KObj(pod), "grace", grace, "attempts", st.attempts)
-	err = e.deletePod(ctx, pod, grace, QueueBound(w, grace, sent))
-	t.done(err)
+	bound := QueueBound(w, grace, sent)
+	err = e.deletePod(ctx, pod, grace, bound)
+	t.done(gateResult(err, bound))
 	switch {
 	case err == nil:
 		e.recordSent(st, true, grace, sent.Add(plan.RequestAllowance).Add(grace))
@@ -486,24 +514,27 @@ func (e *Executor) shorten(ctx context.Context, key string, pod *v1.Pod, st *pod
 	}
 	logger := klog.FromContext(ctx)
 	// A terminating pod's last safe moment is the last at which a 1 s grace still fits.
+	margin := e.gate.queueMargin()
 	last := w.End().Add(-time.Second)
-	t, err := e.gate.acquire(ctx, last, last.Add(-plan.EvictionLead), false)
+	t, err := e.gate.acquire(ctx, last, last.Add(-plan.EvictionLead-margin), lastChance(w, margin), false)
 	if err != nil {
 		return 0 // stopping
 	}
 	now = e.o.Clock.Now()
-	grace = plan.GraceAt(pod.DeletionTimestamp.Sub(now), w, now.Add(plan.RequestAllowance))
-	end = now.Add(plan.RequestAllowance).Add(grace)
+	margin = e.gate.queueMargin()
+	grace = plan.GraceAt(pod.DeletionTimestamp.Sub(now), w, now.Add(plan.RequestAllowance+margin))
+	end = now.Add(plan.RequestAllowance + margin).Add(grace)
 	if e.markDisruptionTarget(ctx, pod, st, w) {
 		// The patch took time: the grace counts from when the DELETE leaves.
 		now = e.o.Clock.Now()
-		grace = plan.GraceAt(pod.DeletionTimestamp.Sub(now), w, now.Add(plan.RequestAllowance))
-		end = now.Add(plan.RequestAllowance).Add(grace)
+		grace = plan.GraceAt(pod.DeletionTimestamp.Sub(now), w, now.Add(plan.RequestAllowance+margin))
+		end = now.Add(plan.RequestAllowance + margin).Add(grace)
 	}
 	logger.Info("Shortening the grace of a terminating pod to meet the reclaim deadline", "pod", klog.KObj(pod),
 		"deletionTimestamp", pod.DeletionTimestamp.Time, "grace", grace, "windowEnd", w.End())
-	err = e.deletePod(ctx, pod, grace, QueueBound(w, grace, now))
-	t.done(err)
+	bound := QueueBound(w, grace, now)
+	err = e.deletePod(ctx, pod, grace, bound)
+	t.done(gateResult(err, bound))
 	switch {
 	case err == nil:
 		e.recordSent(st, false, grace, end)

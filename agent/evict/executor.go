@@ -216,7 +216,7 @@ func (e *Executor) SyncPod(ctx context.Context, key string) time.Duration { retu
 // pressure does not wait for a throttling pause (the kubelet's own eviction would come first).
 func (e *Executor) Evict(ctx context.Context, pod *v1.Pod, grace time.Duration) error {
 	now := e.o.Clock.Now()
-	t, err := e.gate.acquire(ctx, now, now, false)
+	t, err := e.gate.acquire(ctx, now, now, now, false)
 	if err != nil {
 		return fmt.Errorf("waiting to evict pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
@@ -229,7 +229,7 @@ func (e *Executor) Evict(ctx context.Context, pod *v1.Pod, grace time.Duration) 
 // shorten the grace.
 func (e *Executor) Delete(ctx context.Context, pod *v1.Pod, grace time.Duration) error {
 	now := e.o.Clock.Now()
-	t, err := e.gate.acquire(ctx, now, now, false)
+	t, err := e.gate.acquire(ctx, now, now, now, false)
 	if err != nil {
 		return fmt.Errorf("waiting to delete pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
@@ -242,7 +242,7 @@ func (e *Executor) Delete(ctx context.Context, pod *v1.Pod, grace time.Duration)
 // eviction waits for the API server, and while the agent is not paused by its throttling (see
 // gate.go). done must be called with the write's result.
 func (e *Executor) Background(ctx context.Context) (done func(error), err error) {
-	t, err := e.gate.acquire(ctx, time.Time{}, time.Time{}, true)
+	t, err := e.gate.acquire(ctx, time.Time{}, time.Time{}, time.Time{}, true)
 	if err != nil {
 		return nil, err
 	}

@@ -26,9 +26,14 @@ import (
 //   - a throttling answer pauses the agent's requests for at least its Retry-After, with
 //     jitter, so that a fleet of agents throttled in the same second does not come back in
 //     the same second;
-//   - a request whose must-go moment has come (the pod's force point: no later send keeps it
-//     within the window) goes at once, past the pause and the limit: waiting longer makes
-//     the pod late for certain, a refusal only possibly;
+//   - a request whose must-go moment has come (the pod's force point: a later send cuts its
+//     grace) goes past the limit, but still waits out a pause: the server asked for it, and
+//     the grace is recomputed when it leaves, so the pod still ends in time, with less grace;
+//   - a request whose last chance has come (a 1 s grace barely fits) goes at once, past the
+//     pause too: waiting longer makes the pod late for certain, a refusal only possibly;
+//   - the server's queueing is measured, not guessed: the time its answers take (a smoothed
+//     mean plus four deviations, as TCP's retransmission timeout, RFC 6298) is the margin a
+//     grace leaves for the request to wait in APF's queue (queueMargin);
 //   - background writes (the pods' early warning) go only when no eviction waits, and hold at
 //     most half the slots.
 const (
@@ -64,6 +69,34 @@ type gate struct {
 	// the throttling answers since the last accepted request.
 	pauseUntil time.Time
 	throttles  int
+	// srtt and rttvar are the smoothed answer time and its deviation (RFC 6298, section 2).
+	srtt, rttvar time.Duration
+}
+
+// queueMarginMax caps the measured queueing margin: past it the grace is better spent on the
+// pod than on the queue, and the request's bound resends it.
+const queueMarginMax = 10 * time.Second
+
+// queueMargin is how long a request is expected to take at most now: srtt + 4 rttvar.
+func (g *gate) queueMargin() time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return min(g.srtt+4*g.rttvar, queueMarginMax)
+}
+
+// observe feeds one answer's time into the margin (RFC 6298, 2.2 and 2.3: alpha 1/8, beta 1/4).
+// Called with mu held.
+func (g *gate) observe(d time.Duration) {
+	if g.srtt == 0 {
+		g.srtt, g.rttvar = d, d/2
+		return
+	}
+	diff := g.srtt - d
+	if diff < 0 {
+		diff = -diff
+	}
+	g.rttvar = (3*g.rttvar + diff) / 4
+	g.srtt = (7*g.srtt + d) / 8
 }
 
 // newGate returns a gate allowing up to maxInFlight requests at once (at least 1).
@@ -80,7 +113,8 @@ func newGate(clk clock.Clock, maxInFlight int, rnd func() float64) *gate {
 // waiter is one request waiting for a slot.
 type waiter struct {
 	key        time.Time // the pod's last safe moment: smaller goes first
-	mustGo     time.Time // from then on it goes past the pause and the limit; zero: never
+	mustGo     time.Time // from then on it goes past the limit; zero: never
+	lastChance time.Time // from then on it goes past the pause too; zero: never
 	background bool
 	seq        uint64 // arrival order among equal keys
 	granted    chan struct{}
@@ -122,6 +156,7 @@ func (w *waiters) Pop() any {
 type ticket struct {
 	g          *gate
 	background bool
+	at         time.Time // when it was granted
 	once       sync.Once
 }
 
@@ -129,16 +164,16 @@ type ticket struct {
 // agent and halves the limit, an answer from the server (any other, a refusal too) grows it.
 // A request that never reached an answer (a timeout, a broken connection) changes neither.
 func (t *ticket) done(err error) {
-	t.once.Do(func() { t.g.release(t.background, err) })
+	t.once.Do(func() { t.g.release(t.background, err, t.g.clock.Since(t.at)) })
 }
 
 // acquire waits for a slot for a request with the given key (the pod's last safe moment) and
 // must-go moment (zero: none), or a background slot. It returns ctx's error when ctx ends
 // first.
-func (g *gate) acquire(ctx context.Context, key, mustGo time.Time, background bool) (*ticket, error) {
+func (g *gate) acquire(ctx context.Context, key, mustGo, lastChance time.Time, background bool) (*ticket, error) {
 	g.mu.Lock()
 	g.seq++
-	w := &waiter{key: key, mustGo: mustGo, background: background, seq: g.seq, granted: make(chan struct{})}
+	w := &waiter{key: key, mustGo: mustGo, lastChance: lastChance, background: background, seq: g.seq, granted: make(chan struct{})}
 	heap.Push(&g.waiting, w)
 	wake := g.dispatch()
 	g.mu.Unlock()
@@ -152,7 +187,7 @@ func (g *gate) acquire(ctx context.Context, key, mustGo time.Time, background bo
 		select {
 		case <-w.granted:
 			stop(t)
-			return &ticket{g: g, background: background}, nil
+			return &ticket{g: g, background: background, at: g.clock.Now()}, nil
 		case <-ctx.Done():
 			stop(t)
 			g.mu.Lock()
@@ -160,7 +195,7 @@ func (g *gate) acquire(ctx context.Context, key, mustGo time.Time, background bo
 			case <-w.granted:
 				// Granted while ctx ended: hand the slot back.
 				g.mu.Unlock()
-				g.release(background, nil)
+				g.release(background, errNotSent, 0)
 			default:
 				heap.Remove(&g.waiting, w.index)
 				g.mu.Unlock()
@@ -186,10 +221,11 @@ func stop(t clock.Timer) {
 func (g *gate) dispatch() time.Duration {
 	now := g.clock.Now()
 	paused := now.Before(g.pauseUntil)
-	// Those whose must-go moment has come go first and past everything.
+	// Those whose last chance has come go first and past everything; during no pause, those
+	// whose must-go moment has come go past the limit.
 	var forced []*waiter
 	for _, w := range g.waiting {
-		if !w.mustGo.IsZero() && !now.Before(w.mustGo) {
+		if due(w.lastChance, now) || (!paused && due(w.mustGo, now)) {
 			forced = append(forced, w)
 		}
 	}
@@ -206,12 +242,18 @@ func (g *gate) dispatch() time.Duration {
 		g.grant(w)
 	}
 	var next time.Time
+	earlier := func(t time.Time) {
+		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
+	}
 	if paused && g.waiting.Len() > 0 {
-		next = g.pauseUntil
+		earlier(g.pauseUntil)
 	}
 	for _, w := range g.waiting {
-		if !w.mustGo.IsZero() && (next.IsZero() || w.mustGo.Before(next)) {
-			next = w.mustGo
+		earlier(w.lastChance)
+		if !paused {
+			earlier(w.mustGo)
 		}
 	}
 	if next.IsZero() {
@@ -219,6 +261,9 @@ func (g *gate) dispatch() time.Duration {
 	}
 	return max(next.Sub(now), time.Nanosecond)
 }
+
+// due reports whether t is set and has come.
+func due(t, now time.Time) bool { return !t.IsZero() && !now.Before(t) }
 
 func (g *gate) grant(w *waiter) {
 	g.inflight++
@@ -228,15 +273,18 @@ func (g *gate) grant(w *waiter) {
 	close(w.granted)
 }
 
-func (g *gate) release(background bool, err error) {
+func (g *gate) release(background bool, err error, took time.Duration) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.inflight--
 	if background {
 		g.bgFlight--
 	}
+	if measures(err) {
+		g.observe(took)
+	}
 	switch {
-	case isThrottled(err):
+	case isThrottled(err) || errors.Is(err, errQueueBound):
 		g.throttles++
 		g.limit = max(1, g.limit/2)
 		pause := min(throttleBackoffBase<<min(g.throttles-1, 10), throttleBackoffMax)
@@ -261,11 +309,25 @@ func isThrottled(err error) bool {
 	return err != nil && apierrors.IsTooManyRequests(err) && !isPDBRefusal(err)
 }
 
+// errQueueBound marks a request cut at its QueueBound: it waited in the server's queue for all
+// the slack its grace left. For the gate it is throttling without a Retry-After: the server is
+// slower than the margin said. Its time counts in the margin, as a lower bound.
+var errQueueBound = errors.New("waited in the API server's queue past its bound")
+
+// measures reports whether a request that ended with err measured the server's queue: an
+// accepted request, a refusal about the pod (a budget, 404, 409), APF's 429, or a request cut
+// at its bound (a lower bound). A server error (an etcd timeout) measures a failure, not the
+// queue: its retries go through the force point anyway.
+func measures(err error) bool {
+	return err == nil || isThrottled(err) || errors.Is(err, errQueueBound) || isPDBRefusal(err) ||
+		apierrors.IsNotFound(err) || apierrors.IsConflict(err)
+}
+
 // answered reports whether err (nil included) is an answer of the API server about the
 // request, rather than a request that never got one (a timeout, a broken connection).
 func answered(err error) bool {
 	var st apierrors.APIStatus
-	return err == nil || errors.As(err, &st)
+	return err == nil || errors.As(err, &st) || errors.Is(err, errQueueBound)
 }
 
 // state returns the limit, the requests in flight, the waiters and the pause's end, for tests

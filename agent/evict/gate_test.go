@@ -31,10 +31,10 @@ func until(t *testing.T, what string, cond func() bool) {
 }
 
 // acquireAsync starts an acquire and returns the channel its ticket arrives on.
-func acquireAsync(g *gate, key, mustGo time.Time, background bool) <-chan *ticket {
+func acquireAsync(g *gate, key, mustGo, lastChance time.Time, background bool) <-chan *ticket {
 	ch := make(chan *ticket, 1)
 	go func() {
-		t, err := g.acquire(context.Background(), key, mustGo, background)
+		t, err := g.acquire(context.Background(), key, mustGo, lastChance, background)
 		if err == nil {
 			ch <- t
 		}
@@ -56,14 +56,14 @@ func granted(ch <-chan *ticket) (*ticket, bool) {
 func TestGateOrdersByLastSafeMoment(t *testing.T) {
 	clk := clocktesting.NewFakeClock(t0)
 	g := newGate(clk, 1, func() float64 { return 0 })
-	first, err := g.acquire(context.Background(), t0.Add(time.Hour), time.Time{}, false)
+	first, err := g.acquire(context.Background(), t0.Add(time.Hour), time.Time{}, time.Time{}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	keys := []time.Duration{30 * time.Second, 5 * time.Second, 20 * time.Second, 10 * time.Second}
 	chans := map[time.Duration]<-chan *ticket{}
 	for i, k := range keys {
-		chans[k] = acquireAsync(g, t0.Add(k), time.Time{}, false)
+		chans[k] = acquireAsync(g, t0.Add(k), time.Time{}, time.Time{}, false)
 		until(t, "the waiter to queue", func() bool { _, _, w, _ := g.state(); return w == i+1 })
 	}
 	first.done(nil)
@@ -86,7 +86,7 @@ func TestGateOrdersByLastSafeMoment(t *testing.T) {
 func TestGateHonoursRetryAfter(t *testing.T) {
 	clk := clocktesting.NewFakeClock(t0)
 	g := newGate(clk, 8, func() float64 { return 0 })
-	tk, err := g.acquire(context.Background(), t0.Add(time.Minute), time.Time{}, false)
+	tk, err := g.acquire(context.Background(), t0.Add(time.Minute), time.Time{}, time.Time{}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestGateHonoursRetryAfter(t *testing.T) {
 	if _, _, _, until := g.state(); !until.Equal(t0.Add(3 * time.Second)) {
 		t.Fatalf("paused until %s, want %s (Retry-After 3 s)", until, t0.Add(3*time.Second))
 	}
-	ch := acquireAsync(g, t0.Add(time.Minute), time.Time{}, false)
+	ch := acquireAsync(g, t0.Add(time.Minute), time.Time{}, time.Time{}, false)
 	until(t, "the waiter's timer", func() bool { _, _, w, _ := g.state(); return w == 1 && clk.HasWaiters() })
 	clk.Step(3*time.Second - time.Millisecond)
 	if _, ok := granted(ch); ok {
@@ -104,23 +104,62 @@ func TestGateHonoursRetryAfter(t *testing.T) {
 	until(t, "the request after Retry-After", func() bool { _, ok := granted(ch); return ok })
 }
 
-// TestGateMustGoPassesThePause: a request whose force point has come goes during the pause
-// and past the limit: waiting longer makes its pod late for certain.
-func TestGateMustGoPassesThePause(t *testing.T) {
+// TestGateMustGoPassesTheLimit: a request whose force point has come goes past the in-flight
+// limit, but waits out a pause (the server asked for it; its grace is recomputed when it
+// leaves); at its last chance (a 1 s grace barely fits) it goes during the pause too: waiting
+// longer makes its pod late for certain.
+func TestGateMustGoPassesTheLimit(t *testing.T) {
 	clk := clocktesting.NewFakeClock(t0)
 	g := newGate(clk, 1, func() float64 { return 0 })
-	held, _ := g.acquire(context.Background(), t0.Add(time.Minute), time.Time{}, false)
-	other, _ := g.acquire(context.Background(), t0.Add(time.Minute), t0, false) // must go already: past the limit
+	held, _ := g.acquire(context.Background(), t0.Add(time.Minute), time.Time{}, time.Time{}, false)
+	other, err := g.acquire(context.Background(), t0.Add(time.Minute), t0, time.Time{}, false) // must go already: past the limit
+	if err != nil {
+		t.Fatal(err)
+	}
 	other.done(throttled(10))
-	ch := acquireAsync(g, t0.Add(5*time.Second), t0.Add(2*time.Second), false)
+	ch := acquireAsync(g, t0.Add(5*time.Second), t0.Add(time.Second), t0.Add(2*time.Second), false)
 	until(t, "the waiter's timer", func() bool { _, _, w, _ := g.state(); return w == 1 && clk.HasWaiters() })
-	clk.Step(2*time.Second - time.Millisecond)
+	clk.Step(time.Second)
 	if _, ok := granted(ch); ok {
-		t.Fatal("went before its must-go moment, during the pause")
+		t.Fatal("went at its must-go moment during the pause")
+	}
+	clk.Step(time.Second - time.Millisecond)
+	if _, ok := granted(ch); ok {
+		t.Fatal("went before its last chance, during the pause")
 	}
 	clk.Step(time.Millisecond)
-	until(t, "the request at its must-go moment", func() bool { _, ok := granted(ch); return ok })
+	until(t, "the request at its last chance", func() bool { _, ok := granted(ch); return ok })
 	held.done(nil)
+}
+
+// TestGateQueueMargin: the margin left for the server's queue is measured from the answers'
+// times, srtt + 4 rttvar (RFC 6298); requests that got no answer do not count.
+func TestGateQueueMargin(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	g := newGate(clk, 8, func() float64 { return 0 })
+	if m := g.queueMargin(); m != 0 {
+		t.Fatalf("margin %s before any answer, want 0", m)
+	}
+	answer := func(took time.Duration, err error) {
+		tk, _ := g.acquire(context.Background(), clk.Now(), time.Time{}, time.Time{}, false)
+		clk.Step(took)
+		tk.done(err)
+	}
+	answer(200*time.Millisecond, nil)
+	if m := g.queueMargin(); m != 600*time.Millisecond {
+		t.Fatalf("margin %s after one 200 ms answer, want 600 ms (200 + 4 x 100)", m)
+	}
+	answer(time.Minute, errors.New("connection refused"))                       // no answer: not counted
+	answer(time.Minute, apierrors.NewInternalError(errors.New("etcd timeout"))) // a failure, not the queue
+	answer(400*time.Millisecond, nil)
+	// rttvar = (3 x 100 + |200 - 400|) / 4 = 125 ms; srtt = (7 x 200 + 400) / 8 = 225 ms.
+	if m := g.queueMargin(); m != 725*time.Millisecond {
+		t.Fatalf("margin %s, want 725 ms", m)
+	}
+	answer(time.Minute, throttled(1)) // a 429 from APF's queue is an answer: it counts
+	if m := g.queueMargin(); m != queueMarginMax {
+		t.Fatalf("margin %s after a minute in the queue, want the cap %s", m, queueMarginMax)
+	}
 }
 
 // TestGateJitter: a fleet of agents throttled in the same second comes back spread over
@@ -130,7 +169,7 @@ func TestGateJitter(t *testing.T) {
 	for range 20 {
 		clk := clocktesting.NewFakeClock(t0)
 		g := newGate(clk, 8, nil) // the process's own random source
-		tk, _ := g.acquire(context.Background(), t0, time.Time{}, false)
+		tk, _ := g.acquire(context.Background(), t0, time.Time{}, time.Time{}, false)
 		tk.done(throttled(1))
 		_, _, _, until := g.state()
 		p := until.Sub(t0)
@@ -152,7 +191,7 @@ func TestGateLimitAdapts(t *testing.T) {
 	step := func(err error, want int) {
 		t.Helper()
 		clk.Step(time.Minute) // past any pause
-		tk, _ := g.acquire(context.Background(), clk.Now(), time.Time{}, false)
+		tk, _ := g.acquire(context.Background(), clk.Now(), time.Time{}, time.Time{}, false)
 		tk.done(err)
 		if l, _, _, _ := g.state(); l != want {
 			t.Fatalf("after %v: limit %d, want %d", err, l, want)
@@ -177,12 +216,12 @@ func TestGateBackgroundYields(t *testing.T) {
 	g := newGate(clk, 4, func() float64 { return 0 })
 	var held []*ticket
 	for range 4 {
-		tk, _ := g.acquire(context.Background(), t0.Add(time.Hour), time.Time{}, false)
+		tk, _ := g.acquire(context.Background(), t0.Add(time.Hour), time.Time{}, time.Time{}, false)
 		held = append(held, tk)
 	}
-	bg := acquireAsync(g, time.Time{}, time.Time{}, true)
+	bg := acquireAsync(g, time.Time{}, time.Time{}, time.Time{}, true)
 	until(t, "the background waiter", func() bool { _, _, w, _ := g.state(); return w == 1 })
-	ev := acquireAsync(g, t0.Add(time.Minute), time.Time{}, false)
+	ev := acquireAsync(g, t0.Add(time.Minute), time.Time{}, time.Time{}, false)
 	until(t, "the eviction waiter", func() bool { _, _, w, _ := g.state(); return w == 2 })
 	held[0].done(errNotSent)
 	until(t, "the eviction", func() bool { _, ok := granted(ev); return ok })
@@ -192,8 +231,8 @@ func TestGateBackgroundYields(t *testing.T) {
 	held[1].done(errNotSent)
 	until(t, "the background write", func() bool { _, ok := granted(bg); return ok })
 	// Two more background writes: one fits in half the slots (2), the other waits.
-	bg2 := acquireAsync(g, time.Time{}, time.Time{}, true)
-	bg3 := acquireAsync(g, time.Time{}, time.Time{}, true)
+	bg2 := acquireAsync(g, time.Time{}, time.Time{}, time.Time{}, true)
+	bg3 := acquireAsync(g, time.Time{}, time.Time{}, time.Time{}, true)
 	until(t, "both background waiters", func() bool { _, _, w, _ := g.state(); return w == 2 })
 	held[2].done(errNotSent)
 	held[3].done(errNotSent)
