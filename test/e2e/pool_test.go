@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,7 +12,11 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/reprieve-dev/reprieve/agent"
@@ -163,9 +168,71 @@ func TestPoolReclaimedAtOnce(t *testing.T) {
 		rejected = sumMetric(string(m), "apiserver_flowcontrol_rejected_requests_total")
 		waited = sumMetric(string(m), "apiserver_flowcontrol_request_wait_duration_seconds_sum")
 	}
+	checkFlowSchema(ctx, t, apf, kubeconfig)
 	t.Logf("%d pods on %d nodes at 6 seats: %.0f eviction and delete requests (%.2f per pod), %.0f throttled or cut at their queue bound; "+
 		"APF rejected %.0f requests (all clients) and held them %.1f s in its queues in all; the test took %s",
 		len(grace), nodes, sent, sent/float64(len(grace)), failed, rejected, waited, time.Since(begin).Round(time.Second))
+}
+
+// checkFlowSchema creates the chart's PriorityLevelConfiguration and FlowSchema
+// (flowControl.enabled) on the APF server and checks, from the headers APF adds to every
+// answer, that the agent's evictions run on that level and its other requests do not.
+func checkFlowSchema(ctx context.Context, t *testing.T, apf *testenv.APIServer, agentKubeconfig string) {
+	t.Helper()
+	var level string
+	for _, obj := range manifestObjects(t, "flowControl", render(t, "reprieve", "--set", "flowControl.enabled=true",
+		"--show-only", "templates/flowcontrol.yaml")) {
+		res := schema.GroupVersionResource{Group: "flowcontrol.apiserver.k8s.io", Version: "v1", Resource: "flowschemas"}
+		if obj.GetKind() == "PriorityLevelConfiguration" {
+			res.Resource = "prioritylevelconfigurations"
+		}
+		dyn, err := dynamic.NewForConfig(apf.Config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		created, err := dyn.Resource(res).Create(ctx, obj, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("creating the chart's %s: %v", obj.GetKind(), err)
+		}
+		t.Cleanup(func() { _ = dyn.Resource(res).Delete(context.WithoutCancel(ctx), created.GetName(), metav1.DeleteOptions{}) })
+		if obj.GetKind() == "PriorityLevelConfiguration" {
+			level = string(created.GetUID())
+		}
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", agentKubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// APF answers with the UID of the priority level it ran the request on
+	// (X-Kubernetes-PF-PriorityLevel-UID, set by the filter in
+	// k8s.io/apiserver/pkg/server/filters/priority-and-fairness.go).
+	levelOf := func(method, path, body string) string {
+		req, err := http.NewRequestWithContext(ctx, method, cfg.Host+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		return resp.Header.Get("X-Kubernetes-PF-PriorityLevel-UID")
+	}
+	eviction := `{"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":"none","namespace":"pool"}}`
+	// The FlowSchema takes effect once APF's configuration controller has read it.
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		return levelOf(http.MethodPost, "/api/v1/namespaces/pool/pods/none/eviction", eviction) == level, nil
+	}); err != nil {
+		t.Fatalf("the agent's eviction does not run on the chart's priority level %s: %v", level, err)
+	}
+	if got := levelOf(http.MethodGet, "/api/v1/namespaces/pool/pods?limit=1", ""); got == level || got == "" {
+		t.Errorf("the agent's list of pods ran on level %q, want another (workload-high): only evictions, deletes and node patches move", got)
+	}
 }
 
 // repoint writes a copy of kubeconfig whose clusters point at host (another API server of the
