@@ -251,9 +251,11 @@ func (e *Executor) syncPod(ctx context.Context, key string) time.Duration {
 		e.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultFailed).Inc()
 		logger.V(2).Info("The API server had no seat for the eviction; sending it again", "pod", klog.KObj(pod), "throttled", st.throttled, "err", err.Error())
 		if w.HasDeadline() && !e.o.Clock.Now().Before(forceAt) {
-			// Past its force point the pod goes past the gate's pause: space its own
-			// requests, or one pod's retries would take every seat the others need.
-			return deleteRetryAfter(st.throttled)
+			// Past its force point (and at its last chance past the gate's pause too), the
+			// pod spaces its own requests by the server's pause at least, or the retries of
+			// pods the server cannot reach take every seat the others need (6 seats: six
+			// requests per pod, most of them 429, before this).
+			return max(deleteRetryAfter(st.throttled), e.gate.pauseLeft())
 		}
 		return time.Nanosecond
 	}
@@ -398,10 +400,13 @@ func gateResult(err error, bound time.Duration) error {
 	return err
 }
 
-// waitedTooLong reports whether err is a request cut by its QueueBound (shorter than
-// RequestTimeout): it waited for all the slack its grace left.
-func waitedTooLong(err error, bound time.Duration) bool {
-	return bound < RequestTimeout && errors.Is(err, context.DeadlineExceeded)
+// waitedTooLong reports whether err is a request cut by its own timeout (QueueBound, at most
+// RequestTimeout), not by the agent stopping: under APF a request that got no answer in that
+// time waited in the server's queue (or the server hangs; either way it is not the pod's
+// refusal, and the pod is sent again with the grace recomputed, still through the Eviction
+// API). Counting it as a failure of the pod forced deletes past its budgets for a full queue.
+func waitedTooLong(err error, _ time.Duration) bool {
+	return errors.Is(err, context.DeadlineExceeded)
 }
 
 // isPDBRefusal reports whether an eviction failed because a PodDisruptionBudget allows no

@@ -324,3 +324,19 @@ func TestEnqueueAllMostUrgentFirst(t *testing.T) {
 		t.Fatalf("queued %v, want %v", got, want)
 	}
 }
+
+// TestThrottledPastForcePointWaitsRetryAfter (issue 24): a pod past its force point that the
+// server throttles is looked at again only after the server's Retry-After, not at the 100 ms of
+// a failed delete: a pool's lost pods must not take the seats the others still need.
+func TestThrottledPastForcePointWaitsRetryAfter(t *testing.T) {
+	f := newFixture(t, testPod("a", 30))
+	f.e.gate = newGate(f.clock, 8, func() float64 { return 0 })
+	f.recordEvictions(func(context.Context, int) error {
+		return apierrors.NewTooManyRequests("Too many requests, please try again later.", 3)
+	})
+	f.e.SetView(view(t0.Add(40 * time.Second))) // latest t0+5s
+	f.clock.SetTime(t0.Add(5 * time.Second))    // past the force point
+	if after := f.e.SyncPod(context.Background(), "ns/a"); after < 3*time.Second {
+		t.Fatalf("looked at again in %s after Retry-After 3 s past the force point, want 3 s at least", after)
+	}
+}

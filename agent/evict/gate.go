@@ -330,6 +330,13 @@ func answered(err error) bool {
 	return err == nil || errors.As(err, &st) || errors.Is(err, errQueueBound)
 }
 
+// pauseLeft is how long the agent's pause after throttling still lasts (0: none).
+func (g *gate) pauseLeft() time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return max(g.pauseUntil.Sub(g.clock.Now()), 0)
+}
+
 // state returns the limit, the requests in flight, the waiters and the pause's end, for tests
 // and logs.
 func (g *gate) state() (limit, inflight, waiting int, pauseUntil time.Time) {
