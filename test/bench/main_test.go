@@ -32,7 +32,8 @@ func TestSmoke(t *testing.T) {
 	if o.Bin, err = scenario.BuildReprieve(context.Background(), dir); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	// The pool restarts kube-apiserver twice (APF on, then off again): about 30 s more.
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	o.Logf = t.Logf
 	begin := time.Now()
