@@ -194,7 +194,9 @@ func checkFlowSchema(ctx context.Context, t *testing.T, apf *testenv.APIServer, 
 		if err != nil {
 			t.Fatalf("creating the chart's %s: %v", obj.GetKind(), err)
 		}
-		t.Cleanup(func() { _ = dyn.Resource(res).Delete(context.WithoutCancel(ctx), created.GetName(), metav1.DeleteOptions{}) })
+		t.Cleanup(func() {
+			_ = dyn.Resource(res).Delete(context.WithoutCancel(ctx), created.GetName(), metav1.DeleteOptions{})
+		})
 		if obj.GetKind() == "PriorityLevelConfiguration" {
 			level = string(created.GetUID())
 		}
