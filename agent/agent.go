@@ -189,11 +189,14 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	execOpts := evict.Options{Client: deps.Client, Pods: a.podLister, Clock: deps.Clock, Metrics: a.metrics, Recorder: a.recorder,
 		Notifier: a.notifier, NodeName: cfg.NodeName, DryRun: cfg.DryRun, Filter: filterOf(cfg),
 		ComparisonOperators: cfg.TolerationComparisonOperators, SafetyMargin: cfg.SafetyMargin, InterruptionTaint: a.taints.Interruption,
-		Evict: deps.Evict}
+		Evict: deps.Evict, MaxInFlight: cfg.EvictionWorkers}
 	if a.podNotice != nil {
 		execOpts.Warner = a.podNotice
 	}
 	a.exec = evict.New(execOpts)
+	if a.podNotice != nil {
+		a.podNotice.turn = a.exec.Background
+	}
 	intrOpts := interrupt.Options{NodeName: cfg.NodeName, Provider: a.provider, Clock: deps.Clock, Metrics: a.metrics,
 		Recorder: a.recorder, Notifier: a.notifier, Taints: a.taints, MaintenanceLead: cfg.MaintenanceLead,
 		SafetyMargin: cfg.SafetyMargin, PollInterval: cfg.PollInterval, DryRun: cfg.DryRun, ApproveEvents: cfg.ApproveEvents,

@@ -80,6 +80,10 @@ type podNotifier struct {
 	write bool
 	// wrote, when set, is told each patch's result: "written" or "failed".
 	wrote func(result string)
+	// turn, when set, waits until a warning may be written (evict.Executor.Background): the
+	// warnings go only when no eviction waits for the API server, and pause with the
+	// evictions when the server throttles the agent. done takes the write's result.
+	turn  func(ctx context.Context) (done func(error), err error)
 	queue workqueue.TypedRateLimitingInterface[string]
 
 	mu sync.Mutex
@@ -236,6 +240,14 @@ func (n *podNotifier) sync(ctx context.Context, key string) error {
 	patch, err := warningPatch(pod, pw, n.clock.Now())
 	if err != nil {
 		return err
+	}
+	if n.turn != nil {
+		done, terr := n.turn(ctx)
+		if terr != nil {
+			return fmt.Errorf("waiting to write the interruption warning of pod %s: %w", key, terr)
+		}
+		// err is the patch's result below (the function's own variable, not a shadow).
+		defer func() { done(err) }()
 	}
 	rctx, cancel := context.WithTimeout(ctx, evict.RequestTimeout)
 	defer cancel()

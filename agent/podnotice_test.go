@@ -13,6 +13,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -283,5 +285,50 @@ func TestPodNotifierRunStops(t *testing.T) {
 	<-done
 	if !h.a.podNotice.queue.ShuttingDown() {
 		t.Errorf("the queue is still open after run returned")
+	}
+}
+
+// TestPodWarningWaitsOutTheServersThrottling (issue 24): the early-warning writes share the
+// agent's turn with its evictions. Once the API server throttles an eviction (APF's 429 with
+// Retry-After, no DisruptionBudget cause), no warning is written before Retry-After ends: they
+// would take the seats the evictions need.
+func TestPodWarningWaitsOutTheServersThrottling(t *testing.T) {
+	h := newHarness(t, nil, testNode(), testPod("web", 10))
+	h.evictFn = func(context.Context, *policyv1.Eviction) error {
+		return apierrors.NewTooManyRequests("Too many requests, please try again later.", 3)
+	}
+	h.notice(t0.Add(120 * time.Second))
+	h.syncAll("web") // its eviction is throttled: the agent pauses for 3 s at least
+	if h.a.podNotice.queue.Len() == 0 {
+		t.Fatal("no warning queued at the notice")
+	}
+	entered := make(chan struct{}, 1)
+	if turn := h.a.podNotice.turn; turn != nil {
+		h.a.podNotice.turn = func(ctx context.Context) (func(error), error) {
+			entered <- struct{}{}
+			return turn(ctx)
+		}
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); h.drainPodNotice() }()
+	select {
+	case <-entered: // waiting for its turn
+	case <-done:
+		t.Fatalf("the warning was written at once, during the pause (%d patches)", len(h.warningPatches()))
+	}
+	h.clock.Step(3*time.Second - time.Millisecond)
+	select {
+	case <-done:
+		t.Fatalf("the warning was written during the pause (%d patches)", len(h.warningPatches()))
+	default:
+	}
+	if n := len(h.warningPatches()); n != 0 {
+		t.Fatalf("%d warnings written before Retry-After ended", n)
+	}
+	// The jitter makes the pause up to 1.5 x Retry-After.
+	h.clock.Step(1500 * time.Millisecond)
+	<-done
+	if n := len(h.warningPatches()); n != 1 {
+		t.Fatalf("%d warnings written after the pause, want 1", n)
 	}
 }

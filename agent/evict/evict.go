@@ -3,6 +3,7 @@ package evict
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -51,9 +52,12 @@ type podState struct {
 	// the API server stores deletionTimestamp in whole seconds on its own clock, so a pod is
 	// shortened again only when that moves its end at least a second earlier.
 	shortenedTo time.Time
-	logged      plan.SkipReason
-	announced   time.Time // the eviction time last announced in an EvictionScheduled event
-	blocked     bool      // the last eviction request was refused by a PodDisruptionBudget
+	// throttled counts the requests the server had no seat for (isThrottled, waitedTooLong):
+	// they refused nothing about the pod, so they neither back it off nor force its delete.
+	throttled int
+	logged    plan.SkipReason
+	announced time.Time // the eviction time last announced in an EvictionScheduled event
+	blocked   bool      // the last eviction request was refused by a PodDisruptionBudget
 	// deleteFailures counts the deletes that failed in a row, for their backoff.
 	deleteFailures int
 	// marked is set once DisruptionTarget was patched onto the pod (markDisruptionTarget).
@@ -168,8 +172,14 @@ func (e *Executor) syncPod(ctx context.Context, key string) time.Duration {
 		return 0
 	}
 
+	// The measured queueing margin (gate.queueMargin): a deadline-bound pod leaves that much
+	// earlier, so that its request may wait in the server's queue and still keep its grace.
+	margin := e.gate.queueMargin()
 	fireAt := plan.SendAt(pl)
-	forceAt := pl.Latest.Add(-plan.EvictionLead)
+	if pl.ByDeadline {
+		fireAt = fireAt.Add(-margin)
+	}
+	forceAt := pl.Latest.Add(-plan.EvictionLead - margin)
 	if st.nextTry.After(fireAt) {
 		fireAt = st.nextTry
 	}
@@ -185,21 +195,38 @@ func (e *Executor) syncPod(ctx context.Context, key string) time.Duration {
 		}
 		return fireAt.Sub(now)
 	}
-	// The grace counts from when the request lands, not from now: leave it requestAllowance to
-	// get there, or a pod whose grace was cut to the window would end just past it.
-	grace := plan.GraceAt(pl.Grace, w, now.Add(plan.RequestAllowance))
+	// Wait for the agent's turn (gate.go): when the server has few seats, the pod whose last
+	// safe moment is nearest goes first, and none waits past its force point.
+	t, err := e.gate.acquire(ctx, gateKey(pl, w), mustGo(w, forceAt), lastChance(w, margin), false)
+	if err != nil {
+		return 0 // stopping
+	}
+	if !e.current(st, view) {
+		// The window or the taints changed while it waited: the new view re-plans the pod.
+		t.done(errNotSent)
+		return time.Nanosecond
+	}
+	// The grace counts from when the request leaves, not from when the pod became due: it
+	// may have waited for its turn. And from when it lands: leave it requestAllowance to get
+	// there, or a pod whose grace was cut to the window would end just past it.
+	now = e.o.Clock.Now()
+	// And it leaves the request the margin the server's queue takes now.
+	grace := plan.GraceAt(pl.Grace, w, now.Add(plan.RequestAllowance+e.gate.queueMargin()))
 	if w.HasDeadline() && st.attempts > 0 && !now.Before(forceAt) {
+		t.done(errNotSent)
 		return e.forceDelete(ctx, key, pod, st, pl, w)
 	}
+	bound := QueueBound(w, grace, now)
 	logger.Info("Evicting pod", "pod", klog.KObj(pod), "grace", grace, "podGrace", pl.Grace,
-		"planned", pl.EvictAt, "due", pl.Due, "latest", pl.Latest, "byDeadline", pl.ByDeadline, "attempt", st.attempts+1)
-	err = e.evict(ctx, pod, grace)
+		"planned", pl.EvictAt, "due", pl.Due, "latest", pl.Latest, "byDeadline", pl.ByDeadline, "attempt", st.attempts+st.throttled+1)
+	err = e.evict(ctx, pod, grace, bound)
+	t.done(gateResult(err, bound))
 	switch {
 	case err == nil:
 		e.recordSent(st, true, grace, now.Add(plan.RequestAllowance).Add(grace))
 		e.setBlocked(st, false)
 		e.markActed(key)
-		e.observeLateness(ctx, pod, pl, view, now, grace, st.attempts)
+		e.observeLateness(ctx, pod, pl, view, now, grace, st.attempts+st.throttled)
 		e.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultEvicted).Inc()
 		e.podEvent(pod, v1.EventTypeNormal, events.ReasonEvicted, "Evicted with grace %s (planned %s: %s)",
 			grace, pl.EvictAt.UTC().Format(time.RFC3339), why(pl, w))
@@ -215,6 +242,22 @@ func (e *Executor) syncPod(ctx context.Context, key string) time.Duration {
 		e.setBlocked(st, false)
 		e.recordSent(st, true, 0, time.Time{})
 		return 0
+	case isThrottled(err) || waitedTooLong(err, bound):
+		// Not a refusal of this pod: the server had no seat for it (APF's 429, no
+		// DisruptionBudget cause), or the request waited in the server's queue for all the
+		// slack its grace left. The gate paces the agent (Retry-After, jitter); the pod goes
+		// again, an eviction still (its budgets hold), with the grace recomputed then.
+		st.throttled++
+		e.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultFailed).Inc()
+		logger.V(2).Info("The API server had no seat for the eviction; sending it again", "pod", klog.KObj(pod), "throttled", st.throttled, "err", err.Error())
+		if w.HasDeadline() && !e.o.Clock.Now().Before(forceAt) {
+			// Past its force point (and at its last chance past the gate's pause too), the
+			// pod spaces its own requests by the server's pause at least, or the retries of
+			// pods the server cannot reach take every seat the others need (6 seats: six
+			// requests per pod, most of them 429, before this).
+			return max(deleteRetryAfter(st.throttled), e.gate.pauseLeft())
+		}
+		return time.Nanosecond
 	}
 	st.attempts++
 	if isPDBRefusal(err) {
@@ -282,7 +325,7 @@ func (e *Executor) knowableAt(pl plan.Plan, view View) time.Time {
 // evict asks the Eviction API to evict pod with grace, on the condition that it is still the
 // same pod (UID precondition), so that a pod recreated under the same name is never evicted by
 // a plan made for its predecessor.
-func (e *Executor) evict(ctx context.Context, pod *v1.Pod, grace time.Duration) error {
+func (e *Executor) evict(ctx context.Context, pod *v1.Pod, grace, timeout time.Duration) error {
 	if e.o.DryRun {
 		klog.FromContext(ctx).Info("Dry run: would evict pod", "pod", klog.KObj(pod), "grace", grace)
 		return nil
@@ -296,12 +339,74 @@ func (e *Executor) evict(ctx context.Context, pod *v1.Pod, grace time.Duration) 
 			Preconditions:      &metav1.Preconditions{UID: &uid},
 		},
 	}
-	rctx, cancel := context.WithTimeout(ctx, RequestTimeout)
+	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if err := e.evictFn(rctx, ev); err != nil {
 		return fmt.Errorf("evicting pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	return nil
+}
+
+// errNotSent returns a slot that was granted but not used (see ticket.done).
+var errNotSent = errors.New("not sent")
+
+// gateKey is the gate's order for pl's requests: the last safe moment (Latest), or without a
+// deadline the time it is due.
+func gateKey(pl plan.Plan, w plan.Window) time.Time {
+	if w.HasDeadline() {
+		return pl.Latest
+	}
+	return pl.EvictAt
+}
+
+// mustGo is when a request waiting for its turn goes past the gate's pause and limit: the
+// pod's force point; never without a deadline.
+func mustGo(w plan.Window, forceAt time.Time) time.Time {
+	if !w.HasDeadline() {
+		return time.Time{}
+	}
+	return forceAt
+}
+
+// QueueBound is how long a request sent at sent that asks for grace may take, so that the pod
+// still ends by the window's end: APF may hold a request in its queue, and the server counts
+// the grace from when it handles it, so a request that waited longer would end the pod late.
+// Past the bound the request is cancelled (APF drops a queued request whose client went away)
+// and sent again with the grace recomputed. Never less than the RequestAllowance a request
+// needs to land, never more than RequestTimeout; RequestTimeout without a deadline.
+func QueueBound(w plan.Window, grace time.Duration, sent time.Time) time.Duration {
+	if !w.HasDeadline() {
+		return RequestTimeout
+	}
+	return min(RequestTimeout, max(w.End().Sub(sent)-grace, plan.RequestAllowance))
+}
+
+// lastChance is when a request waiting for its turn goes past everything, the gate's pause
+// too: the last moment at which a 1 s grace still ends the pod by the window's end, with the
+// request's lead and the measured margin; never without a deadline.
+func lastChance(w plan.Window, margin time.Duration) time.Time {
+	if !w.HasDeadline() {
+		return time.Time{}
+	}
+	return w.End().Add(-time.Second - plan.EvictionLead - margin)
+}
+
+// gateResult is what the gate learns from a request's err: a request cut at its bound is
+// errQueueBound.
+func gateResult(err error, bound time.Duration) error {
+	if waitedTooLong(err, bound) {
+		return errQueueBound
+	}
+	return err
+}
+
+// waitedTooLong reports whether err is a request cut by its own timeout (QueueBound, at most
+// RequestTimeout), not by the agent stopping: under APF a request that got no answer in that
+// time waited in the server's queue (or the server hangs; either way it is not the pod's
+// refusal, and the pod is sent again with the grace recomputed, still through the Eviction
+// API). Counting it as a failure of the pod forced deletes past its budgets for a full queue.
+func waitedTooLong(err error, _ time.Duration) bool {
+	return errors.Is(err, context.DeadlineExceeded)
 }
 
 // isPDBRefusal reports whether an eviction failed because a PodDisruptionBudget allows no
@@ -326,14 +431,14 @@ func postEviction(client kubernetes.Interface) func(context.Context, *policyv1.E
 
 // deletePod deletes pod with grace and a UID precondition. On a pod that is already terminating
 // a DELETE can only shorten its grace, never lengthen it.
-func (e *Executor) deletePod(ctx context.Context, pod *v1.Pod, grace time.Duration) error {
+func (e *Executor) deletePod(ctx context.Context, pod *v1.Pod, grace, timeout time.Duration) error {
 	if e.o.DryRun {
 		klog.FromContext(ctx).Info("Dry run: would delete pod", "pod", klog.KObj(pod), "grace", grace)
 		return nil
 	}
 	secs := int64(grace / time.Second)
 	uid := pod.UID
-	rctx, cancel := context.WithTimeout(ctx, RequestTimeout)
+	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	err := e.o.Client.CoreV1().Pods(pod.Namespace).Delete(rctx, pod.Name, metav1.DeleteOptions{
 		GracePeriodSeconds: &secs,
@@ -350,13 +455,20 @@ func (e *Executor) deletePod(ctx context.Context, pod *v1.Pod, grace time.Durati
 // eviction queue does once now > deadline - grace.
 func (e *Executor) forceDelete(ctx context.Context, key string, pod *v1.Pod, st *podState, pl plan.Plan, w plan.Window) time.Duration {
 	logger := klog.FromContext(ctx)
+	margin := e.gate.queueMargin()
+	t, err := e.gate.acquire(ctx, gateKey(pl, w), mustGo(w, pl.Latest.Add(-plan.EvictionLead-margin)), lastChance(w, margin), false)
+	if err != nil {
+		return 0 // stopping
+	}
 	e.markDisruptionTarget(ctx, pod, st, w)
 	// From the clock now, not from before the eviction that failed: that request may have
 	// hung for seconds, and a grace computed before it would end the pod past the window.
 	sent := e.o.Clock.Now()
-	grace := plan.GraceAt(pl.Grace, w, sent.Add(plan.RequestAllowance))
+	grace := plan.GraceAt(pl.Grace, w, sent.Add(plan.RequestAllowance+e.gate.queueMargin()))
 	logger.Info("Deleting pod: the reclaim deadline leaves no time for a blocked eviction", "pod", klog.KObj(pod), "grace", grace, "attempts", st.attempts)
-	err := e.deletePod(ctx, pod, grace)
+	bound := QueueBound(w, grace, sent)
+	err = e.deletePod(ctx, pod, grace, bound)
+	t.done(gateResult(err, bound))
 	switch {
 	case err == nil:
 		e.recordSent(st, true, grace, sent.Add(plan.RequestAllowance).Add(grace))
@@ -406,15 +518,28 @@ func (e *Executor) shorten(ctx context.Context, key string, pod *v1.Pod, st *pod
 		return 0
 	}
 	logger := klog.FromContext(ctx)
+	// A terminating pod's last safe moment is the last at which a 1 s grace still fits.
+	margin := e.gate.queueMargin()
+	last := w.End().Add(-time.Second)
+	t, err := e.gate.acquire(ctx, last, last.Add(-plan.EvictionLead-margin), lastChance(w, margin), false)
+	if err != nil {
+		return 0 // stopping
+	}
+	now = e.o.Clock.Now()
+	margin = e.gate.queueMargin()
+	grace = plan.GraceAt(pod.DeletionTimestamp.Sub(now), w, now.Add(plan.RequestAllowance+margin))
+	end = now.Add(plan.RequestAllowance + margin).Add(grace)
 	if e.markDisruptionTarget(ctx, pod, st, w) {
 		// The patch took time: the grace counts from when the DELETE leaves.
 		now = e.o.Clock.Now()
-		grace = plan.GraceAt(pod.DeletionTimestamp.Sub(now), w, now.Add(plan.RequestAllowance))
-		end = now.Add(plan.RequestAllowance).Add(grace)
+		grace = plan.GraceAt(pod.DeletionTimestamp.Sub(now), w, now.Add(plan.RequestAllowance+margin))
+		end = now.Add(plan.RequestAllowance + margin).Add(grace)
 	}
 	logger.Info("Shortening the grace of a terminating pod to meet the reclaim deadline", "pod", klog.KObj(pod),
 		"deletionTimestamp", pod.DeletionTimestamp.Time, "grace", grace, "windowEnd", w.End())
-	err := e.deletePod(ctx, pod, grace)
+	bound := QueueBound(w, grace, now)
+	err = e.deletePod(ctx, pod, grace, bound)
+	t.done(gateResult(err, bound))
 	switch {
 	case err == nil:
 		e.recordSent(st, false, grace, end)

@@ -75,7 +75,16 @@ type Options struct {
 	InterruptionTaint v1.Taint
 	// Evict sends an eviction; nil posts it without client-go's retries (postEviction).
 	Evict func(context.Context, *policyv1.Eviction) error
+	// MaxInFlight bounds the agent's eviction and delete requests in flight at once (the
+	// gate's largest limit; see gate.go); 0 is DefaultMaxInFlight.
+	MaxInFlight int
+	// Rand draws the jitter of the pauses after throttling, in [0, 1); nil draws from a
+	// source seeded per process, so that every agent of a fleet draws its own.
+	Rand func() float64
 }
+
+// DefaultMaxInFlight is Options.MaxInFlight's default: the agent's default eviction workers.
+const DefaultMaxInFlight = 64
 
 // Executor carries out every eviction. Its view and drain are guarded by mu; each pod's state
 // belongs to the worker syncing it (the workqueue hands a key to one worker at a time), apart
@@ -84,6 +93,7 @@ type Executor struct {
 	o       Options
 	evictFn func(context.Context, *policyv1.Eviction) error
 	queue   workqueue.TypedDelayingInterface[string]
+	gate    *gate
 
 	mu    sync.Mutex
 	view  View
@@ -95,7 +105,10 @@ func New(o Options) *Executor {
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
-	e := &Executor{o: o, evictFn: o.Evict,
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = DefaultMaxInFlight
+	}
+	e := &Executor{o: o, evictFn: o.Evict, gate: newGate(o.Clock, o.MaxInFlight, o.Rand),
 		queue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Clock: o.Clock}),
 		view:  View{Window: plan.Window{SafetyMargin: o.SafetyMargin}},
 		drain: newDrain(plan.Window{SafetyMargin: o.SafetyMargin}, nil)}
@@ -149,14 +162,36 @@ func (e *Executor) Enqueue(obj any) {
 	}
 }
 
-// EnqueueAll queues every pod of the node.
+// EnqueueAll queues every pod of the node, the most urgent first (by their last safe moment,
+// the gate's order): the workers take them in that order, so that the first requests of a
+// notice, sent before the gate holds any waiter to order, are already the most urgent ones.
 func (e *Executor) EnqueueAll() {
 	pods, err := e.o.Pods.List(labels.Everything())
 	if err != nil {
 		return
 	}
-	for _, p := range pods {
-		e.Enqueue(p)
+	view := e.View()
+	type item struct {
+		pod     *v1.Pod
+		planned bool
+		key     time.Time
+	}
+	items := make([]item, len(pods))
+	for i, p := range pods {
+		pl := plan.PlanPod(p, view.Taints, view.Window, e.o.Filter, e.o.ComparisonOperators)
+		items[i] = item{pod: p, planned: pl.Skip == plan.SkipNone, key: gateKey(pl, pl.Bound(view.Window))}
+	}
+	slices.SortStableFunc(items, func(a, b item) int {
+		if a.planned != b.planned {
+			if a.planned {
+				return -1
+			}
+			return 1
+		}
+		return a.key.Compare(b.key)
+	})
+	for _, it := range items {
+		e.Enqueue(it.pod)
 	}
 }
 
@@ -176,15 +211,42 @@ func (e *Executor) Run(ctx context.Context, workers int) {
 func (e *Executor) SyncPod(ctx context.Context, key string) time.Duration { return e.syncPod(ctx, key) }
 
 // Evict asks the Eviction API to evict pod with grace (see evict): the pressure loop's evictions
-// go through the same request as the interruption's.
+// go through the same request, and the same gate, as the interruption's. They count as due now
+// and must go now: the pressure loop paces its own evictions (one pod at a time), and memory
+// pressure does not wait for a throttling pause (the kubelet's own eviction would come first).
 func (e *Executor) Evict(ctx context.Context, pod *v1.Pod, grace time.Duration) error {
-	return e.evict(ctx, pod, grace)
+	now := e.o.Clock.Now()
+	t, err := e.gate.acquire(ctx, now, now, now, false)
+	if err != nil {
+		return fmt.Errorf("waiting to evict pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	err = e.evict(ctx, pod, grace, RequestTimeout)
+	t.done(err)
+	return err
 }
 
 // Delete deletes pod with grace and a UID precondition; on a terminating pod it can only
 // shorten the grace.
 func (e *Executor) Delete(ctx context.Context, pod *v1.Pod, grace time.Duration) error {
-	return e.deletePod(ctx, pod, grace)
+	now := e.o.Clock.Now()
+	t, err := e.gate.acquire(ctx, now, now, now, false)
+	if err != nil {
+		return fmt.Errorf("waiting to delete pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	err = e.deletePod(ctx, pod, grace, RequestTimeout)
+	t.done(err)
+	return err
+}
+
+// Background waits until a background write (the pods' early warning) may go: when no
+// eviction waits for the API server, and while the agent is not paused by its throttling (see
+// gate.go). done must be called with the write's result.
+func (e *Executor) Background(ctx context.Context) (done func(error), err error) {
+	t, err := e.gate.acquire(ctx, time.Time{}, time.Time{}, time.Time{}, true)
+	if err != nil {
+		return nil, err
+	}
+	return t.done, nil
 }
 
 // IsPDBRefusal reports whether an eviction failed because a PodDisruptionBudget allows no
@@ -378,4 +440,12 @@ func TaintString(t v1.Taint) string {
 		return fmt.Sprintf("%s:%s", t.Key, t.Effect)
 	}
 	return fmt.Sprintf("%s=%s:%s", t.Key, t.Value, t.Effect)
+}
+
+// current reports whether st still belongs to the current drain and view is still the view:
+// a request that waited for its turn is sent only under the plan it was made with.
+func (e *Executor) current(st *podState, view View) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return st.drain == e.drain && e.view.equal(view)
 }

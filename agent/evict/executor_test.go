@@ -3,6 +3,7 @@ package evict
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
@@ -161,5 +163,180 @@ func TestWindowSummaryWhileEvictionsComplete(t *testing.T) {
 	}
 	if !found {
 		t.Error("no summary at the window's end")
+	}
+}
+
+// evictionAt is one eviction request as the fake server saw it.
+type evictionAt struct {
+	pod   string
+	grace int64
+	at    time.Time // on the fake clock
+}
+
+// recordEvictions makes f's server answer with answer (nil: accepted) and records each request.
+func (f *fixture) recordEvictions(answer func(ctx context.Context, n int) error) *[]evictionAt {
+	var got []evictionAt
+	f.evict = func(ctx context.Context, ev *policyv1.Eviction) error {
+		f.mu.Lock()
+		got = append(got, evictionAt{pod: ev.Name, grace: *ev.DeleteOptions.GracePeriodSeconds, at: f.clock.Now()})
+		n := len(got)
+		f.mu.Unlock()
+		if answer != nil {
+			return answer(ctx, n)
+		}
+		return nil
+	}
+	return &got
+}
+
+func (f *fixture) sentSoFar(got *[]evictionAt) []evictionAt {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]evictionAt(nil), *got...)
+}
+
+// TestMostUrgentPodGoesFirst (issue 24): with one request in flight at a time, the pods due at
+// the notice go in the order of their last safe moment (the longest grace first), not in the
+// order they became due or were queued. A pod whose eviction can wait (a short grace) never
+// takes a seat while one whose deadline is nearer waits.
+func TestMostUrgentPodGoesFirst(t *testing.T) {
+	graces := []int64{1, 30, 5, 20, 10, 25}
+	var pods []*v1.Pod
+	for _, g := range graces {
+		pods = append(pods, testPod(fmt.Sprintf("g%d", g), g))
+	}
+	f := newFixture(t, pods...)
+	f.e.gate = newGate(f.clock, 1, func() float64 { return 0 })
+	release := make(chan struct{})
+	got := f.recordEvictions(func(_ context.Context, n int) error {
+		if n == 1 {
+			<-release // the first request holds the only seat until every other pod waits
+		}
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go f.e.Run(ctx, len(pods))
+	f.e.SetView(view(t0.Add(40 * time.Second)))
+	until(t, "every other pod to wait for its turn", func() bool { _, _, w, _ := f.e.gate.state(); return w == len(pods)-1 })
+	close(release)
+	until(t, "every eviction", func() bool { return len(f.sentSoFar(got)) == len(pods) })
+	sent := f.sentSoFar(got)
+	for i := 2; i < len(sent); i++ {
+		if sent[i-1].grace < sent[i].grace {
+			t.Fatalf("order %v: %s (grace %d s, its last safe moment later) went before %s (grace %d s)",
+				sent, sent[i-1].pod, sent[i-1].grace, sent[i].pod, sent[i].grace)
+		}
+	}
+}
+
+// TestEvictionHonoursRetryAfter (issue 24): the API server's own 429 (no DisruptionBudget
+// cause) with Retry-After: 2 holds the pod's next request, and every other pod's, for 2 s; the
+// next request carries the grace recomputed when it leaves.
+func TestEvictionHonoursRetryAfter(t *testing.T) {
+	f := newFixture(t, testPod("a", 34), testPod("b", 10))
+	f.e.gate = newGate(f.clock, 8, func() float64 { return 0 })
+	got := f.recordEvictions(func(_ context.Context, n int) error {
+		if n == 1 {
+			return apierrors.NewTooManyRequests("Too many requests, please try again later.", 2)
+		}
+		return nil
+	})
+	f.e.SetView(view(t0.Add(40 * time.Second))) // window ends at t0+35s
+	if after := f.e.SyncPod(context.Background(), "ns/a"); after <= 0 || after > time.Millisecond {
+		t.Fatalf("after a throttling answer the pod is looked at again in %s, want at once (the gate paces it)", after)
+	}
+	done := make(chan struct{}, 2)
+	for _, k := range []string{"ns/a", "ns/b"} {
+		go func() { f.e.SyncPod(context.Background(), k); done <- struct{}{} }()
+	}
+	until(t, "both pods to wait out the pause", func() bool { _, _, w, _ := f.e.gate.state(); return w == 2 && f.clock.HasWaiters() })
+	f.clock.Step(2*time.Second - time.Millisecond)
+	if n := len(f.sentSoFar(got)); n != 1 {
+		t.Fatalf("%d requests before Retry-After ended, want 1", n)
+	}
+	f.clock.Step(time.Millisecond)
+	<-done
+	<-done
+	sent := f.sentSoFar(got)
+	if len(sent) != 3 {
+		t.Fatalf("requests %v, want 3", sent)
+	}
+	for _, s := range sent[1:] {
+		if s.at.Before(t0.Add(2 * time.Second)) {
+			t.Errorf("%s sent at %s, before Retry-After ended", s.pod, s.at)
+		}
+		// a's grace is recomputed at the send, 2 s later: 35 - 2.25 = 32 s, not the 34 s of t0.
+		if s.pod == "a" && s.grace != 32 {
+			t.Errorf("a sent again with grace %d s, want 32 (recomputed at the send)", s.grace)
+		}
+	}
+}
+
+// TestQueuedRequestResentWithGraceRecomputed (issue 24): a request that waits in the API
+// server's queue for all the slack its grace leaves is cancelled and sent again with a grace
+// recomputed then, so that the pod still ends by the window's end.
+func TestQueuedRequestResentWithGraceRecomputed(t *testing.T) {
+	f := newFixture(t, testPod("a", 34))
+	var bounds []time.Duration
+	got := f.recordEvictions(func(ctx context.Context, n int) error {
+		if d, ok := ctx.Deadline(); ok {
+			bounds = append(bounds, time.Until(d))
+		}
+		if n == 1 {
+			// The server's queue holds it until the client gives up.
+			<-ctx.Done()
+			return fmt.Errorf("posting the eviction: %w", ctx.Err())
+		}
+		return nil
+	})
+	f.e.SetView(view(t0.Add(40 * time.Second))) // window ends at t0+35s; 34 s grace leaves 1 s
+	if after := f.e.SyncPod(context.Background(), "ns/a"); after > time.Millisecond {
+		t.Fatalf("after waiting its slack in the queue the pod is looked at again in %s, want at once", after)
+	}
+	if len(bounds) != 1 || bounds[0] > time.Second || bounds[0] < 750*time.Millisecond {
+		t.Fatalf("the request could wait %v, want the 1 s its grace left (35 s to the window's end, 34 s grace)", bounds)
+	}
+	f.clock.Step(800 * time.Millisecond)
+	f.e.SyncPod(context.Background(), "ns/a")
+	sent := f.sentSoFar(got)
+	if len(sent) != 2 || sent[1].grace != 33 {
+		t.Fatalf("requests %v, want a second with the grace recomputed (33 s)", sent)
+	}
+}
+
+// TestEnqueueAllMostUrgentFirst (issue 24): a new window queues the node's pods by their last
+// safe moment, so that the first requests of a notice (sent before any waiter is there to be
+// ordered) are the most urgent; pods left alone come last.
+func TestEnqueueAllMostUrgentFirst(t *testing.T) {
+	forever := testPod("forever", 60)
+	forever.Spec.Tolerations = []v1.Toleration{{Key: spot.Key, Operator: v1.TolerationOpExists, Effect: v1.TaintEffectNoExecute}}
+	f := newFixture(t, testPod("a5", 5), forever, testPod("b30", 30), testPod("c1", 1), testPod("d20", 20))
+	f.e.SetView(view(t0.Add(40 * time.Second)))
+	var got []string
+	for f.e.queue.Len() > 0 {
+		k, _ := f.e.queue.Get()
+		got = append(got, k)
+		f.e.queue.Done(k)
+	}
+	want := []string{"ns/b30", "ns/d20", "ns/a5", "ns/c1", "ns/forever"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("queued %v, want %v", got, want)
+	}
+}
+
+// TestThrottledPastForcePointWaitsRetryAfter (issue 24): a pod past its force point that the
+// server throttles is looked at again only after the server's Retry-After, not at the 100 ms of
+// a failed delete: a pool's lost pods must not take the seats the others still need.
+func TestThrottledPastForcePointWaitsRetryAfter(t *testing.T) {
+	f := newFixture(t, testPod("a", 30))
+	f.e.gate = newGate(f.clock, 8, func() float64 { return 0 })
+	f.recordEvictions(func(context.Context, int) error {
+		return apierrors.NewTooManyRequests("Too many requests, please try again later.", 3)
+	})
+	f.e.SetView(view(t0.Add(40 * time.Second))) // latest t0+5s
+	f.clock.SetTime(t0.Add(5 * time.Second))    // past the force point
+	if after := f.e.SyncPod(context.Background(), "ns/a"); after < 3*time.Second {
+		t.Fatalf("looked at again in %s after Retry-After 3 s past the force point, want 3 s at least", after)
 	}
 }

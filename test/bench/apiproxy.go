@@ -26,6 +26,7 @@ import (
 type apiProxy struct {
 	mu      sync.Mutex
 	counts  map[string]int // "VERB resource"
+	codes   map[string]int // "VERB resource code", the answers' status codes
 	watches int
 	srv     *http.Server
 	URL     string
@@ -55,7 +56,7 @@ func startAPIProxy(target string, caPEM []byte, token string) (*apiProxy, error)
 	if err != nil {
 		return nil, fmt.Errorf("starting the API proxy: %w", err)
 	}
-	p := &apiProxy{counts: map[string]int{}, URL: "http://" + ln.Addr().String()}
+	p := &apiProxy{counts: map[string]int{}, codes: map[string]int{}, URL: "http://" + ln.Addr().String()}
 	p.srv = &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		verb, resource := classify(r)
 		p.mu.Lock()
@@ -67,7 +68,15 @@ func startAPIProxy(target string, caPEM []byte, token string) (*apiProxy, error)
 		if verb == "WATCH" {
 			defer func() { p.mu.Lock(); p.watches--; p.mu.Unlock() }()
 		}
-		rp.ServeHTTP(w, r)
+		if verb == "WATCH" {
+			rp.ServeHTTP(w, r)
+			return
+		}
+		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+		rp.ServeHTTP(sw, r)
+		p.mu.Lock()
+		p.codes[fmt.Sprintf("%s %s %d", verb, resource, sw.code)]++
+		p.mu.Unlock()
 	})}
 	go func() {
 		if err := p.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -85,6 +94,25 @@ func (p *apiProxy) snapshot() (map[string]int, int) {
 }
 
 func (p *apiProxy) Close() { _ = p.srv.Close() }
+
+// codeCounts returns a copy of the answers' status codes by "VERB resource code" (watches
+// apart).
+func (p *apiProxy) codeCounts() map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return maps.Clone(p.codes)
+}
+
+// statusWriter remembers the status code of a response.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.code = code
+	w.ResponseWriter.WriteHeader(code)
+}
 
 // kubeconfig writes a kubeconfig for the proxy into dir and returns its path.
 func (p *apiProxy) kubeconfig(dir, name string) (string, error) {

@@ -7,7 +7,8 @@
 //  2. eviction throughput and precision: a burst due at one instant, and kubectl's drain;
 //  3. reaction time: notice at the metadata endpoint to taint on the node;
 //  4. footprint: memory, CPU and API requests of one agent, idle and during an interruption;
-//  5. fleet scale: many agents against one API server.
+//  5. fleet scale: many agents against one API server;
+//  6. a pool reclaimed at once: many agents evicting together through API Priority and Fairness.
 package main
 
 import (
@@ -64,6 +65,12 @@ type options struct {
 	FleetPods              int
 	FleetIdle, FleetWindow time.Duration
 
+	// Pool: nodes, pods per node, the reclaim window, the seat counts reprieve is measured at
+	// and those the taint-alone baseline is measured at too.
+	PoolNodes, PoolPods          int
+	PoolWindow                   time.Duration
+	PoolSeats, PoolBaselineSeats []int
+
 	// Command is the command line recorded in the report.
 	Command string
 	// Bin is the reprieve binary to measure; empty builds one before anything is timed.
@@ -73,31 +80,36 @@ type options struct {
 }
 
 // measurements lists the measurement names in the order they run.
-var measurements = []string{"compliance", "burst", "reaction", "footprint", "fleet"}
+var measurements = []string{"compliance", "burst", "reaction", "footprint", "fleet", "pool"}
 
 func defaultOptions() options {
 	return options{
-		Out:             "docs/benchmarks.md",
-		SVGDir:          "docs",
-		Runs:            3,
-		Pods:            110,
-		AWSWindow:       120 * time.Second,
-		Windows:         []string{"aws", "gcp"},
-		SafetyMargin:    5 * time.Second,
-		NoticeLead:      5 * time.Second,
-		Burst:           []int{110, 250},
-		BurstDue:        10 * time.Second,
-		DrainRuns:       1,
-		Notices:         20,
-		Idle:            2 * time.Minute,
-		Settle:          10 * time.Second,
-		FootprintWindow: 45 * time.Second,
-		Fleet:           []int{25, 50, 100},
-		FleetPods:       30,
-		FleetIdle:       30 * time.Second,
-		FleetWindow:     30 * time.Second,
-		Command:         "make bench",
-		Logf:            func(f string, a ...any) { fmt.Fprintf(os.Stderr, "bench: "+f+"\n", a...) },
+		Out:               "docs/benchmarks.md",
+		SVGDir:            "docs",
+		Runs:              3,
+		Pods:              110,
+		AWSWindow:         120 * time.Second,
+		Windows:           []string{"aws", "gcp"},
+		SafetyMargin:      5 * time.Second,
+		NoticeLead:        5 * time.Second,
+		Burst:             []int{110, 250},
+		BurstDue:          10 * time.Second,
+		DrainRuns:         1,
+		Notices:           20,
+		Idle:              2 * time.Minute,
+		Settle:            10 * time.Second,
+		FootprintWindow:   45 * time.Second,
+		Fleet:             []int{25, 50, 100},
+		FleetPods:         30,
+		FleetIdle:         30 * time.Second,
+		FleetWindow:       30 * time.Second,
+		PoolNodes:         16,
+		PoolPods:          38,
+		PoolWindow:        40 * time.Second,
+		PoolSeats:         []int{600, 12, 6},
+		PoolBaselineSeats: []int{600, 12},
+		Command:           "make bench",
+		Logf:              func(f string, a ...any) { fmt.Fprintf(os.Stderr, "bench: "+f+"\n", a...) },
 	}
 }
 
@@ -126,6 +138,11 @@ func runMain() int {
 	fs.IntVar(&o.FleetPods, "fleet-pods", o.FleetPods, "Pods per node in the fleet.")
 	fs.DurationVar(&o.FleetIdle, "fleet-idle", o.FleetIdle, "Idle window per fleet size.")
 	fs.DurationVar(&o.FleetWindow, "fleet-window", o.FleetWindow, "Reclaim window of the fleet's interruption.")
+	fs.IntVar(&o.PoolNodes, "pool-nodes", o.PoolNodes, "Nodes of the pool reclaimed at once.")
+	fs.IntVar(&o.PoolPods, "pool-pods", o.PoolPods, "Evictable pods per node of the pool.")
+	fs.DurationVar(&o.PoolWindow, "pool-window", o.PoolWindow, "Reclaim window of the pool.")
+	poolSeats := fs.String("pool-seats", joinInts(o.PoolSeats), "API server seats (--max-requests-inflight + --max-mutating-requests-inflight) reprieve is measured at.")
+	poolBaseline := fs.String("pool-baseline-seats", joinInts(o.PoolBaselineSeats), "Seat counts at which the taint-alone baseline is measured too.")
 	fs.StringVar(&o.Command, "command", o.Command, "Command line recorded in the report.")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 2
@@ -141,6 +158,17 @@ func runMain() int {
 	}
 	if o.Fleet, err = parseInts(*fleet); err != nil {
 		errs = append(errs, fmt.Errorf("-fleet: %w", err))
+	}
+	if o.PoolSeats, err = parseInts(*poolSeats); err != nil {
+		errs = append(errs, fmt.Errorf("-pool-seats: %w", err))
+	}
+	if o.PoolBaselineSeats, err = parseInts(*poolBaseline); err != nil {
+		errs = append(errs, fmt.Errorf("-pool-baseline-seats: %w", err))
+	}
+	for _, s := range o.PoolSeats {
+		if s < 3 {
+			errs = append(errs, fmt.Errorf("-pool-seats: %d seats: kube-apiserver needs at least 2 read-only and 1 mutating", s))
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
@@ -212,6 +240,7 @@ func run(ctx context.Context, o options) error {
 		"reaction":   b.reaction,
 		"footprint":  b.footprint,
 		"fleet":      b.fleet,
+		"pool":       b.pool,
 	}
 	for _, m := range measurements {
 		if len(o.Only) > 0 && !o.Only[m] {

@@ -28,6 +28,7 @@ type report struct {
 	Reaction   []*reactionRun
 	Footprint  *footprintResult
 	Fleet      []*fleetResult
+	Pool       []*poolRun
 }
 
 // write replaces the generated block of o.Out (creating the file when missing).
@@ -67,6 +68,7 @@ func (r *report) markdown(w *strings.Builder, o options) {
 	r.reactionMD(p)
 	r.footprintMD(p, o)
 	r.fleetMD(p, o)
+	r.poolMD(p, o)
 	p("\n")
 }
 

@@ -14,6 +14,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -68,6 +71,10 @@ const (
 	adminGroup = "system:masters"
 )
 
+// kcmUser is kube-controller-manager's own user name, which the default FlowSchema
+// kube-controller-manager matches.
+const kcmUser = "system:kube-controller-manager"
+
 // Readiness deadlines for each program.
 const (
 	etcdReadyTimeout      = 30 * time.Second
@@ -92,6 +99,30 @@ type Options struct {
 	LogDir string
 	// Logf, when set, receives progress messages (for example t.Logf).
 	Logf func(format string, args ...any)
+	// APF, when set, runs kube-apiserver with API Priority and Fairness on and these seats;
+	// nil keeps it off (--enable-priority-and-fairness=false), as every test but the pool
+	// scenario wants.
+	APF *APF
+}
+
+// APF is kube-apiserver's API Priority and Fairness with a number of seats: APF shares
+// --max-requests-inflight + --max-mutating-requests-inflight among its priority levels by their
+// nominalConcurrencyShares (the defaults are 400 and 200).
+type APF struct {
+	MaxRequestsInflight, MaxMutatingRequestsInflight int
+}
+
+// Seats is the total APF shares among the priority levels.
+func (a APF) Seats() int { return a.MaxRequestsInflight + a.MaxMutatingRequestsInflight }
+
+// flags are kube-apiserver's flags for a (nil: APF off).
+func (a *APF) flags() []string {
+	if a == nil {
+		return []string{"--enable-priority-and-fairness=false"}
+	}
+	return []string{"--enable-priority-and-fairness=true",
+		"--max-requests-inflight=" + strconv.Itoa(a.MaxRequestsInflight),
+		"--max-mutating-requests-inflight=" + strconv.Itoa(a.MaxMutatingRequestsInflight)}
 }
 
 // Env is a running control plane. Its exported fields are read-only.
@@ -125,6 +156,10 @@ type Env struct {
 	etcd           *Process
 	apiserver      *Process
 	apiserverArgs  []string
+	apf            *APF
+	tokenFile      string
+	kcmToken       string
+	peers          []*Process // further API servers on the same etcd (StartAPIServer)
 	kwok           *Process
 	fastPods       bool
 	kcm            *Process
@@ -142,7 +177,7 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("starting the control plane: %w", err)
 	}
-	e := &Env{toolsBin: bin, logf: opts.Logf, LogDir: opts.LogDir}
+	e := &Env{toolsBin: bin, logf: opts.Logf, LogDir: opts.LogDir, apf: opts.APF}
 	if e.logf == nil {
 		e.logf = func(string, ...any) {}
 	}
@@ -200,11 +235,12 @@ func (e *Env) Stop() {
 	e.stopped = true
 	kcm, sched, kwok, apiserver, etcd := e.kcm, e.scheduler, e.kwok, e.apiserver, e.etcd
 	e.kcm, e.scheduler = nil, nil
+	peers := e.peers
 	e.mu.Unlock()
 
-	// The clients of the API server go first, in parallel, then the API server, then etcd.
+	// The clients of the API server go first, in parallel, then the API servers, then etcd.
 	var wg sync.WaitGroup
-	for _, p := range []*Process{kcm, sched, kwok} {
+	for _, p := range append([]*Process{kcm, sched, kwok}, peers...) {
 		if p != nil {
 			wg.Go(func() { e.stopProcess(p) })
 		}
@@ -300,7 +336,18 @@ func (e *Env) StartControllerManager(ctx context.Context, controllers ...string)
 		return fmt.Errorf("starting kube-controller-manager: %w", err)
 	}
 	begin := time.Now()
+	kubeconfig := e.Kubeconfig
+	e.mu.Lock()
+	asItself := e.apf != nil
+	e.mu.Unlock()
+	if asItself {
+		// With APF on it runs as itself, as in a cluster: the admin is exempt from APF.
+		if kubeconfig, err = e.controllerManagerKubeconfig(ctx); err != nil {
+			return fmt.Errorf("starting kube-controller-manager: %w", err)
+		}
+	}
 	p, err := e.startComponent(ctx, "kube-controller-manager", KubeControllerMgrBin, ports[0],
+		"--kubeconfig="+kubeconfig,
 		"--controllers="+strings.Join(controllers, ","),
 		"--service-account-private-key-file="+e.pki.saKey,
 		"--root-ca-file="+e.pki.caCert,
@@ -328,7 +375,7 @@ func (e *Env) StartControllerManager(ctx context.Context, controllers ...string)
 // answers /healthz. extra are its own flags.
 func (e *Env) startComponent(ctx context.Context, name, bin string, port int, extra ...string) (*Process, error) {
 	args := append([]string{
-		"--kubeconfig=" + e.Kubeconfig,
+		"--kubeconfig=" + e.Kubeconfig, // a later --kubeconfig in extra wins
 		"--leader-elect=false",
 		"--bind-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(port),
@@ -501,31 +548,19 @@ func (e *Env) startAPIServer(ctx context.Context) error {
 		return err
 	}
 	tokenFile := filepath.Join(e.dataDir, "tokens.csv")
-	if err := os.WriteFile(tokenFile, fmt.Appendf(nil, "%s,%s,%s,%s\n", e.Token, adminUser, adminUser, adminGroup), 0o600); err != nil {
+	if e.kcmToken, err = randomToken(); err != nil {
+		return err
+	}
+	// kube-controller-manager's own identity (no group): under APF it is classified as a
+	// cluster classifies it (the kube-controller-manager FlowSchema, workload-high), not as
+	// the exempt system:masters.
+	if err := os.WriteFile(tokenFile, fmt.Appendf(nil, "%s,%s,%s,%s\n%s,%s,%s\n", e.Token, adminUser, adminUser, adminGroup,
+		e.kcmToken, kcmUser, kcmUser), 0o600); err != nil {
 		return fmt.Errorf("writing the token file: %w", err)
 	}
+	e.tokenFile = tokenFile
 	e.Host = fmt.Sprintf("https://127.0.0.1:%d", ports[0])
-	args := []string{
-		"--etcd-servers=" + e.EtcdURL,
-		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(ports[0]),
-		"--cert-dir=" + filepath.Join(e.dataDir, "apiserver-certs"),
-		"--tls-cert-file=" + e.pki.servingCert,
-		"--tls-private-key-file=" + e.pki.servingKey,
-		"--client-ca-file=" + e.pki.caCert,
-		"--token-auth-file=" + tokenFile,
-		"--authorization-mode=RBAC,Node",
-		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file=" + e.pki.saKey,
-		"--service-account-signing-key-file=" + e.pki.saKey,
-		"--service-cluster-ip-range=10.0.0.0/24",
-		"--endpoint-reconciler-type=none",
-		"--enable-priority-and-fairness=false",
-		"--allow-privileged=true",
-		"--profiling=false",
-	}
-	e.apiserverArgs = args
+	e.apiserverArgs = e.apiserverFlags(ports[0], "apiserver-certs", e.apf)
 	if err := e.runAPIServer(ctx); err != nil {
 		return err
 	}
@@ -547,6 +582,128 @@ func (e *Env) startAPIServer(ctx context.Context) error {
 	e.Kubeconfig = filepath.Join(e.dataDir, "admin.kubeconfig")
 	if err := writeKubeconfig(e.Kubeconfig, e.Host, e.CAData, adminUser, e.Token); err != nil {
 		return err
+	}
+	return nil
+}
+
+// apiserverFlags are kube-apiserver's flags for a server on port, with its generated
+// certificates in certDir under the data folder, and APF as apf says.
+func (e *Env) apiserverFlags(port int, certDir string, apf *APF) []string {
+	args := []string{
+		"--etcd-servers=" + e.EtcdURL,
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(port),
+		"--cert-dir=" + filepath.Join(e.dataDir, certDir),
+		"--tls-cert-file=" + e.pki.servingCert,
+		"--tls-private-key-file=" + e.pki.servingKey,
+		"--client-ca-file=" + e.pki.caCert,
+		"--token-auth-file=" + e.tokenFile,
+		"--authorization-mode=RBAC,Node",
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + e.pki.saKey,
+		"--service-account-signing-key-file=" + e.pki.saKey,
+		"--service-cluster-ip-range=10.0.0.0/24",
+		"--endpoint-reconciler-type=none",
+		"--allow-privileged=true",
+		"--profiling=false",
+	}
+	return append(args, apf.flags()...)
+}
+
+// controllerManagerKubeconfig writes a kubeconfig for kube-controller-manager's own user and
+// binds that user to cluster-admin (its controllers all run on this one identity:
+// --use-service-account-credentials=false).
+func (e *Env) controllerManagerKubeconfig(ctx context.Context) (string, error) {
+	crb := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "testenv-kube-controller-manager"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: kcmUser}},
+	}
+	if _, err := e.Client.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", fmt.Errorf("binding %s to cluster-admin: %w", kcmUser, err)
+	}
+	path := filepath.Join(e.dataDir, "kube-controller-manager.kubeconfig")
+	if err := writeKubeconfig(path, e.Host, e.CAData, kcmUser, e.kcmToken); err != nil {
+		return "", err
+	}
+	return path, nil
+}
+
+// APIServer is a further kube-apiserver on the Env's etcd (StartAPIServer): a peer of the
+// first, serving the same objects to the same credentials, with flags of its own.
+type APIServer struct {
+	// Host is its URL, https://127.0.0.1:<port>.
+	Host string
+	// Config is the admin REST config for it (QPS 200, Burst 400).
+	Config *rest.Config
+	// Client is an admin clientset for it.
+	Client  kubernetes.Interface
+	process *Process
+}
+
+// Process is the server's process (for its log).
+func (a *APIServer) Process() *Process { return a.process }
+
+// StartAPIServer starts one more kube-apiserver on the Env's etcd, with the same serving
+// certificate, admin token and service-account keys (a ServiceAccount kubeconfig of the Env
+// works against it once its server is changed to Host), and APF as apf says: a test can
+// measure API Priority and Fairness without changing the server every other test shares. Stop
+// stops it with the rest; a test may stop it earlier with Stop on its Process.
+func (e *Env) StartAPIServer(ctx context.Context, name string, apf *APF) (*APIServer, error) {
+	port, err := FreePort()
+	if err != nil {
+		return nil, fmt.Errorf("starting kube-apiserver %s: %w", name, err)
+	}
+	e.mu.Lock()
+	args := e.apiserverFlags(port, "apiserver-certs-"+name, apf)
+	e.mu.Unlock()
+	p, err := StartProcess(ctx, "kube-apiserver-"+name, filepath.Join(e.LogDir, "kube-apiserver-"+name+".log"),
+		filepath.Join(e.toolsBin, KubeAPIServerBin), args, nil)
+	if err != nil {
+		return nil, fmt.Errorf("starting kube-apiserver %s: %w", name, err)
+	}
+	e.mu.Lock()
+	e.peers = append(e.peers, p)
+	e.mu.Unlock()
+	host := fmt.Sprintf("https://127.0.0.1:%d", port)
+	client := e.httpClient()
+	if err := waitReady(ctx, p, apiserverReadyTimeout, func(ctx context.Context) error {
+		return httpOK(ctx, client, host+"/readyz", e.Token)
+	}); err != nil {
+		return nil, fmt.Errorf("starting kube-apiserver %s: %w", name, err)
+	}
+	cfg := rest.CopyConfig(e.Config)
+	cfg.Host = host
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating the admin client of kube-apiserver %s: %w", name, err)
+	}
+	return &APIServer{Host: host, Config: cfg, Client: cs, process: p}, nil
+}
+
+// RestartAPIServerWith stops kube-apiserver and starts it again on the same address and
+// credentials with APF as apf says (nil: off), for a benchmark that measures several seat
+// counts on one control plane. Clients reconnect.
+func (e *Env) RestartAPIServerWith(ctx context.Context, apf *APF) error {
+	if e.apiserverArgs == nil {
+		return errors.New("restarting kube-apiserver: it was never started")
+	}
+	if err := e.StopAPIServer(); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	e.apf = apf
+	port, err := strconv.Atoi(e.Host[strings.LastIndex(e.Host, ":")+1:])
+	if err == nil {
+		e.apiserverArgs = e.apiserverFlags(port, "apiserver-certs", apf)
+	}
+	e.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("restarting kube-apiserver: reading the port of %s: %w", e.Host, err)
+	}
+	if err := e.runAPIServer(ctx); err != nil {
+		return fmt.Errorf("restarting kube-apiserver: %w", err)
 	}
 	return nil
 }

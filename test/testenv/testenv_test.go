@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 )
 
@@ -350,4 +351,68 @@ func hasToleration(p *corev1.Pod, key string) bool {
 		}
 	}
 	return false
+}
+
+// TestAPF: with Options.APF the API server runs API Priority and Fairness with the seats given
+// (its answers carry APF's headers, and its priority levels share those seats), the default
+// keeps it off, and RestartAPIServerWith switches it on the same address.
+func TestAPF(t *testing.T) {
+	requireTools(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	env, err := Start(ctx, Options{Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(env.Stop)
+	// APF names the FlowSchema that classified a request in every answer
+	// (k8s.io/apiserver/pkg/server/filters/priority-and-fairness.go).
+	flowSchema := func(host string) string {
+		cfg := rest.CopyConfig(env.Config)
+		cfg.Host = host
+		hc, err := rest.HTTPClientFor(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, host+"/api/v1/namespaces/default", nil)
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		return resp.Header.Get("X-Kubernetes-PF-FlowSchema-UID")
+	}
+	if fs := flowSchema(env.Host); fs != "" {
+		t.Fatalf("APF answered on the default server (FlowSchema %s): it must stay off", fs)
+	}
+	peer, err := env.StartAPIServer(ctx, "apf", &APF{MaxRequestsInflight: 4, MaxMutatingRequestsInflight: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fs := flowSchema(peer.Host); fs == "" {
+		t.Fatal("no APF header from the server started with APF")
+	}
+	metrics, err := peer.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(metrics), `apiserver_flowcontrol_nominal_limit_seats{priority_level="workload-high"} 1`) {
+		t.Errorf("workload-high's nominal seats are not 1 of 6 (ceil(6 x 40 / 245)):\n%s", grepLines(string(metrics), "nominal_limit_seats"))
+	}
+	if err := env.RestartAPIServerWith(ctx, &APF{MaxRequestsInflight: 8, MaxMutatingRequestsInflight: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if fs := flowSchema(env.Host); fs == "" {
+		t.Fatal("no APF header after RestartAPIServerWith")
+	}
+}
+
+func grepLines(text, sub string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, sub) && !strings.HasPrefix(l, "#") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

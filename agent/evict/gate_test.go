@@ -1,0 +1,270 @@
+package evict
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/wait"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+// throttled is the API server's own 429 as client-go returns it: APF answers "Too many
+// requests" with a Retry-After header (apiserver's tooManyRequests in
+// pkg/server/filters/priority-and-fairness.go), which client-go turns into a StatusError whose
+// details carry RetryAfterSeconds (newUnstructuredResponseError in rest/request.go), and no
+// DisruptionBudget cause.
+func throttled(retryAfter int) error {
+	return fmt.Errorf("evicting pod ns/p: %w", apierrors.NewTooManyRequests("Too many requests, please try again later.", retryAfter))
+}
+
+// until polls cond (no sleep: a goroutine must reach a state) for at most 10 s of real time.
+func until(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true,
+		func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+// acquireAsync starts an acquire and returns the channel its ticket arrives on.
+func acquireAsync(g *gate, key, mustGo, lastChance time.Time, background bool) <-chan *ticket {
+	ch := make(chan *ticket, 1)
+	go func() {
+		t, err := g.acquire(context.Background(), key, mustGo, lastChance, background)
+		if err == nil {
+			ch <- t
+		}
+	}()
+	return ch
+}
+
+func granted(ch <-chan *ticket) (*ticket, bool) {
+	select {
+	case t := <-ch:
+		return t, true
+	default:
+		return nil, false
+	}
+}
+
+// TestGateOrdersByLastSafeMoment: with one slot, the waiters go by their key (the pod's last
+// safe moment), not by arrival.
+func TestGateOrdersByLastSafeMoment(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	g := newGate(clk, 1, func() float64 { return 0 })
+	first, err := g.acquire(context.Background(), t0.Add(time.Hour), time.Time{}, time.Time{}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := []time.Duration{30 * time.Second, 5 * time.Second, 20 * time.Second, 10 * time.Second}
+	chans := map[time.Duration]<-chan *ticket{}
+	for i, k := range keys {
+		chans[k] = acquireAsync(g, t0.Add(k), time.Time{}, time.Time{}, false)
+		until(t, "the waiter to queue", func() bool { _, _, w, _ := g.state(); return w == i+1 })
+	}
+	first.done(nil)
+	for _, k := range []time.Duration{5 * time.Second, 10 * time.Second, 20 * time.Second, 30 * time.Second} {
+		var tk *ticket
+		until(t, fmt.Sprintf("the waiter with key +%s", k), func() bool { var ok bool; tk, ok = granted(chans[k]); return ok })
+		for _, other := range keys {
+			if other > k {
+				if _, ok := granted(chans[other]); ok {
+					t.Fatalf("the waiter with key +%s went before the one with +%s", other, k)
+				}
+			}
+		}
+		tk.done(nil)
+	}
+}
+
+// TestGateHonoursRetryAfter: a throttling answer with Retry-After: 3 holds every request of
+// the agent for 3 s; none is sent before.
+func TestGateHonoursRetryAfter(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	g := newGate(clk, 8, func() float64 { return 0 })
+	tk, err := g.acquire(context.Background(), t0.Add(time.Minute), time.Time{}, time.Time{}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk.done(throttled(3))
+	if _, _, _, until := g.state(); !until.Equal(t0.Add(3 * time.Second)) {
+		t.Fatalf("paused until %s, want %s (Retry-After 3 s)", until, t0.Add(3*time.Second))
+	}
+	ch := acquireAsync(g, t0.Add(time.Minute), time.Time{}, time.Time{}, false)
+	until(t, "the waiter's timer", func() bool { _, _, w, _ := g.state(); return w == 1 && clk.HasWaiters() })
+	clk.Step(3*time.Second - time.Millisecond)
+	if _, ok := granted(ch); ok {
+		t.Fatal("a request went 1 ms before Retry-After ended")
+	}
+	clk.Step(time.Millisecond)
+	until(t, "the request after Retry-After", func() bool { _, ok := granted(ch); return ok })
+}
+
+// TestGateMustGoPassesTheLimit: a request whose force point has come goes past the in-flight
+// limit, but waits out a pause (the server asked for it; its grace is recomputed when it
+// leaves); at its last chance (a 1 s grace barely fits) it goes during the pause too: waiting
+// longer makes its pod late for certain.
+func TestGateMustGoPassesTheLimit(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	g := newGate(clk, 1, func() float64 { return 0 })
+	held, _ := g.acquire(context.Background(), t0.Add(time.Minute), time.Time{}, time.Time{}, false)
+	other, err := g.acquire(context.Background(), t0.Add(time.Minute), t0, time.Time{}, false) // must go already: past the limit
+	if err != nil {
+		t.Fatal(err)
+	}
+	other.done(throttled(10))
+	ch := acquireAsync(g, t0.Add(5*time.Second), t0.Add(time.Second), t0.Add(2*time.Second), false)
+	until(t, "the waiter's timer", func() bool { _, _, w, _ := g.state(); return w == 1 && clk.HasWaiters() })
+	clk.Step(time.Second)
+	if _, ok := granted(ch); ok {
+		t.Fatal("went at its must-go moment during the pause")
+	}
+	clk.Step(time.Second - time.Millisecond)
+	if _, ok := granted(ch); ok {
+		t.Fatal("went before its last chance, during the pause")
+	}
+	clk.Step(time.Millisecond)
+	until(t, "the request at its last chance", func() bool { _, ok := granted(ch); return ok })
+	held.done(nil)
+}
+
+// TestGateQueueMargin: the margin left for the server's queue is measured from the answers'
+// times, srtt + 4 rttvar (RFC 6298); requests that got no answer do not count.
+func TestGateQueueMargin(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	g := newGate(clk, 8, func() float64 { return 0 })
+	if m := g.queueMargin(); m != 0 {
+		t.Fatalf("margin %s before any answer, want 0", m)
+	}
+	answer := func(took time.Duration, err error) {
+		tk, _ := g.acquire(context.Background(), clk.Now(), time.Time{}, time.Time{}, false)
+		clk.Step(took)
+		tk.done(err)
+	}
+	answer(200*time.Millisecond, nil)
+	if m := g.queueMargin(); m != 600*time.Millisecond {
+		t.Fatalf("margin %s after one 200 ms answer, want 600 ms (200 + 4 x 100)", m)
+	}
+	answer(time.Minute, errors.New("connection refused"))                       // no answer: not counted
+	answer(time.Minute, apierrors.NewInternalError(errors.New("etcd timeout"))) // a failure, not the queue
+	answer(400*time.Millisecond, nil)
+	// rttvar = (3 x 100 + |200 - 400|) / 4 = 125 ms; srtt = (7 x 200 + 400) / 8 = 225 ms.
+	if m := g.queueMargin(); m != 725*time.Millisecond {
+		t.Fatalf("margin %s, want 725 ms", m)
+	}
+	answer(time.Minute, throttled(1)) // a 429 from APF's queue is an answer: it counts
+	if m := g.queueMargin(); m != queueMarginMax {
+		t.Fatalf("margin %s after a minute in the queue, want the cap %s", m, queueMarginMax)
+	}
+}
+
+// TestGateJitter: a fleet of agents throttled in the same second comes back spread over
+// [Retry-After, 1.5 x Retry-After), each agent drawing its own.
+func TestGateJitter(t *testing.T) {
+	pauses := map[time.Duration]bool{}
+	for range 20 {
+		clk := clocktesting.NewFakeClock(t0)
+		g := newGate(clk, 8, nil) // the process's own random source
+		tk, _ := g.acquire(context.Background(), t0, time.Time{}, time.Time{}, false)
+		tk.done(throttled(1))
+		_, _, _, until := g.state()
+		p := until.Sub(t0)
+		if p < time.Second || p >= 1500*time.Millisecond {
+			t.Fatalf("pause %s after Retry-After 1 s, want within [1s, 1.5s)", p)
+		}
+		pauses[p] = true
+	}
+	if len(pauses) < 10 {
+		t.Fatalf("20 agents drew only %d different pauses: they would come back together", len(pauses))
+	}
+}
+
+// TestGateLimitAdapts: a throttling answer halves the in-flight limit, an answered request
+// grows it by one, up to the maximum; a request that got no answer changes nothing.
+func TestGateLimitAdapts(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	g := newGate(clk, 10, func() float64 { return 0 })
+	step := func(err error, want int) {
+		t.Helper()
+		clk.Step(time.Minute) // past any pause
+		tk, _ := g.acquire(context.Background(), clk.Now(), time.Time{}, time.Time{}, false)
+		tk.done(err)
+		if l, _, _, _ := g.state(); l != want {
+			t.Fatalf("after %v: limit %d, want %d", err, l, want)
+		}
+	}
+	step(nil, 9)
+	step(throttled(1), 4)
+	step(throttled(1), 2)
+	step(errors.New("connection refused"), 2)
+	step(context.DeadlineExceeded, 2)
+	step(apierrors.NewInternalError(errors.New("boom")), 3)
+	for want := 4; want <= 10; want++ {
+		step(nil, want)
+	}
+	step(nil, 10) // never past the maximum
+}
+
+// TestGateBackgroundYields: a background write (the pods' early warning) goes only when no
+// eviction waits, and holds at most half the slots.
+func TestGateBackgroundYields(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	g := newGate(clk, 4, func() float64 { return 0 })
+	var held []*ticket
+	for range 4 {
+		tk, _ := g.acquire(context.Background(), t0.Add(time.Hour), time.Time{}, time.Time{}, false)
+		held = append(held, tk)
+	}
+	bg := acquireAsync(g, time.Time{}, time.Time{}, time.Time{}, true)
+	until(t, "the background waiter", func() bool { _, _, w, _ := g.state(); return w == 1 })
+	ev := acquireAsync(g, t0.Add(time.Minute), time.Time{}, time.Time{}, false)
+	until(t, "the eviction waiter", func() bool { _, _, w, _ := g.state(); return w == 2 })
+	held[0].done(errNotSent)
+	until(t, "the eviction", func() bool { _, ok := granted(ev); return ok })
+	if _, ok := granted(bg); ok {
+		t.Fatal("the background write went before the eviction that waited")
+	}
+	held[1].done(errNotSent)
+	until(t, "the background write", func() bool { _, ok := granted(bg); return ok })
+	// Two more background writes: one fits in half the slots (2), the other waits.
+	bg2 := acquireAsync(g, time.Time{}, time.Time{}, time.Time{}, true)
+	bg3 := acquireAsync(g, time.Time{}, time.Time{}, time.Time{}, true)
+	until(t, "both background waiters", func() bool { _, _, w, _ := g.state(); return w == 2 })
+	held[2].done(errNotSent)
+	held[3].done(errNotSent)
+	until(t, "one more background write", func() bool {
+		_, a := granted(bg2)
+		_, b := granted(bg3)
+		return a || b
+	})
+	if _, inflight, w, _ := g.state(); inflight != 3 || w != 1 {
+		t.Fatalf("in flight %d, waiting %d; want 3 (one eviction, two background) and 1", inflight, w)
+	}
+}
+
+// TestQueueBound: how long a request may wait so that its pod still ends by the window's end.
+func TestQueueBound(t *testing.T) {
+	w := view(t0.Add(40 * time.Second)).Window // ends at t0+35s
+	for _, c := range []struct {
+		name  string
+		grace time.Duration
+		sent  time.Time
+		want  time.Duration
+	}{
+		{"a deadline-bound pod sent at its force point keeps the lead", 30 * time.Second, t0.Add(5*time.Second - 500*time.Millisecond), 500 * time.Millisecond},
+		{"a pod with slack waits at most the request timeout", 5 * time.Second, t0, RequestTimeout},
+		{"a cut grace leaves what rounding down left", 34 * time.Second, t0.Add(100 * time.Millisecond), 900 * time.Millisecond},
+		{"never less than the allowance to land", time.Second, t0.Add(34800 * time.Millisecond), 250 * time.Millisecond},
+	} {
+		if got := QueueBound(w, c.grace, c.sent); got != c.want {
+			t.Errorf("%s: QueueBound = %s, want %s", c.name, got, c.want)
+		}
+	}
+	if got := QueueBound(View{}.Window, time.Second, t0); got != RequestTimeout {
+		t.Errorf("no deadline: QueueBound = %s, want %s", got, RequestTimeout)
+	}
+}
