@@ -52,7 +52,7 @@ func (t Threshold) valueString() string {
 }
 
 // percentString renders a fraction as the shortest percentage that parses back to the same
-// float32 fraction.
+// float32 fraction, never the literal "0%" or "100%" that the kubelet ignores.
 func percentString(p float64) string {
 	f := float32(p) * 100
 	cands := []float32{f}
@@ -71,6 +71,11 @@ func percentString(p float64) string {
 	}
 	if best == "" {
 		best = strconv.FormatFloat(float64(f), 'f', -1, 32)
+	}
+	// The kubelet reads exactly "0%" and "100%" as "no threshold" (a string comparison), while
+	// "100.0%" is a threshold at all of capacity: write the one the threshold is.
+	if best == "0" || best == "100" {
+		best += ".0"
 	}
 	return best + "%"
 }

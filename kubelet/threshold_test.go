@@ -57,7 +57,8 @@ func TestParseThresholds(t *testing.T) {
 			// "0%" and "100%" disable a signal in the kubelet: no threshold, no error.
 			spec: "memory.available<0%,nodefs.available<100%,nodefs.inodesFree<100.0%",
 			want: []Threshold{{Signal: NodeFsInodesFree, Percentage: 1}},
-			str:  "nodefs.inodesFree<100%",
+			// Not "100%", which the kubelet reads as no threshold: String() round-trips.
+			str: "nodefs.inodesFree<100.0%",
 		},
 		{spec: "imagefs.available<0.0%", want: nil},
 		{spec: "memory.available<1Gi", want: []Threshold{{Signal: MemoryAvailable, Quantity: q("1Gi")}}, str: "memory.available<1Gi"},
