@@ -225,9 +225,16 @@ func TestSpotSIGTERMOnRealNode(t *testing.T) {
 		if late < -800*time.Millisecond || late > 2*time.Second {
 			t.Errorf("%s: SIGTERM %+.2f s from the planned %s", sp.name, late.Seconds(), pl.evictAt.Format("15:04:05.000"))
 		}
-		// The whole planned grace before the SIGKILL (the record runs every 50 ms).
-		if ran < pl.grace-300*time.Millisecond || ran > pl.grace+1500*time.Millisecond {
-			t.Errorf("%s: ran %.2f s after SIGTERM, want its planned grace %s", sp.name, ran.Seconds(), pl.grace)
+		// The whole planned grace before the SIGKILL (the record runs every 50 ms). A pod whose
+		// grace the window clamps gets what the window leaves when its SIGTERM actually came, in
+		// whole seconds (the agent computes the grace as it sends): a SIGTERM 1.4 s late under
+		// CI's load left a 60 s pod 33 s, not the 34 s planned at the notice.
+		want := pl.grace
+		if left := end.Sub(pl.evictAt.Add(late)).Truncate(time.Second); left < want {
+			want = left
+		}
+		if ran < want-300*time.Millisecond || ran > pl.grace+1500*time.Millisecond {
+			t.Errorf("%s: ran %.2f s after SIGTERM, want its planned grace %s (%s left by the window at the SIGTERM)", sp.name, ran.Seconds(), pl.grace, want)
 		}
 		if !okC || cp.After(end) {
 			t.Errorf("%s: checkpoint %v (written %v), want it before %s", sp.name, cp, okC, end.Format("15:04:05"))
