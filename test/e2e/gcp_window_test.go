@@ -47,6 +47,7 @@ func windowPods() []scenario.Pod {
 // VM's hour: the ordinary VM only got the NoSchedule maintenance taint and its pods died with
 // it.
 func TestGCPMaintenanceOrdinaryAndGPU(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	type vm struct {
@@ -130,6 +131,7 @@ func TestGCPMaintenanceOrdinaryAndGPU(t *testing.T) {
 // rather than evicted at once (with 30 s it would have been, with its grace cut to fit 25 s).
 // The test ends once the plan is seen, long before the window does.
 func TestGCPExtendedPreemptionNotice(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const ns, node = "gcpw-notice", "gcpw-notice-node"
@@ -237,6 +239,7 @@ func kubeletShutdown(ctx context.Context, t *testing.T, ns string, slice time.Du
 //
 // Both assert every pod gone before the power-off, and log each pod's timeline.
 func TestGCPGracefulShutdownBeside(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		margin  time.Duration

@@ -37,6 +37,7 @@ func conditionIs(n *v1.Node, typ v1.NodeConditionType, status v1.ConditionStatus
 // its message) and goes with it (False, NoInterruption), through the agent's own token and the
 // shipped RBAC; the kubelet's Ready stays as kwok keeps it, and no lifecycle condition is written.
 func TestNodeConditionFollowsTheTaint(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const ns, node = "nodecond", "nodecond-node"

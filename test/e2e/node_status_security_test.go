@@ -21,6 +21,7 @@ import (
 // turns the kubelet's Ready off on A, sets a lifecycle condition the shipped values do not
 // enable, changes another field of A's status, or A's labels through nodes/status.
 func TestAgentTokenNodeStatus(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns, sa, nodeA, nodeB = "status-attack", "reprieve-status", "status-a", "status-b"

@@ -23,6 +23,7 @@ import (
 // that does not tolerate the interruption; the signal's withdrawal withdraws what it raised.
 // Karpenter's disruption taint is reported and never acted on.
 func TestPlatformSignals(t *testing.T) {
+	t.Parallel()
 	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
 	type signal struct {
 		name       string
@@ -68,6 +69,7 @@ func TestPlatformSignals(t *testing.T) {
 	}
 	for _, s := range signals {
 		t.Run(s.name, func(t *testing.T) {
+			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
 			ns, node := "signal-"+s.name, "signal-"+s.name+"-node"

@@ -252,6 +252,7 @@ func (f *failPath) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // taint's timeAdded, the deadline annotation and the record stay as they were, nothing is
 // removed, and a pod tolerating 8 s is evicted at T+8 by the new agent.
 func TestRecordRestartAWSPartialAnswer(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns, node, tolerate = "rr-aws", "rr-aws-node", 8
@@ -329,6 +330,7 @@ func TestRecordRestartAWSPartialAnswer(t *testing.T) {
 // outstanding, the taint, the deadline annotation and the record stay, and a pod tolerating 5 s
 // is evicted at T+5; once the call answers, nothing moves either.
 func TestRecordRestartAzureFirstCallOutstanding(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns, node, tolerate = "rr-azure", "rr-azure-node", 5
@@ -399,12 +401,14 @@ func TestRecordRestartAzureFirstCallOutstanding(t *testing.T) {
 // tolerating 15 s is evicted at T+15; a pod tolerating 600 s with a 5 s grace at its latest
 // start, D - margin - 5 s, as the first agent planned it.
 func TestRecordRestartGCPPreemption(t *testing.T) {
+	t.Parallel()
 	for _, failing := range []bool{false, true} {
 		name := "answering"
 		if failing {
 			name = "preempted-failing"
 		}
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			ns, node := "rr-gcp-"+name, "rr-gcp-"+name+"-node"
@@ -497,6 +501,7 @@ func TestRecordRestartGCPPreemption(t *testing.T) {
 // sighting: restart + 40 s would be further away than the lead, and the interruption would be
 // withdrawn, as it was 56 minutes into a one-hour notice.
 func TestRecordRestartGCPMaintenance(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns, node = "rr-gcp-maint", "rr-gcp-maint-node"
@@ -633,6 +638,7 @@ func startHoldingWebhook(ctx context.Context, t *testing.T, node string) *holdin
 // tolerating 3 s at T+3, while the taint's PATCH is still held; once the webhook answers, the
 // taint lands with the notice's time as timeAdded.
 func TestRecordSlowNodeWrite(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns, node = "rr-slow-write", "rr-slow-write-node"
@@ -693,6 +699,7 @@ func TestRecordSlowNodeWrite(t *testing.T) {
 // at T+6) and, before it exits 0, emits InterruptionHandled, a MissedDeadline event for the pod a
 // finalizer keeps, and the "handled" webhook message.
 func TestRecordSIGTERMSummary(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns, node = "rr-sigterm", "rr-sigterm-node"
@@ -758,18 +765,15 @@ func TestRecordSIGTERMSummary(t *testing.T) {
 	evictedAt(t, obs, "tol-6", T.Add(6*time.Second), T)
 }
 
-// TestRecordForeverIgnoresOtherTaints (issue 20 case 9): with kube-controller-manager's node
-// lifecycle and taint-eviction controllers, the node goes NotReady mid-window and the controller
-// adds node.kubernetes.io/not-ready:NoExecute. A pod that tolerates the interruption taint
-// forever (and not-ready for the default 300 s) has said it stays until the machine goes:
-// reprieve must not pull it in to its latest start; only upstream's own timing (300 s) applies.
-func TestRecordForeverIgnoresOtherTaints(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+// recordForeverIgnoresOtherTaints (issue 20 case 9; TestWithTaintEvictionController runs it):
+// with kube-controller-manager's node lifecycle and taint-eviction controllers, the node goes
+// NotReady mid-window and the controller adds node.kubernetes.io/not-ready:NoExecute. A pod that
+// tolerates the interruption taint forever (and not-ready for the default 300 s) has said it
+// stays until the machine goes: reprieve must not pull it in to its latest start; only
+// upstream's own timing (300 s) applies.
+func recordForeverIgnoresOtherTaints(ctx context.Context, t *testing.T) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	if err := env.StartControllerManager(ctx, "taint-eviction-controller", "nodelifecycle"); err != nil {
-		t.Fatal(err)
-	}
-	defer env.StopControllerManager()
 	const ns, node = "rr-forever", "rr-forever-node"
 	setupNode(ctx, t, ns, node, nil)
 	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
@@ -844,6 +848,7 @@ func TestRecordForeverIgnoresOtherTaints(t *testing.T) {
 // the agent's check must carry the taint an interruption writes, be refused, and turn the agent
 // NotReady after --node-write-refusals (3) refusals, though no interruption ever came.
 func TestRecordWriteCheckTaintPolicy(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const node = "rr-write-check-node"

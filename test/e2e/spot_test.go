@@ -196,17 +196,37 @@ func TestSpotInterruption(t *testing.T) {
 	}
 }
 
-// TestSpotInterruptionWithTaintEvictionController runs the same scenario with
-// kube-controller-manager's taint-eviction-controller acting on the same NoExecute taint, as in
-// every real cluster: it deletes untolerating pods at once with their full grace and without a
-// PDB check. The deadline must still hold for every pod.
-func TestSpotInterruptionWithTaintEvictionController(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+// TestWithTaintEvictionController runs the tests that need kube-controller-manager's
+// taint-eviction, node-lifecycle and disruption controllers, as in every real cluster, side by
+// side on one controller manager. Those controllers act on every tainted node, so the group is
+// kept apart from the other tests (test/README.md); within it each test has its own node and
+// namespace, and each already expects the controllers to act on its node.
+func TestWithTaintEvictionController(t *testing.T) {
+	// Parallel subtests run once this function has returned, and t.Cleanup runs after them:
+	// the context and the controller manager must outlive the function, so no defer.
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	t.Cleanup(cancel)
 	if err := env.StartControllerManager(ctx, "taint-eviction-controller", "nodelifecycle", "disruption"); err != nil {
 		t.Fatal(err)
 	}
-	defer env.StopControllerManager()
+	t.Cleanup(env.StopControllerManager)
+	t.Run("SpotInterruption", func(t *testing.T) {
+		t.Parallel()
+		spotInterruptionWithTaintEvictionController(ctx, t)
+	})
+	t.Run("RecordForeverIgnoresOtherTaints", func(t *testing.T) {
+		t.Parallel()
+		recordForeverIgnoresOtherTaints(ctx, t)
+	})
+}
+
+// spotInterruptionWithTaintEvictionController runs the same scenario as TestSpotInterruption
+// with kube-controller-manager's taint-eviction-controller acting on the same NoExecute taint:
+// it deletes untolerating pods at once with their full grace and without a PDB check. The
+// deadline must still hold for every pod.
+func spotInterruptionWithTaintEvictionController(ctx context.Context, t *testing.T) {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
 	res := run(ctx, t, "spot-kcm")
 	end := res.Window.End()
 	for name, exp := range expected {
