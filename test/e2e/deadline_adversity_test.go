@@ -98,9 +98,7 @@ func TestAdversityAlreadyTerminating(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns, node = "adv-leaving", "adv-leaving-node"
-	setupNode(ctx, t, ns, node, nil)
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
-	obs := createObserved(ctx, t, ns, node, taint, []scenario.Pod{
+	taint, obs := observedNode(ctx, t, ns, node, []scenario.Pod{
 		{Name: "leaving", Kind: scenario.Plain, Tolerate: ptr64(scenario.Forever), Grace: ptr64(600)},
 		{Name: "staying", Kind: scenario.Plain, Tolerate: ptr64(scenario.Forever), Grace: ptr64(600)},
 	})
@@ -141,9 +139,7 @@ func TestAdversitySIGTERMMidWindow(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns, node = "adv-sigterm", "adv-sigterm-node"
-	setupNode(ctx, t, ns, node, nil)
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
-	obs := createObserved(ctx, t, ns, node, taint, []scenario.Pod{
+	taint, obs := observedNode(ctx, t, ns, node, []scenario.Pod{
 		{Name: "grace-5", Kind: scenario.Plain, Tolerate: ptr64(600), Grace: ptr64(5)},
 		{Name: "grace-15", Kind: scenario.Plain, Tolerate: ptr64(600), Grace: ptr64(15)},
 	})
@@ -254,13 +250,7 @@ func TestAdversityRestartDuringMetadataOutage(t *testing.T) {
 	if got := taintOf(n, taint); got.TimeAdded == nil || !got.TimeAdded.Time.Equal(T) {
 		t.Errorf("timeAdded after the restart = %v, want the original %v", got.TimeAdded, T)
 	}
-	text, err := scenario.Scrape(addr2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(text, "reprieve_metadata_polls_total{outcome=\"error\",provider=\"aws\"}") {
-		t.Errorf("the restarted agent counted no failed poll: %s", grep(text, "reprieve_metadata_polls_total"))
-	}
+	wantCounted(t, addr2, "the restarted agent's failed polls", `reprieve_metadata_polls_total{outcome="error",provider="aws"}`)
 }
 
 // TestAdversityTwoNotices (item 4): notice, cancel, notice on one node, with a
@@ -380,9 +370,7 @@ func TestAdversitySlowFailingEvictions(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns, node = "adv-slow", "adv-slow-node"
-	setupNode(ctx, t, ns, node, nil)
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
-	obs := createObserved(ctx, t, ns, node, taint, []scenario.Pod{{Name: "grace-33", Kind: scenario.Plain, Tolerate: ptr64(600), Grace: ptr64(33)}})
+	taint, obs := observedNode(ctx, t, ns, node, []scenario.Pod{{Name: "grace-33", Kind: scenario.Plain, Tolerate: ptr64(600), Grace: ptr64(33)}})
 	kubeconfig, evictions := failingEvictions(t, 4*time.Second)
 	p, _, err := scenario.StartReprieve(ctx, reprieveBin, logDir, node, "--kubeconfig="+kubeconfig, "--provider=none")
 	if err != nil {

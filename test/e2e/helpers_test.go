@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/reprieve-dev/reprieve/agent/events"
@@ -86,4 +87,31 @@ func createObserved(ctx context.Context, t testing.TB, ns, node string, taint v1
 	}
 	t.Cleanup(obs.Stop)
 	return obs
+}
+
+// observedNode is the preamble of most tests on a node of their own: the namespace and the kwok
+// node, the default interruption taint, and the pods created (tolerating that taint as each
+// asks) with an observer recording their deletion.
+func observedNode(ctx context.Context, t testing.TB, ns, node string, pods []scenario.Pod) (v1.Taint, *scenario.Observer) {
+	t.Helper()
+	setupNode(ctx, t, ns, node, nil)
+	taint, err := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return taint, createObserved(ctx, t, ns, node, taint, pods)
+}
+
+// wantCounted scrapes the agent's metrics at addr and fails the test unless the series (a name
+// with its labels, as the exposition writes them) sums to more than zero.
+func wantCounted(t testing.TB, addr, what, series string) {
+	t.Helper()
+	text, err := scenario.Scrape(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sumMetric(text, series) == 0 {
+		name, _, _ := strings.Cut(series, "{")
+		t.Errorf("%s: %s counts nothing: %s", what, series, grep(text, name))
+	}
 }

@@ -256,9 +256,7 @@ func TestRecordRestartAWSPartialAnswer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns, node, tolerate = "rr-aws", "rr-aws-node", 8
-	setupNode(ctx, t, ns, node, nil)
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
-	obs := createObserved(ctx, t, ns, node, taint, []scenario.Pod{{Name: "tol-8", Kind: scenario.Plain, Tolerate: ptr64(tolerate), Grace: ptr64(1)}})
+	taint, obs := observedNode(ctx, t, ns, node, []scenario.Pod{{Name: "tol-8", Kind: scenario.Plain, Tolerate: ptr64(tolerate), Grace: ptr64(1)}})
 
 	deadline := time.Now().Add(45 * time.Second).UTC().Truncate(time.Second)
 	mock, backend, err := testenv.StartIMDSMock(ctx, logDir, "--imdsv2", "spot", "--action=terminate", "--time="+deadline.Format(time.RFC3339))
@@ -315,13 +313,7 @@ func TestRecordRestartAWSPartialAnswer(t *testing.T) {
 	if answered == 0 {
 		t.Error("no request of the new agent met the failing spot source")
 	}
-	text, err := scenario.Scrape(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if sumMetric(text, `reprieve_metadata_polls_total{outcome="error",provider="aws"}`) == 0 {
-		t.Errorf("the restarted agent counted no failed poll: %s", grep(text, "reprieve_metadata_polls_total"))
-	}
+	wantCounted(t, addr, "the restarted agent's failed polls", `reprieve_metadata_polls_total{outcome="error",provider="aws"}`)
 }
 
 // TestRecordRestartAzureFirstCallOutstanding (issue 20 case 2): a Preempt from the Scheduled
@@ -334,9 +326,7 @@ func TestRecordRestartAzureFirstCallOutstanding(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns, node, tolerate = "rr-azure", "rr-azure-node", 5
-	setupNode(ctx, t, ns, node, nil)
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
-	obs := createObserved(ctx, t, ns, node, taint, []scenario.Pod{{Name: "tol-5", Kind: scenario.Plain, Tolerate: ptr64(tolerate), Grace: ptr64(1)}})
+	taint, obs := observedNode(ctx, t, ns, node, []scenario.Pod{{Name: "tol-5", Kind: scenario.Plain, Tolerate: ptr64(tolerate), Grace: ptr64(1)}})
 	srv := azureevents.New(node)
 	url, err := srv.Start("127.0.0.1:0")
 	if err != nil {
@@ -412,9 +402,7 @@ func TestRecordRestartGCPPreemption(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			ns, node := "rr-gcp-"+name, "rr-gcp-"+name+"-node"
-			setupNode(ctx, t, ns, node, nil)
-			taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
-			obs := createObserved(ctx, t, ns, node, taint, []scenario.Pod{
+			taint, obs := observedNode(ctx, t, ns, node, []scenario.Pod{
 				{Name: "tol-15", Kind: scenario.Plain, Tolerate: ptr64(15), Grace: ptr64(1)},
 				{Name: "latest", Kind: scenario.Plain, Tolerate: ptr64(600), Grace: ptr64(5)},
 			})
@@ -482,13 +470,7 @@ func TestRecordRestartGCPPreemption(t *testing.T) {
 				if got := srv.Count(gcpmeta.PathPreempted); got == 0 {
 					t.Error("the new agent never read instance/preempted")
 				}
-				text, err := scenario.Scrape(addr)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if sumMetric(text, `reprieve_metadata_requests_total{outcome="server_error",provider="gcp"}`) == 0 {
-					t.Errorf("the new agent counted no 5xx: %s", grep(text, "reprieve_metadata_requests_total"))
-				}
+				wantCounted(t, addr, "the new agent's 5xx answers", `reprieve_metadata_requests_total{outcome="server_error",provider="gcp"}`)
 			}
 		})
 	}
@@ -506,9 +488,7 @@ func TestRecordRestartGCPMaintenance(t *testing.T) {
 	defer cancel()
 	const ns, node = "rr-gcp-maint", "rr-gcp-maint-node"
 	const notice, lead = 30 * time.Second, 20 * time.Second
-	setupNode(ctx, t, ns, node, nil)
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
-	obs := createObserved(ctx, t, ns, node, taint, []scenario.Pod{{Name: "latest", Kind: scenario.Plain, Tolerate: ptr64(600), Grace: ptr64(5)}})
+	taint, obs := observedNode(ctx, t, ns, node, []scenario.Pod{{Name: "latest", Kind: scenario.Plain, Tolerate: ptr64(600), Grace: ptr64(5)}})
 	srv := gcpmeta.New()
 	srv.Set(gcpmeta.PathOnHostMaintenance, "TERMINATE")
 	url, err := srv.Start("127.0.0.1:0")
@@ -642,9 +622,7 @@ func TestRecordSlowNodeWrite(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns, node = "rr-slow-write", "rr-slow-write-node"
-	setupNode(ctx, t, ns, node, nil)
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
-	obs := createObserved(ctx, t, ns, node, taint, []scenario.Pod{
+	taint, obs := observedNode(ctx, t, ns, node, []scenario.Pod{
 		{Name: "now", Kind: scenario.Plain, Grace: ptr64(1)},
 		{Name: "tol-3", Kind: scenario.Plain, Tolerate: ptr64(3), Grace: ptr64(1)},
 	})
@@ -703,9 +681,7 @@ func TestRecordSIGTERMSummary(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns, node = "rr-sigterm", "rr-sigterm-node"
-	setupNode(ctx, t, ns, node, nil)
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
-	obs := createObserved(ctx, t, ns, node, taint, []scenario.Pod{
+	taint, obs := observedNode(ctx, t, ns, node, []scenario.Pod{
 		{Name: "stuck", Kind: scenario.Plain, Grace: ptr64(1)},
 		{Name: "tol-6", Kind: scenario.Plain, Tolerate: ptr64(6), Grace: ptr64(1)},
 	})
@@ -775,9 +751,7 @@ func recordForeverIgnoresOtherTaints(ctx context.Context, t *testing.T) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	const ns, node = "rr-forever", "rr-forever-node"
-	setupNode(ctx, t, ns, node, nil)
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
-	obs := createObserved(ctx, t, ns, node, taint, []scenario.Pod{
+	taint, obs := observedNode(ctx, t, ns, node, []scenario.Pod{
 		{Name: "forever", Kind: scenario.Plain, Tolerate: ptr64(scenario.Forever), Grace: ptr64(5)},
 		{Name: "tol-5", Kind: scenario.Plain, Tolerate: ptr64(5), Grace: ptr64(1)},
 	})
