@@ -3,6 +3,7 @@ package realnode
 import (
 	"context"
 	"fmt"
+	"math"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -180,7 +181,7 @@ func pressureRun(ctx context.Context, t *testing.T, c pressureCase, name string,
 		if !seen[what] {
 			seen[what] = true
 			evs = append(evs, pressureEvent{what, at.Sub(start)})
-			run.Moments = append(run.Moments, scenario.PressureMoment{What: what, At: at.Sub(start).Seconds()})
+			run.Moments = append(run.Moments, scenario.PressureMoment{What: what, At: round(at.Sub(start).Seconds(), 100)})
 		}
 	}
 	hardBytes := float64(hard << 20)
@@ -190,7 +191,7 @@ func pressureRun(ctx context.Context, t *testing.T, c pressureCase, name string,
 	for time.Now().Before(deadline) {
 		now := time.Now()
 		if a, err := c.available(); err == nil {
-			run.Samples = append(run.Samples, scenario.PressureSample{At: now.Sub(start).Seconds(), AvailableMiB: a / (1 << 20)})
+			run.Samples = append(run.Samples, scenario.PressureSample{At: round(now.Sub(start).Seconds(), 100), AvailableMiB: round(a/(1<<20), 10)})
 			if a < ownBytes {
 				once(momentOwnCrossed, now)
 			}
@@ -263,6 +264,9 @@ func pressureRun(ctx context.Context, t *testing.T, c pressureCase, name string,
 	})
 	return evs, run
 }
+
+// round rounds x to 1/per (per 100: hundredths), to keep the timelines' JSON short.
+func round(x, per float64) float64 { return math.Round(x*per) / per }
 
 // waitNoPressure waits until the kubelet does not report the condition.
 func waitNoPressure(ctx context.Context, t *testing.T, condition v1.NodeConditionType) {
