@@ -10,6 +10,7 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/font"
 	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/text"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
@@ -110,16 +111,29 @@ func pressurePanel(s scenario.PressureSignal) (*plot.Plot, error) {
 		}
 		sc.GlyphStyle.Color, sc.GlyphStyle.Shape, sc.GlyphStyle.Radius = c, draw.CircleGlyph{}, vg.Points(4)
 		p.Add(sc)
-		lb, err := plotter.NewLabels(plotter.XYLabels{XYs: pts, Labels: labels})
-		if err != nil {
-			return nil, fmt.Errorf("drawing %s, %s: %w", s.Signal, r.Name, err)
+		// A label of its own per moment: moments within two seconds of each other (the taint and
+		// the SIGTERM, the kubelet's condition and its SIGTERM) stack downwards, and labels in
+		// the right quarter end at their point.
+		for j, pt := range pts {
+			lb, err := plotter.NewLabels(plotter.XYLabels{XYs: plotter.XYs{pt}, Labels: labels[j : j+1]})
+			if err != nil {
+				return nil, fmt.Errorf("drawing %s, %s: %w", s.Signal, r.Name, err)
+			}
+			near := 0
+			for _, q := range pts[:j] {
+				if math.Abs(q.X-pt.X) < 2 {
+					near++
+				}
+			}
+			lb.TextStyle[0].Font.Size = vg.Points(9)
+			lb.TextStyle[0].Color = c
+			lb.Offset = vg.Point{X: vg.Points(6), Y: vg.Points(4 - 11*float64(near))}
+			if pt.X > 0.75*xmaxOf(s) {
+				lb.TextStyle[0].XAlign = text.XRight
+				lb.Offset.X = -vg.Points(6)
+			}
+			p.Add(lb)
 		}
-		for i := range lb.TextStyle {
-			lb.TextStyle[i].Font.Size = vg.Points(9)
-			lb.TextStyle[i].Color = c
-		}
-		lb.Offset = vg.Point{X: vg.Points(6), Y: vg.Points(4)}
-		p.Add(lb)
 	}
 	for _, m := range []struct {
 		y     float64
@@ -139,6 +153,7 @@ func pressurePanel(s scenario.PressureSignal) (*plot.Plot, error) {
 		p.Legend.Add(m.label, l)
 	}
 	p.X.Min, p.X.Max = 0, xmax*1.02
+	p.X.Tick.Marker = secondsTicks{}
 	p.Y.Min, p.Y.Max = ymin-0.05*(ymax-ymin), ymax+0.5*(ymax-ymin) // room above for the legend
 	p.Legend.Top = true
 	p.Legend.Left = true
@@ -146,6 +161,37 @@ func pressurePanel(s scenario.PressureSignal) (*plot.Plot, error) {
 	p.Legend.Padding = vg.Points(1.5)
 	p.Add(plotter.NewGrid())
 	return p, nil
+}
+
+// xmaxOf is the last sample's time over all of s's runs.
+func xmaxOf(s scenario.PressureSignal) float64 {
+	x := 0.0
+	for _, r := range s.Runs {
+		for _, v := range r.Samples {
+			x = math.Max(x, v.At)
+		}
+	}
+	return x
+}
+
+// secondsTicks marks whole seconds: every 5 s, or 10 s past a minute, labelled every other.
+type secondsTicks struct{}
+
+// Ticks implements plot.Ticker.
+func (secondsTicks) Ticks(lo, hi float64) []plot.Tick {
+	step := 5.0
+	if hi-lo > 60 {
+		step = 10
+	}
+	var ticks []plot.Tick
+	for i, v := 0, math.Ceil(lo/step)*step; v <= hi; i, v = i+1, v+step {
+		t := plot.Tick{Value: v}
+		if int(math.Round(v/step))%2 == 0 {
+			t.Label = fmt.Sprintf("%.0f", v)
+		}
+		ticks = append(ticks, t)
+	}
+	return ticks
 }
 
 // readingAt is the run's reading at (or just before) at seconds, for placing a moment on its

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -19,13 +21,15 @@ import (
 
 // Memory figures of the pressure test, in MiB: the kubelet's hard threshold goes hardBelow under
 // the machine's memory.available at the start, reprieve's own threshold ownAbove over the hard
-// one, and the hog allocates hogRate a second up to hogMax, which crosses both.
+// one, and the hog allocates 50 MiB a second up to 2000 MiB, which crosses both even when the
+// rest of the machine gives back a gigabyte meanwhile (a shared machine's page cache moves by
+// that much: with 1200 MiB a run once never reached reprieve's threshold).
 var memoryCase = pressureCase{
 	signal: "memory.available", resource: "memory", condition: v1.NodeMemoryPressure, defaultHard: "100Mi",
 	available: hostMemoryAvailable,
 	hardBelow: 900, ownAbove: 600,
 	hog: func(ns, out string) *v1.Pod {
-		return workloadPod(ns, "hog", out, []string{"alloc", "-out", "/out/hog", "-rate", "50", "-max", "1200"})
+		return workloadPod(ns, "hog", out, []string{"alloc", "-out", "/out/hog", "-rate", "50", "-max", "2000"})
 	},
 }
 
@@ -159,8 +163,26 @@ func pressureRun(ctx context.Context, t *testing.T, c pressureCase, name string,
 	ns := c.resource + "-" + name
 	createNamespace(ctx, t, ns)
 	out := filepath.Join(outDir, ns)
+	// Leave no pressure behind, whatever happens: the pods go (no namespace controller runs
+	// here), with their emptyDirs, and the taint of an agent that is uninstalled next. A pod left
+	// running would be a candidate of the next run.
+	defer func() {
+		ctx := context.Background()
+		zero := int64(0)
+		_ = env.Client.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
+		clearPressureTaint(ctx, t, c.taintKey())
+		waitFor(ctx, t, 60*time.Second, "the pods of "+ns+" gone", func() bool {
+			list, err := env.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+			return err == nil && len(list.Items) == 0
+		})
+	}()
+	// The quiet pod is within its memory request and uses nothing on nodefs, so the kubelet
+	// picks the hog first on usage. The host source has no per-pod usage: reprieve ranks by
+	// priority alone, and equal priorities in the informer's order, which is a map's. A higher
+	// priority for the quiet pod makes the hog the first pick of both rankings.
 	quiet := workloadPod(ns, "quiet", out, []string{"term", "-out", "/out/quiet"})
 	quiet.Spec.Containers[0].Resources.Requests = v1.ResourceList{v1.ResourceMemory: resource.MustParse("64Mi")}
+	quiet.Spec.PriorityClassName = quietPriority(ctx, t)
 	if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, quiet, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -253,16 +275,20 @@ func pressureRun(ctx context.Context, t *testing.T, c pressureCase, name string,
 	} else if !strings.Contains(evictedBy, "TerminationByKubelet") {
 		t.Errorf("without reprieve: the hog was evicted by %q, want the kubelet", evictedBy)
 	}
-	// Leave no pressure behind: the pods go (no namespace controller runs here), with their
-	// emptyDirs, and the taint of an agent that is uninstalled next.
-	zero := int64(0)
-	_ = env.Client.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
-	clearPressureTaint(ctx, t, c.taintKey())
-	waitFor(ctx, t, 60*time.Second, "the pods of "+ns+" gone", func() bool {
-		list, err := env.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-		return err == nil && len(list.Items) == 0
-	})
 	return evs, run
+}
+
+// quietPriority creates (once) the PriorityClass of the pressure test's quiet pod and returns its
+// name: above the hog's priority 0.
+func quietPriority(ctx context.Context, t *testing.T) string {
+	t.Helper()
+	const name = "realnode-quiet"
+	pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: 1000,
+		Description: "the real node's pressure test: the quiet pod ranks after the hog"}
+	if _, err := env.Client.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	return name
 }
 
 // round rounds x to 1/per (per 100: hundredths), to keep the timelines' JSON short.
