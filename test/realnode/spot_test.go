@@ -295,12 +295,18 @@ func writeTimeline(t *testing.T, s scenario.PressureSignal) {
 	}
 	tl := &scenario.PressureTimelines{
 		Measured: time.Now().UTC().Format(time.RFC3339),
-		Machine:  fmt.Sprintf("%d cores, kernel %s", runtime.NumCPU(), kernelRelease()),
+		Machine:  fmt.Sprintf("%d cores, kernel %s", runtime.NumCPU(), kernelVersion()),
 		Signals:  []scenario.PressureSignal{s},
 	}
 	if err := scenario.WritePressureTimelines(filepath.Join(dir, "pressure-"+s.Signal+".json"), tl); err != nil {
 		t.Log(err)
 	}
+}
+
+// kernelVersion is the kernel's major.minor (6.18), without the build's own suffix.
+func kernelVersion() string {
+	parts := strings.SplitN(kernelRelease(), ".", 3)
+	return strings.Join(parts[:min(2, len(parts))], ".")
 }
 
 // noticeScript is the documented client of docs/workloads.md, read from the document itself so
