@@ -83,8 +83,8 @@ fuzz-run:
 	  go test -run '^$$' -fuzz "^$${t%%:*}$$" -fuzztime $(FUZZTIME) "$${t#*:}"; \
 	done
 
-# test/realnode changes the host and measures memory pressure against the kubelet, so it runs
-# after the other packages, alone (about a minute and a half once compiled: test/README.md).
+# test/realnode changes the host and measures memory and disk pressure against the kubelet, so it
+# runs after the other packages, alone (about 3 minutes once compiled: test/README.md).
 REALNODE := ./test/realnode
 NOT_REALNODE = $$(go list ./... | grep -v '/test/realnode$$')
 # The end-to-end tests that share no state run side by side on the one control plane

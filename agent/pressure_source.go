@@ -11,6 +11,7 @@ import (
 	"github.com/reprieve-dev/reprieve/agent/pressure"
 	"github.com/reprieve-dev/reprieve/kubelet"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
 )
 
 // PressureThresholds reads what the levels are computed from: reprieve's thresholds from the
@@ -34,10 +35,49 @@ func PressureThresholds(cfg Config) (t pressure.Thresholds, kc kubelet.Config, k
 
 // NewPressureSource builds the source --pressure-source names. For the Summary API without
 // --kubelet-summary-url, node gives the kubelet's address. It also returns what it reads from.
+//
+// Outside the host's PID namespace (in a pod), the host source takes the PID limit from the
+// kubelet's Summary API when node (or --kubelet-summary-url) gives its address: since Linux 6.14 kernel.pid_max is a setting of each
+// PID namespace, so the agent, in its pod's namespace, reads its namespace's pid_max through the
+// host's /proc/sys/kernel/pid_max, not the host's that the kubelet evicts by. Until the kubelet
+// answers with its limit (RBAC nodes/stats, its port and certificate as for
+// --pressure-source=summary), pid_max and threads-max are read as before, and the reason is
+// logged once.
 func NewPressureSource(cfg Config, node *v1.Node) (kubelet.Source, string, error) {
 	if cfg.PressureSource == PressureSourceHost {
-		return &kubelet.HostSource{Root: cfg.HostRoot, KubeletRootDir: cfg.KubeletRootDir, ImageFsDir: cfg.ImageFsDir}, cfg.HostRoot, nil
+		h := &kubelet.HostSource{Root: cfg.HostRoot, KubeletRootDir: cfg.KubeletRootDir, ImageFsDir: cfg.ImageFsDir}
+		from := cfg.HostRoot
+		if inHostPIDNamespace() {
+			return h, from, nil
+		}
+		if sum, url, err := summarySource(cfg, node); err == nil {
+			k := &kubelet.KubeletMaxPID{Source: sum, OnError: func(err error) {
+				klog.Background().Info("pid.available uses pid_max and threads-max as this PID namespace reads them, which on Linux 6.14 and later are not the host's: the kubelet's own limit could not be read",
+					"err", err, "fix", "grant get on nodes/stats and check that the kubelet's port is reachable and its certificate verifies (--kubelet-ca-file, --kubelet-insecure-tls)")
+			}}
+			h.MaxPID = k.MaxPID
+			from += " (the PID limit from " + url + ")"
+		}
+		return h, from, nil
 	}
+	src, url, err := summarySource(cfg, node)
+	if err != nil {
+		return nil, "", err
+	}
+	return src, url, nil
+}
+
+// inHostPIDNamespace says whether the agent runs in the host's (initial) PID namespace, where
+// pid_max is the host's; a variable for the tests, which run there. The initial namespace's
+// inode number is a constant of the kernel (PROC_PID_INIT_INO, include/linux/proc_ns.h).
+var inHostPIDNamespace = func() bool {
+	l, err := os.Readlink("/proc/self/ns/pid")
+	return err == nil && l == "pid:[4026531836]"
+}
+
+// summarySource is the client of the kubelet's Summary API at --kubelet-summary-url or the
+// node's address.
+func summarySource(cfg Config, node *v1.Node) (*kubelet.SummarySource, string, error) {
 	url := cfg.KubeletSummaryURL
 	if url == "" {
 		if node == nil {

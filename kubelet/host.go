@@ -33,6 +33,12 @@ type HostSource struct {
 	Root           string // "/" on the host; "/host" in the DaemonSet (read-only mount)
 	KubeletRootDir string // nodefs: default "/var/lib/kubelet" (joined under Root)
 	ImageFsDir     string // imagefs: the runtime's image store, default "/var/lib/containerd" (under Root); when missing, imagefs = nodefs
+	// MaxPID, when set, gives the node's PID limit in place of min(pid_max, threads-max) under
+	// Root: since Linux 6.14, kernel.pid_max is a setting of each PID namespace, and a process
+	// in a pod's namespace reads its own namespace's value (4194304 unless set) through any
+	// mount of /proc/sys/kernel/pid_max, not the host's that the kubelet reads. ok false (no
+	// value known) falls back to the files; MaxPID reports its own failures.
+	MaxPID func(ctx context.Context) (limit int64, ok bool)
 }
 
 var _ Source = (*HostSource)(nil)
@@ -70,7 +76,7 @@ func (h *HostSource) Read(ctx context.Context) (Sample, error) {
 		obs[ImageFsAvailable], obs[ImageFsInodesFree] = b, i
 	}
 
-	o, err := h.pids()
+	o, err := h.pids(ctx)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("%s: %w", PIDAvailable, err))
 	}
@@ -166,11 +172,18 @@ func (h *HostSource) workingSet() (int64, error) {
 // pids computes pid.available as the kubelet does (pkg/kubelet/stats/pidlimit, Stats):
 // min(kernel.pid_max, kernel.threads-max) minus the total task count from /proc/loadavg. Like the
 // kubelet, a limit file that cannot be read is skipped if the other one can be; the error still
-// names it.
-func (h *HostSource) pids() (*Observation, error) {
+// names it. The limit is MaxPID's when it has one (the kubelet's own, read in the host's PID
+// namespace); the task count of /proc/loadavg is the kernel's total in every namespace.
+func (h *HostSource) pids(ctx context.Context) (*Observation, error) {
 	var errs []error
 	limit := int64(-1)
-	for _, name := range []string{"pid_max", "threads-max"} {
+	names := []string{"pid_max", "threads-max"}
+	if h.MaxPID != nil {
+		if v, ok := h.MaxPID(ctx); ok {
+			limit, names = v, nil
+		}
+	}
+	for _, name := range names {
 		v, err := readInt(h.path("/proc/sys/kernel/" + name))
 		if err != nil {
 			errs = append(errs, err)

@@ -41,14 +41,21 @@ func writeTimelines(path string, r *complianceRun) error {
 		}
 		plots[i] = []*plot.Plot{p}
 	}
-	const width, height = 9 * vg.Inch, 11 * vg.Inch
+	return writeSVG(path, plots, 9*vg.Inch, 11*vg.Inch)
+}
+
+// writeSVG lays plots out in a grid of rows and columns on one page and writes it as SVG, with
+// the font family falling back to the viewer's Arial or Helvetica.
+func writeSVG(path string, plots [][]*plot.Plot, width, height vg.Length) error {
 	img := vgsvg.NewWith(vgsvg.UseWH(width, height), vgsvg.EmbedFonts(false))
 	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: len(plots), Cols: 1, PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2,
-		PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2, PadY: vg.Millimeter * 6}
+	tiles := draw.Tiles{Rows: len(plots), Cols: len(plots[0]), PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2,
+		PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2, PadX: vg.Millimeter * 6, PadY: vg.Millimeter * 6}
 	canvases := plot.Align(plots, tiles, dc)
 	for i := range plots {
-		plots[i][0].Draw(canvases[i][0])
+		for j := range plots[i] {
+			plots[i][j].Draw(canvases[i][j])
+		}
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)

@@ -144,8 +144,16 @@ func runMain() int {
 	poolSeats := fs.String("pool-seats", joinInts(o.PoolSeats), "API server seats (--max-requests-inflight + --max-mutating-requests-inflight) reprieve is measured at.")
 	poolBaseline := fs.String("pool-baseline-seats", joinInts(o.PoolBaselineSeats), "Seat counts at which the taint-alone baseline is measured too.")
 	fs.StringVar(&o.Command, "command", o.Command, "Command line recorded in the report.")
+	realnode := fs.String("realnode-chart", "", "Only draw -svg-dir/"+realnodeChartName+" from these comma-separated timeline files of test/realnode (REPRIEVE_REALNODE_FIGURES), and measure nothing.")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 2
+	}
+	if *realnode != "" {
+		if err := writeRealnodeChart(filepath.Join(o.SVGDir, realnodeChartName), splitList(*realnode)); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+			return 1
+		}
+		return 0
 	}
 	var errs []error
 	var err error

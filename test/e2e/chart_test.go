@@ -121,7 +121,7 @@ func TestChartLint(t *testing.T) {
 		{"cloud=oracle", "cloud"},
 		{"pressure.source=proc", "source"},
 		{"interruptionTaint=cloud=spot:NoSchedule", "interruptionTaint"},
-		{"pressure.kubeletInsecureTLS=true", "pressure.source=summary only"},
+		{"pressure.source=off,pressure.kubeletInsecureTLS=true", "pressure.source=summary or host only"},
 		{"metrics.port=0", "port"},
 		// Misspelled keys are errors, not silently ignored values.
 		{"toleration[0].operator=Exists", "toleration"},
@@ -340,11 +340,11 @@ func TestChartValues(t *testing.T) {
 		nodeSelector            map[string]string
 		affinityKeys            []string
 	}{
-		{name: "aws", set: "cloud=aws", hostNetwork: true, hostPaths: hostSourcePaths,
+		{name: "aws", set: "cloud=aws", hostNetwork: true, hostPaths: hostSourcePaths, nodesStats: true,
 			args:         []string{"--provider=aws", "--metrics-bind-address=:10271", "--pressure-source=host", "--host-root=/host"},
 			absentArgs:   []string{"--kubelet-insecure-tls", "--dry-run", "--safety-margin", "--interruption-taint", "--pressure-thresholds", "--pressure-headroom", "--pressure-transition-period", "--kubelet-config", "--webhook"},
 			nodeSelector: map[string]string{"karpenter.sh/capacity-type": "spot"}},
-		{name: "gcp", set: "cloud=gcp", hostPaths: hostSourcePaths,
+		{name: "gcp", set: "cloud=gcp", hostPaths: hostSourcePaths, nodesStats: true,
 			args:         []string{"--provider=gcp", "--pressure-source=host", "--host-root=/host"},
 			affinityKeys: []string{"cloud.google.com/gke-spot", "cloud.google.com/gke-preemptible"}},
 		{name: "azure-summary", set: "cloud=azure,pressure.source=summary,pressure.kubeletInsecureTLS=true", nodesStats: true,
@@ -355,12 +355,13 @@ func TestChartValues(t *testing.T) {
 			args: []string{"--pressure-source=off"}, absentArgs: []string{"--host-root", "--kubelet-insecure-tls"},
 			affinityKeys: []string{"cloud.google.com/gke-spot", "cloud.google.com/gke-preemptible"}},
 		{name: "pool-selector", set: "cloud=gcp,nodeSelector.pool=gpu,pressure.thresholds=memory.available<1Gi,pressure.headroom=0.1,pressure.transitionPeriod=1m,pressure.kubeletConfig=/etc/kubernetes/kubelet.yaml,safetyMargin=9s,dryRun=true",
-			hostPaths:    append(slices.Clone(hostSourcePaths), "/etc/kubernetes/kubelet.yaml"),
+			hostPaths: append(slices.Clone(hostSourcePaths), "/etc/kubernetes/kubelet.yaml"), nodesStats: true,
 			args:         []string{"--pressure-thresholds=memory.available<1Gi", "--pressure-headroom=0.1", "--pressure-transition-period=1m", "--kubelet-config=/etc/kubernetes/kubelet.yaml", "--safety-margin=9s", "--dry-run"},
 			nodeSelector: map[string]string{"pool": "gpu"}},
 		{name: "crio", set: "cloud=azure,pressure.imageFsDir=/var/lib/containers/storage,pressure.kubeletRootDir=/data/kubelet",
-			hostPaths: []string{"/proc/meminfo", "/proc/loadavg", "/proc/sys/kernel/pid_max", "/proc/sys/kernel/threads-max", "/sys/fs/cgroup", "/data/kubelet", "/var/lib/containers/storage"},
-			args:      []string{"--imagefs-dir=/var/lib/containers/storage", "--kubelet-root-dir=/data/kubelet"}},
+			hostPaths:  []string{"/proc/meminfo", "/proc/loadavg", "/proc/sys/kernel/pid_max", "/proc/sys/kernel/threads-max", "/sys/fs/cgroup", "/data/kubelet", "/var/lib/containers/storage"},
+			nodesStats: true,
+			args:       []string{"--imagefs-dir=/var/lib/containers/storage", "--kubelet-root-dir=/data/kubelet"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ds, role := renderDaemonSet(t, tc.name, "--set", tc.set)

@@ -40,6 +40,8 @@ const chartDir = "deploy/chart/reprieve"
 //     2), so that the notice endpoint is a real hostPort through the CNI's portmap;
 //   - the node's own paths for the kubelet's root directory and config and the image store;
 //   - the metadata service at the node's address (the mock, through the test's forwarder);
+//   - pressure.kubeletInsecureTLS=true: the kubelet's serving certificate is self-signed, as
+//     on a node without serving-certificate bootstrap (the agent reads its PID limit there);
 //   - image.pullPolicy=Never: the image is imported, there is no registry;
 //   - evictionGuard.enabled=false: the guard is an admission webhook the API server calls
 //     through a Service name, and this test bed has no cluster DNS for the API server to
@@ -47,7 +49,7 @@ const chartDir = "deploy/chart/reprieve"
 func chartArgs(extra ...string) []string {
 	args := []string{
 		"-f", "deploy/chart/values-aws.yaml",
-		"--set", "hostNetwork=false,noticeEndpoint.enabled=true,image.pullPolicy=Never,evictionGuard.enabled=false",
+		"--set", "hostNetwork=false,noticeEndpoint.enabled=true,image.pullPolicy=Never,evictionGuard.enabled=false,pressure.kubeletInsecureTLS=true",
 		"--set", "pressure.kubeletRootDir=" + node.RootDir + ",pressure.imageFsDir=" + node.ContainerdRoot + ",pressure.kubeletConfig=" + node.KubeletConfigPath,
 		"--set-json", fmt.Sprintf(`extraArgs=["--aws-imds-endpoint=http://%s:%d"]`, nodeenv.NodeIP, imdsPort),
 	}

@@ -122,17 +122,16 @@ func compareSignals(ctx context.Context, t *testing.T, port int) {
 	}
 	// Linux 6.14 made kernel.pid_max a setting of each PID namespace: the agent, in its pod's
 	// namespace, reads that namespace's value through its /proc/sys/kernel/pid_max mount, not
-	// the host's that the kubelet (in the host's namespace) uses.
+	// the host's that the kubelet (in the host's namespace) uses. It takes the kubelet's own
+	// limit from the Summary API instead, so pid.available is the host's either way.
 	hostMax, nsMax, err := pidMaxes()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if hostMax == nsMax {
-		checks = append(checks, check{`reprieve_pressure_available_pids{signal="pid.available"}`, func() (float64, error) { return hostPIDAvailable(hostMax) }, pidTolerance})
-	} else {
-		t.Logf("KNOWN ISSUE: this kernel (%s) gives a new PID namespace its own pid_max (%.0f; the host's is %.0f): the agent's pid.available is its namespace's, not the node's; checked against that instead", kernelRelease(), nsMax, hostMax)
-		checks = append(checks, check{`reprieve_pressure_available_pids{signal="pid.available"}`, func() (float64, error) { return hostPIDAvailable(nsMax) }, pidTolerance})
+	if hostMax != nsMax {
+		t.Logf("this kernel (%s) gives a new PID namespace its own pid_max (%.0f; the host's is %.0f): the agent must take the kubelet's limit", kernelRelease(), nsMax, hostMax)
 	}
+	checks = append(checks, check{`reprieve_pressure_available_pids{signal="pid.available"}`, func() (float64, error) { return hostPIDAvailable(hostMax) }, pidTolerance})
 	pod := agentPod(ctx, t)
 	for _, c := range checks {
 		var agent, host float64

@@ -24,6 +24,8 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/reprieve-dev/reprieve/test/nodeenv"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 	"github.com/reprieve-dev/reprieve/test/testenv"
@@ -144,6 +146,9 @@ func setUpAndRun(m *testing.M) (code int) {
 		return fail(err)
 	}
 	defer func() {
+		// Without its DaemonSet first, the controller puts the agent's pod back as fast as
+		// Stop deletes it, and Stop waits its full minute for the node's containers to go.
+		_ = env.Client.AppsV1().DaemonSets("kube-system").Delete(context.Background(), "reprieve", metav1.DeleteOptions{})
 		node.Stop()
 		if code == 0 && os.Getenv("REPRIEVE_E2E_KEEP_LOGS") != "1" {
 			_ = os.RemoveAll(node.Dir)

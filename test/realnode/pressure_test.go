@@ -3,26 +3,77 @@ package realnode
 import (
 	"context"
 	"fmt"
+	"math"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/reprieve-dev/reprieve/test/nodeenv"
+	"github.com/reprieve-dev/reprieve/test/scenario"
 )
 
 // Memory figures of the pressure test, in MiB: the kubelet's hard threshold goes hardBelow under
 // the machine's memory.available at the start, reprieve's own threshold ownAbove over the hard
-// one, and the hog allocates hogRate a second up to hogMax, which crosses both.
+// one, and the hog allocates 50 MiB a second up to 2000 MiB, which crosses both even when the
+// rest of the machine gives back a gigabyte meanwhile (a shared machine's page cache moves by
+// that much: with 1200 MiB a run once never reached reprieve's threshold).
+var memoryCase = pressureCase{
+	signal: "memory.available", resource: "memory", condition: v1.NodeMemoryPressure, defaultHard: "100Mi",
+	available: hostMemoryAvailable,
+	hardBelow: 900, ownAbove: 600,
+	hog: func(ns, out string) *v1.Pod {
+		return workloadPod(ns, "hog", out, []string{"alloc", "-out", "/out/hog", "-rate", "50", "-max", "2000"})
+	},
+}
+
+// The disk figures, in MiB: the kubelet's hard nodefs.available goes hardBelow under the node's
+// filesystem's free space at the start, reprieve's ownAbove over it, and the hog writes 25 MiB a
+// second up to 640 MiB into an emptyDir, which is on nodefs (the kubelet's root directory); its
+// writable layer is on imagefs, a filesystem of its own here.
+var nodeFsCase = pressureCase{
+	signal: "nodefs.available", resource: "disk", condition: v1.NodeDiskPressure, defaultHard: "1%",
+	available: func() (float64, error) { return statfsAvail(node.RootDir, false) },
+	hardBelow: 400, ownAbove: 250,
+	hog: func(ns, out string) *v1.Pod {
+		p := workloadPod(ns, "hog", out, []string{"write", "-out", "/out/hog", "-file", "/scratch/fill", "-rate", "25", "-max", "640"})
+		p.Spec.Volumes = append(p.Spec.Volumes, v1.Volume{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}})
+		p.Spec.Containers[0].VolumeMounts = append(p.Spec.Containers[0].VolumeMounts, v1.VolumeMount{Name: "scratch", MountPath: "/scratch"})
+		return p
+	},
+}
+
+// pressureCase is one signal of the pressure test.
+type pressureCase struct {
+	// signal is the kubelet's name, resource reprieve's (its taint is reprieve.io/<resource>-pressure),
+	// condition the kubelet's node condition, defaultHard the node's usual hard threshold.
+	signal, resource string
+	condition        v1.NodeConditionType
+	defaultHard      string
+	// available reads the signal on the host as the kubelet computes it, in bytes.
+	available func() (float64, error)
+	// hardBelow and ownAbove place the thresholds, in MiB (above).
+	hardBelow, ownAbove int64
+	// hog is the pod that crosses both thresholds; it records under out/hog.
+	hog func(ns, out string) *v1.Pod
+}
+
+func (c pressureCase) taintKey() string { return "reprieve.io/" + c.resource + "-pressure" }
+
+// The moments of a run, in the order of the side-by-side table.
 const (
-	hardBelow = 900
-	ownAbove  = 600
-	hogRate   = 50
-	hogMax    = 1200
+	momentOwnCrossed = "reprieve's threshold crossed (the host's reading)"
+	momentTaint      = "reprieve's taint on the node"
+	momentSIGTERM    = "SIGTERM in the hog"
+	momentGone       = "the hog's process gone"
+	momentCondition  = "the kubelet's pressure condition"
+	momentHard       = "the kubelet's hard threshold reached (lowest reading)"
 )
 
 // pressureEvent is one moment of a pressure run, in seconds from the hog's start.
@@ -32,8 +83,8 @@ type pressureEvent struct {
 }
 
 // Real memory pressure against the real kubelet, twice. The kubelet's evictionHard
-// memory.available goes just under the machine's free memory; a pod allocating 100 MiB a second
-// (50 MiB a second) crosses it, beside a quiet pod within its request (the kubelet ranks the hog first: above its
+// memory.available goes just under the machine's free memory; a pod allocating 50 MiB a second
+// crosses it, beside a quiet pod within its request (the kubelet ranks the hog first: above its
 // zero request).
 //   - with reprieve (its threshold 600 MiB above the kubelet's: 12 s ahead at that rate, more
 //     than the hog's 3 s grace and the 5 s margin): it taints the node first, then
@@ -43,18 +94,33 @@ type pressureEvent struct {
 //
 // Both timelines are logged side by side.
 func TestMemoryPressureOnRealNode(t *testing.T) {
+	testPressure(t, memoryCase)
+}
+
+// The same for nodefs.available against the real kubelet: its evictionHard nodefs.available
+// goes 400 MiB under the free space of the kubelet's root filesystem, and a pod writing 25 MiB
+// a second into an emptyDir crosses it, beside the quiet pod (the kubelet ranks nodefs by local
+// volumes and logs with a dedicated imagefs, as here: the writer first). reprieve's threshold
+// is 250 MiB above the kubelet's, 10 s ahead at that rate. The kubelet has no kernel
+// notification for disk: it sees the crossing at its next 10 s pass.
+func TestNodeFsPressureOnRealNode(t *testing.T) {
+	testPressure(t, nodeFsCase)
+}
+
+func testPressure(t *testing.T, c pressureCase) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	ensureInstalled(ctx, t)
 	defer func() {
 		// Back to the default thresholds and the default install for whatever runs next.
-		_ = node.RestartKubelet(context.Background(), func(c *nodeenv.KubeletConfig) { c.EvictionHard["memory.available"] = "100Mi" })
+		_ = node.RestartKubelet(context.Background(), func(k *nodeenv.KubeletConfig) { k.EvictionHard[c.signal] = c.defaultHard })
 	}()
-	with := memoryRun(ctx, t, "with-reprieve", true)
-	without := memoryRun(ctx, t, "without-reprieve", false)
+	timeline := scenario.PressureSignal{Signal: c.signal, OwnAboveMiB: float64(c.ownAbove)}
+	with, runWith := pressureRun(ctx, t, c, "with-reprieve", true)
+	without, runWithout := pressureRun(ctx, t, c, "without-reprieve", false)
+	timeline.Runs = []scenario.PressureRun{runWith, runWithout}
 	var rows []string
 	rows = append(rows, "| moment | with reprieve | without reprieve |", "|---|---|---|")
-	keys := []string{"reprieve's threshold crossed (agent's reading)", "reprieve's taint on the node", "SIGTERM in the hog", "the hog's process gone", "the kubelet's MemoryPressure condition", "the kubelet's hard threshold reached (lowest reading)"}
 	find := func(evs []pressureEvent, what string) string {
 		for _, e := range evs {
 			if e.what == what {
@@ -63,41 +129,64 @@ func TestMemoryPressureOnRealNode(t *testing.T) {
 		}
 		return "never"
 	}
-	for _, k := range keys {
-		rows = append(rows, fmt.Sprintf("| %s | %s | %s |", k, find(with, k), find(without, k)))
+	for _, k := range []string{momentOwnCrossed, momentTaint, momentSIGTERM, momentGone, momentCondition, momentHard} {
+		label := k
+		if k == momentCondition {
+			label = "the kubelet's " + string(c.condition) + " condition"
+		}
+		rows = append(rows, fmt.Sprintf("| %s | %s | %s |", label, find(with, k), find(without, k)))
 	}
-	t.Logf("memory pressure, seconds from the hog's start:\n%s", strings.Join(rows, "\n"))
-	writeFigures(t, "memory", strings.Join(rows, "\n"))
+	t.Logf("%s pressure, seconds from the hog's start:\n%s", c.signal, strings.Join(rows, "\n"))
+	writeFigures(t, c.signal, strings.Join(rows, "\n"))
+	writeTimeline(t, timeline)
 }
 
-func memoryRun(ctx context.Context, t *testing.T, name string, withReprieve bool) []pressureEvent {
+func pressureRun(ctx context.Context, t *testing.T, c pressureCase, name string, withReprieve bool) ([]pressureEvent, scenario.PressureRun) {
 	t.Helper()
-	avail, err := hostMemoryAvailable()
+	avail, err := c.available()
 	if err != nil {
 		t.Fatal(err)
 	}
-	hard := int64(avail)>>20 - hardBelow
-	if err := node.RestartKubelet(ctx, func(c *nodeenv.KubeletConfig) {
-		c.EvictionHard["memory.available"] = fmt.Sprintf("%dMi", hard)
+	hard := int64(avail)>>20 - c.hardBelow
+	if err := node.RestartKubelet(ctx, func(k *nodeenv.KubeletConfig) {
+		k.EvictionHard[c.signal] = fmt.Sprintf("%dMi", hard)
 	}); err != nil {
 		t.Fatal(err)
 	}
-	waitNoPressure(ctx, t)
+	waitNoPressure(ctx, t, c.condition)
 	if withReprieve {
-		install(ctx, t, "--set", fmt.Sprintf("pressure.thresholds=memory.available<%dMi", hard+ownAbove))
+		install(ctx, t, "--set", fmt.Sprintf("pressure.thresholds=%s<%dMi", c.signal, hard+c.ownAbove))
 	} else {
 		uninstall(ctx, t)
 	}
-	clearPressureTaint(ctx, t)
-	ns := "mem-" + name
+	clearPressureTaint(ctx, t, c.taintKey())
+	ns := c.resource + "-" + name
 	createNamespace(ctx, t, ns)
 	out := filepath.Join(outDir, ns)
+	// Leave no pressure behind, whatever happens: the pods go (no namespace controller runs
+	// here), with their emptyDirs, and the taint of an agent that is uninstalled next. A pod left
+	// running would be a candidate of the next run.
+	defer func() {
+		ctx := context.Background()
+		zero := int64(0)
+		_ = env.Client.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
+		clearPressureTaint(ctx, t, c.taintKey())
+		waitFor(ctx, t, 60*time.Second, "the pods of "+ns+" gone", func() bool {
+			list, err := env.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+			return err == nil && len(list.Items) == 0
+		})
+	}()
+	// The quiet pod is within its memory request and uses nothing on nodefs, so the kubelet
+	// picks the hog first on usage. The host source has no per-pod usage: reprieve ranks by
+	// priority alone, and equal priorities in the informer's order, which is a map's. A higher
+	// priority for the quiet pod makes the hog the first pick of both rankings.
 	quiet := workloadPod(ns, "quiet", out, []string{"term", "-out", "/out/quiet"})
 	quiet.Spec.Containers[0].Resources.Requests = v1.ResourceList{v1.ResourceMemory: resource.MustParse("64Mi")}
+	quiet.Spec.PriorityClassName = quietPriority(ctx, t)
 	if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, quiet, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	hog := workloadPod(ns, "hog", out, []string{"alloc", "-out", "/out/hog", "-rate", fmt.Sprint(hogRate), "-max", fmt.Sprint(hogMax)})
+	hog := c.hog(ns, out)
 	hog.Spec.TerminationGracePeriodSeconds = ptrTo[int64](3)
 	if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, hog, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -107,38 +196,40 @@ func memoryRun(ctx context.Context, t *testing.T, name string, withReprieve bool
 		return ok
 	})
 	start, _ := readMillis(filepath.Join(out, "hog"), "started")
+	run := scenario.PressureRun{Name: strings.ReplaceAll(name, "-", " "), HardMiB: float64(hard)}
 	var evs []pressureEvent
-	add := func(what string, at time.Time) { evs = append(evs, pressureEvent{what, at.Sub(start)}) }
 	seen := map[string]bool{}
 	once := func(what string, at time.Time) {
 		if !seen[what] {
 			seen[what] = true
-			add(what, at)
+			evs = append(evs, pressureEvent{what, at.Sub(start)})
+			run.Moments = append(run.Moments, scenario.PressureMoment{What: what, At: round(at.Sub(start).Seconds(), 100)})
 		}
 	}
 	hardBytes := float64(hard << 20)
-	ownBytes := float64((hard + ownAbove) << 20)
+	ownBytes := float64((hard + c.ownAbove) << 20)
 	var evictedBy string
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		now := time.Now()
-		if a, err := hostMemoryAvailable(); err == nil {
+		if a, err := c.available(); err == nil {
+			run.Samples = append(run.Samples, scenario.PressureSample{At: round(now.Sub(start).Seconds(), 100), AvailableMiB: round(a/(1<<20), 10)})
 			if a < ownBytes {
-				once("reprieve's threshold crossed (agent's reading)", now)
+				once(momentOwnCrossed, now)
 			}
 			if a < hardBytes {
-				once("the kubelet's hard threshold reached (lowest reading)", now)
+				once(momentHard, now)
 			}
 		}
 		if n, err := env.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{}); err == nil {
 			for _, tt := range n.Spec.Taints {
-				if tt.Key == "reprieve.io/memory-pressure" {
-					once("reprieve's taint on the node", now)
+				if tt.Key == c.taintKey() {
+					once(momentTaint, now)
 				}
 			}
-			for _, c := range n.Status.Conditions {
-				if c.Type == v1.NodeMemoryPressure && c.Status == v1.ConditionTrue {
-					once("the kubelet's MemoryPressure condition", now)
+			for _, cond := range n.Status.Conditions {
+				if cond.Type == c.condition && cond.Status == v1.ConditionTrue {
+					once(momentCondition, now)
 				}
 			}
 		}
@@ -146,31 +237,32 @@ func memoryRun(ctx context.Context, t *testing.T, name string, withReprieve bool
 			if p.Status.Reason == "Evicted" {
 				evictedBy = "the kubelet (" + p.Status.Message + ")"
 			}
-			for _, c := range p.Status.Conditions {
-				if c.Type == v1.DisruptionTarget && c.Status == v1.ConditionTrue {
-					evictedBy = c.Reason + ": " + c.Message
+			for _, cond := range p.Status.Conditions {
+				if cond.Type == v1.DisruptionTarget && cond.Status == v1.ConditionTrue {
+					evictedBy = cond.Reason + ": " + cond.Message
 				}
 			}
 		}
 		if term, ok := readMillis(filepath.Join(out, "hog"), "sigterm"); ok {
-			once("SIGTERM in the hog", term)
+			once(momentSIGTERM, term)
 			if last, ok := readMillis(filepath.Join(out, "hog"), "alive"); ok && time.Since(last) > time.Second {
-				once("the hog's process gone", last)
+				once(momentGone, last)
 				break
 			}
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	t.Logf("%s: kubelet hard threshold %d MiB, reprieve's %d MiB; the hog evicted by %s; events %v", name, hard, hard+ownAbove, evictedBy, evs)
-	if !seen["SIGTERM in the hog"] {
+	run.EvictedBy = evictedBy
+	t.Logf("%s, %s: kubelet hard threshold %d MiB, reprieve's %d MiB; the hog evicted by %s; events %v", c.signal, name, hard, hard+c.ownAbove, evictedBy, evs)
+	if !seen[momentSIGTERM] {
 		t.Fatalf("%s: the hog was never evicted", name)
 	}
 	if withReprieve {
-		if !seen["reprieve's taint on the node"] {
-			t.Errorf("with reprieve: no memory-pressure taint")
+		if !seen[momentTaint] {
+			t.Errorf("with reprieve: no %s taint", c.taintKey())
 		}
-		if seen["the kubelet's MemoryPressure condition"] {
-			t.Errorf("with reprieve: the kubelet reached its own hard threshold and reported MemoryPressure")
+		if seen[momentCondition] {
+			t.Errorf("with reprieve: the kubelet reached its own hard threshold and reported %s", c.condition)
 		}
 		if !strings.Contains(evictedBy, "EvictionByEvictionAPI") {
 			t.Errorf("with reprieve: the hog was evicted by %q, want the Eviction API (reprieve)", evictedBy)
@@ -183,28 +275,35 @@ func memoryRun(ctx context.Context, t *testing.T, name string, withReprieve bool
 	} else if !strings.Contains(evictedBy, "TerminationByKubelet") {
 		t.Errorf("without reprieve: the hog was evicted by %q, want the kubelet", evictedBy)
 	}
-	// Leave no pressure behind: the pods go (no namespace controller runs here), and the
-	// taint of an agent that is uninstalled next.
-	zero := int64(0)
-	_ = env.Client.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
-	clearPressureTaint(ctx, t)
-	waitFor(ctx, t, 60*time.Second, "the pods of "+ns+" gone", func() bool {
-		list, err := env.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-		return err == nil && len(list.Items) == 0
-	})
-	return evs
+	return evs, run
 }
 
-// waitNoPressure waits until the kubelet reports no MemoryPressure.
-func waitNoPressure(ctx context.Context, t *testing.T) {
+// quietPriority creates (once) the PriorityClass of the pressure test's quiet pod and returns its
+// name: above the hog's priority 0.
+func quietPriority(ctx context.Context, t *testing.T) string {
 	t.Helper()
-	waitFor(ctx, t, 60*time.Second, "no MemoryPressure on the node", func() bool {
+	const name = "realnode-quiet"
+	pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: 1000,
+		Description: "the real node's pressure test: the quiet pod ranks after the hog"}
+	if _, err := env.Client.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// round rounds x to 1/per (per 100: hundredths), to keep the timelines' JSON short.
+func round(x, per float64) float64 { return math.Round(x*per) / per }
+
+// waitNoPressure waits until the kubelet does not report the condition.
+func waitNoPressure(ctx context.Context, t *testing.T, condition v1.NodeConditionType) {
+	t.Helper()
+	waitFor(ctx, t, 60*time.Second, "no "+string(condition)+" on the node", func() bool {
 		n, err := env.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 		if err != nil {
 			return false
 		}
 		for _, c := range n.Status.Conditions {
-			if c.Type == v1.NodeMemoryPressure {
+			if c.Type == condition {
 				return c.Status != v1.ConditionTrue
 			}
 		}
@@ -212,9 +311,9 @@ func waitNoPressure(ctx context.Context, t *testing.T) {
 	})
 }
 
-// clearPressureTaint removes reprieve's memory-pressure taint, which an agent takes off only a
+// clearPressureTaint removes reprieve's pressure taint key, which an agent takes off only a
 // transition period after the pressure ends, and an uninstalled one never.
-func clearPressureTaint(ctx context.Context, t *testing.T) {
+func clearPressureTaint(ctx context.Context, t *testing.T, key string) {
 	t.Helper()
 	n, err := env.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 	if err != nil {
@@ -222,7 +321,7 @@ func clearPressureTaint(ctx context.Context, t *testing.T) {
 	}
 	var keep []v1.Taint
 	for _, tt := range n.Spec.Taints {
-		if tt.Key != "reprieve.io/memory-pressure" {
+		if tt.Key != key {
 			keep = append(keep, tt)
 		}
 	}

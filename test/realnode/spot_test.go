@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/test/scenario"
 	"github.com/reprieve-dev/reprieve/test/testenv"
 )
 
@@ -278,6 +280,33 @@ func writeFigures(t *testing.T, name, text string) {
 	if err := os.WriteFile(filepath.Join(dir, name+".md"), []byte(text+"\n"), 0o644); err != nil {
 		t.Log(err)
 	}
+}
+
+// writeTimeline keeps a pressure signal's measured timeline, as JSON for test/bench's chart
+// (-realnode-chart), in REPRIEVE_REALNODE_FIGURES when it names a folder.
+func writeTimeline(t *testing.T, s scenario.PressureSignal) {
+	dir := os.Getenv("REPRIEVE_REALNODE_FIGURES")
+	if dir == "" {
+		return
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Log(err)
+		return
+	}
+	tl := &scenario.PressureTimelines{
+		Measured: time.Now().UTC().Format(time.RFC3339),
+		Machine:  fmt.Sprintf("%d cores, kernel %s", runtime.NumCPU(), kernelVersion()),
+		Signals:  []scenario.PressureSignal{s},
+	}
+	if err := scenario.WritePressureTimelines(filepath.Join(dir, "pressure-"+s.Signal+".json"), tl); err != nil {
+		t.Log(err)
+	}
+}
+
+// kernelVersion is the kernel's major.minor (6.18), without the build's own suffix.
+func kernelVersion() string {
+	parts := strings.SplitN(kernelRelease(), ".", 3)
+	return strings.Join(parts[:min(2, len(parts))], ".")
 }
 
 // noticeScript is the documented client of docs/workloads.md, read from the document itself so

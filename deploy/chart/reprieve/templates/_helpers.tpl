@@ -55,8 +55,8 @@ of key, value and effect, for the toleration and the admission policy. */}}
 
 {{/* Fails on values the schema (values.schema.json) cannot check alone. */}}
 {{- define "reprieve.validate" -}}
-{{- if and .Values.pressure.kubeletInsecureTLS (ne .Values.pressure.source "summary") -}}
-{{- fail "pressure.kubeletInsecureTLS applies to pressure.source=summary only" -}}
+{{- if and .Values.pressure.kubeletInsecureTLS (eq .Values.pressure.source "off") -}}
+{{- fail "pressure.kubeletInsecureTLS applies to pressure.source=summary or host only" -}}
 {{- end -}}
 {{- end -}}
 
