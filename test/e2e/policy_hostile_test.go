@@ -343,8 +343,8 @@ func podStatusAndNodeSpecPinned(ctx context.Context, t *testing.T, ns, nodeA str
 		"status.observedGeneration":          34, // PodObservedGenerationTracking beta in 1.34
 		"status.resourceClaimStatuses":       34, // DynamicResourceAllocation GA in 1.34
 		"status.extendedResourceClaimStatus": 36, // DRAExtendedResource beta in 1.36
-		"status.allocatedResources":          33, // InPlacePodVerticalScaling beta in 1.33
-		"status.resources":                   33, // InPlacePodVerticalScaling beta in 1.33
+		"status.allocatedResources":          36, // the pod's own: InPlacePodLevelResourcesVerticalScaling beta in 1.36 (no such field before 1.35)
+		"status.resources":                   36, // the same
 	}
 	for _, f := range []string{"status.observedGeneration", "status.phase", "status.conditions", "status.hostIPs", "status.podIPs",
 		"status.containerStatuses", "status.resize", "status.resourceClaimStatuses", "status.extendedResourceClaimStatus",
