@@ -109,7 +109,7 @@ test: tools promtool node-packages lint fuzz-outside e2e-bin
 K8S_MINORS ?= 1.30 1.33
 VERSION_TESTS := ^(TestServerVersion|TestAgentTokenAttacks|TestAgentTokenNodeStatus|TestDoctor|TestAdmissionPolicyBindsTheAgentToItsNode|TestPolicyHostileTokens|TestHostPathMountsStoredRecursiveReadOnly|TestEvictionGuardBindsEvictionsToTheNode|TestAdversityStatusPatchIsNodeBound|TestPodNoticeWarnsPodsUnderThePolicy|TestAdmissionWarningsForSpotWorkloads|TestRecordWriteCheckTaintPolicy|TestSpotInterruption|TestSpotInterruptionWithTaintEvictionController)$$
 test-versions: tools e2e-bin
-	@set -e; for m in $(K8S_MINORS); do \
+	@set -eo pipefail; for m in $(K8S_MINORS); do \
 	  dir=$$(bash test/tools/build-versions.sh $$m | tail -n 1); \
 	  echo "version matrix: Kubernetes $${dir##*/k8s-} ($$dir)"; \
 	  REPRIEVE_K8S_BIN_DIR=$$dir REPRIEVE_WANT_K8S_VERSION=$${dir##*/k8s-} REPRIEVE_BIN=$(E2E_BIN) REPRIEVE_E2E_REQUIRED=1 \
