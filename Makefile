@@ -10,7 +10,7 @@ export REPRIEVE_TOOLS_BIN ?= $(TOOLS_BIN)
 # before any of them starts a clock: cold, the build alone takes minutes on two cores.
 E2E_BIN := $(CURDIR)/.cache/e2e/reprieve
 
-.PHONY: build release e2e-bin tools helm manifests promtool node-packages test unit e2e realnode lint fuzz fuzz-outside fuzz-run demo bench soak clean
+.PHONY: build release e2e-bin tools helm manifests promtool node-packages test test-versions unit e2e realnode lint fuzz fuzz-outside fuzz-run demo bench soak clean
 
 ## build: the static binary the Dockerfile builds (CGO off, trimmed paths, version baked in)
 build:
@@ -101,6 +101,20 @@ e2e: tools promtool node-packages e2e-bin
 test: tools promtool node-packages lint fuzz-outside e2e-bin
 	REPRIEVE_BIN=$(E2E_BIN) REPRIEVE_E2E_REQUIRED=1 go test -race -count=1 -timeout 45m -parallel $(E2E_PARALLEL) $(NOT_REALNODE)
 	REPRIEVE_BIN=$(E2E_BIN) REPRIEVE_E2E_REQUIRED=1 go test -race -count=1 -timeout 10m $(REALNODE)
+
+## test-versions: the version matrix: the version-sensitive end-to-end tests (VERSION_TESTS)
+## against kube-apiserver and kube-controller-manager of each older Kubernetes the chart admits
+## (K8S_MINORS; each a tools module test/tools/k8s-1.NN, built by test/tools/build-versions.sh
+## into $(REPRIEVE_TOOLS_BIN)/k8s-vX.Y.Z). make test runs them on the pinned version (v1.37.2).
+K8S_MINORS ?= 1.30 1.33
+VERSION_TESTS := ^(TestServerVersion|TestAgentTokenAttacks|TestAgentTokenNodeStatus|TestDoctor|TestAdmissionPolicyBindsTheAgentToItsNode|TestPolicyHostileTokens|TestHostPathMountsStoredRecursiveReadOnly|TestEvictionGuardBindsEvictionsToTheNode|TestAdversityStatusPatchIsNodeBound|TestPodNoticeWarnsPodsUnderThePolicy|TestAdmissionWarningsForSpotWorkloads|TestRecordWriteCheckTaintPolicy|TestSpotInterruption|TestSpotInterruptionWithTaintEvictionController)$$
+test-versions: tools e2e-bin
+	@set -eo pipefail; for m in $(K8S_MINORS); do \
+	  dir=$$(bash test/tools/build-versions.sh $$m | tail -n 1); \
+	  echo "version matrix: Kubernetes $${dir##*/k8s-} ($$dir)"; \
+	  REPRIEVE_K8S_BIN_DIR=$$dir REPRIEVE_WANT_K8S_VERSION=$${dir##*/k8s-} REPRIEVE_BIN=$(E2E_BIN) REPRIEVE_E2E_REQUIRED=1 \
+	    go test -race -count=1 -timeout 20m -parallel $(E2E_PARALLEL) -run '$(VERSION_TESTS)' ./test/e2e/; \
+	done
 
 ## realnode: only the real node's tests (root; make tools node-packages first)
 realnode: e2e-bin

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -146,9 +147,13 @@ type Env struct {
 	EtcdURL string
 
 	toolsBin string
-	dataDir  string // removed by Stop
-	pki      *pkiFiles
-	logf     func(format string, args ...any)
+	// k8sBin holds kube-apiserver, kube-controller-manager and kube-scheduler: toolsBin, or
+	// $REPRIEVE_K8S_BIN_DIR for another Kubernetes version (K8sBinEnv).
+	k8sBin  string
+	version KubeVersion // kube-apiserver's, from --version
+	dataDir string      // removed by Stop
+	pki     *pkiFiles
+	logf    func(format string, args ...any)
 
 	kcmMu          sync.Mutex // serialises StartControllerManager and StopControllerManager
 	mu             sync.Mutex // guards the fields below
@@ -177,7 +182,14 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("starting the control plane: %w", err)
 	}
-	e := &Env{toolsBin: bin, logf: opts.Logf, LogDir: opts.LogDir, apf: opts.APF}
+	k8sBin, err := k8sBinDir()
+	if err != nil {
+		return nil, fmt.Errorf("starting the control plane: %w", err)
+	}
+	if k8sBin == "" {
+		k8sBin = bin
+	}
+	e := &Env{toolsBin: bin, k8sBin: k8sBin, logf: opts.Logf, LogDir: opts.LogDir, apf: opts.APF}
 	if e.logf == nil {
 		e.logf = func(string, ...any) {}
 	}
@@ -263,7 +275,7 @@ func (e *Env) Stop() {
 func (e *Env) runAPIServer(ctx context.Context) error {
 	begin := time.Now()
 	p, err := StartProcess(ctx, "kube-apiserver", filepath.Join(e.LogDir, "kube-apiserver.log"),
-		filepath.Join(e.toolsBin, KubeAPIServerBin), e.apiserverArgs, nil)
+		filepath.Join(e.k8sBin, KubeAPIServerBin), e.apiserverArgs, nil)
 	if err != nil {
 		return err
 	}
@@ -383,7 +395,13 @@ func (e *Env) startComponent(ctx context.Context, name, bin string, port int, ex
 		"--tls-private-key-file=" + e.pki.servingKey,
 		"--v=2",
 	}, extra...)
-	p, err := StartProcess(ctx, name, filepath.Join(e.LogDir, name+".log"), filepath.Join(e.toolsBin, bin), args, nil)
+	path := filepath.Join(e.k8sBin, bin)
+	if !executable(path) {
+		// Only with K8sBinEnv: the version matrix builds no kube-scheduler, and one of
+		// ToolsBin's newer version would be a skew upstream does not support.
+		return nil, fmt.Errorf("starting %s: %s is missing from %s", name, bin, e.k8sBin)
+	}
+	p, err := StartProcess(ctx, name, filepath.Join(e.LogDir, name+".log"), path, args, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -559,6 +577,10 @@ func (e *Env) startAPIServer(ctx context.Context) error {
 		return fmt.Errorf("writing the token file: %w", err)
 	}
 	e.tokenFile = tokenFile
+	// Its flags depend on its version (apiserverFlags).
+	if e.version, err = programVersion(ctx, filepath.Join(e.k8sBin, KubeAPIServerBin)); err != nil {
+		return err
+	}
 	e.Host = fmt.Sprintf("https://127.0.0.1:%d", ports[0])
 	e.apiserverArgs = e.apiserverFlags(ports[0], "apiserver-certs", e.apf)
 	if err := e.runAPIServer(ctx); err != nil {
@@ -659,7 +681,7 @@ func (e *Env) StartAPIServer(ctx context.Context, name string, apf *APF) (*APISe
 	args := e.apiserverFlags(port, "apiserver-certs-"+name, apf)
 	e.mu.Unlock()
 	p, err := StartProcess(ctx, "kube-apiserver-"+name, filepath.Join(e.LogDir, "kube-apiserver-"+name+".log"),
-		filepath.Join(e.toolsBin, KubeAPIServerBin), args, nil)
+		filepath.Join(e.k8sBin, KubeAPIServerBin), args, nil)
 	if err != nil {
 		return nil, fmt.Errorf("starting kube-apiserver %s: %w", name, err)
 	}
@@ -706,6 +728,21 @@ func (e *Env) RestartAPIServerWith(ctx context.Context, apf *APF) error {
 		return fmt.Errorf("restarting kube-apiserver: %w", err)
 	}
 	return nil
+}
+
+// Version is kube-apiserver's version (as its --version says), for a test whose expectation
+// depends on the Kubernetes version under test (K8sBinEnv).
+func (e *Env) Version() KubeVersion { return e.version }
+
+// programVersion runs bin --version and reads the Kubernetes version it prints.
+func programVersion(ctx context.Context, bin string) (KubeVersion, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "--version").CombinedOutput()
+	if err != nil {
+		return KubeVersion{}, fmt.Errorf("running %s --version: %w: %s", bin, err, strings.TrimSpace(string(out)))
+	}
+	return parseKubeVersion(string(out))
 }
 
 // WriteKubeconfig writes a kubeconfig file at path for this API server that authenticates
@@ -824,7 +861,7 @@ func (e *Env) StartPeerAPIServer(ctx context.Context, name string, extra ...stri
 	}
 	args = append(args, extra...)
 	begin := time.Now()
-	p, err := StartProcess(ctx, name, filepath.Join(e.LogDir, name+".log"), filepath.Join(e.toolsBin, KubeAPIServerBin), args, nil)
+	p, err := StartProcess(ctx, name, filepath.Join(e.LogDir, name+".log"), filepath.Join(e.k8sBin, KubeAPIServerBin), args, nil)
 	if err != nil {
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}

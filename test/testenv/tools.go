@@ -104,3 +104,57 @@ func moduleOf(path string) (string, error) {
 	}
 	return "", sc.Err()
 }
+
+// K8sBinEnv names the environment variable that points at a folder holding kube-apiserver and
+// kube-controller-manager of another Kubernetes version (test/tools/build-versions.sh builds
+// them into <tools folder>/k8s-vX.Y.Z): the version matrix (make test-versions) runs the same
+// tests against each. etcd, kwok and the peers still come from ToolsBin. A kube-scheduler is
+// taken from the folder too; without one there, StartScheduler fails rather than run a newer
+// scheduler than the API server, a skew upstream does not support.
+const K8sBinEnv = "REPRIEVE_K8S_BIN_DIR"
+
+// k8sBinDir returns $REPRIEVE_K8S_BIN_DIR ("" when unset) after checking that it holds an
+// executable kube-apiserver and kube-controller-manager.
+func k8sBinDir() (string, error) {
+	dir := os.Getenv(K8sBinEnv)
+	if dir == "" {
+		return "", nil
+	}
+	for _, name := range []string{KubeAPIServerBin, KubeControllerMgrBin} {
+		if !executable(filepath.Join(dir, name)) {
+			return "", fmt.Errorf("%s is missing from %s=%s: run `make test-versions` (test/tools/build-versions.sh)", name, K8sBinEnv, dir)
+		}
+	}
+	return dir, nil
+}
+
+// executable reports whether path is an executable regular file.
+func executable(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && !st.IsDir() && st.Mode()&0o111 != 0
+}
+
+// KubeVersion is a Kubernetes release as a program reports it with --version.
+type KubeVersion struct {
+	Major, Minor, Patch int
+}
+
+// String returns the version as vMAJOR.MINOR.PATCH.
+func (v KubeVersion) String() string { return fmt.Sprintf("v%d.%d.%d", v.Major, v.Minor, v.Patch) }
+
+// AtLeast reports whether v is major.minor or later.
+func (v KubeVersion) AtLeast(major, minor int) bool {
+	return v.Major > major || v.Major == major && v.Minor >= minor
+}
+
+// parseKubeVersion reads the output of `kube-apiserver --version` ("Kubernetes v1.30.14").
+func parseKubeVersion(out string) (KubeVersion, error) {
+	s := strings.TrimSpace(out)
+	s = strings.TrimPrefix(s, "Kubernetes ")
+	var v KubeVersion
+	core, _, _ := strings.Cut(strings.TrimPrefix(s, "v"), "-")
+	if n, err := fmt.Sscanf(core, "%d.%d.%d", &v.Major, &v.Minor, &v.Patch); err != nil || n != 3 || !strings.HasPrefix(s, "v") {
+		return KubeVersion{}, fmt.Errorf("reading the version from %q: want \"Kubernetes vX.Y.Z\"", strings.TrimSpace(out))
+	}
+	return v, nil
+}
