@@ -23,6 +23,7 @@ import (
 const (
 	poolReprieve = "reprieve"
 	poolTaint    = "the taint alone, with kube-controller-manager's taint-eviction controller"
+	poolNTH      = "aws-node-termination-handler, IMDS mode, on every node"
 )
 
 // poolGraces are the evictable pods' terminationGracePeriodSeconds, in turn: one longer than
@@ -63,8 +64,8 @@ type poolRun struct {
 // poolStartup and poolStartupPerNode are how far ahead of the handlers' start the notice is
 // set: every agent must be up and polling its IMDS before it appears.
 const (
-	poolStartup        = 5 * time.Second
-	poolStartupPerNode = 800 * time.Millisecond
+	poolStartup        = 10 * time.Second
+	poolStartupPerNode = time.Second
 )
 
 // apfFor splits seats as kube-apiserver's defaults do (400 + 200): two thirds read-only.
@@ -87,6 +88,13 @@ func (b *bench) pool(ctx context.Context, rep *report) error {
 		sides := []string{poolReprieve}
 		if slices.Contains(b.o.PoolBaselineSeats, seats) {
 			sides = append(sides, poolTaint)
+		}
+		if slices.Contains(b.o.PoolNTHSeats, seats) {
+			if _, err := nthPath(); err != nil {
+				b.o.Logf("pool: no aws-node-termination-handler row at %d seats: %v", seats, err)
+			} else {
+				sides = append(sides, poolNTH)
+			}
 		}
 		for _, side := range sides {
 			r, err := b.poolRun(ctx, side, seats)
@@ -158,36 +166,67 @@ func (b *bench) poolRun(ctx context.Context, side string, seats int) (*poolRun, 
 	defer func() {
 		stopAll(agents)
 		for _, p := range proxies {
-			p.Close()
+			if p != nil {
+				p.Close()
+			}
 		}
 	}()
+	var nthBinary, nthTok string
+	if side == poolNTH {
+		if nthBinary, err = nthPath(); err != nil {
+			return nil, err
+		}
+		if nthTok, err = b.nthToken(ctx); err != nil {
+			return nil, err
+		}
+	}
 	switch side {
-	case poolReprieve:
-		for _, node := range nodes {
+	case poolReprieve, poolNTH:
+		proxies = make([]*apiProxy, n)
+		procs := make([][]*testenv.Process, n)
+		defer func() {
+			for _, ps := range procs {
+				agents = append(agents, ps...)
+			}
+		}()
+		// Four at a time: each waits for its program to answer, and two cores start 32.
+		if err := parallel(ctx, n, 4, func(i int) error {
 			// Each node's own IMDS: amazon-ec2-metadata-mock, with the spot notice from the
 			// shared instant on and the reclaim time at the deadline.
 			mock, endpoint, err := testenv.StartIMDSMock(ctx, b.logDir, "--imdsv2",
 				"--mock-trigger-time="+notice.UTC().Format(time.RFC3339),
 				"spot", "--action=terminate", "--time="+deadline.UTC().Format(time.RFC3339))
 			if err != nil {
-				return nil, err
+				return err
 			}
-			agents = append(agents, mock)
+			procs[i] = append(procs[i], mock)
+			if side == poolNTH {
+				h, p, err := b.startNTH(ctx, nthBinary, nodes[i], endpoint, nthTok)
+				if err != nil {
+					return err
+				}
+				proxies[i] = p
+				procs[i] = append(procs[i], h)
+				return nil
+			}
 			p, err := startAPIProxy(b.env.Host, b.env.CAData, b.token)
 			if err != nil {
-				return nil, err
+				return err
 			}
-			proxies = append(proxies, p)
-			kc, err := p.kubeconfig(b.logDir, node)
+			proxies[i] = p
+			kc, err := p.kubeconfig(b.logDir, nodes[i])
 			if err != nil {
-				return nil, err
+				return err
 			}
-			a, _, err := b.startAgentWith(ctx, kc, node, "--provider=aws", "--aws-imds-endpoint="+endpoint,
+			a, _, err := b.startAgentWith(ctx, kc, nodes[i], "--provider=aws", "--aws-imds-endpoint="+endpoint,
 				"--safety-margin="+b.o.SafetyMargin.String())
 			if err != nil {
-				return nil, err
+				return err
 			}
-			agents = append(agents, a)
+			procs[i] = append(procs[i], a)
+			return nil
+		}); err != nil {
+			return nil, err
 		}
 	case poolTaint:
 		if err := b.env.StartControllerManager(ctx); err != nil {
