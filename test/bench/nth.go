@@ -150,10 +150,13 @@ func (b *bench) startNTH(ctx context.Context, bin, node, imds, token string) (*t
 mount -t tmpfs tmpfs /run
 mkdir -p /run/secrets/kubernetes.io/serviceaccount
 cp "$1/ca.crt" "$1/token" /run/secrets/kubernetes.io/serviceaccount/
-exec "$2"`
+exec "$2" --metadata-url="$3"`
 	env := []string{
 		"KUBERNETES_SERVICE_HOST=" + u.Hostname(), "KUBERNETES_SERVICE_PORT=" + u.Port(),
-		"NODE_NAME=" + node, "METADATA_URL=" + imds,
+		"NODE_NAME=" + node,
+		// Its IMDS is the mock on loopback: never its default 169.254.169.254 (flag and
+		// environment both, config.go's INSTANCE_METADATA_URL).
+		"INSTANCE_METADATA_URL=" + imds,
 		// The chart's defaults for IMDS mode, apart from the servers that would share ports and the
 		// scheduled events, which the mock's spot mode does not serve.
 		"ENABLE_SPOT_INTERRUPTION_DRAINING=true", "ENABLE_SCHEDULED_EVENT_DRAINING=false",
@@ -161,10 +164,10 @@ exec "$2"`
 		"ENABLE_PROMETHEUS_SERVER=false", "ENABLE_PROBES_SERVER=false",
 		"POD_TERMINATION_GRACE_PERIOD=-1", "NODE_TERMINATION_GRACE_PERIOD=120",
 		"IGNORE_DAEMON_SETS=true", "DELETE_LOCAL_DATA=true", "METADATA_TRIES=3",
-		"TAINT_NODE=false", "CORDON_ONLY=false", "LOG_LEVEL=info",
+		"ENABLE_ASG_LIFECYCLE_DRAINING=false", "LOG_LEVEL=info",
 	}
 	proc, err := testenv.StartProcess(ctx, "nth-"+node, filepath.Join(b.logDir, "nth-"+node+".log"), unshare,
-		[]string{"--mount", "--propagation", "private", "sh", "-c", script, "sh", dir, bin}, env)
+		[]string{"--mount", "--propagation", "private", "sh", "-c", script, "sh", dir, bin, imds}, env)
 	if err != nil {
 		p.Close()
 		return nil, nil, err
