@@ -67,9 +67,10 @@ func lostThoughFeasible(pods, lost, feasible map[int64]int) int {
 	return n
 }
 
-// acceptRate is the evictions a second the fleet got accepted: the pods whose eviction was
-// accepted by end, over the time from the notice to the last of them. While the server is
-// saturated this is its capacity for the fleet; when it is not, it is a lower bound.
+// acceptRate is the evictions a second the fleet got accepted. When some pod's eviction was
+// not accepted by end, the server was saturated the whole window (its queue never ran dry), so
+// it is the pods accepted by end over the window; when every pod was accepted by end, it is
+// those over the time to the last acceptance, a lower bound of the capacity.
 func acceptRate(accepted []time.Time, notice, end time.Time) float64 {
 	var n int
 	var last time.Time
@@ -81,6 +82,9 @@ func acceptRate(accepted []time.Time, notice, end time.Time) float64 {
 		if a.After(last) {
 			last = a
 		}
+	}
+	if n < len(accepted) {
+		last = end
 	}
 	d := last.Sub(notice).Seconds()
 	if n == 0 || d <= 0 {

@@ -53,11 +53,15 @@ func TestLostThoughFeasible(t *testing.T) {
 func TestAcceptRate(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	end := t0.Add(35 * time.Second)
-	acc := []time.Time{t0.Add(time.Second), t0.Add(2 * time.Second), t0.Add(4 * time.Second), {}, end.Add(time.Second)}
-	// Three accepted by the end, the last 4 s after the notice; the unaccepted and the late
-	// one do not count.
+	acc := []time.Time{t0.Add(time.Second), t0.Add(2 * time.Second), t0.Add(4 * time.Second)}
+	// All accepted, the last 4 s after the notice.
 	if r := acceptRate(acc, t0, end); r != 0.75 {
 		t.Errorf("rate = %v, want 0.75", r)
+	}
+	// One never accepted and one after the end: saturated all window, 3 over 35 s.
+	acc = append(acc, time.Time{}, end.Add(time.Second))
+	if r := acceptRate(acc, t0, end); r != 3.0/35 {
+		t.Errorf("rate = %v, want 3/35", r)
 	}
 	if r := acceptRate(nil, t0, end); r != 0 {
 		t.Errorf("rate of none = %v, want 0", r)
