@@ -1,10 +1,10 @@
 package evict
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -35,7 +35,30 @@ import (
 //     mean plus four deviations, as TCP's retransmission timeout, RFC 6298) is the margin a
 //     grace leaves for the request to wait in APF's queue (queueMargin);
 //   - background writes (the pods' early warning) go only when no eviction waits, and hold at
-//     most half the slots.
+//     most half the slots;
+//   - a request whose pod is past its last safe moment (its budget is lost: every second costs
+//     it a second of grace, and no order can give it back) goes after every request whose
+//     budget can still be kept, and no longer past the limit at its force point: only at its
+//     last chance. With too few seats for the fleet, the pods lost are then the ones whose
+//     budget the window could never have met, not the ones whose turn came last;
+//   - while the server is congested (a throttling answer since the last accepted request, a
+//     pause, or answers that take congestedRTT), a request whose last safe moment is further
+//     than the horizon (twice the measured margin, at least horizonMin) waits, slot or not:
+//     sent now it would sit in the server's queue, first in first out, ahead of other agents'
+//     pods whose moment is nearer. The agents of a pool share the notice's clock, so the last
+//     safe moment is an ordering key across the fleet that needs no coordination: each agent
+//     keeps in the queue only what is due within the horizon, and the seats go to the nearest
+//     moments fleet-wide. A held request goes at the horizon, and at its force point at the
+//     latest, as before.
+//
+// Why the fleet needs this: APF classifies the agents' requests by FlowSchema and flow
+// distinguisher; the agents share one ServiceAccount in kube-system, which the default
+// kube-system-service-accounts schema (workload-high, distinguisher ByNamespace; k8s.io/apiserver
+// pkg/apis/flowcontrol/bootstrap/default.go) and the chart's (ByUser) put in one flow per pod
+// namespace or one in all. A flow's requests go to the shortest of its hand of queues (6 of
+// workload-high's 128), each queue first in, first out (queueset.go, shuffleShardLocked and
+// findDispatchQueueToBoundLocked): across agents the server serves in arrival order, and the
+// only order the fleet can impose is what it sends when.
 const (
 	// gateInitialLimit is the in-flight limit before any answer came back: a burst of a
 	// whole node's pods starts with this many, and grows with every accepted request.
@@ -50,6 +73,11 @@ const (
 	// jitterFraction is how much longer than its base a pause may be: a pause of d lasts
 	// between d and d*(1+jitterFraction), drawn per agent.
 	jitterFraction = 0.5
+	// congestedRTT is the smoothed answer time from which the server counts as congested: an
+	// eviction's own work is tens of milliseconds, so a second is time in APF's queue.
+	congestedRTT = time.Second
+	// horizonMin is the least horizon: a request due within it is never held.
+	horizonMin = 2 * time.Second
 )
 
 // gate orders and paces one agent's requests to the API server (see above). All its fields
@@ -63,7 +91,7 @@ type gate struct {
 	limit    int
 	inflight int
 	bgFlight int // background requests in flight
-	waiting  waiters
+	waiting  []*waiter
 	seq      uint64
 	// pauseUntil is when the agent may send again after a throttling answer; throttles counts
 	// the throttling answers since the last accepted request.
@@ -71,6 +99,10 @@ type gate struct {
 	throttles  int
 	// srtt and rttvar are the smoothed answer time and its deviation (RFC 6298, section 2).
 	srtt, rttvar time.Duration
+	// armedAt is the earliest moment a waiter's timer is armed for (zero: none). A dispatch
+	// by a release, which has no timer of its own, pokes a waiter when the gate's next moment
+	// comes before it: a held request's horizon moves with every answer.
+	armedAt time.Time
 }
 
 // queueMarginMax caps the measured queueing margin: past it the grace is better spent on the
@@ -118,38 +150,33 @@ type waiter struct {
 	background bool
 	seq        uint64 // arrival order among equal keys
 	granted    chan struct{}
-	index      int
+	// poke asks the waiter's goroutine to dispatch again and arm its timer for the gate's
+	// next moment (see armedAt); armed is when its timer fires (zero: none).
+	poke  chan struct{}
+	armed time.Time
+	out   bool // granted
 }
 
-type waiters []*waiter
+// overdue reports whether w's pod is past its last safe moment at now: a deadline-bound
+// request (one with a last chance) whose key has passed.
+func (w *waiter) overdue(now time.Time) bool {
+	return !w.lastChance.IsZero() && w.key.Before(now)
+}
 
-func (w waiters) Len() int { return len(w) }
-func (w waiters) Less(i, j int) bool {
-	a, b := w[i], w[j]
+// before reports whether a goes before b at now: evictions before background writes, a
+// budget that can still be kept before a lost one, then the nearest last safe moment, then
+// arrival.
+func before(a, b *waiter, now time.Time) bool {
 	if a.background != b.background {
 		return !a.background
+	}
+	if ao, bo := a.overdue(now), b.overdue(now); ao != bo {
+		return !ao
 	}
 	if !a.key.Equal(b.key) {
 		return a.key.Before(b.key)
 	}
 	return a.seq < b.seq
-}
-func (w waiters) Swap(i, j int) {
-	w[i], w[j] = w[j], w[i]
-	w[i].index, w[j].index = i, j
-}
-func (w *waiters) Push(x any) {
-	it := x.(*waiter)
-	it.index = len(*w)
-	*w = append(*w, it)
-}
-func (w *waiters) Pop() any {
-	old := *w
-	it := old[len(old)-1]
-	old[len(old)-1] = nil
-	*w = old[:len(old)-1]
-	it.index = -1
-	return it
 }
 
 // ticket is a granted slot; done returns it with the request's result.
@@ -173,9 +200,10 @@ func (t *ticket) done(err error) {
 func (g *gate) acquire(ctx context.Context, key, mustGo, lastChance time.Time, background bool) (*ticket, error) {
 	g.mu.Lock()
 	g.seq++
-	w := &waiter{key: key, mustGo: mustGo, lastChance: lastChance, background: background, seq: g.seq, granted: make(chan struct{})}
-	heap.Push(&g.waiting, w)
-	wake := g.dispatch()
+	w := &waiter{key: key, mustGo: mustGo, lastChance: lastChance, background: background, seq: g.seq,
+		granted: make(chan struct{}), poke: make(chan struct{}, 1)}
+	g.waiting = append(g.waiting, w)
+	wake := g.dispatch(w)
 	g.mu.Unlock()
 	for {
 		var timer <-chan time.Time
@@ -197,13 +225,20 @@ func (g *gate) acquire(ctx context.Context, key, mustGo, lastChance time.Time, b
 				g.mu.Unlock()
 				g.release(background, errNotSent, 0)
 			default:
-				heap.Remove(&g.waiting, w.index)
+				g.remove(w)
+				g.disarm(w)
+				g.dispatch(nil)
 				g.mu.Unlock()
 			}
 			return nil, ctx.Err()
 		case <-timer:
 			g.mu.Lock()
-			wake = g.dispatch()
+			wake = g.dispatch(w)
+			g.mu.Unlock()
+		case <-w.poke:
+			stop(t)
+			g.mu.Lock()
+			wake = g.dispatch(w)
 			g.mu.Unlock()
 		}
 	}
@@ -215,39 +250,92 @@ func stop(t clock.Timer) {
 	}
 }
 
+// remove takes w out of the waiters. Called with mu held.
+func (g *gate) remove(w *waiter) {
+	if i := slices.Index(g.waiting, w); i >= 0 {
+		g.waiting = slices.Delete(g.waiting, i, i+1)
+	}
+}
+
+// congested reports whether the server looks saturated to the agent at now (see above).
+// Called with mu held.
+func (g *gate) congested(now time.Time) bool {
+	return g.throttles > 0 || now.Before(g.pauseUntil) || g.srtt >= congestedRTT
+}
+
+// horizon is how far ahead of its last safe moment a request is sent while the server is
+// congested: twice what a request is expected to take at most now, so that one sent at the
+// horizon still meets its moment when the server is twice as slow; at least horizonMin.
+// Called with mu held.
+func (g *gate) horizon() time.Duration {
+	return max(horizonMin, 2*min(g.srtt+4*g.rttvar, queueMarginMax))
+}
+
+// held reports whether w waits, slot or not, at now: the server is congested and w's last
+// safe moment is further than the horizon. Only deadline-bound evictions whose budget can
+// still be kept are held. Called with mu held.
+func (g *gate) held(w *waiter, now time.Time, congested bool, horizon time.Duration) bool {
+	return congested && !w.background && !w.lastChance.IsZero() && !w.overdue(now) && w.key.After(now.Add(horizon))
+}
+
+// disarm forgets w's timer. Called with mu held.
+func (g *gate) disarm(w *waiter) {
+	if !w.armed.IsZero() && w.armed.Equal(g.armedAt) {
+		g.armedAt = time.Time{}
+	}
+	w.armed = time.Time{}
+}
+
 // dispatch grants slots to the waiters that may go now, most urgent first, and returns how
-// long until the next moment one more may go without a release (the pause's end, or a
-// waiter's must-go moment; 0: only on a release). Called with mu held.
-func (g *gate) dispatch() time.Duration {
+// long until the next moment one more may go without a release (the pause's end, a waiter's
+// must-go moment or last chance, a held waiter's horizon; 0: only on a release). self is the
+// waiter whose goroutine calls and arms its timer for that moment; with none (a release), a
+// waiter is poked when no timer is armed for it. Called with mu held.
+func (g *gate) dispatch(self *waiter) time.Duration {
 	now := g.clock.Now()
 	paused := now.Before(g.pauseUntil)
+	congested := g.congested(now)
+	horizon := g.horizon()
 	// Those whose last chance has come go first and past everything; during no pause, those
-	// whose must-go moment has come go past the limit.
-	var forced []*waiter
+	// whose must-go moment has come go past the limit, unless their budget is lost already
+	// (past the limit it would take a seat from a budget that can still be kept).
+	var rest []*waiter
 	for _, w := range g.waiting {
-		if due(w.lastChance, now) || (!paused && due(w.mustGo, now)) {
-			forced = append(forced, w)
+		if due(w.lastChance, now) || (!paused && due(w.mustGo, now) && !w.overdue(now)) {
+			g.grant(w)
+		} else {
+			rest = append(rest, w)
 		}
 	}
-	for _, w := range forced {
-		heap.Remove(&g.waiting, w.index)
-		g.grant(w)
-	}
-	for !paused && g.waiting.Len() > 0 && g.inflight < g.limit {
-		w := g.waiting[0]
+	g.waiting = rest
+	slices.SortFunc(g.waiting, func(a, b *waiter) int {
+		switch {
+		case before(a, b, now):
+			return -1
+		case before(b, a, now):
+			return 1
+		}
+		return 0
+	})
+	for !paused && len(g.waiting) > 0 && g.inflight < g.limit {
+		i := slices.IndexFunc(g.waiting, func(w *waiter) bool { return !g.held(w, now, congested, horizon) })
+		if i < 0 {
+			break
+		}
+		w := g.waiting[i]
 		if w.background && g.bgFlight >= max(1, g.limit/2) {
 			break
 		}
-		heap.Pop(&g.waiting)
+		g.waiting = slices.Delete(g.waiting, i, i+1)
 		g.grant(w)
 	}
 	var next time.Time
 	earlier := func(t time.Time) {
-		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
+		if !t.IsZero() && t.After(now) && (next.IsZero() || t.Before(next)) {
 			next = t
 		}
 	}
-	if paused && g.waiting.Len() > 0 {
+	if paused && len(g.waiting) > 0 {
 		earlier(g.pauseUntil)
 	}
 	for _, w := range g.waiting {
@@ -255,9 +343,25 @@ func (g *gate) dispatch() time.Duration {
 		if !paused {
 			earlier(w.mustGo)
 		}
+		if g.held(w, now, congested, horizon) {
+			earlier(w.key.Add(-horizon))
+		}
 	}
 	if next.IsZero() {
 		return 0
+	}
+	switch {
+	case self != nil && !self.out:
+		g.disarm(self)
+		self.armed = next
+		if g.armedAt.IsZero() || !g.armedAt.After(now) || next.Before(g.armedAt) {
+			g.armedAt = next
+		}
+	case len(g.waiting) > 0 && (g.armedAt.IsZero() || !g.armedAt.After(now) || next.Before(g.armedAt)):
+		select {
+		case g.waiting[0].poke <- struct{}{}:
+		default:
+		}
 	}
 	return max(next.Sub(now), time.Nanosecond)
 }
@@ -266,6 +370,8 @@ func (g *gate) dispatch() time.Duration {
 func due(t, now time.Time) bool { return !t.IsZero() && !now.Before(t) }
 
 func (g *gate) grant(w *waiter) {
+	g.disarm(w)
+	w.out = true
 	g.inflight++
 	if w.background {
 		g.bgFlight++
@@ -300,7 +406,7 @@ func (g *gate) release(background bool, err error, took time.Duration) {
 		g.throttles = 0
 		g.limit = min(g.max, g.limit+1)
 	}
-	g.dispatch()
+	g.dispatch(nil)
 }
 
 // isThrottled reports whether err is the API server's own throttling: a 429 that is not a
@@ -342,5 +448,5 @@ func (g *gate) pauseLeft() time.Duration {
 func (g *gate) state() (limit, inflight, waiting int, pauseUntil time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.limit, g.inflight, g.waiting.Len(), g.pauseUntil
+	return g.limit, g.inflight, len(g.waiting), g.pauseUntil
 }

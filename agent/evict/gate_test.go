@@ -268,3 +268,111 @@ func TestQueueBound(t *testing.T) {
 		t.Errorf("no deadline: QueueBound = %s, want %s", got, RequestTimeout)
 	}
 }
+
+// TestGateLostBudgetYields: a pod past its last safe moment (its budget lost) goes after a pod
+// whose budget can still be kept, even one whose moment is later; its passed force point no
+// longer takes it past the limit, only its last chance does. With too few seats the pods
+// lost are then those whose budget the window could never have met.
+func TestGateLostBudgetYields(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	g := newGate(clk, 1, func() float64 { return 0 })
+	held, err := g.acquire(context.Background(), t0.Add(time.Hour), time.Time{}, time.Time{}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Overdue: its last safe moment was 10 s ago, its force point too; last chance in 20 s.
+	lost := acquireAsync(g, t0.Add(-10*time.Second), t0.Add(-11*time.Second), t0.Add(20*time.Second), false)
+	until(t, "the overdue waiter to queue", func() bool { _, _, w, _ := g.state(); return w == 1 })
+	if _, ok := granted(lost); ok {
+		t.Fatal("a pod past its last safe moment went past the limit")
+	}
+	// Keepable: its last safe moment in 5 s, force point in 4 s.
+	keep := acquireAsync(g, t0.Add(5*time.Second), t0.Add(4*time.Second), t0.Add(20*time.Second), false)
+	until(t, "the keepable waiter to queue", func() bool { _, _, w, _ := g.state(); return w == 2 })
+	held.done(nil)
+	tk := <-keep
+	if _, ok := granted(lost); ok {
+		t.Fatal("the overdue pod went before the one whose budget can still be kept")
+	}
+	// Its last chance takes it past the limit (the slot is still taken by keep).
+	clk.Step(20*time.Second - time.Millisecond)
+	if _, ok := granted(lost); ok {
+		t.Fatal("the overdue pod went before its last chance")
+	}
+	clk.Step(time.Millisecond)
+	until(t, "the overdue pod at its last chance", func() bool { _, ok := granted(lost); return ok })
+	tk.done(nil)
+}
+
+// congest makes g see a congested server: one answer that took 2 s (srtt 2 s, rttvar 1 s, so
+// the margin is 6 s and the horizon 12 s).
+func congest(t *testing.T, g *gate, clk *clocktesting.FakeClock) {
+	t.Helper()
+	tk, err := g.acquire(context.Background(), clk.Now(), time.Time{}, time.Time{}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(2 * time.Second)
+	tk.done(nil)
+	if m := g.queueMargin(); m != 6*time.Second {
+		t.Fatalf("margin %s, want 6s", m)
+	}
+}
+
+// TestGateHoldsPastTheHorizon: while the server is congested, a request whose last safe moment
+// is further than the horizon (twice the margin: 12 s) waits with slots free, and goes at the
+// horizon; a nearer one goes at once. On an idle server nothing is held.
+func TestGateHoldsPastTheHorizon(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	g := newGate(clk, 8, func() float64 { return 0 })
+	// Idle: a far request goes at once.
+	if _, ok := granted(acquireAsync(g, t0.Add(time.Minute), t0.Add(50*time.Second), t0.Add(70*time.Second), false)); !ok {
+		until(t, "the far request on an idle server", func() bool { _, inflight, _, _ := g.state(); return inflight == 1 })
+	}
+	g = newGate(clk, 8, func() float64 { return 0 })
+	congest(t, g, clk)
+	now := clk.Now()
+	far := acquireAsync(g, now.Add(20*time.Second), now.Add(19*time.Second), now.Add(30*time.Second), false)
+	until(t, "the far waiter's timer", func() bool { _, _, w, _ := g.state(); return w == 1 && clk.HasWaiters() })
+	near := acquireAsync(g, now.Add(5*time.Second), now.Add(4*time.Second), now.Add(30*time.Second), false)
+	until(t, "the near request", func() bool { _, ok := granted(near); return ok })
+	if _, ok := granted(far); ok {
+		t.Fatal("a request 20 s from its last safe moment went with a 12 s horizon")
+	}
+	clk.Step(8*time.Second - time.Millisecond)
+	if _, ok := granted(far); ok {
+		t.Fatal("the held request went before its horizon")
+	}
+	clk.Step(time.Millisecond)
+	until(t, "the held request at its horizon", func() bool { _, ok := granted(far); return ok })
+}
+
+// TestGateHorizonMovesWithAnswers: a held request's horizon grows with a slower answer; the
+// release that measured it re-arms the waiter's timer for the earlier moment (no waiter of
+// its own calls it).
+func TestGateHorizonMovesWithAnswers(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	g := newGate(clk, 8, func() float64 { return 0 })
+	congest(t, g, clk)
+	now := clk.Now()
+	// 30 s out: held until 18 s from now with the 12 s horizon.
+	far := acquireAsync(g, now.Add(30*time.Second), now.Add(29*time.Second), now.Add(40*time.Second), false)
+	until(t, "the far waiter's timer", func() bool { _, _, w, _ := g.state(); return w == 1 && clk.HasWaiters() })
+	slow, err := g.acquire(context.Background(), clk.Now(), time.Time{}, time.Time{}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(6 * time.Second)
+	// An answer of 6 s: srtt 2.5 s, rttvar 1.75 s, margin 9.5 s, horizon 19 s: the far
+	// request now goes 11 s after the first notice of it, 5 s from here.
+	slow.done(nil)
+	if m := g.queueMargin(); m != 9500*time.Millisecond {
+		t.Fatalf("margin %s, want 9.5s", m)
+	}
+	clk.Step(5*time.Second - time.Millisecond)
+	if _, ok := granted(far); ok {
+		t.Fatal("the held request went before its new horizon")
+	}
+	clk.Step(time.Millisecond)
+	until(t, "the held request at its new horizon", func() bool { _, ok := granted(far); return ok })
+}

@@ -30,11 +30,17 @@ type apiProxy struct {
 	watches int
 	srv     *http.Server
 	URL     string
+	tlsCert *tls.Certificate // nil: plain HTTP
 }
 
 // startAPIProxy forwards to target with token: client-go sends credentials only over TLS, so
 // the agent's kubeconfig for the proxy carries none and the proxy adds them.
 func startAPIProxy(target string, caPEM []byte, token string) (*apiProxy, error) {
+	return startAPIProxyWith(target, caPEM, token, nil)
+}
+
+// startAPIProxyWith is startAPIProxy serving TLS with cert when it is not nil.
+func startAPIProxyWith(target string, caPEM []byte, token string, cert *tls.Certificate) (*apiProxy, error) {
 	u, err := url.Parse(target)
 	if err != nil {
 		return nil, fmt.Errorf("parsing %s: %w", target, err)
@@ -56,7 +62,10 @@ func startAPIProxy(target string, caPEM []byte, token string) (*apiProxy, error)
 	if err != nil {
 		return nil, fmt.Errorf("starting the API proxy: %w", err)
 	}
-	p := &apiProxy{counts: map[string]int{}, codes: map[string]int{}, URL: "http://" + ln.Addr().String()}
+	p := &apiProxy{counts: map[string]int{}, codes: map[string]int{}, URL: "http://" + ln.Addr().String(), tlsCert: cert}
+	if cert != nil {
+		p.URL = "https://" + ln.Addr().String()
+	}
 	p.srv = &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		verb, resource := classify(r)
 		p.mu.Lock()
@@ -79,11 +88,21 @@ func startAPIProxy(target string, caPEM []byte, token string) (*apiProxy, error)
 		p.mu.Unlock()
 	})}
 	go func() {
-		if err := p.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := p.serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			fmt.Printf("bench: API proxy: %v\n", err)
 		}
 	}()
 	return p, nil
+}
+
+// serve serves plain HTTP, or TLS when tlsCert is set (for programs that, like client-go's
+// in-cluster config, only speak HTTPS).
+func (p *apiProxy) serve(ln net.Listener) error {
+	if p.tlsCert == nil {
+		return p.srv.Serve(ln)
+	}
+	p.srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{*p.tlsCert}, MinVersion: tls.VersionTLS12}
+	return p.srv.ServeTLS(ln, "", "")
 }
 
 // counts returns a copy of the request counts and the number of open watches.

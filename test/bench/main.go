@@ -70,6 +70,8 @@ type options struct {
 	PoolNodes, PoolPods          int
 	PoolWindow                   time.Duration
 	PoolSeats, PoolBaselineSeats []int
+	// PoolNTHSeats are the seat counts at which aws-node-termination-handler is measured too.
+	PoolNTHSeats []int
 
 	// Command is the command line recorded in the report.
 	Command string
@@ -108,6 +110,7 @@ func defaultOptions() options {
 		PoolWindow:        40 * time.Second,
 		PoolSeats:         []int{600, 12, 6},
 		PoolBaselineSeats: []int{600, 12},
+		PoolNTHSeats:      []int{12},
 		Command:           "make bench",
 		Logf:              func(f string, a ...any) { fmt.Fprintf(os.Stderr, "bench: "+f+"\n", a...) },
 	}
@@ -143,6 +146,7 @@ func runMain() int {
 	fs.DurationVar(&o.PoolWindow, "pool-window", o.PoolWindow, "Reclaim window of the pool.")
 	poolSeats := fs.String("pool-seats", joinInts(o.PoolSeats), "API server seats (--max-requests-inflight + --max-mutating-requests-inflight) reprieve is measured at.")
 	poolBaseline := fs.String("pool-baseline-seats", joinInts(o.PoolBaselineSeats), "Seat counts at which the taint-alone baseline is measured too.")
+	poolNTH := fs.String("pool-nth-seats", joinInts(o.PoolNTHSeats), "Seat counts at which aws-node-termination-handler (IMDS mode) is measured too; \"\" for none.")
 	fs.StringVar(&o.Command, "command", o.Command, "Command line recorded in the report.")
 	realnode := fs.String("realnode-chart", "", "Only draw -svg-dir/"+realnodeChartName+" from these comma-separated timeline files of test/realnode (REPRIEVE_REALNODE_FIGURES), and measure nothing.")
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -172,6 +176,13 @@ func runMain() int {
 	}
 	if o.PoolBaselineSeats, err = parseInts(*poolBaseline); err != nil {
 		errs = append(errs, fmt.Errorf("-pool-baseline-seats: %w", err))
+	}
+	if *poolNTH != "" {
+		if o.PoolNTHSeats, err = parseInts(*poolNTH); err != nil {
+			errs = append(errs, fmt.Errorf("-pool-nth-seats: %w", err))
+		}
+	} else {
+		o.PoolNTHSeats = nil
 	}
 	for _, s := range o.PoolSeats {
 		if s < 3 {

@@ -86,6 +86,7 @@ func smokeOptions(dir string) options {
 	o.PoolWindow = 8 * time.Second
 	o.PoolSeats = []int{12}
 	o.PoolBaselineSeats = []int{12}
+	o.PoolNTHSeats = nil // minutes of its own; measured by the full run
 	o.Command = "go test ./test/bench (smoke)"
 	return o
 }

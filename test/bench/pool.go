@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -22,6 +23,7 @@ import (
 const (
 	poolReprieve = "reprieve"
 	poolTaint    = "the taint alone, with kube-controller-manager's taint-eviction controller"
+	poolNTH      = "aws-node-termination-handler, IMDS mode, on every node"
 )
 
 // poolGraces are the evictable pods' terminationGracePeriodSeconds, in turn: one longer than
@@ -45,7 +47,26 @@ type poolRun struct {
 	WaitedInQueues  float64       // apiserver_flowcontrol_request_wait_duration_seconds_sum, all clients
 	Window, Margin  time.Duration
 	NoticeToLastEnd time.Duration // the notice to the last evictable pod gone
+	// PodsByGrace, InTimeByGrace and FullGraceByGrace count the evictable pods, those gone
+	// by D - margin, and those gone with their whole grace, by grace.
+	PodsByGrace, InTimeByGrace, FullGraceByGrace map[int64]int
+	// Rate is the evictions a second the fleet got accepted (acceptRate); FeasibleByGrace and
+	// MaxInTime what the best order could have done at that rate (feasibleAt), and
+	// LostFeasible the pods lost whose budget that order would have kept.
+	Rate            float64
+	FeasibleByGrace map[int64]int
+	MaxInTime       int
+	LostFeasible    int
+	// Load is the machine's load average (1, 5, 15 minutes) when the run ended.
+	Load string
 }
+
+// poolStartup and poolStartupPerNode are how far ahead of the handlers' start the notice is
+// set: every agent must be up and polling its IMDS before it appears.
+const (
+	poolStartup        = 10 * time.Second
+	poolStartupPerNode = time.Second
+)
 
 // apfFor splits seats as kube-apiserver's defaults do (400 + 200): two thirds read-only.
 func apfFor(seats int) *testenv.APF {
@@ -68,13 +89,21 @@ func (b *bench) pool(ctx context.Context, rep *report) error {
 		if slices.Contains(b.o.PoolBaselineSeats, seats) {
 			sides = append(sides, poolTaint)
 		}
+		if slices.Contains(b.o.PoolNTHSeats, seats) {
+			if _, err := nthPath(); err != nil {
+				b.o.Logf("pool: no aws-node-termination-handler row at %d seats: %v", seats, err)
+			} else {
+				sides = append(sides, poolNTH)
+			}
+		}
 		for _, side := range sides {
 			r, err := b.poolRun(ctx, side, seats)
 			if err != nil {
 				return err
 			}
-			b.o.Logf("pool: %s at %d seats: %d/%d in time, %d evictions, %d 429s, worst lateness %s",
-				side, seats, r.InTime, r.Pods, r.Evictions, r.Throttled, r.WorstLate.Round(10*time.Millisecond))
+			b.o.Logf("pool: %s at %d seats: %d/%d in time, %d evictions, %d 429s, worst lateness %s, lost %s, %.1f accepted/s, lost though feasible %d, load %s",
+				side, seats, r.InTime, r.Pods, r.Evictions, r.Throttled, r.WorstLate.Round(10*time.Millisecond),
+				byGrace(r.LostByGrace, "none"), r.Rate, r.LostFeasible, r.Load)
 			rep.Pool = append(rep.Pool, r)
 		}
 	}
@@ -125,31 +154,79 @@ func (b *bench) poolRun(ctx context.Context, side string, seats int) (*poolRun, 
 	}
 	defer obs.Stop()
 
+	// The notice, on every node at the same instant: a moment far enough ahead for every
+	// agent to be up and polling (a few hundred ms each on two cores), whole seconds as IMDS
+	// gives them.
+	notice := time.Now().Add(poolStartup + time.Duration(n)*poolStartupPerNode).Truncate(time.Second).Add(time.Second)
+	deadline := notice.Add(b.o.PoolWindow)
+	end := deadline.Add(-b.o.SafetyMargin)
+
 	var proxies []*apiProxy
 	var agents []*testenv.Process
 	defer func() {
 		stopAll(agents)
 		for _, p := range proxies {
-			p.Close()
+			if p != nil {
+				p.Close()
+			}
 		}
 	}()
+	var nthBinary, nthTok string
+	if side == poolNTH {
+		if nthBinary, err = nthPath(); err != nil {
+			return nil, err
+		}
+		if nthTok, err = b.nthToken(ctx); err != nil {
+			return nil, err
+		}
+	}
 	switch side {
-	case poolReprieve:
-		for _, node := range nodes {
+	case poolReprieve, poolNTH:
+		proxies = make([]*apiProxy, n)
+		procs := make([][]*testenv.Process, n)
+		defer func() {
+			for _, ps := range procs {
+				agents = append(agents, ps...)
+			}
+		}()
+		// Four at a time: each waits for its program to answer, and two cores start 32.
+		if err := parallel(ctx, n, 4, func(i int) error {
+			// Each node's own IMDS: amazon-ec2-metadata-mock, with the spot notice from the
+			// shared instant on and the reclaim time at the deadline.
+			mock, endpoint, err := testenv.StartIMDSMock(ctx, b.logDir, "--imdsv2",
+				"--mock-trigger-time="+notice.UTC().Format(time.RFC3339),
+				"spot", "--action=terminate", "--time="+deadline.UTC().Format(time.RFC3339))
+			if err != nil {
+				return err
+			}
+			procs[i] = append(procs[i], mock)
+			if side == poolNTH {
+				h, p, err := b.startNTH(ctx, nthBinary, nodes[i], endpoint, nthTok)
+				if err != nil {
+					return err
+				}
+				proxies[i] = p
+				procs[i] = append(procs[i], h)
+				return nil
+			}
 			p, err := startAPIProxy(b.env.Host, b.env.CAData, b.token)
 			if err != nil {
-				return nil, err
+				return err
 			}
-			proxies = append(proxies, p)
-			kc, err := p.kubeconfig(b.logDir, node)
+			proxies[i] = p
+			kc, err := p.kubeconfig(b.logDir, nodes[i])
 			if err != nil {
-				return nil, err
+				return err
 			}
-			a, _, err := b.startAgentWith(ctx, kc, node, "--provider=none", "--safety-margin="+b.o.SafetyMargin.String())
+			a, _, err := b.startAgentWith(ctx, kc, nodes[i], "--provider=aws", "--aws-imds-endpoint="+endpoint,
+				"--safety-margin="+b.o.SafetyMargin.String())
 			if err != nil {
-				return nil, err
+				return err
 			}
-			agents = append(agents, a)
+			procs[i] = append(procs[i], a)
+			return nil
+		}); err != nil {
+			return nil, err
 		}
 	case poolTaint:
 		if err := b.env.StartControllerManager(ctx); err != nil {
@@ -157,8 +234,8 @@ func (b *bench) poolRun(ctx context.Context, side string, seats int) (*poolRun, 
 		}
 		defer b.env.StopControllerManager()
 	}
-	if err := sleepUntil(ctx, time.Now().Add(3*time.Second)); err != nil {
-		return nil, err
+	if left := time.Until(notice); left < 2*time.Second {
+		return nil, fmt.Errorf("pool: the handlers took too long to start: %s left before the notice at %s, want 2 s", left.Round(time.Millisecond), notice.Format(time.RFC3339))
 	}
 	before := map[string]int{}
 	for _, p := range proxies {
@@ -170,18 +247,14 @@ func (b *bench) poolRun(ctx context.Context, side string, seats int) (*poolRun, 
 	if err != nil {
 		return nil, err
 	}
-
-	// The notice, on every node at the same instant.
-	notice := time.Now()
-	deadline := notice.Add(b.o.PoolWindow).Truncate(time.Second)
-	end := deadline.Add(-b.o.SafetyMargin)
-	if err := parallel(ctx, n, n, func(i int) error {
-		if side == poolReprieve {
-			return setDeadline(ctx, b.env.Client, nodes[i], deadline)
+	if side == poolTaint {
+		// A taint-only handler writes the taint when the notice appears.
+		if err := sleepUntil(ctx, notice); err != nil {
+			return nil, err
 		}
-		return setTaint(ctx, b.env.Client, nodes[i], notice)
-	}); err != nil {
-		return nil, err
+		if err := parallel(ctx, n, n, func(i int) error { return setTaint(ctx, b.env.Client, nodes[i], notice) }); err != nil {
+			return nil, err
+		}
 	}
 	if err := sleepUntil(ctx, end.Add(3*time.Second)); err != nil {
 		return nil, err
@@ -192,9 +265,15 @@ func (b *bench) poolRun(ctx context.Context, side string, seats int) (*poolRun, 
 	}
 	recs := obs.Records()
 	r := &poolRun{Side: side, Seats: seats, Nodes: n, Pods: len(grace), LostByGrace: map[int64]int{},
-		Window: b.o.PoolWindow, Margin: b.o.SafetyMargin}
+		Window: b.o.PoolWindow, Margin: b.o.SafetyMargin, Load: loadAverage(),
+		PodsByGrace: map[int64]int{}, InTimeByGrace: map[int64]int{}, FullGraceByGrace: map[int64]int{}}
+	var accepted []time.Time
+	var graces []int64
 	for name, g := range grace {
 		rec := recs[name]
+		r.PodsByGrace[g]++
+		graces = append(graces, g)
+		accepted = append(accepted, rec.DeletedAt)
 		// kwok removes a pod at its deletionTimestamp, but lags behind hundreds of deletes at
 		// one instant (30 s seen with 608): a pod is gone at the earlier of its removal and
 		// the end the API server promised it, as the compliance measurement projects.
@@ -204,6 +283,10 @@ func (b *bench) poolRun(ctx context.Context, side string, seats int) (*poolRun, 
 		}
 		if !gone.IsZero() && !gone.After(end) {
 			r.InTime++
+			r.InTimeByGrace[g]++
+			if rec.Grace >= g {
+				r.FullGraceByGrace[g]++
+			}
 		} else {
 			r.LostByGrace[g]++
 		}
@@ -218,6 +301,13 @@ func (b *bench) poolRun(ctx context.Context, side string, seats int) (*poolRun, 
 		}
 		r.WorstLate = max(r.WorstLate, gone.Sub(planned))
 		r.NoticeToLastEnd = max(r.NoticeToLastEnd, gone.Sub(notice))
+	}
+	if side != poolTaint {
+		// The taint's side sends nothing of its own: kube-controller-manager's client limit,
+		// not the server, sets its pace, so the model does not apply.
+		r.Rate = acceptRate(accepted, notice, end)
+		r.FeasibleByGrace, r.MaxInTime = feasibleAt(graces, end.Sub(notice), r.Rate)
+		r.LostFeasible = lostThoughFeasible(r.PodsByGrace, r.LostByGrace, r.FeasibleByGrace)
 	}
 	for name := range forever {
 		if !recs[name].DeletedAt.IsZero() {
@@ -267,28 +357,72 @@ func (r *report) poolMD(p printer, o options) {
 	p("%d kwok nodes with %d evictable pods each (graces %v s, in turn; %d pods in all) and one pod that\n"+
 		"tolerates the taint forever, one agent per node (the shipped ServiceAccount in kube-system, so APF's\n"+
 		"workload-high, with kube-controller-manager running as itself). Every node gets its notice at the same\n"+
-		"instant (`--provider none`: the deadline annotation), a %s window and a %s margin. kube-apiserver runs with\n"+
-		"APF on and the seats given (`--max-requests-inflight` + `--max-mutating-requests-inflight`, split 2:1).\n"+
-		"Requests and 429s are the agents' own, counted by a proxy in front of each; a pod is gone at the earlier of\n"+
-		"its removal and the deletionTimestamp the API server gave it (kwok lags behind hundreds of deletes at one\n"+
-		"instant); *worst lateness* is the latest a pod was gone against its plan (the notice plus its grace, or the\n"+
-		"window's end when the grace is longer).\n\n",
+		"instant from its own amazon-ec2-metadata-mock (IMDSv2, `--mock-trigger-time`, the reclaim time fixed), a %s\n"+
+		"window and a %s margin. kube-apiserver runs with APF on and the seats given (`--max-requests-inflight` +\n"+
+		"`--max-mutating-requests-inflight`, split 2:1). Requests and 429s are the agents' own, counted by a proxy in\n"+
+		"front of each; a pod is gone at the earlier of its removal and the deletionTimestamp the API server gave it\n"+
+		"(kwok lags behind hundreds of deletes at one instant); *worst lateness* is the latest a pod was gone against\n"+
+		"its plan (the notice plus its grace, or the window's end when the grace is longer). *Accepted/s* is the\n"+
+		"evictions a second the fleet got accepted by the window's end; *feasible* is what the best order could\n"+
+		"have done at that rate (earliest last safe moment first, skipping a pod it would serve past it: the pods\n"+
+		"whose budget the window could meet); *lost though feasible* are the pods lost beyond those it could not.\n"+
+		"*Load* is the machine's load average (1, 5, 15 min) at the run's end.\n\n",
 		first.Nodes, o.PoolPods, poolGraces, first.Pods, first.Window, first.Margin)
-	p("| seats | who handles the notice | gone by `D - margin` | forever-tolerating evicted | eviction requests (per pod) | 429s | deletes | early-warning patches | worst lateness | lost, by grace | APF rejected / queued s (all clients) |\n")
-	p("|---|---|---|---|---|---|---|---|---|---|---|\n")
+	p("| seats | who handles the notice | gone by `D - margin` | forever-tolerating evicted | eviction requests (per pod) | 429s | deletes | early-warning patches | worst lateness | lost, by grace | accepted/s | best order: in time, budgets kept | lost though feasible | APF rejected / queued s (all clients) | load |\n")
+	p("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, x := range r.Pool {
-		lost := "none"
-		if len(x.LostByGrace) > 0 {
-			var parts []string
-			for _, g := range poolGraces {
-				if c := x.LostByGrace[g]; c > 0 {
-					parts = append(parts, fmt.Sprintf("%d s: %d", g, c))
-				}
+		best, lf, rate := "-", "-", "-"
+		if x.Side != poolTaint {
+			kept := 0
+			for _, c := range x.FeasibleByGrace {
+				kept += c
 			}
-			lost = strings.Join(parts, ", ")
+			best = fmt.Sprintf("%d, %d", x.MaxInTime, kept)
+			lf = fmt.Sprint(x.LostFeasible)
+			rate = fmt.Sprintf("%.1f", x.Rate)
 		}
-		p("| %d | %s | %d/%d | %d | %d (%.2f) | %d | %d | %d | %+.1f s | %s | %.0f / %.1f |\n", x.Seats, x.Side, x.InTime, x.Pods,
+		p("| %d | %s | %d/%d | %d | %d (%.2f) | %d | %d | %d | %+.1f s | %s | %s | %s | %s | %.0f / %.1f | %s |\n", x.Seats, x.Side, x.InTime, x.Pods,
 			x.ForeverEvicted, x.Evictions, float64(x.Evictions)/float64(max(1, x.Pods)), x.Throttled, x.Deletes, x.Warnings,
-			x.WorstLate.Seconds(), lost, x.RejectedByAPF, x.WaitedInQueues)
+			x.WorstLate.Seconds(), byGrace(x.LostByGrace, "none"), rate, best, lf, x.RejectedByAPF, x.WaitedInQueues, x.Load)
 	}
+	for _, x := range r.Pool {
+		if x.Side == poolTaint || x.InTime == x.Pods {
+			continue
+		}
+		p("\nAt %d seats (%s), per grace: pods / feasible at %.1f accepted/s / gone in time / with full grace.\n\n", x.Seats, x.Side, x.Rate)
+		p("| grace | pods | feasible | in time | full grace | lost | lost though feasible |\n|---|---|---|---|---|---|---|\n")
+		for _, g := range poolGraces {
+			lost := x.LostByGrace[g]
+			p("| %d s | %d | %d | %d | %d | %d | %d |\n", g, x.PodsByGrace[g], x.FeasibleByGrace[g], x.InTimeByGrace[g],
+				x.FullGraceByGrace[g], lost, max(0, lost-(x.PodsByGrace[g]-x.FeasibleByGrace[g])))
+		}
+	}
+}
+
+// byGrace writes counts per grace, in poolGraces' order ("45 s: 3, 2 s: 1"), or none.
+func byGrace(m map[int64]int, none string) string {
+	var parts []string
+	for _, g := range poolGraces {
+		if c := m[g]; c > 0 {
+			parts = append(parts, fmt.Sprintf("%d s: %d", g, c))
+		}
+	}
+	if len(parts) == 0 {
+		return none
+	}
+	return strings.Join(parts, ", ")
+}
+
+// loadAverage is /proc/loadavg's first three fields ("?" where it cannot be read): the
+// machine is shared, and its load is part of every figure.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
 }

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"maps"
+	"testing"
+	"time"
+)
+
+// poolGraceMix is the pool scenario's 608 pods: 16 nodes of 38, graces in turn.
+func poolGraceMix() []int64 {
+	var gs []int64
+	for range 16 {
+		for j := range 38 {
+			gs = append(gs, poolGraces[j%len(poolGraces)])
+		}
+	}
+	return gs
+}
+
+// TestFeasibleAt works the pool at 10 evictions a second through by hand: earliest L first,
+// skipping a pod that would be served past its L. The 45 s pods' L is before the notice; 50
+// slots come before the 30 s pods' L (5 s); the 20 s and 10 s pods all fit; the 5 s pods' L
+// (30 s) leaves 300 slots, 58 of them free; the 2 s pods' (33 s) 30 more.
+func TestFeasibleAt(t *testing.T) {
+	got, inTime := feasibleAt(poolGraceMix(), 35*time.Second, 10)
+	want := map[int64]int{30: 50, 20: 96, 10: 96, 5: 58, 2: 30}
+	if !maps.Equal(got, want) {
+		t.Errorf("feasible per grace = %v, want %v", got, want)
+	}
+	if inTime != 340 {
+		t.Errorf("in time at most = %d, want 340 (10/s over 34 s)", inTime)
+	}
+	// With seats enough for everyone, only the grace longer than the window is infeasible.
+	got, inTime = feasibleAt(poolGraceMix(), 35*time.Second, 1000)
+	if got[45] != 0 || got[30] != 112 || got[2] != 96 || inTime != 608 {
+		t.Errorf("at 1000/s: %v, %d in time; want every pod but the 45 s ones, 608", got, inTime)
+	}
+	if got, n := feasibleAt(poolGraceMix(), 35*time.Second, 0); len(got) != 0 || n != 0 {
+		t.Errorf("at 0/s: %v, %d; want none", got, n)
+	}
+}
+
+func TestLostThoughFeasible(t *testing.T) {
+	pods := map[int64]int{45: 112, 30: 112, 2: 96}
+	feasible := map[int64]int{30: 50, 2: 30}
+	// All 112 45 s pods lost: none was feasible. 70 of the 30 s: 62 were infeasible, 8 not.
+	// 66 of the 2 s: exactly the infeasible ones.
+	if n := lostThoughFeasible(pods, map[int64]int{45: 112, 30: 70, 2: 66}, feasible); n != 8 {
+		t.Errorf("lost though feasible = %d, want 8", n)
+	}
+}
+
+func TestAcceptRate(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	end := t0.Add(35 * time.Second)
+	acc := []time.Time{t0.Add(time.Second), t0.Add(2 * time.Second), t0.Add(4 * time.Second)}
+	// All accepted, the last 4 s after the notice.
+	if r := acceptRate(acc, t0, end); r != 0.75 {
+		t.Errorf("rate = %v, want 0.75", r)
+	}
+	// One never accepted and one after the end: saturated all window, 3 over 35 s.
+	acc = append(acc, time.Time{}, end.Add(time.Second))
+	if r := acceptRate(acc, t0, end); r != 3.0/35 {
+		t.Errorf("rate = %v, want 3/35", r)
+	}
+	if r := acceptRate(nil, t0, end); r != 0 {
+		t.Errorf("rate of none = %v, want 0", r)
+	}
+}
