@@ -10,7 +10,7 @@ export REPRIEVE_TOOLS_BIN ?= $(TOOLS_BIN)
 # before any of them starts a clock: cold, the build alone takes minutes on two cores.
 E2E_BIN := $(CURDIR)/.cache/e2e/reprieve
 
-.PHONY: build release e2e-bin tools helm manifests promtool node-packages test test-versions unit e2e realnode lint fuzz fuzz-outside fuzz-run demo bench soak clean
+.PHONY: build release e2e-bin tools helm nth manifests promtool node-packages test test-versions unit e2e realnode lint fuzz fuzz-outside fuzz-run demo bench soak clean
 
 ## build: the static binary the Dockerfile builds (CGO off, trimmed paths, version baked in)
 build:
@@ -33,6 +33,11 @@ tools:
 ## helm: only helm (pinned in test/tools/helm/go.mod), into the same cache; `make tools` builds it too
 helm:
 	bash test/tools/helm.sh
+
+## nth: aws-node-termination-handler (pinned in test/tools/nth/go.mod), which `make bench`'s pool
+## scenario runs beside reprieve; no test needs it
+nth:
+	bash test/tools/nth.sh
 
 ## manifests: render deploy/manifests/ from the Helm chart deploy/chart/reprieve (a test checks
 ## that the committed files equal a fresh render)
@@ -133,7 +138,7 @@ demo: tools e2e-bin
 ## the generated part of docs/benchmarks.md and docs/benchmarks-compliance-*.svg. More runs:
 ## make bench BENCH_ARGS='-runs 5'
 BENCH_ARGS ?=
-bench: tools e2e-bin
+bench: tools nth e2e-bin
 	REPRIEVE_BIN=$(E2E_BIN) CGO_ENABLED=0 go run -trimpath ./test/bench $(BENCH_ARGS)
 
 ## soak: 50 interruptions back to back against one agent; goroutines and memory must not grow

@@ -68,7 +68,7 @@ if [ ! -d "$stages" ] || [ "$(cat "$stages/version" 2>/dev/null)" != "$KWOK_VERS
 fi
 # helm has a module of its own (test/tools/helm/go.mod); helm.sh builds it the same way.
 REPRIEVE_TOOLS_BIN="$bin" bash "$here/helm.sh"
-# aws-node-termination-handler, for the pool benchmark, the same way.
-REPRIEVE_TOOLS_BIN="$bin" bash "$here/nth.sh"
+# aws-node-termination-handler is built by `make nth` (test/tools/nth.sh) for `make bench` only:
+# no test runs it, and a cold build costs CI about two minutes.
 
 echo "tools ready in $bin" >&2
