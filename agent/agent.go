@@ -19,6 +19,7 @@ import (
 	"github.com/reprieve-dev/reprieve/agent/events"
 	"github.com/reprieve-dev/reprieve/agent/evict"
 	"github.com/reprieve-dev/reprieve/agent/interrupt"
+	"github.com/reprieve-dev/reprieve/agent/kube"
 	"github.com/reprieve-dev/reprieve/agent/metrics"
 
 	"github.com/reprieve-dev/reprieve/agent/plan"
@@ -32,7 +33,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -50,7 +50,7 @@ var Version = "dev"
 
 // Deps are the agent's collaborators, injected so that tests can replace each one.
 type Deps struct {
-	Client kubernetes.Interface
+	Client kube.Interface
 	// Provider reports the cloud's notices. Nil with --provider none: the agent then reads the
 	// deadline annotation of its own node.
 	Provider providers.Provider
@@ -72,7 +72,7 @@ type Deps struct {
 // no state of its own beyond the wiring: each unit owns its state (docs/design.md).
 type Agent struct {
 	cfg      Config
-	client   kubernetes.Interface
+	client   kube.Interface
 	provider providers.Provider
 	clock    clock.WithTicker
 	metrics  *metrics.Metrics
@@ -238,7 +238,7 @@ func shutdownCut(cfg Config) time.Duration {
 // list and watch, with the namespace index the listers use. Built here from the core client
 // alone: the factory's ForResource names every group's informer and lister, which linked all of
 // them into the binary. Its transform trims each object before the cache stores it.
-func newInformer(client kubernetes.Interface, example k8sruntime.Object,
+func newInformer(client kube.Interface, example k8sruntime.Object,
 	list cache.ListWithContextFunc, watchFn cache.WatchFuncWithContext) cache.SharedIndexInformer {
 	// The deprecated context-free funcs too, as the generated informers give them: a
 	// ListerWatcher is expected to have both.

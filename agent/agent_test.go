@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/reprieve-dev/reprieve/agent/evict"
+	"github.com/reprieve-dev/reprieve/agent/kube/kubetest"
 	"github.com/reprieve-dev/reprieve/agent/plan"
 
 	"github.com/reprieve-dev/reprieve/agent/record"
@@ -89,7 +90,7 @@ func newHarness(t *testing.T, mutate func(*Config), objs ...runtime.Object) *har
 // build (re)creates the agent with provider p, on the harness's client, clock and recorder.
 func (h *harness) build(p providers.Provider) {
 	h.t.Helper()
-	deps := Deps{Client: h.client, Provider: p, Clock: h.clock, Recorder: h.events, PressureSource: h.src,
+	deps := Deps{Client: kubetest.Wrap(h.client), Provider: p, Clock: h.clock, Recorder: h.events, PressureSource: h.src,
 		// The fake clientset serves EvictV1 through its reactors (postEviction needs a real
 		// REST client).
 		Evict: func(ctx context.Context, ev *policyv1.Eviction) error {

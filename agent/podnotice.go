@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/reprieve-dev/reprieve/agent/evict"
+	"github.com/reprieve-dev/reprieve/agent/kube"
 
 	"github.com/reprieve-dev/reprieve/agent/events"
 
@@ -17,7 +18,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -71,7 +71,7 @@ type wanted struct {
 // owner of the writes: the workqueue hands a key to one worker at a time and coalesces
 // repeated re-plans of a pod into one write of the latest.
 type podNotifier struct {
-	client kubernetes.Interface
+	client kube.Interface
 	pods   corelisters.PodLister
 	clock  clock.Clock
 	dryRun bool
@@ -99,7 +99,7 @@ type podNotifier struct {
 
 // newPodNotifier returns the warning writer the configuration asks for: nil when neither
 // --pod-notice nor --notice-bind-address is on.
-func newPodNotifier(cfg Config, client kubernetes.Interface, pods corelisters.PodLister, clk clock.WithTicker) *podNotifier {
+func newPodNotifier(cfg Config, client kube.Interface, pods corelisters.PodLister, clk clock.WithTicker) *podNotifier {
 	if !cfg.PodNotice && cfg.NoticeBindAddress == "" {
 		return nil
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/reprieve-dev/reprieve/agent/kube/kubetest"
 	"github.com/reprieve-dev/reprieve/agent/record"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -125,7 +126,7 @@ func TestNodeWriteCheck(t *testing.T) {
 	// HasWaiters must see only this loop's timer. The check loop runs on a writer of its own
 	// on that clock, counting into the agent's refusals.
 	clk := clocktesting.NewFakeClock(t0)
-	checker := record.NewWriter(record.WriterOptions{Client: h.client, NodeName: nodeName, Taints: h.a.taints, Clock: clk,
+	checker := record.NewWriter(record.WriterOptions{Client: kubetest.Wrap(h.client), NodeName: nodeName, Taints: h.a.taints, Clock: clk,
 		Cached: h.a.cachedNode})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

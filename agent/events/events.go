@@ -8,11 +8,9 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/reprieve-dev/reprieve/agent/kube"
 	"github.com/reprieve-dev/reprieve/providers"
 )
 
@@ -87,13 +85,13 @@ func NewBroadcaster(ctx context.Context) record.EventBroadcaster {
 
 // Recorder is b's recorder of reprieve's events on node.
 func Recorder(b record.EventBroadcaster, node string) record.EventRecorderLogger {
-	return b.NewRecorder(scheme.Scheme, v1.EventSource{Component: "reprieve", Host: node})
+	return b.NewRecorder(kube.Scheme, v1.EventSource{Component: "reprieve", Host: node})
 }
 
 // StartRecording sends b's events to the API server through client, counting each write in d
 // when it is given.
-func StartRecording(b record.EventBroadcaster, client kubernetes.Interface, d *Delivery) {
-	var sink record.EventSink = &typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")}
+func StartRecording(b record.EventBroadcaster, client kube.Interface, d *Delivery) {
+	var sink record.EventSink = &kube.EventSink{Interface: client.CoreV1().Events("")}
 	if d != nil {
 		sink = d.Sink(sink)
 	}

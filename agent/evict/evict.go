@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/reprieve-dev/reprieve/agent/events"
+	"github.com/reprieve-dev/reprieve/agent/kube"
 	"github.com/reprieve-dev/reprieve/agent/metrics"
 
 	"github.com/reprieve-dev/reprieve/agent/plan"
@@ -17,7 +18,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 )
@@ -421,7 +421,7 @@ func isPDBRefusal(err error) bool {
 // retries a 429 that carries Retry-After up to ten times inside the call, which hid a
 // PodDisruptionBudget refusal for most of a reclaim window. The eviction loop does its own
 // backoff, bounded by the deadline, so the request must return at once.
-func postEviction(client kubernetes.Interface) func(context.Context, *policyv1.Eviction) error {
+func postEviction(client kube.Interface) func(context.Context, *policyv1.Eviction) error {
 	return func(ctx context.Context, ev *policyv1.Eviction) error {
 		return client.CoreV1().RESTClient().Post().
 			Namespace(ev.Namespace).Resource("pods").Name(ev.Name).SubResource("eviction").

@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -28,6 +27,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/reprieve-dev/reprieve/agent/events"
+	"github.com/reprieve-dev/reprieve/agent/kube"
 	"github.com/reprieve-dev/reprieve/agent/metrics"
 	"github.com/reprieve-dev/reprieve/agent/notify"
 	"github.com/reprieve-dev/reprieve/agent/plan"
@@ -56,7 +56,7 @@ type Warner interface {
 
 // Options configures an Executor.
 type Options struct {
-	Client   kubernetes.Interface
+	Client   kube.Interface
 	Pods     corelisters.PodLister
 	Clock    clock.WithTicker
 	Metrics  *metrics.Metrics

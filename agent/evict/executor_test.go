@@ -22,6 +22,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/reprieve-dev/reprieve/agent/kube/kubetest"
 	"github.com/reprieve-dev/reprieve/agent/metrics"
 	"github.com/reprieve-dev/reprieve/agent/plan"
 	"github.com/reprieve-dev/reprieve/providers"
@@ -60,7 +61,7 @@ func newFixture(t *testing.T, pods ...*v1.Pod) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.e = New(Options{Client: f.client, Pods: corelisters.NewPodLister(f.store), Clock: f.clock, Metrics: m, Recorder: f.events,
+	f.e = New(Options{Client: kubetest.Wrap(f.client), Pods: corelisters.NewPodLister(f.store), Clock: f.clock, Metrics: m, Recorder: f.events,
 		NodeName: "n1", SafetyMargin: 5 * time.Second, InterruptionTaint: spot,
 		Evict: func(ctx context.Context, ev *policyv1.Eviction) error {
 			f.mu.Lock()

@@ -11,11 +11,11 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/reprieve-dev/reprieve/agent/kube"
 	"github.com/reprieve-dev/reprieve/agent/plan"
 )
 
@@ -50,7 +50,7 @@ type Wish struct {
 // Fields under mu are shared with the producers; the rest belong to the Run goroutine (or to the
 // caller of Sync, which must not run beside it).
 type Writer struct {
-	client   kubernetes.Interface
+	client   kube.Interface
 	nodeName string
 	dryRun   bool
 	taints   plan.TaintSet
@@ -91,7 +91,7 @@ type Writer struct {
 
 // WriterOptions configures a Writer.
 type WriterOptions struct {
-	Client   kubernetes.Interface
+	Client   kube.Interface
 	NodeName string
 	DryRun   bool
 	Taints   plan.TaintSet

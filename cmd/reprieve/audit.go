@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/kube"
 	"github.com/reprieve-dev/reprieve/agent/plan"
 
 	"github.com/spf13/pflag"
@@ -24,7 +25,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/reprieve-dev/reprieve/agent"
 )
@@ -95,7 +95,7 @@ type AuditOutcome struct {
 // every pod on the nodes that match the selectors it runs the agent's own planner for a notice
 // arriving now with each cloud's window, and sums the outcome per workload. It only reads, with
 // the operator's credentials.
-func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer, now time.Time, clientFor func(agent.Config) (kubernetes.Interface, error)) int {
+func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer, now time.Time, clientFor func(agent.Config) (kube.Interface, error)) int {
 	cfg := agent.DefaultConfig()
 	fs := pflag.NewFlagSet("reprieve audit", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -214,7 +214,7 @@ type auditInput struct {
 // one list per node with a spec.nodeName field selector: a single scan costs the API server
 // less than one request per spot node on a large cluster, and the audit needs the pods on other
 // nodes anyway, to tell whether all of a workload's replicas are on spot.
-func readAudit(ctx context.Context, c kubernetes.Interface, selectors []string, namespace string) (auditInput, error) {
+func readAudit(ctx context.Context, c kube.Interface, selectors []string, namespace string) (auditInput, error) {
 	in := auditInput{Nodes: map[string]*v1.Node{}, Owners: map[types.UID]metav1.OwnerReference{}}
 	for _, sel := range selectors {
 		nodes, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: sel})

@@ -5,81 +5,51 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
-	"reflect"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/reprieve-dev/reprieve/agent"
 )
 
-// TestClientsetGroups checks that every group of kubernetes.Interface that the binary's code
-// calls (agent/, cmd/, providers/, kubelet/, outside tests) is one newClientset builds, and
-// that each of those is built (any other is the nil interface clientset embeds), over one
-// rate limiter.
-func TestClientsetGroups(t *testing.T) {
-	iface := reflect.TypeFor[kubernetes.Interface]()
-	var names []string
-	for i := range iface.NumMethod() {
-		names = append(names, iface.Method(i).Name)
+// TestBinaryLinksOnlyItsGroups checks that the binary does not link client-go's clientset or
+// its scheme, which register every API group at init (agent/kube), and that of k8s.io/api it
+// links only the groups agent/kube registers and admission/v1 (the eviction guard's reviews).
+func TestBinaryLinksOnlyItsGroups(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list")
 	}
-	call := regexp.MustCompile(`\.(` + strings.Join(names, "|") + `)\(\)`)
-	called := map[string]string{}
-	for _, dir := range []string{"../../agent", "../../cmd", "../../providers", "../../kubelet"} {
-		err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
-			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-				return err
-			}
-			b, err := os.ReadFile(path)
-			if err != nil {
-				return err
-			}
-			for _, m := range call.FindAllStringSubmatch(string(b), -1) {
-				called[m[1]] = path
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	if len(called) == 0 || called["CoreV1"] == "" {
-		t.Fatalf("found no calls of the clientset's groups (%v): is the scan reading the sources?", called)
-	}
-	for name, path := range called {
-		if !slices.Contains(clientsetGroups, name) {
-			t.Errorf("%s calls %s(), which newClientset does not build: add it to clientset", path, name)
-		}
-	}
-	c, err := newClientset(&rest.Config{Host: "https://127.0.0.1:1", QPS: 5, Burst: 10})
+	out, err := exec.Command("go", "list", "-deps", ".").Output()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("go list -deps: %v", err)
 	}
-	v := reflect.ValueOf(c)
-	for _, name := range clientsetGroups {
-		out := v.MethodByName(name).Call(nil)[0]
-		if out.IsNil() {
-			t.Errorf("newClientset built no %s client", name)
+	allowed := []string{"k8s.io/api/core/v1", "k8s.io/api/policy/v1", "k8s.io/api/authentication/v1",
+		"k8s.io/api/authorization/v1", "k8s.io/api/apps/v1", "k8s.io/api/batch/v1", "k8s.io/api/admission/v1",
+		// batch/v1's Job names the scheduling group's workload reference.
+		"k8s.io/api/scheduling/v1alpha3"}
+	deps := strings.Fields(string(out))
+	if !slices.Contains(deps, "k8s.io/api/core/v1") {
+		t.Fatalf("go list named no k8s.io/api/core/v1 among %d packages: is it listing the binary?", len(deps))
+	}
+	for _, p := range deps {
+		switch {
+		case p == "k8s.io/client-go/kubernetes" || strings.HasPrefix(p, "k8s.io/client-go/kubernetes/"):
+			t.Errorf("the binary links %s, whose scheme registers every API group: use agent/kube", p)
+		case strings.HasPrefix(p, "k8s.io/api/") && !slices.Contains(allowed, p):
+			t.Errorf("the binary links %s, a group agent/kube does not register", p)
 		}
-	}
-	// --kube-api-qps bounds the agent's requests together, as kubernetes.NewForConfig's shared
-	// limiter does: not once per group.
-	if core, policy := c.CoreV1().RESTClient().GetRateLimiter(), c.PolicyV1().RESTClient().GetRateLimiter(); core == nil || core != policy {
-		t.Errorf("the groups do not share one rate limiter: core %p, policy %p", core, policy)
 	}
 }
 
 // TestClientSpeaksProtobuf checks that every request of the agent's client asks for and sends
-// protobuf, with JSON still accepted: the typed clients' own (client-go's gentype prefers
-// protobuf for built-in types) and those made on the REST client directly, as agent/evict's
-// postEviction makes its evictions (without the config's content type, JSON).
+// protobuf, with JSON still accepted: the typed calls of agent/kube and those made on the REST
+// client directly, as agent/evict's postEviction makes its evictions (without the config's
+// content type, JSON).
 func TestClientSpeaksProtobuf(t *testing.T) {
 	type seen struct{ accept, contentType string }
 	got := make(chan seen, 2)

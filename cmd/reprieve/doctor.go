@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/kube"
 	"github.com/reprieve-dev/reprieve/agent/pressure"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,7 +23,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/reprieve-dev/reprieve/agent"
@@ -78,7 +78,7 @@ func (r *doctorReport) fail(what, fix string) {
 // runDoctor implements `reprieve doctor`: it checks, with the agent's flags, everything the
 // agent needs on this node and prints a checklist with a fix for each failure. Exit status 1
 // when something keeps reprieve from working, 2 for bad flags.
-func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer, clientFor func(agent.Config) (kubernetes.Interface, error)) int {
+func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer, clientFor func(agent.Config) (kube.Interface, error)) int {
 	sc := newSubcommand("doctor", "[--node NAME] [agent flags]", stderr)
 	if code, ok := sc.parse(args); !ok {
 		return code
@@ -101,7 +101,7 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer, cli
 
 // checkKubernetes checks the API server, each permission and the node; it returns the client
 // (nil when there is none) and the node (nil when unknown).
-func checkKubernetes(ctx context.Context, r *doctorReport, cfg agent.Config, clientFor func(agent.Config) (kubernetes.Interface, error)) (kubernetes.Interface, *v1.Node) {
+func checkKubernetes(ctx context.Context, r *doctorReport, cfg agent.Config, clientFor func(agent.Config) (kube.Interface, error)) (kube.Interface, *v1.Node) {
 	client, err := clientFor(cfg)
 	if err != nil {
 		r.fail(fmt.Sprintf("Kubernetes client: %v", err), "pass --kubeconfig, set $KUBECONFIG, or run in a pod with a ServiceAccount")
@@ -192,7 +192,7 @@ const claimFix = "run the agent with the token the kubelet projects into its pod
 
 // checkNodeWrite patches the node with a server-side dry run: the same RBAC and admission as the
 // agent's taint writes, and no change.
-func checkNodeWrite(ctx context.Context, r *doctorReport, cfg agent.Config, client kubernetes.Interface, claim string) {
+func checkNodeWrite(ctx context.Context, r *doctorReport, cfg agent.Config, client kube.Interface, claim string) {
 	_, err := client.CoreV1().Nodes().Patch(ctx, cfg.NodeName, types.MergePatchType, []byte("{}"), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
 	switch {
 	case err == nil:
@@ -211,7 +211,7 @@ func checkNodeWrite(ctx context.Context, r *doctorReport, cfg agent.Config, clie
 // checkEviction evicts one pod of the node with a server-side dry run, as the agent would (grace
 // and UID precondition), through RBAC, the admission policies and the eviction guard where it is
 // installed. A PodDisruptionBudget that refuses now is not a failure.
-func checkEviction(ctx context.Context, r *doctorReport, cfg agent.Config, client kubernetes.Interface) {
+func checkEviction(ctx context.Context, r *doctorReport, cfg agent.Config, client kube.Interface) {
 	pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{
 		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String(), Limit: 20})
 	if err != nil {
@@ -358,7 +358,7 @@ func checkHostRoot(r *doctorReport, cfg agent.Config) {
 
 // checkPressure reads the kubelet's thresholds and the pressure signals once, as the agent
 // would, and prints each signal against reprieve's and the kubelet's thresholds.
-func checkPressure(ctx context.Context, r *doctorReport, cfg agent.Config, client kubernetes.Interface) {
+func checkPressure(ctx context.Context, r *doctorReport, cfg agent.Config, client kube.Interface) {
 	if cfg.PressureSource == agent.PressureSourceOff {
 		r.skip("local pressure: --pressure-source off")
 		return

@@ -17,15 +17,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/kube"
+	"github.com/reprieve-dev/reprieve/agent/kube/kubetest"
 )
 
 // doctorClient answers SelfSubjectAccessReviews: everything allowed but deny.
-func doctorClient(deny permission, nodes ...string) func(agent.Config) (kubernetes.Interface, error) {
+func doctorClient(deny permission, nodes ...string) func(agent.Config) (kube.Interface, error) {
 	var objs []runtime.Object
 	for _, n := range nodes {
 		objs = append(objs, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}})
@@ -37,7 +38,7 @@ func doctorClient(deny permission, nodes ...string) func(agent.Config) (kubernet
 		r.Status.Allowed = !(ra.Verb == deny.verb && ra.Resource == deny.resource && ra.Subresource == deny.subresource)
 		return true, r, nil
 	})
-	return func(agent.Config) (kubernetes.Interface, error) { return c, nil }
+	return func(agent.Config) (kube.Interface, error) { return kubetest.Wrap(c), nil }
 }
 
 func TestDoctorNamesTheMissingPermission(t *testing.T) {
@@ -160,7 +161,7 @@ func TestDoctorNodeClaim(t *testing.T) {
 			})
 			var out, errOut bytes.Buffer
 			code := runDoctor(context.Background(), []string{"--node=n1", "--provider=none", "--pressure-source=off"}, &out, &errOut,
-				func(agent.Config) (kubernetes.Interface, error) { return c0, nil })
+				func(agent.Config) (kube.Interface, error) { return kubetest.Wrap(c0), nil })
 			if code != c.code {
 				t.Errorf("exit %d, want %d:\n%s%s", code, c.code, out.String(), errOut.String())
 			}

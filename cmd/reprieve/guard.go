@@ -15,13 +15,13 @@ import (
 	"github.com/spf13/pflag"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/reprieve-dev/reprieve/agent"
 	"github.com/reprieve-dev/reprieve/agent/guard"
+	"github.com/reprieve-dev/reprieve/agent/kube"
 )
 
 // guardConfig is the eviction guard's flags.
@@ -163,9 +163,9 @@ func serveGuard(ctx context.Context, cfg guardConfig, user string, certs *guard.
 	// the rest to the others, the API server among them.
 	restCfg.QPS, restCfg.Burst = 2*limits.PodReadsPerSecond, 2*limits.PodReadBurst
 	restCfg.UserAgent = "reprieve-eviction-guard/" + version
-	useProtobuf(restCfg)
-	// The guard reads pods only: the core group's client alone.
-	client, err := corev1client.NewForConfig(restCfg)
+	kube.UseProtobuf(restCfg)
+	// The guard reads pods only.
+	client, err := kube.NewForConfig(restCfg)
 	if err != nil {
 		return fmt.Errorf("creating the Kubernetes client: %w", err)
 	}
@@ -180,7 +180,7 @@ func serveGuard(ctx context.Context, cfg guardConfig, user string, certs *guard.
 		return err
 	}
 	h := &guard.Handler{Username: user, Metrics: metrics, Limits: limiter, ClientAuth: auth, GetPod: func(ctx context.Context, ns, name string) (*v1.Pod, error) {
-		return client.Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		return client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 	}}
 	if auth == nil {
 		klog.FromContext(ctx).Info("Serving reviews from any caller: without --client-ca-file the guard cannot tell the API server's from forged ones, and bounds each source address instead")

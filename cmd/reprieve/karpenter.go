@@ -7,9 +7,10 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/reprieve-dev/reprieve/agent/kube"
 )
 
 // ReasonKarpenterManaged is the node Event that says reprieve started on a node Karpenter
@@ -27,7 +28,7 @@ var karpenterLabels = []string{"karpenter.sh/nodepool", "karpenter.sh/provisione
 // two. reprieve cannot see Karpenter's settings, so it warns rather than stands aside. An error
 // writing the Event is logged and otherwise ignored: it must not stop the agent. start calls it
 // in the background once getNode has read the node, so that a slow API server delays nothing.
-func noteKarpenterNode(ctx context.Context, client kubernetes.Interface, node *v1.Node, clk clock.Clock) {
+func noteKarpenterNode(ctx context.Context, client kube.Interface, node *v1.Node, clk clock.Clock) {
 	logger := klog.FromContext(ctx)
 	nodeName := node.Name
 	label, pool := "", ""

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/kube/kubetest"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
@@ -28,11 +29,11 @@ func TestNoteKarpenter(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			client := fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: tc.labels}})
-			node, err := getNode(context.Background(), client, "n1", clk, "check for Karpenter", nil)
+			node, err := getNode(context.Background(), kubetest.Wrap(client), "n1", clk, "check for Karpenter", nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			noteKarpenterNode(context.Background(), client, node, clk)
+			noteKarpenterNode(context.Background(), kubetest.Wrap(client), node, clk)
 			evs, err := client.CoreV1().Events(metav1.NamespaceDefault).List(context.Background(), metav1.ListOptions{})
 			if err != nil {
 				t.Fatal(err)
@@ -55,7 +56,7 @@ func TestNoteKarpenter(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() {
-		_, err := getNode(ctx, client, "missing", clk, "check for Karpenter", nil)
+		_, err := getNode(ctx, kubetest.Wrap(client), "missing", clk, "check for Karpenter", nil)
 		done <- err
 	}()
 	waitTimer(t, clk)

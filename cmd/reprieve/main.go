@@ -18,12 +18,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/kube"
 	"github.com/reprieve-dev/reprieve/providers"
 	"github.com/reprieve-dev/reprieve/providers/aws"
 	"github.com/reprieve-dev/reprieve/providers/azure"
@@ -195,7 +195,7 @@ func agentFlagSet(cfg *agent.Config) *pflag.FlagSet {
 
 // newClient builds the Kubernetes client: --kubeconfig, else $KUBECONFIG (one file or a list),
 // else the in-cluster config.
-func newClient(cfg agent.Config) (kubernetes.Interface, error) {
+func newClient(cfg agent.Config) (kube.Interface, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = cfg.Kubeconfig
 	restCfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
@@ -204,8 +204,8 @@ func newClient(cfg agent.Config) (kubernetes.Interface, error) {
 	}
 	restCfg.QPS, restCfg.Burst = cfg.KubeAPIQPS, cfg.KubeAPIBurst
 	restCfg.UserAgent = "reprieve/" + version
-	useProtobuf(restCfg)
-	client, err := newClientset(restCfg)
+	kube.UseProtobuf(restCfg)
+	client, err := kube.NewForConfig(restCfg)
 	if err != nil {
 		return nil, fmt.Errorf("creating the Kubernetes client: %w", err)
 	}

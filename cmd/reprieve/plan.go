@@ -14,16 +14,16 @@ import (
 	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/kube"
 )
 
 // runPlan implements `reprieve plan`: what the agent would do on a node if a notice with the
 // given deadline arrived, computed with the agent's own planner from the node and its pods as
 // the API server has them. It changes nothing. It takes the agent's flags too (taints, margin,
 // lead, ...), so that the plan is the DaemonSet's: pass the same ones.
-func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer, now time.Time, clientFor func(agent.Config) (kubernetes.Interface, error)) int {
+func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer, now time.Time, clientFor func(agent.Config) (kube.Interface, error)) int {
 	sc := newSubcommand("plan", "--node NAME [--deadline 120s | --deadline 2026-12-01T10:00:00Z] [--notice-time TIME] [-o table|json] [agent flags]", stderr)
 	fs := sc.fs
 	deadlineFlag := fs.String("deadline", "", "the imagined notice's reclaim deadline: a duration after --notice-time (120s) or an RFC 3339 time; empty plans against the node's taints as they are")
@@ -101,7 +101,7 @@ func parseDeadline(s string, notice, now time.Time) (time.Time, error) {
 
 // readWhatIf reads the node, its pods (the agent's own field selector) and the
 // PodDisruptionBudgets of their namespaces.
-func readWhatIf(ctx context.Context, c kubernetes.Interface, node string, in *agent.WhatIf) error {
+func readWhatIf(ctx context.Context, c kube.Interface, node string, in *agent.WhatIf) error {
 	n, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("reading node %s: %w", node, err)

@@ -11,15 +11,16 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/kube"
+	"github.com/reprieve-dev/reprieve/agent/kube/kubetest"
 )
 
 var planNow = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 
-func planClient(t *testing.T) func(agent.Config) (kubernetes.Interface, error) {
+func planClient(t *testing.T) func(agent.Config) (kube.Interface, error) {
 	t.Helper()
 	sec := func(v int64) *int64 { return &v }
 	objs := []*v1.Pod{
@@ -36,7 +37,7 @@ func planClient(t *testing.T) func(agent.Config) (kubernetes.Interface, error) {
 			t.Fatal(err)
 		}
 	}
-	return func(agent.Config) (kubernetes.Interface, error) { return c, nil }
+	return func(agent.Config) (kube.Interface, error) { return kubetest.Wrap(c), nil }
 }
 
 func TestPlanJSON(t *testing.T) {
@@ -87,7 +88,7 @@ func TestPlanTable(t *testing.T) {
 }
 
 func TestPlanBadInput(t *testing.T) {
-	failing := func(agent.Config) (kubernetes.Interface, error) { return nil, errors.New("no cluster here") }
+	failing := func(agent.Config) (kube.Interface, error) { return nil, errors.New("no cluster here") }
 	for _, tc := range []struct {
 		args []string
 		want int

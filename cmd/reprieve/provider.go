@@ -14,11 +14,11 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/kube"
 	"github.com/reprieve-dev/reprieve/providers/detect"
 )
 
@@ -41,7 +41,7 @@ type providerChoice struct {
 // with detect.Detect. While it waits, serveWait keeps /healthz answering (a liveness probe must
 // not restart the process into CrashLoopBackOff for an API server that is down); the function
 // it returns stops that, before the agent listens on the same address.
-func chooseProvider(ctx context.Context, cfg agent.Config, client kubernetes.Interface, clk clock.WithTicker, serveWait func(why string) (stop func(), err error)) (providerChoice, error) {
+func chooseProvider(ctx context.Context, cfg agent.Config, client kube.Interface, clk clock.WithTicker, serveWait func(why string) (stop func(), err error)) (providerChoice, error) {
 	logger := klog.FromContext(ctx)
 	if cfg.Provider != "auto" {
 		return providerChoice{name: cfg.Provider}, nil
@@ -85,7 +85,7 @@ const (
 // until it succeeds or ctx ends; it never gives up on its own. Each failure is logged.
 // onFirstFailure, when not nil, runs once, after the first failure; an error from it ends the
 // wait.
-func getNode(ctx context.Context, client kubernetes.Interface, name string, clk clock.WithTicker, why string, onFirstFailure func() error) (*v1.Node, error) {
+func getNode(ctx context.Context, client kube.Interface, name string, clk clock.WithTicker, why string, onFirstFailure func() error) (*v1.Node, error) {
 	logger := klog.FromContext(ctx)
 	backoff := wait.Backoff{Duration: nodeRetryBase, Factor: 2, Jitter: 0.1, Steps: math.MaxInt32, Cap: nodeRetryCap}
 	for attempt := 1; ; attempt++ {

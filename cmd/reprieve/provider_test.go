@@ -24,6 +24,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/kube/kubetest"
 	"github.com/reprieve-dev/reprieve/providers"
 	"github.com/reprieve-dev/reprieve/test/fakes/azureevents"
 )
@@ -79,7 +80,7 @@ func TestChooseProviderNeedsNoAPIServer(t *testing.T) {
 			gets := unreachable(client, 1<<30)
 			cfg := agent.DefaultConfig()
 			cfg.NodeName, cfg.Provider, cfg.HostRoot = "n1", tc.provider, tc.root
-			got, err := chooseProvider(context.Background(), cfg, client, clocktesting.NewFakeClock(time.Now()), noWait)
+			got, err := chooseProvider(context.Background(), cfg, kubetest.Wrap(client), clocktesting.NewFakeClock(time.Now()), noWait)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -119,7 +120,7 @@ func TestChooseProviderWaitsForTheNode(t *testing.T) {
 			}
 			done := make(chan result, 1)
 			go func() {
-				c, err := chooseProvider(context.Background(), cfg, client, clk, func(why string) (func(), error) {
+				c, err := chooseProvider(context.Background(), cfg, kubetest.Wrap(client), clk, func(why string) (func(), error) {
 					served.Add(1)
 					if !strings.Contains(why, "spec.providerID") {
 						t.Errorf("readiness reason %q does not say what it waits for", why)
@@ -161,7 +162,7 @@ func TestChooseProviderStops(t *testing.T) {
 	var stopped atomic.Int32
 	done := make(chan error, 1)
 	go func() {
-		_, err := chooseProvider(ctx, cfg, client, clk, func(string) (func(), error) { return func() { stopped.Add(1) }, nil })
+		_, err := chooseProvider(ctx, cfg, kubetest.Wrap(client), clk, func(string) (func(), error) { return func() { stopped.Add(1) }, nil })
 		done <- err
 	}()
 	waitTimer(t, clk)
