@@ -91,6 +91,8 @@ type Agent struct {
 	notifier                  *notify.Notifier           // nil when webhooks are off
 	podNotice                 *podNotifier               // the pods' early warning; nil when it and the notice endpoint are off
 	ready                     atomic.Bool
+	// onReady, when set (tests), runs as the agent turns ready.
+	onReady func()
 
 	refusals *record.Refusals
 	writer   *record.Writer
@@ -427,7 +429,18 @@ func (a *Agent) Run(ctx context.Context) error {
 		g.Go(func() error { a.writer.WatchWrites(ctx, a.refusals, a.writeProbe); return nil })
 	}
 	a.intr.Reconcile(ctx)
+	// The notice endpoint listens before the agent says it is ready: a pod that polls it once
+	// the agent is Ready must not be refused a connection.
+	noticeLn, err := a.listenNotice()
+	if err != nil {
+		stopWork()
+		_ = g.Wait()
+		return err
+	}
 	a.ready.Store(true)
+	if a.onReady != nil {
+		a.onReady()
+	}
 
 	if a.notifier != nil {
 		// The notifier outlives the work: what the work queued is flushed once it stops.
@@ -447,21 +460,34 @@ func (a *Agent) Run(ctx context.Context) error {
 			<-notified
 		}()
 	}
-	a.startPodNotice(ctx, g)
+	a.startPodNotice(ctx, g, noticeLn)
 	g.Go(func() error { a.writer.Run(ctx); return nil })
 	g.Go(func() error { a.intr.Run(ctx); return nil })
 	if a.pressure != nil {
 		g.Go(func() error { a.pressure.Run(ctx); return nil })
 	}
 	g.Go(func() error { a.exec.Run(ctx, a.cfg.EvictionWorkers); return nil })
-	err := g.Wait()
+	err = g.Wait()
 	logger.Info("Stopped reprieve")
 	return err
 }
 
-// startPodNotice starts the warning writer and the notice endpoint under g, once the caches
-// have synced, as far as --pod-notice and --notice-bind-address ask.
-func (a *Agent) startPodNotice(ctx context.Context, g *errgroup.Group) {
+// listenNotice opens the notice endpoint's listener (--notice-bind-address), or returns nil
+// when there is none to open.
+func (a *Agent) listenNotice() (net.Listener, error) {
+	if a.podNotice == nil || a.cfg.NoticeBindAddress == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", a.cfg.NoticeBindAddress)
+	if err != nil {
+		return nil, fmt.Errorf("listening on --notice-bind-address %s: %w", a.cfg.NoticeBindAddress, err)
+	}
+	return ln, nil
+}
+
+// startPodNotice starts the warning writer and the notice endpoint (on noticeLn, when not nil)
+// under g, once the caches have synced, as far as --pod-notice and --notice-bind-address ask.
+func (a *Agent) startPodNotice(ctx context.Context, g *errgroup.Group, noticeLn net.Listener) {
 	if a.podNotice == nil {
 		return
 	}
@@ -475,7 +501,9 @@ func (a *Agent) startPodNotice(ctx context.Context, g *errgroup.Group) {
 	if a.podNotice.write {
 		g.Go(func() error { a.podNotice.run(ctx); return nil })
 	}
-	g.Go(func() error { return serveNoticeAPI(ctx, a.cfg.NoticeBindAddress, a.podNotice, a.podLister, a.clock) })
+	if noticeLn != nil {
+		g.Go(func() error { return serveNoticeAPI(ctx, noticeLn, a.podNotice, a.podLister, a.clock) })
+	}
 }
 
 // writeProbe is the desire the write check dry-runs: what an interruption would write now.

@@ -314,16 +314,9 @@ func newNoticeServer(h http.Handler) *http.Server {
 	}
 }
 
-// serveNoticeAPI serves the endpoint on addr (--notice-bind-address) from notices' warnings
-// until ctx ends; nothing when addr is empty.
-func serveNoticeAPI(ctx context.Context, addr string, notices *podNotifier, pods corelisters.PodLister, clk clock.WithTicker) error {
-	if addr == "" || notices == nil {
-		return nil
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("listening on --notice-bind-address %s: %w", addr, err)
-	}
+// serveNoticeAPI serves the endpoint on ln (--notice-bind-address) from notices' warnings
+// until ctx ends.
+func serveNoticeAPI(ctx context.Context, ln net.Listener, notices *podNotifier, pods corelisters.PodLister, clk clock.WithTicker) error {
 	s := &noticeAPI{notices: notices, pods: pods, clock: clk, waiters: make(chan struct{}, noticeWaitersMax)}
 	// The port is open to anyone who reaches the node: bound the connections, so that a flood
 	// of them cannot take the agent's memory or file descriptors, and by source, so that

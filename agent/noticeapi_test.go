@@ -1,7 +1,9 @@
 package agent
 
 import (
+	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -316,5 +318,43 @@ func TestNoticeAPIWaitForgetsADeletedPod(t *testing.T) {
 				t.Errorf("the wait did not return when the pod was deleted (answered %d at its timeout)", <-done)
 			}
 		})
+	}
+}
+
+// TestNoticeEndpointListensBeforeReady: once the agent says it is ready, the notice endpoint
+// accepts connections. It used to open its listener after /readyz turned ready, and under load
+// a pod polling it then was refused (the e2e test saw ready at .98 s, listening at 18.07 s).
+func TestNoticeEndpointListensBeforeReady(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, func(c *Config) { c.NoticeBindAddress = addr }, testNode())
+	dialed := make(chan error, 1)
+	h.a.onReady = func() {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			_ = c.Close()
+		}
+		dialed <- err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.a.Run(ctx) }()
+	select {
+	case err := <-dialed:
+		if err != nil {
+			t.Errorf("the agent turned ready before its notice endpoint listened: %v", err)
+		}
+	case err := <-done:
+		t.Fatalf("the agent stopped before it was ready: %v", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
 	}
 }
