@@ -318,12 +318,18 @@ func Decide(in Input) []Eviction {
 		}
 		return []Eviction{{Candidate: next, Grace: grace(next)}}
 	}
-	if !next.Known {
-		return one()
-	}
+	// Nothing while the signal is back above the threshold plus the minimum reclaim, with or
+	// without per-pod usage: the kubelet evicts only for a threshold its observations meet now
+	// (thresholdsMet, and thresholdsNotYetResolved for the minimum reclaim, in
+	// pkg/kubelet/eviction/helpers.go); the transition period holds only the node condition, as
+	// it holds reprieve's taint (Active). Without this, without per-pod usage, a trend still
+	// falling from before the last eviction freed its memory took the next pod too.
 	need := satAdd(in.Level.Threshold, in.Level.MinReclaim) - in.Level.Available - in.Reclaiming
 	if need <= 0 {
 		return nil
+	}
+	if !next.Known {
+		return one()
 	}
 	var cover int64
 	for _, c := range in.Ranked {

@@ -426,6 +426,22 @@ func TestDecideWithoutUsage(t *testing.T) {
 	}
 }
 
+// Without per-pod usage (the host source), the pressure still active (the transition period
+// holds the taint) and a trend still falling from before the last eviction freed its memory, the
+// signal is back above the threshold plus the minimum reclaim: nothing more is evicted, as with
+// per-pod usage (where the shortfall is already counted). Before, the next pod went.
+func TestDecideWithoutUsageNotAboveTheThreshold(t *testing.T) {
+	in := Input{Level: mem(1250), Active: true, TimeToHard: 3 * time.Second, SafetyMargin: 5 * time.Second,
+		Ranked: []Candidate{cand("quiet", 0, false, 30*time.Second)}}
+	if got := Decide(in); len(got) != 0 {
+		t.Fatalf("evicts %s with the signal above threshold + reclaim (1250 MiB against 1000 + 200)", got[0].Pod.Name)
+	}
+	in.Level = mem(1150) // above the threshold, short of the minimum reclaim: still under pressure
+	if got := Decide(in); len(got) != 1 {
+		t.Fatalf("evicts %d pods within the minimum reclaim, want the next one", len(got))
+	}
+}
+
 // When the pods cannot cover the shortfall (something outside them uses it), one pod goes at a
 // time, not every pod at once.
 func TestDecideNoStormWhenPodsCannotCover(t *testing.T) {
