@@ -94,8 +94,9 @@ REALNODE := ./test/realnode
 NOT_REALNODE = $$(go list ./... | grep -v '/test/realnode$$')
 # The end-to-end tests that share no state run side by side on the one control plane
 # (t.Parallel; test/README.md lists which and why). They mostly wait for real windows of
-# 30-120 s, so more of them than GOMAXPROCS (2 here) run at once.
-E2E_PARALLEL ?= 16
+# 30-120 s, so more of them than GOMAXPROCS (2 here) run at once: all of them (about 55; with 16
+# at a time the last ones waited some 30 s for a slot, and the phase outlasted its longest test).
+E2E_PARALLEL ?= 64
 
 ## e2e: end-to-end tests on the real control plane, then on the real node
 e2e: tools promtool node-packages e2e-bin

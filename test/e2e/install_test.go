@@ -16,7 +16,7 @@ import (
 	"github.com/reprieve-dev/reprieve/test/scenario"
 )
 
-// TestInstallDaemonSet applies each shipped DaemonSet (deploy/manifests/daemonset*.yaml: AWS,
+// installDaemonSets applies each shipped DaemonSet (deploy/manifests/daemonset*.yaml: AWS,
 // GCP, Azure) to the real API server with kube-controller-manager's daemonset and
 // taint-eviction controllers and kube-scheduler running: one reprieve pod lands on each of that
 // cloud's spot nodes and none elsewhere; the interruption taint and reprieve's own taints on a
@@ -25,17 +25,12 @@ import (
 // baseline refuses AWS's for the host network, and all three for the read-only hostPath volume of
 // pressure.source=host. Renders of the chart with pressure.source=summary or off pass baseline
 // on GCP and Azure; on AWS the host network still keeps them out.
-func TestInstallDaemonSet(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+//
+// It runs in TestWithTaintEvictionController's group, whose controller manager runs the
+// daemonset controller and kube-scheduler for it.
+func installDaemonSets(ctx context.Context, t *testing.T) {
+	ctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
 	defer cancel()
-	if err := env.StartControllerManager(ctx, "daemonset", "taint-eviction-controller"); err != nil {
-		t.Fatal(err)
-	}
-	defer env.StopControllerManager()
-	if err := env.StartScheduler(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer env.StopScheduler()
 	if err := env.CreateNamespace(ctx, "baseline"); err != nil {
 		t.Fatal(err)
 	}

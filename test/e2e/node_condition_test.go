@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +10,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/reprieve-dev/reprieve/agent"
 	"github.com/reprieve-dev/reprieve/agent/record"
@@ -78,14 +76,14 @@ func TestNodeConditionFollowsTheTaint(t *testing.T) {
 	}
 }
 
-// TestNodeLifecycleConditions: the API server's NodeLifecycleConditions gate changes nothing it
+// testNodeLifecycleConditions: the API server's NodeLifecycleConditions gate changes nothing it
 // stores (KEP-5683: "When the feature gate is disabled: No changes"): the shared API server, gate
 // off, keeps a MaintenancePlanned condition like any other, so no write can tell the agent the
 // gate's state, and --lifecycle-conditions is the operator's. Then, on a second kube-apiserver with
 // --feature-gates=NodeLifecycleConditions=true on the same etcd, an agent with
 // --lifecycle-conditions sets MaintenancePlanned and DrainInProgress at the notice, Drained (and
 // DrainInProgress False) once its pods are gone, and turns all of them False with the withdrawal.
-func TestNodeLifecycleConditions(t *testing.T) {
+func testNodeLifecycleConditions(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns, node = "lifecycle", "lifecycle-node"
@@ -105,17 +103,7 @@ func TestNodeLifecycleConditions(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = peer.Stop() }()
-	kc, err := clientcmd.LoadFromFile(agentKubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, cl := range kc.Clusters {
-		cl.Server = peer.Host
-	}
-	peerKubeconfig := filepath.Join(t.TempDir(), "agent-peer.kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, peerKubeconfig); err != nil {
-		t.Fatal(err)
-	}
+	peerKubeconfig := repoint(t, agentKubeconfig, peer.Host)
 
 	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
 	// Tolerating the taint 3 s keeps the drain in progress that long.

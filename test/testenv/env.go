@@ -166,7 +166,6 @@ type Env struct {
 	kcmToken       string
 	peers          []*Process // further API servers on the same etcd (StartAPIServer)
 	kwok           *Process
-	fastPods       bool
 	kcm            *Process
 	scheduler      *Process
 	kcmControllers []string
@@ -220,7 +219,6 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	if err := e.startAPIServer(ctx); err != nil {
 		return nil, fmt.Errorf("starting kube-apiserver: %w", err)
 	}
-	e.fastPods = opts.FastPods
 	if err := e.startKwok(ctx, opts.FastPods); err != nil {
 		return nil, fmt.Errorf("starting kwok: %w", err)
 	}
@@ -292,8 +290,9 @@ func (e *Env) runAPIServer(ctx context.Context) error {
 	return nil
 }
 
-// StopAPIServer stops kube-apiserver, as in an outage; etcd, kwok and kube-controller-manager
-// keep running. RestartAPIServer brings it back.
+// StopAPIServer stops kube-apiserver; etcd, kwok and kube-controller-manager keep running.
+// RestartAPIServerWith brings it back. (An outage that only the agent should see is a
+// PeerAPIServer's Stop and Restart.)
 func (e *Env) StopAPIServer() error {
 	e.mu.Lock()
 	p := e.apiserver
@@ -303,18 +302,6 @@ func (e *Env) StopAPIServer() error {
 	}
 	if err := p.Stop(); err != nil {
 		return fmt.Errorf("stopping kube-apiserver: %w", err)
-	}
-	return nil
-}
-
-// RestartAPIServer starts kube-apiserver again on the same address with the same flags and
-// credentials (clients and kubeconfigs keep working) and waits until it is ready.
-func (e *Env) RestartAPIServer(ctx context.Context) error {
-	if e.apiserverArgs == nil {
-		return errors.New("restarting kube-apiserver: it was never started")
-	}
-	if err := e.runAPIServer(ctx); err != nil {
-		return fmt.Errorf("restarting kube-apiserver: %w", err)
 	}
 	return nil
 }
@@ -837,6 +824,9 @@ type PeerAPIServer struct {
 	Config *rest.Config
 	Client kubernetes.Interface
 
+	env     *Env
+	name    string
+	args    []string
 	process *Process
 }
 
@@ -860,28 +850,48 @@ func (e *Env) StartPeerAPIServer(ctx context.Context, name string, extra ...stri
 		args = append(args, a)
 	}
 	args = append(args, extra...)
-	begin := time.Now()
-	p, err := StartProcess(ctx, name, filepath.Join(e.LogDir, name+".log"), filepath.Join(e.k8sBin, KubeAPIServerBin), args, nil)
-	if err != nil {
-		return nil, fmt.Errorf("starting %s: %w", name, err)
-	}
-	client := e.httpClient()
-	if err := waitReady(ctx, p, apiserverReadyTimeout, func(ctx context.Context) error {
-		return httpOK(ctx, client, host+"/readyz", e.Token)
-	}); err != nil {
-		_ = p.Stop()
-		return nil, fmt.Errorf("starting %s: %w", name, err)
-	}
-	e.logf("testenv: %s ready at %s in %s", name, host, time.Since(begin).Round(time.Millisecond))
 	cfg := rest.CopyConfig(e.Config)
 	cfg.Host = host
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		_ = p.Stop()
 		return nil, fmt.Errorf("creating the admin client of %s: %w", name, err)
 	}
-	return &PeerAPIServer{Host: host, Config: cfg, Client: cs, process: p}, nil
+	peer := &PeerAPIServer{Host: host, Config: cfg, Client: cs, env: e, name: name, args: args}
+	if err := peer.run(ctx); err != nil {
+		return nil, err
+	}
+	return peer, nil
+}
+
+// run starts the peer's process and waits until it answers /readyz.
+func (p *PeerAPIServer) run(ctx context.Context) error {
+	e := p.env
+	begin := time.Now()
+	proc, err := StartProcess(ctx, p.name, filepath.Join(e.LogDir, p.name+".log"), filepath.Join(e.k8sBin, KubeAPIServerBin), p.args, nil)
+	if err != nil {
+		return fmt.Errorf("starting %s: %w", p.name, err)
+	}
+	client := e.httpClient()
+	if err := waitReady(ctx, proc, apiserverReadyTimeout, func(ctx context.Context) error {
+		return httpOK(ctx, client, p.Host+"/readyz", e.Token)
+	}); err != nil {
+		_ = proc.Stop()
+		return fmt.Errorf("starting %s: %w", p.name, err)
+	}
+	e.logf("testenv: %s ready at %s in %s", p.name, p.Host, time.Since(begin).Round(time.Millisecond))
+	p.process = proc
+	return nil
 }
 
 // Stop stops the peer (SIGTERM, then SIGKILL after 5 s).
 func (p *PeerAPIServer) Stop() error { return p.process.Stop() }
+
+// Restart starts the stopped peer again on the same address, flags and certificates, as a
+// kube-apiserver back from an outage (etcd kept every object; its watch cache starts anew), and
+// waits until it is ready. Not safe beside Stop.
+func (p *PeerAPIServer) Restart(ctx context.Context) error {
+	if !p.process.Exited() {
+		return fmt.Errorf("restarting %s: it is still running", p.name)
+	}
+	return p.run(ctx)
+}

@@ -3,7 +3,6 @@ package testenv
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -141,25 +140,5 @@ func (e *Env) startKwok(ctx context.Context, fastPods bool) error {
 		return err
 	}
 	e.logf("testenv: kwok ready in %s", time.Since(begin).Round(time.Millisecond))
-	return nil
-}
-
-// RestartKwok stops kwok and starts it again with the same flags, waiting until it is ready.
-// Like a kubelet, kwok recovers from an API server outage on its own schedule (its watches
-// back off); a test that stops the API server restarts kwok afterwards so that the tests after
-// it start from a kubelet stand-in that answers at once.
-func (e *Env) RestartKwok(ctx context.Context) error {
-	e.mu.Lock()
-	p := e.kwok
-	e.mu.Unlock()
-	if p == nil {
-		return errors.New("restarting kwok: not running")
-	}
-	if err := p.Stop(); err != nil {
-		return fmt.Errorf("restarting kwok: %w", err)
-	}
-	if err := e.startKwok(ctx, e.fastPods); err != nil {
-		return fmt.Errorf("restarting kwok: %w", err)
-	}
 	return nil
 }
