@@ -164,7 +164,7 @@ type Env struct {
 	apf            *APF
 	tokenFile      string
 	kcmToken       string
-	peers          []*Process // further API servers on the same etcd (StartAPIServer)
+	peers          []*APIServer // further API servers on the same etcd (StartAPIServer, StartPeerAPIServer)
 	kwok           *Process
 	kcm            *Process
 	scheduler      *Process
@@ -250,7 +250,11 @@ func (e *Env) Stop() {
 
 	// The clients of the API server go first, in parallel, then the API servers, then etcd.
 	var wg sync.WaitGroup
-	for _, p := range append([]*Process{kcm, sched, kwok}, peers...) {
+	procs := []*Process{kcm, sched, kwok}
+	for _, a := range peers {
+		procs = append(procs, a.Process())
+	}
+	for _, p := range procs {
 		if p != nil {
 			wg.Go(func() { e.stopProcess(p) })
 		}
@@ -292,7 +296,7 @@ func (e *Env) runAPIServer(ctx context.Context) error {
 
 // StopAPIServer stops kube-apiserver; etcd, kwok and kube-controller-manager keep running.
 // RestartAPIServerWith brings it back. (An outage that only the agent should see is a
-// PeerAPIServer's Stop and Restart.)
+// StartPeerAPIServer's Stop and Restart.)
 func (e *Env) StopAPIServer() error {
 	e.mu.Lock()
 	p := e.apiserver
@@ -639,26 +643,28 @@ func (e *Env) controllerManagerKubeconfig(ctx context.Context) (string, error) {
 	return path, nil
 }
 
-// APIServer is a further kube-apiserver on the Env's etcd (StartAPIServer): a peer of the
-// first, serving the same objects to the same credentials, with flags of its own.
+// APIServer is a further kube-apiserver on the Env's etcd (StartAPIServer, StartPeerAPIServer):
+// a peer of the first, serving the same objects to the same credentials (the Env's admin and
+// service-account tokens work on it unchanged; a ServiceAccount kubeconfig of the Env once its
+// server is changed to Host), with flags of its own. The Env's Stop stops it with the rest.
 type APIServer struct {
 	// Host is its URL, https://127.0.0.1:<port>.
 	Host string
 	// Config is the admin REST config for it (QPS 200, Burst 400).
 	Config *rest.Config
 	// Client is an admin clientset for it.
-	Client  kubernetes.Interface
+	Client kubernetes.Interface
+
+	env     *Env
+	name    string
+	args    []string
+	mu      sync.Mutex
 	process *Process
 }
 
-// Process is the server's process (for its log).
-func (a *APIServer) Process() *Process { return a.process }
-
-// StartAPIServer starts one more kube-apiserver on the Env's etcd, with the same serving
-// certificate, admin token and service-account keys (a ServiceAccount kubeconfig of the Env
-// works against it once its server is changed to Host), and APF as apf says: a test can
-// measure API Priority and Fairness without changing the server every other test shares. Stop
-// stops it with the rest; a test may stop it earlier with Stop on its Process.
+// StartAPIServer starts one more kube-apiserver on the Env's etcd, named kube-apiserver-name,
+// with APF as apf says: a test can measure API Priority and Fairness without changing the
+// server every other test shares.
 func (e *Env) StartAPIServer(ctx context.Context, name string, apf *APF) (*APIServer, error) {
 	port, err := FreePort()
 	if err != nil {
@@ -667,28 +673,94 @@ func (e *Env) StartAPIServer(ctx context.Context, name string, apf *APF) (*APISe
 	e.mu.Lock()
 	args := e.apiserverFlags(port, "apiserver-certs-"+name, apf)
 	e.mu.Unlock()
-	p, err := StartProcess(ctx, "kube-apiserver-"+name, filepath.Join(e.LogDir, "kube-apiserver-"+name+".log"),
-		filepath.Join(e.k8sBin, KubeAPIServerBin), args, nil)
+	return e.startPeer(ctx, "kube-apiserver-"+name, port, args)
+}
+
+// StartPeerAPIServer starts an APIServer named name (its log is <name>.log in LogDir) with the
+// Env's flags and extra after them (a later flag wins: --feature-gates=Gate=true), and waits
+// until it is ready.
+func (e *Env) StartPeerAPIServer(ctx context.Context, name string, extra ...string) (*APIServer, error) {
+	port, err := FreePort()
 	if err != nil {
-		return nil, fmt.Errorf("starting kube-apiserver %s: %w", name, err)
+		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
-	e.mu.Lock()
-	e.peers = append(e.peers, p)
-	e.mu.Unlock()
+	var args []string
+	for _, a := range e.apiserverArgs {
+		switch {
+		case strings.HasPrefix(a, "--secure-port="):
+			a = "--secure-port=" + strconv.Itoa(port)
+		case strings.HasPrefix(a, "--cert-dir="):
+			a = "--cert-dir=" + filepath.Join(e.dataDir, name+"-certs")
+		}
+		args = append(args, a)
+	}
+	return e.startPeer(ctx, name, port, append(args, extra...))
+}
+
+// startPeer starts the APIServer name on port with args and waits until it is ready.
+func (e *Env) startPeer(ctx context.Context, name string, port int, args []string) (*APIServer, error) {
 	host := fmt.Sprintf("https://127.0.0.1:%d", port)
-	client := e.httpClient()
-	if err := waitReady(ctx, p, apiserverReadyTimeout, func(ctx context.Context) error {
-		return httpOK(ctx, client, host+"/readyz", e.Token)
-	}); err != nil {
-		return nil, fmt.Errorf("starting kube-apiserver %s: %w", name, err)
-	}
 	cfg := rest.CopyConfig(e.Config)
 	cfg.Host = host
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("creating the admin client of kube-apiserver %s: %w", name, err)
+		return nil, fmt.Errorf("creating the admin client of %s: %w", name, err)
 	}
-	return &APIServer{Host: host, Config: cfg, Client: cs, process: p}, nil
+	a := &APIServer{Host: host, Config: cfg, Client: cs, env: e, name: name, args: args}
+	e.mu.Lock()
+	e.peers = append(e.peers, a)
+	e.mu.Unlock()
+	if err := a.run(ctx); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// run starts the server's process and waits until it answers /readyz.
+func (a *APIServer) run(ctx context.Context) error {
+	e := a.env
+	begin := time.Now()
+	p, err := StartProcess(ctx, a.name, filepath.Join(e.LogDir, a.name+".log"), filepath.Join(e.k8sBin, KubeAPIServerBin), a.args, nil)
+	if err != nil {
+		return fmt.Errorf("starting %s: %w", a.name, err)
+	}
+	a.mu.Lock()
+	a.process = p
+	a.mu.Unlock()
+	client := e.httpClient()
+	if err := waitReady(ctx, p, apiserverReadyTimeout, func(ctx context.Context) error {
+		return httpOK(ctx, client, a.Host+"/readyz", e.Token)
+	}); err != nil {
+		_ = p.Stop()
+		return fmt.Errorf("starting %s: %w", a.name, err)
+	}
+	e.logf("testenv: %s ready at %s in %s", a.name, a.Host, time.Since(begin).Round(time.Millisecond))
+	return nil
+}
+
+// Process is the server's current process (for its log).
+func (a *APIServer) Process() *Process {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.process
+}
+
+// Stop stops the server (SIGTERM, then SIGKILL after 5 s); a no-op once it is stopped.
+func (a *APIServer) Stop() error {
+	if p := a.Process(); p != nil {
+		return p.Stop()
+	}
+	return nil
+}
+
+// Restart starts the stopped server again on the same address, flags and certificates, as a
+// kube-apiserver back from an outage (etcd kept every object; its watch cache starts anew), and
+// waits until it is ready.
+func (a *APIServer) Restart(ctx context.Context) error {
+	if p := a.Process(); p != nil && !p.Exited() {
+		return fmt.Errorf("restarting %s: it is still running", a.name)
+	}
+	return a.run(ctx)
 }
 
 // RestartAPIServerWith stops kube-apiserver and starts it again on the same address and
@@ -812,86 +884,4 @@ func httpGet(ctx context.Context, c *http.Client, url, token string) (string, er
 func httpOK(ctx context.Context, c *http.Client, url, token string) error {
 	_, err := httpGet(ctx, c, url, token)
 	return err
-}
-
-// PeerAPIServer is a second kube-apiserver on the Env's etcd, with the Env's certificates,
-// tokens and service-account keys (a high-availability peer: the same objects, the same
-// credentials) and flags of its own, such as --feature-gates. The Env's admin and service-account
-// tokens work on it unchanged.
-type PeerAPIServer struct {
-	// Host is its URL, https://127.0.0.1:<port>; Config and Client are the admin's for it.
-	Host   string
-	Config *rest.Config
-	Client kubernetes.Interface
-
-	env     *Env
-	name    string
-	args    []string
-	process *Process
-}
-
-// StartPeerAPIServer starts a PeerAPIServer named name (its log is <name>.log in LogDir) with
-// the Env's flags and extra after them (a later flag wins: --feature-gates=Gate=true), and waits
-// until it is ready. Stop it with its Stop; the Env's Stop does not.
-func (e *Env) StartPeerAPIServer(ctx context.Context, name string, extra ...string) (*PeerAPIServer, error) {
-	port, err := FreePort()
-	if err != nil {
-		return nil, fmt.Errorf("starting %s: %w", name, err)
-	}
-	host := fmt.Sprintf("https://127.0.0.1:%d", port)
-	var args []string
-	for _, a := range e.apiserverArgs {
-		switch {
-		case strings.HasPrefix(a, "--secure-port="):
-			a = "--secure-port=" + strconv.Itoa(port)
-		case strings.HasPrefix(a, "--cert-dir="):
-			a = "--cert-dir=" + filepath.Join(e.dataDir, name+"-certs")
-		}
-		args = append(args, a)
-	}
-	args = append(args, extra...)
-	cfg := rest.CopyConfig(e.Config)
-	cfg.Host = host
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("creating the admin client of %s: %w", name, err)
-	}
-	peer := &PeerAPIServer{Host: host, Config: cfg, Client: cs, env: e, name: name, args: args}
-	if err := peer.run(ctx); err != nil {
-		return nil, err
-	}
-	return peer, nil
-}
-
-// run starts the peer's process and waits until it answers /readyz.
-func (p *PeerAPIServer) run(ctx context.Context) error {
-	e := p.env
-	begin := time.Now()
-	proc, err := StartProcess(ctx, p.name, filepath.Join(e.LogDir, p.name+".log"), filepath.Join(e.k8sBin, KubeAPIServerBin), p.args, nil)
-	if err != nil {
-		return fmt.Errorf("starting %s: %w", p.name, err)
-	}
-	client := e.httpClient()
-	if err := waitReady(ctx, proc, apiserverReadyTimeout, func(ctx context.Context) error {
-		return httpOK(ctx, client, p.Host+"/readyz", e.Token)
-	}); err != nil {
-		_ = proc.Stop()
-		return fmt.Errorf("starting %s: %w", p.name, err)
-	}
-	e.logf("testenv: %s ready at %s in %s", p.name, p.Host, time.Since(begin).Round(time.Millisecond))
-	p.process = proc
-	return nil
-}
-
-// Stop stops the peer (SIGTERM, then SIGKILL after 5 s).
-func (p *PeerAPIServer) Stop() error { return p.process.Stop() }
-
-// Restart starts the stopped peer again on the same address, flags and certificates, as a
-// kube-apiserver back from an outage (etcd kept every object; its watch cache starts anew), and
-// waits until it is ready. Not safe beside Stop.
-func (p *PeerAPIServer) Restart(ctx context.Context) error {
-	if !p.process.Exited() {
-		return fmt.Errorf("restarting %s: it is still running", p.name)
-	}
-	return p.run(ctx)
 }
