@@ -322,9 +322,16 @@ func TestEvictionSchedule(t *testing.T) {
 	if d := h.a.exec.SyncPod(h.ctx, "ns/tol20"); d != 20*time.Second {
 		t.Errorf("tolerating 20s: requeue %v, want 20s", d)
 	}
-	if d := h.a.exec.SyncPod(h.ctx, "ns/tol600"); d != 45*time.Second-plan.EvictionLead {
-		t.Errorf("tolerating 600s with grace 10: requeue %v, want latest (45s) less the lead", d)
+	// It waits in two steps: until RemeasureLead before its send, to measure the queueing
+	// margin again, then (the margin still 0) until latest less the lead.
+	if d := h.a.exec.SyncPod(h.ctx, "ns/tol600"); d != 45*time.Second-plan.EvictionLead-evict.RemeasureLead {
+		t.Errorf("tolerating 600s with grace 10: requeue %v, want latest (45s) less the lead and RemeasureLead", d)
 	}
+	h.clock.SetTime(t0.Add(45*time.Second - plan.EvictionLead - evict.RemeasureLead))
+	if d := h.a.exec.SyncPod(h.ctx, "ns/tol600"); d != evict.RemeasureLead {
+		t.Errorf("tolerating 600s with grace 10, remeasured: requeue %v, want the rest (%v) to latest (45s) less the lead", d, evict.RemeasureLead)
+	}
+	h.clock.SetTime(t0)
 	if d := h.a.exec.SyncPod(h.ctx, "ns/forever"); d != 0 {
 		t.Errorf("forever: requeue %v", d)
 	}

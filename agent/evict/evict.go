@@ -26,6 +26,12 @@ import (
 // worker for seconds, not for the whole window.
 const RequestTimeout = 5 * time.Second
 
+// RemeasureLead is how long before its send a deadline-bound pod's wait ends once, so that its
+// send time is set again with the queueing margin of that moment, not of the plan's: a wait
+// set at the notice lasts tens of seconds, over which the margin can grow by more than the
+// 250 ms of slack that EvictionLead leaves a whole grace.
+const RemeasureLead = time.Second
+
 // Backoff for evictions that a PodDisruptionBudget blocks (429) or that fail, as karpenter's
 // eviction queue does: 100 ms doubling to 10 s, never past the point where the deadline forces
 // a delete.
@@ -192,6 +198,13 @@ func (e *Executor) syncPod(ctx context.Context, key string) time.Duration {
 			st.announced = pl.EvictAt
 			e.podEvent(pod, v1.EventTypeNormal, events.ReasonEvictionScheduled, "Eviction planned at %s (in %s) with grace %s: %s",
 				pl.EvictAt.UTC().Format(time.RFC3339), pl.EvictAt.Sub(now).Round(time.Second), pl.Grace, why(pl, w))
+		}
+		// A deadline-bound pod wakes RemeasureLead early: the margin is measured again then,
+		// and answers that slowed since the plan (the notice's own burst) move its send
+		// earlier instead of costing it a second of grace, which the send would cut to keep
+		// the window.
+		if d := fireAt.Sub(now); pl.ByDeadline && d > RemeasureLead {
+			return d - RemeasureLead
 		}
 		return fireAt.Sub(now)
 	}

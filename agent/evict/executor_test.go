@@ -341,3 +341,47 @@ func TestThrottledPastForcePointWaitsRetryAfter(t *testing.T) {
 		t.Fatalf("looked at again in %s after Retry-After 3 s past the force point, want 3 s at least", after)
 	}
 }
+
+// TestDeadlineBoundSendRemeasuresTheMargin: a deadline-bound pod planned while the server
+// answered at once waits until RemeasureLead before its send, not until the send itself; when
+// answers slowed meanwhile (the margin grew from 0 to 0.81 s), the send moves earlier by the
+// new margin and the pod keeps its whole grace. Woken at the send time of the plan, it would
+// have been sent with 9 s of its 10 (TestSpotInterruption once saw this under load).
+func TestDeadlineBoundSendRemeasuresTheMargin(t *testing.T) {
+	pod := testPod("p", 10)
+	tolerate := int64(600) // due long after the window: the deadline decides
+	pod.Spec.Tolerations = []v1.Toleration{{Key: spot.Key, Operator: v1.TolerationOpExists, Effect: spot.Effect, TolerationSeconds: &tolerate}}
+	f := newFixture(t, pod)
+	deadline := t0.Add(60 * time.Second) // window end t0+55 s; latest start t0+45 s
+	f.e.SetView(view(deadline))
+	send := t0.Add(45*time.Second - plan.EvictionLead)
+	d := f.e.SyncPod(context.Background(), "ns/p")
+	if want := send.Add(-RemeasureLead).Sub(t0); d != want {
+		t.Fatalf("first wait %v, want %v (RemeasureLead before the send at %v)", d, want, send)
+	}
+	// A slow answer meanwhile: srtt 270 ms, rttvar 135 ms, so the margin is 810 ms.
+	f.e.gate.mu.Lock()
+	f.e.gate.observe(270 * time.Millisecond)
+	f.e.gate.mu.Unlock()
+	if m := f.e.gate.queueMargin(); m != 810*time.Millisecond {
+		t.Fatalf("margin %v, want 810ms", m)
+	}
+	f.clock.SetTime(t0.Add(d))
+	d2 := f.e.SyncPod(context.Background(), "ns/p")
+	if n := f.evictions(); n != 0 {
+		t.Fatalf("%d evictions at the remeasure, want none yet", n)
+	}
+	if want := send.Add(-810 * time.Millisecond).Sub(f.clock.Now()); d2 != want {
+		t.Fatalf("second wait %v, want %v (the send moved earlier by the margin)", d2, want)
+	}
+	f.clock.Step(d2)
+	var grace int64 = -1
+	f.evict = func(_ context.Context, ev *policyv1.Eviction) error {
+		grace = *ev.DeleteOptions.GracePeriodSeconds
+		return nil
+	}
+	f.e.SyncPod(context.Background(), "ns/p")
+	if grace != 10 {
+		t.Errorf("evicted with grace %ds, want the whole 10s", grace)
+	}
+}
