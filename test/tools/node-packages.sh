@@ -5,6 +5,8 @@
 # image). Does nothing when they are all there. Only the binaries are wanted: containerd's
 # service stays stopped, and the tests start their own containerd with their own config.
 set -euo pipefail
+# shellcheck source=test/tools/apt.sh
+source "$(dirname "$0")/apt.sh"
 
 have() {
   command -v containerd >/dev/null 2>&1 && command -v runc >/dev/null 2>&1 &&
@@ -16,35 +18,10 @@ if have; then
 fi
 
 packages="containerd runc containernetworking-plugins iptables busybox-static file"
-if [ "${EUID:-$(id -u)}" -ne 0 ]; then
-  cat >&2 <<MSG
-The real node's packages are missing and installing them needs root. Run as root:
-  apt-get update && apt-get install -y --no-install-recommends $packages
-(test/realnode skips without them; REPRIEVE_E2E_REQUIRED=1 makes that a failure).
-MSG
-  exit 1
-fi
-
-# As for promtool (prometheus.sh): forbid the package's maintainer scripts to start
-# containerd.service while installing, where no policy-rc.d says so already.
-policy=/usr/sbin/policy-rc.d
-own_policy=
-if [ ! -e "$policy" ]; then
-  printf '#!/bin/sh\nexit 101\n' >"$policy"
-  chmod 755 "$policy"
-  own_policy=1
-fi
-cleanup() { if [ -n "$own_policy" ]; then rm -f "$policy"; fi; }
-trap cleanup EXIT
-
-echo "installing the real node's packages: $packages" >&2
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq >/dev/null
 # shellcheck disable=SC2086
-apt-get install -y -qq --no-install-recommends $packages >/dev/null
-
-if [ -d /run/systemd/system ]; then
-  systemctl disable --now --quiet containerd.service 2>/dev/null || true
+if ! apt_install containerd.service "the real node's packages" $packages; then
+  echo "(test/realnode skips without them; REPRIEVE_E2E_REQUIRED=1 makes that a failure)" >&2
+  exit 1
 fi
 have || { echo "the real node's packages installed, but containerd, runc, iptables, the CNI plugins or a static busybox are still missing" >&2; exit 1; }
 echo "real node packages ready: $(containerd --version 2>&1 | head -n1); $(runc --version 2>&1 | head -n1)" >&2
