@@ -109,8 +109,8 @@ test: tools promtool node-packages lint fuzz-outside e2e-bin
 	REPRIEVE_BIN=$(E2E_BIN) REPRIEVE_E2E_REQUIRED=1 go test -race -count=1 -timeout 10m $(REALNODE)
 
 ## test-versions: the version matrix: the version-sensitive end-to-end tests (VERSION_TESTS)
-## against kube-apiserver and kube-controller-manager of each older Kubernetes the chart admits
-## (K8S_MINORS; each a tools module test/tools/k8s-1.NN, built by test/tools/build-versions.sh
+## against kube-apiserver, kube-controller-manager and kube-scheduler of each older Kubernetes
+## the chart admits (K8S_MINORS; each a tools module test/tools/k8s-1.NN, built by test/tools/build-versions.sh
 ## into $(REPRIEVE_TOOLS_BIN)/k8s-vX.Y.Z). make test runs them on the pinned version (v1.37.2).
 K8S_MINORS ?= 1.30 1.33
 VERSION_TESTS := ^(TestServerVersion|TestAgentTokenAttacks|TestAgentTokenNodeStatus|TestDoctor|TestAdmissionPolicyBindsTheAgentToItsNode|TestPolicyHostileTokens|TestHostPathMountsStoredRecursiveReadOnly|TestEvictionGuardBindsEvictionsToTheNode|TestAdversityStatusPatchIsNodeBound|TestPodNoticeWarnsPodsUnderThePolicy|TestAdmissionWarningsForSpotWorkloads|TestRecordWriteCheckTaintPolicy|TestSpotInterruption|TestWithTaintEvictionController)$$

@@ -388,8 +388,8 @@ func (e *Env) startComponent(ctx context.Context, name, bin string, port int, ex
 	}, extra...)
 	path := filepath.Join(e.k8sBin, bin)
 	if !executable(path) {
-		// Only with K8sBinEnv: the version matrix builds no kube-scheduler, and one of
-		// ToolsBin's newer version would be a skew upstream does not support.
+		// Only with K8sBinEnv, a folder without a kube-scheduler: one of ToolsBin's newer
+		// version would be a skew upstream does not support.
 		return nil, fmt.Errorf("starting %s: %s is missing from %s", name, bin, e.k8sBin)
 	}
 	p, err := StartProcess(ctx, name, filepath.Join(e.LogDir, name+".log"), path, args, nil)

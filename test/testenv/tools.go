@@ -105,12 +105,12 @@ func moduleOf(path string) (string, error) {
 	return "", sc.Err()
 }
 
-// K8sBinEnv names the environment variable that points at a folder holding kube-apiserver and
-// kube-controller-manager of another Kubernetes version (test/tools/build-versions.sh builds
-// them into <tools folder>/k8s-vX.Y.Z): the version matrix (make test-versions) runs the same
-// tests against each. etcd, kwok and the peers still come from ToolsBin. A kube-scheduler is
-// taken from the folder too; without one there, StartScheduler fails rather than run a newer
-// scheduler than the API server, a skew upstream does not support.
+// K8sBinEnv names the environment variable that points at a folder holding kube-apiserver,
+// kube-controller-manager and kube-scheduler of another Kubernetes version
+// (test/tools/build-versions.sh builds them into <tools folder>/k8s-vX.Y.Z): the version matrix
+// (make test-versions) runs the same tests against each. etcd, kwok and the peers still come
+// from ToolsBin. Without a kube-scheduler in the folder, StartScheduler fails rather than run a
+// newer scheduler than the API server, a skew upstream does not support.
 const K8sBinEnv = "REPRIEVE_K8S_BIN_DIR"
 
 // k8sBinDir returns $REPRIEVE_K8S_BIN_DIR ("" when unset) after checking that it holds an

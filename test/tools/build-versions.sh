@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver and kube-controller-manager of the older Kubernetes minors that the
-# version matrix (make test-versions) runs against, each from its own tools module
+# Builds kube-apiserver, kube-controller-manager and kube-scheduler of the older Kubernetes
+# minors that the version matrix (make test-versions) runs against, each from its own tools module
 # (test/tools/k8s-1.NN/go.mod: k8s.io/kubernetes at that version and its staging modules
 # replaced by the matching v0.NN.x), into $REPRIEVE_TOOLS_BIN/k8s-vX.Y.Z/. etcd, kwok and the
 # peers stay the ones test/tools/build.sh builds: see test/README.md for why they are shared.
@@ -32,7 +32,7 @@ for minor in "${minors[@]}"; do
   ldflags="-s -w -X $vpkg.gitVersion=$version -X $vpkg.gitMajor=1 \
     -X $vpkg.gitMinor=$(echo "$version" | cut -d. -f2) -X $vpkg.gitTreeState=clean \
     -X $vpkg.gitCommit=0000000000000000000000000000000000000000 -X $vpkg.buildDate=1970-01-01T00:00:00Z"
-  for cmd in kube-apiserver kube-controller-manager; do
+  for cmd in kube-apiserver kube-controller-manager kube-scheduler; do
     if [ -x "$out/$cmd" ] && [ "$(cat "$out/$cmd.version" 2>/dev/null)" = "$version" ]; then
       continue
     fi
