@@ -272,7 +272,7 @@ func TestConnLimitListener(t *testing.T) {
 	}
 	refused := 0
 	var mu sync.Mutex
-	ln := newConnLimitListener(inner, 3, 2, func() { mu.Lock(); refused++; mu.Unlock() })
+	ln := connLimitListener(inner, 3, 2, func() { mu.Lock(); refused++; mu.Unlock() })
 	defer ln.Close()
 	accepted := make(chan net.Conn, 10)
 	go func() {

@@ -99,7 +99,7 @@ func Serve(ctx context.Context, opts ServerOptions) error {
 		if opts.Handler != nil && opts.Handler.Metrics != nil {
 			refused = opts.Handler.Metrics.ConnectionsRefused.Inc
 		}
-		ln = newConnLimitListener(ln, opts.MaxConns, opts.MaxConnsPerSource, refused)
+		ln = connLimitListener(ln, opts.MaxConns, opts.MaxConnsPerSource, refused)
 	}
 	logger.Info("Serving the eviction guard", "address", ln.Addr().String(), "path", PathValidate)
 	if opts.Listening != nil {

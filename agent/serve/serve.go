@@ -30,6 +30,22 @@ type Pool struct {
 	// Name says which pool refused a connection, in logs.
 	Name             string
 	Total, PerSource int
+	// SourceBitsV6, when set, makes an IPv6 source the prefix of that many bits of its
+	// address (64: a host is usually given a whole /64, and one address each would be no
+	// limit at all); 0 counts each address on its own.
+	SourceBitsV6 int
+	// Refused, when set, is called for each connection the pool closes at once (a metric).
+	Refused func()
+}
+
+// source is the source that remote's connections count against.
+func (p *Pool) source(remote netip.Addr) netip.Addr {
+	if p.SourceBitsV6 > 0 && remote.Is6() {
+		if pfx, err := remote.Prefix(p.SourceBitsV6); err == nil {
+			return pfx.Addr()
+		}
+	}
+	return remote
 }
 
 // Listener accepts a connection only while its pool has room, overall and for its source
@@ -84,15 +100,26 @@ func (l *Listener) admit(c net.Conn) net.Conn {
 	if p == nil {
 		return nil
 	}
-	key := poolSource{pool: p, addr: remote}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.open[p] >= p.Total || l.from[key] >= p.PerSource {
+	key := poolSource{pool: p, addr: p.source(remote)}
+	if !l.take(key) {
+		if p.Refused != nil {
+			p.Refused()
+		}
 		return nil
 	}
-	l.open[p]++
-	l.from[key]++
 	return &poolConn{Conn: c, release: func() { l.release(key) }}
+}
+
+// take counts a connection against key's pool and source, if both have room.
+func (l *Listener) take(key poolSource) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.open[key.pool] >= key.pool.Total || l.from[key] >= key.pool.PerSource {
+		return false
+	}
+	l.open[key.pool]++
+	l.from[key]++
+	return true
 }
 
 func (l *Listener) release(key poolSource) {

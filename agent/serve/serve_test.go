@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -45,7 +46,8 @@ func TestPoolListenerCapsEachSourceAndThePool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool := &Pool{Name: "test", Total: 3, PerSource: 2}
+	var refusals atomic.Int32
+	pool := &Pool{Name: "test", Total: 3, PerSource: 2, Refused: func() { refusals.Add(1) }}
 	ln := NewListener(inner, func(_, _ netip.Addr) *Pool { return pool })
 	defer ln.Close()
 	accepted := make(chan net.Conn)
@@ -83,5 +85,30 @@ func TestPoolListenerCapsEachSourceAndThePool(t *testing.T) {
 	dialFrom(t, "127.0.0.4", addr)
 	if c := <-accepted; from(c) != "127.0.0.4" {
 		t.Errorf("accepted %s after a close, want 127.0.0.4", from(c))
+	}
+	// The pool's callback saw each connection it closed (it runs before the close).
+	if n := refusals.Load(); n != 2 {
+		t.Errorf("Refused called %d times, want 2", n)
+	}
+}
+
+// TestPoolSourceIPv6Prefix: with SourceBitsV6, the IPv6 addresses of one prefix are one source
+// (the guard's /64); IPv4 addresses, and every address without it, stay their own.
+func TestPoolSourceIPv6Prefix(t *testing.T) {
+	by64 := &Pool{SourceBitsV6: 64}
+	each := &Pool{}
+	a, b := netip.MustParseAddr("2001:db8:1:2::1"), netip.MustParseAddr("2001:db8:1:2:ffff::9")
+	if by64.source(a) != by64.source(b) || by64.source(a) != netip.MustParseAddr("2001:db8:1:2::") {
+		t.Errorf("/64 sources %v and %v, want both 2001:db8:1:2::", by64.source(a), by64.source(b))
+	}
+	if other := netip.MustParseAddr("2001:db8:1:3::1"); by64.source(other) == by64.source(a) {
+		t.Errorf("another /64 counted as the same source: %v", by64.source(other))
+	}
+	if each.source(a) == each.source(b) {
+		t.Error("without SourceBitsV6 two IPv6 addresses counted as one source")
+	}
+	v4 := netip.MustParseAddr("10.0.0.7")
+	if by64.source(v4) != v4 {
+		t.Errorf("IPv4 source %v, want %v", by64.source(v4), v4)
 	}
 }
