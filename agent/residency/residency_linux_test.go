@@ -52,7 +52,7 @@ func TestReleaseUnmapsOnlyTheExecutablesReadOnlyPages(t *testing.T) {
 	}
 	// What was touched between the release and the second read (this test, smaps' parsing, the
 	// runtime) is mapped again, with the kernel's fault-around (64 KiB around each fault): less
-	// than start-up mapped, not nothing (a test binary is small: 3.1 MiB resident, 1.8 after).
+	// than start-up mapped, not nothing (a test binary is small: 3.1 MiB resident, 1.7 after).
 	if after > before*9/10 {
 		t.Errorf("the executable's read-only pages: %d bytes resident after Release, %d before: want at most nine tenths", after, before)
 	}
