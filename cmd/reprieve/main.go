@@ -177,7 +177,7 @@ func runAgent(fs *pflag.FlagSet, cfg *agent.Config) int {
 
 // agentGCPercent is the agent's GOGC unless $GOGC sets one: the heap may grow to half again its
 // live size between collections, not twice it. On a node of 250 pods that holds 1 MiB less idle
-// and 2-3 MiB less during the interruption, for more collections of a small heap
+// and 1.5-2.3 MiB less during the interruption, for more collections of a small heap
 // (docs/benchmarks.md, "Footprint: the executable's pages and the heap").
 const agentGCPercent = 50
 
@@ -282,10 +282,10 @@ func start(ctx context.Context, cfg agent.Config) error {
 	return a.Run(ctx)
 }
 
-// releaseFirst is when the agent first gives back the pages of its executable that start-up
-// mapped (agent/residency), well past the first sync and poll of an agent whose API server
-// answers (Ready in about 0.2 s on a node of 250 pods); releaseEvery is how often it does again,
-// for what an interruption or a pressure episode mapped.
+// releaseFirst is how long after the agent is built it first gives back the pages of its
+// executable that start-up mapped (agent/residency): well past the first sync and poll of an
+// agent whose API server answers (Ready in about 0.2 s on a node of 250 pods). releaseEvery is
+// how often it does again, for what an interruption or a pressure episode mapped.
 const (
 	releaseFirst = 30 * time.Second
 	releaseEvery = 10 * time.Minute
