@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 
 	"github.com/reprieve-dev/reprieve/agent"
 	"github.com/reprieve-dev/reprieve/agent/kube"
+	"github.com/reprieve-dev/reprieve/agent/residency"
 	"github.com/reprieve-dev/reprieve/providers"
 	"github.com/reprieve-dev/reprieve/providers/aws"
 	"github.com/reprieve-dev/reprieve/providers/azure"
@@ -134,6 +136,7 @@ func newRootCommand() *cobra.Command {
 
 // runAgent runs the agent with the flags fs has parsed into cfg, and returns the exit status.
 func runAgent(fs *pflag.FlagSet, cfg *agent.Config) int {
+	setGCPercent(os.LookupEnv)
 	if err := agent.ApplyEnv(fs, "REPRIEVE_", os.LookupEnv); err != nil {
 		fmt.Fprintf(os.Stderr, "reprieve: %v\n", err)
 		return 2
@@ -170,6 +173,20 @@ func runAgent(fs *pflag.FlagSet, cfg *agent.Config) int {
 	}
 	klog.Flush()
 	return 0
+}
+
+// agentGCPercent is the agent's GOGC unless $GOGC sets one: the heap may grow to half again its
+// live size between collections, not twice it. On a node of 250 pods that holds 1 MiB less idle
+// and 1.5-2.3 MiB less during the interruption, for more collections of a small heap
+// (docs/benchmarks.md, "Footprint: the executable's pages and the heap").
+const agentGCPercent = 50
+
+// setGCPercent sets the collector's target to agentGCPercent unless the environment gives GOGC,
+// which the runtime has read already and which stays the operator's to choose.
+func setGCPercent(lookupEnv func(string) (string, bool)) {
+	if _, ok := lookupEnv("GOGC"); !ok {
+		debug.SetGCPercent(agentGCPercent)
+	}
 }
 
 // usageHeader opens --help, and docs/flags.md.
@@ -259,8 +276,20 @@ func start(ctx context.Context, cfg agent.Config) error {
 	if err != nil {
 		return fmt.Errorf("creating the agent: %w", err)
 	}
+	if runtime.GOOS == "linux" {
+		go residency.Run(ctx, clk, releaseFirst, releaseEvery, residency.Release)
+	}
 	return a.Run(ctx)
 }
+
+// releaseFirst is how long after the agent is built it first gives back the pages of its
+// executable that start-up mapped (agent/residency): well past the first sync and poll of an
+// agent whose API server answers (Ready in about 0.2 s on a node of 250 pods). releaseEvery is
+// how often it does again, for what an interruption or a pressure episode mapped.
+const (
+	releaseFirst = 30 * time.Second
+	releaseEvery = 10 * time.Minute
+)
 
 // newProvider returns the provider chosen (chooseProvider); nil for none (the agent reads its
 // node's deadline annotation). Azure's resource name is --azure-resource-name, else the one the

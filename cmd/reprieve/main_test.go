@@ -1,6 +1,7 @@
 package main
 
 import (
+	"runtime/debug"
 	"testing"
 )
 
@@ -37,6 +38,30 @@ func TestRunExitCodes(t *testing.T) {
 			}
 			if got := run(tc.args); got != tc.want {
 				t.Errorf("run(%q) = %d, want %d", tc.args, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestSetGCPercentUnlessGOGCIsSet(t *testing.T) {
+	restore := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(restore)
+	for name, tc := range map[string]struct {
+		env  map[string]string
+		want int
+	}{
+		"unset":       {nil, agentGCPercent},
+		"set":         {map[string]string{"GOGC": "200"}, 100},
+		"set, off":    {map[string]string{"GOGC": "off"}, 100},
+		"set, empty":  {map[string]string{"GOGC": ""}, 100},
+		"other names": {map[string]string{"GOMEMLIMIT": "100MiB"}, agentGCPercent},
+	} {
+		t.Run(name, func(t *testing.T) {
+			debug.SetGCPercent(100)
+			setGCPercent(func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok })
+			// With $GOGC set, the runtime's own value (100 here, as this test set it) stays.
+			if got := debug.SetGCPercent(100); got != tc.want {
+				t.Errorf("GC percent = %d, want %d", got, tc.want)
 			}
 		})
 	}
