@@ -341,3 +341,22 @@ func TestThrottledPastForcePointWaitsRetryAfter(t *testing.T) {
 		t.Fatalf("looked at again in %s after Retry-After 3 s past the force point, want 3 s at least", after)
 	}
 }
+
+// TestEnqueueAllLostBudgetLast (issue 24): a pod whose budget the window can never meet (its
+// grace longer than the window: its last safe moment has passed at the notice) is queued after
+// the pods whose budget can still be kept, as the gate orders them, so that the notice's probe
+// (the first request, gate.go) is a pod that can still keep its grace.
+func TestEnqueueAllLostBudgetLast(t *testing.T) {
+	f := newFixture(t, testPod("a5", 5), testPod("b45", 45), testPod("c30", 30))
+	f.e.SetView(view(t0.Add(40 * time.Second))) // window ends at t0+35s: b45's moment has passed
+	var got []string
+	for f.e.queue.Len() > 0 {
+		k, _ := f.e.queue.Get()
+		got = append(got, k)
+		f.e.queue.Done(k)
+	}
+	want := []string{"ns/c30", "ns/a5", "ns/b45"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("queued %v, want %v", got, want)
+	}
+}

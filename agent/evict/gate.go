@@ -49,7 +49,20 @@ import (
 //     safe moment is an ordering key across the fleet that needs no coordination: each agent
 //     keeps in the queue only what is due within the horizon, and the seats go to the nearest
 //     moments fleet-wide. A held request goes at the horizon, and at its force point at the
-//     latest, as before.
+//     latest, as before;
+//   - a notice starts cold: when a deadline-bound eviction arrives at a gate that has had
+//     nothing in flight for longer than the retransmission timeout (max(1 s, the measured
+//     margin)), the limit falls back to gateRestartLimit (TCP's restart after idle, RFC 5681
+//     section 4.1, and its slow start: one more per accepted request doubles the limit every
+//     round trip), and the server counts as congested until the first answer comes back (the
+//     probe). While probing, the most urgent request goes when nothing is in flight, and the
+//     others wait as under congestion: within the limit, and only when due within the
+//     horizon. The first answer re-seeds the measured margin (RFC 6298, 2.2: a first
+//     measurement) and ends the probe: a quick accepted answer lifts the congestion and the
+//     limit grows from there, a slow one or a 429 keeps it. Without this, every agent of a
+//     pool sent its whole node (38 requests in 1.5 s) before any answer could show the
+//     congestion, the server's queues held all the fleet's pods in arrival order, and the
+//     horizon applied to the resends only.
 //
 // Why the fleet needs this: APF classifies the agents' requests by FlowSchema and flow
 // distinguisher; the agents share one ServiceAccount in kube-system, which the default
@@ -60,9 +73,15 @@ import (
 // findDispatchQueueToBoundLocked): across agents the server serves in arrival order, and the
 // only order the fleet can impose is what it sends when.
 const (
-	// gateInitialLimit is the in-flight limit before any answer came back: a burst of a
-	// whole node's pods starts with this many, and grows with every accepted request.
+	// gateInitialLimit is the in-flight limit of a new gate, for requests that are not
+	// deadline-bound (a notice restarts at gateRestartLimit).
 	gateInitialLimit = 8
+	// gateRestartLimit is the in-flight limit at a notice (a deadline-bound eviction at an
+	// idle gate, see above): RFC 5681's restart window, two segments of TCP's initial window.
+	gateRestartLimit = 2
+	// restartIdleMin is the least idle time after which a notice restarts the gate: RFC
+	// 6298's minimum retransmission timeout (2.4), which RFC 5681 section 4.1 restarts after.
+	restartIdleMin = time.Second
 	// throttleBackoffBase and throttleBackoffMax bound the agent's pause after throttling
 	// answers in a row when the server gives no longer Retry-After: 100 ms doubling to 5 s.
 	throttleBackoffBase = 100 * time.Millisecond
@@ -103,6 +122,12 @@ type gate struct {
 	// by a release, which has no timer of its own, pokes a waiter when the gate's next moment
 	// comes before it: a held request's horizon moves with every answer.
 	armedAt time.Time
+	// probing is set from a restart (a notice at an idle gate) to the first answer: the
+	// server counts as congested meanwhile (see above). reseed makes the next measured
+	// answer the margin's first measurement. active is when a request was last granted or
+	// answered (zero: never).
+	probing, reseed bool
+	active          time.Time
 }
 
 // queueMarginMax caps the measured queueing margin: past it the grace is better spent on the
@@ -119,7 +144,8 @@ func (g *gate) queueMargin() time.Duration {
 // observe feeds one answer's time into the margin (RFC 6298, 2.2 and 2.3: alpha 1/8, beta 1/4).
 // Called with mu held.
 func (g *gate) observe(d time.Duration) {
-	if g.srtt == 0 {
+	if g.srtt == 0 || g.reseed {
+		g.reseed = false
 		g.srtt, g.rttvar = d, d/2
 		return
 	}
@@ -203,6 +229,7 @@ func (g *gate) acquire(ctx context.Context, key, mustGo, lastChance time.Time, b
 	w := &waiter{key: key, mustGo: mustGo, lastChance: lastChance, background: background, seq: g.seq,
 		granted: make(chan struct{}), poke: make(chan struct{}, 1)}
 	g.waiting = append(g.waiting, w)
+	g.restart(w)
 	wake := g.dispatch(w)
 	g.mu.Unlock()
 	for {
@@ -250,6 +277,22 @@ func stop(t clock.Timer) {
 	}
 }
 
+// restart starts a notice cold (see above): a deadline-bound eviction w at a gate with
+// nothing in flight, idle for longer than max(restartIdleMin, the measured margin) or never
+// used, sets the limit back to at most gateRestartLimit and probes. Called with mu held.
+func (g *gate) restart(w *waiter) {
+	if w.background || w.lastChance.IsZero() || g.inflight > 0 {
+		return
+	}
+	now := g.clock.Now()
+	rto := max(restartIdleMin, min(g.srtt+4*g.rttvar, queueMarginMax))
+	if !g.active.IsZero() && now.Sub(g.active) <= rto {
+		return
+	}
+	g.limit = min(g.limit, gateRestartLimit)
+	g.probing, g.reseed = true, true
+}
+
 // remove takes w out of the waiters. Called with mu held.
 func (g *gate) remove(w *waiter) {
 	if i := slices.Index(g.waiting, w); i >= 0 {
@@ -260,7 +303,7 @@ func (g *gate) remove(w *waiter) {
 // congested reports whether the server looks saturated to the agent at now (see above).
 // Called with mu held.
 func (g *gate) congested(now time.Time) bool {
-	return g.throttles > 0 || now.Before(g.pauseUntil) || g.srtt >= congestedRTT
+	return g.probing || g.throttles > 0 || now.Before(g.pauseUntil) || g.srtt >= congestedRTT
 }
 
 // horizon is how far ahead of its last safe moment a request is sent while the server is
@@ -273,8 +316,12 @@ func (g *gate) horizon() time.Duration {
 
 // held reports whether w waits, slot or not, at now: the server is congested and w's last
 // safe moment is further than the horizon. Only deadline-bound evictions whose budget can
-// still be kept are held. Called with mu held.
+// still be kept are held, and none while the gate probes with nothing in flight: the probe
+// must go for an answer to come. Called with mu held.
 func (g *gate) held(w *waiter, now time.Time, congested bool, horizon time.Duration) bool {
+	if g.probing && g.inflight == 0 {
+		return false
+	}
 	return congested && !w.background && !w.lastChance.IsZero() && !w.overdue(now) && w.key.After(now.Add(horizon))
 }
 
@@ -370,6 +417,7 @@ func (g *gate) dispatch(self *waiter) time.Duration {
 func due(t, now time.Time) bool { return !t.IsZero() && !now.Before(t) }
 
 func (g *gate) grant(w *waiter) {
+	g.active = g.clock.Now()
 	g.disarm(w)
 	w.out = true
 	g.inflight++
@@ -386,8 +434,14 @@ func (g *gate) release(background bool, err error, took time.Duration) {
 	if background {
 		g.bgFlight--
 	}
+	g.active = g.clock.Now()
 	if measures(err) {
 		g.observe(took)
+	}
+	if answered(err) {
+		// The probe's answer (see restart): from now on the answers say whether the
+		// server is congested.
+		g.probing = false
 	}
 	switch {
 	case isThrottled(err) || errors.Is(err, errQueueBound):

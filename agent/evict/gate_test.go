@@ -376,3 +376,143 @@ func TestGateHorizonMovesWithAnswers(t *testing.T) {
 	clk.Step(time.Millisecond)
 	until(t, "the held request at its new horizon", func() bool { _, ok := granted(far); return ok })
 }
+
+// notice queues n deadline-bound evictions at a gate, as a notice does: the most urgent one
+// first and alone (the executor queues a node's pods most urgent first), then the others,
+// their last safe moments 1 s apart from first+1 s on; all due now. It returns the first's
+// ticket and the others' channels, by last safe moment.
+func notice(t *testing.T, g *gate, clk *clocktesting.FakeClock, first time.Duration, n int) (*ticket, []<-chan *ticket) {
+	t.Helper()
+	now := clk.Now()
+	end := now.Add(35 * time.Second)
+	tk, err := g.acquire(context.Background(), now.Add(first), now.Add(first-time.Second), end, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chans []<-chan *ticket
+	for i := 1; i < n; i++ {
+		key := now.Add(first + time.Duration(i)*time.Second)
+		chans = append(chans, acquireAsync(g, key, key.Add(-time.Second), end, false))
+	}
+	until(t, "the notice's other evictions to queue", func() bool {
+		_, inflight, w, _ := g.state()
+		return inflight+w == n && clk.HasWaiters()
+	})
+	return tk, chans
+}
+
+// grantedCount is how many of chans were granted, taking their tickets into tks.
+func grantedCount(chans []<-chan *ticket, tks map[int]*ticket) int {
+	for i, ch := range chans {
+		if _, ok := tks[i]; ok {
+			continue
+		}
+		if tk, ok := granted(ch); ok {
+			tks[i] = tk
+		}
+	}
+	return len(tks)
+}
+
+// TestGateNoticeProbesFirst: at a notice the agent assumes a congested server until its first
+// answer: only the most urgent eviction goes (the probe), none of the node's others, though
+// slots are free and all are due. A quick answer lifts it, and the limit grows from the
+// restart limit, one more per accepted answer (slow start: 2, 3, 6, ...).
+func TestGateNoticeProbesFirst(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	g := newGate(clk, 64, func() float64 { return 0 })
+	probe, chans := notice(t, g, clk, 5*time.Second, 38)
+	if l, inflight, _, _ := g.state(); inflight != 1 || l != gateRestartLimit {
+		t.Fatalf("before any answer: %d in flight, limit %d; want the probe alone, limit %d", inflight, l, gateRestartLimit)
+	}
+	clk.Step(50 * time.Millisecond)
+	probe.done(nil) // quick: the server is not congested
+	tks := map[int]*ticket{}
+	until(t, "three more after a quick answer", func() bool { return grantedCount(chans, tks) == 3 })
+	for i := range 3 {
+		if _, ok := tks[i]; !ok {
+			t.Fatalf("granted %v, want the three most urgent (0, 1, 2)", tks)
+		}
+	}
+	for i := range 3 {
+		tks[i].done(nil)
+	}
+	// Limit 6 after three more accepted answers: six in flight, nine granted in all.
+	until(t, "slow start: six in flight", func() bool { grantedCount(chans, tks); _, inflight, _, _ := g.state(); return inflight == 6 })
+	if l, _, _, _ := g.state(); l != 6 {
+		t.Fatalf("limit %d after four accepted answers from the restart limit 2, want 6", l)
+	}
+}
+
+// TestGateNoticeSlowProbeKeepsTheHorizon: when the probe's answer is slow (2 s in the server's
+// queue), the congestion stays, with the horizon of the margin it measured (6 s, so 12 s): the
+// evictions due within it go, the further ones wait with slots free.
+func TestGateNoticeSlowProbeKeepsTheHorizon(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	g := newGate(clk, 64, func() float64 { return 0 })
+	probe, chans := notice(t, g, clk, 5*time.Second, 38) // last safe moments t0+5s ... t0+42s
+	clk.Step(2 * time.Second)
+	probe.done(nil)
+	if m := g.queueMargin(); m != 6*time.Second {
+		t.Fatalf("margin %s after the probe's 2 s answer, want 6 s (its first measurement)", m)
+	}
+	tks := map[int]*ticket{}
+	until(t, "the limit's three, the most urgent", func() bool { return grantedCount(chans, tks) == 3 })
+	for i := range 3 {
+		tks[i].done(nil) // instant answers: srtt 1.3 s, still congested
+	}
+	// Now t0+2s, horizon 2 x margin: the waiters whose last safe moment is within it go, up
+	// to the limit (6); beyond, none.
+	until(t, "the next ones within the horizon", func() bool { _, inflight, _, _ := g.state(); return inflight > 0 })
+	grantedCount(chans, tks)
+	h := g.horizon()
+	for i := range chans {
+		key := t0.Add(5*time.Second + time.Duration(i+1)*time.Second)
+		if _, ok := tks[i]; ok && key.After(clk.Now().Add(h)) {
+			t.Fatalf("the eviction with last safe moment %s went at %s with a %s horizon", key.Sub(t0), clk.Now().Sub(t0), h)
+		}
+	}
+	if len(tks) >= 9 {
+		t.Fatalf("%d granted: the horizon held none", len(tks))
+	}
+}
+
+// TestGateRestartsAfterIdle: a deadline-bound eviction restarts the gate (restart limit,
+// probe) only after the gate was idle for longer than 1 s (the minimum retransmission
+// timeout), not within a burst; a request without a deadline never does.
+func TestGateRestartsAfterIdle(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	g := newGate(clk, 64, func() float64 { return 0 })
+	answer := func(lastChance time.Time) {
+		t.Helper()
+		tk, err := g.acquire(context.Background(), clk.Now().Add(time.Minute), time.Time{}, lastChance, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tk.done(nil)
+	}
+	if l, _, _, _ := g.state(); l != gateInitialLimit {
+		t.Fatalf("limit %d on a new gate, want %d", l, gateInitialLimit)
+	}
+	answer(time.Time{}) // no deadline: no restart, 8 + 1
+	if l, _, _, _ := g.state(); l != gateInitialLimit+1 {
+		t.Fatalf("limit %d after a request without deadline, want %d", l, gateInitialLimit+1)
+	}
+	clk.Step(time.Hour)
+	answer(clk.Now().Add(time.Minute)) // a notice after an idle hour: restart, 2 + 1
+	if l, _, _, _ := g.state(); l != gateRestartLimit+1 {
+		t.Fatalf("limit %d after a notice at an idle gate, want %d", l, gateRestartLimit+1)
+	}
+	for range 3 {
+		clk.Step(time.Second) // within the 1 s idle: the same burst
+		answer(clk.Now().Add(time.Minute))
+	}
+	if l, _, _, _ := g.state(); l != gateRestartLimit+4 {
+		t.Fatalf("limit %d within a burst, want %d (no restart)", l, gateRestartLimit+4)
+	}
+	clk.Step(time.Second + time.Millisecond)
+	answer(clk.Now().Add(time.Minute))
+	if l, _, _, _ := g.state(); l != gateRestartLimit+1 {
+		t.Fatalf("limit %d after 1.001 s idle, want %d (a restart)", l, gateRestartLimit+1)
+	}
+}
