@@ -34,13 +34,16 @@ import (
 //   - the server's queueing is measured, not guessed: the time its answers take (a smoothed
 //     mean plus four deviations, as TCP's retransmission timeout, RFC 6298) is the margin a
 //     grace leaves for the request to wait in APF's queue (queueMargin);
-//   - background writes (the pods' early warning) go only when no eviction waits, and hold at
-//     most half the slots;
+//   - background writes (the pods' early warning) go only when no eviction waits, not even
+//     one held by the horizon below, and hold at most half the slots;
 //   - a request whose pod is past its last safe moment (its budget is lost: every second costs
 //     it a second of grace, and no order can give it back) goes after every request whose
 //     budget can still be kept, and no longer past the limit at its force point: only at its
-//     last chance. With too few seats for the fleet, the pods lost are then the ones whose
-//     budget the window could never have met, not the ones whose turn came last;
+//     last chance. While the server is congested (below) it waits for that last chance,
+//     slot or not: sent earlier it would sit in the server's queue ahead of other agents'
+//     pods whose budget can still be kept. With too few seats for the fleet, the pods lost
+//     are then the ones whose budget the window could never have met, not the ones whose
+//     turn came last;
 //   - while the server is congested (a throttling answer since the last accepted request, a
 //     pause, or answers that take congestedRTT), a request whose last safe moment is further
 //     than the horizon (twice the measured margin, at least horizonMin) waits, slot or not:
@@ -315,14 +318,23 @@ func (g *gate) horizon() time.Duration {
 }
 
 // held reports whether w waits, slot or not, at now: the server is congested and w's last
-// safe moment is further than the horizon. Only deadline-bound evictions whose budget can
-// still be kept are held, and none while the gate probes with nothing in flight: the probe
-// must go for an answer to come. Called with mu held.
+// safe moment is further than the horizon, or already past (a lost budget). Only
+// deadline-bound evictions are held, and none while nothing is in flight and the congestion
+// is one that only an answer lifts (the probe of a notice, a throttling answer whose pause has
+// ended): the most urgent request goes for that answer. Called with mu held.
 func (g *gate) held(w *waiter, now time.Time, congested bool, horizon time.Duration) bool {
-	if g.probing && g.inflight == 0 {
+	if g.inflight == 0 && (g.probing || g.throttles > 0) {
+		// Only an answer can lift this congestion: the most urgent request goes for one.
 		return false
 	}
-	return congested && !w.background && !w.lastChance.IsZero() && !w.overdue(now) && w.key.After(now.Add(horizon))
+	if !congested || w.background || w.lastChance.IsZero() {
+		return false
+	}
+	// A lost budget's deadline is its last chance (to be gone in time at all).
+	if w.overdue(now) {
+		return w.lastChance.After(now.Add(horizon))
+	}
+	return w.key.After(now.Add(horizon))
 }
 
 // disarm forgets w's timer. Called with mu held.
@@ -370,7 +382,8 @@ func (g *gate) dispatch(self *waiter) time.Duration {
 			break
 		}
 		w := g.waiting[i]
-		if w.background && g.bgFlight >= max(1, g.limit/2) {
+		// Evictions sort first: a background write behind one (held) waits too.
+		if w.background && (i > 0 || g.bgFlight >= max(1, g.limit/2)) {
 			break
 		}
 		g.waiting = slices.Delete(g.waiting, i, i+1)
@@ -391,7 +404,11 @@ func (g *gate) dispatch(self *waiter) time.Duration {
 			earlier(w.mustGo)
 		}
 		if g.held(w, now, congested, horizon) {
-			earlier(w.key.Add(-horizon))
+			if w.overdue(now) {
+				earlier(w.lastChance.Add(-horizon))
+			} else {
+				earlier(w.key.Add(-horizon))
+			}
 		}
 	}
 	if next.IsZero() {

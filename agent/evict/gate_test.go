@@ -516,3 +516,59 @@ func TestGateRestartsAfterIdle(t *testing.T) {
 		t.Fatalf("limit %d after 1.001 s idle, want %d (a restart)", l, gateRestartLimit+1)
 	}
 }
+
+// TestGateLostBudgetWaitsWhileCongested: while the server is congested, a pod past its last
+// safe moment waits with slots free until its last chance is within the horizon (12 s here):
+// sent earlier it would sit in the server's queue ahead of other agents' pods whose budget can
+// still be kept; its last chance is its deadline now (a 1 s grace), and the horizon is how far
+// ahead of a deadline a request goes.
+func TestGateLostBudgetWaitsWhileCongested(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	g := newGate(clk, 8, func() float64 { return 0 })
+	congest(t, g, clk)
+	now := clk.Now()
+	lost := acquireAsync(g, now.Add(-10*time.Second), now.Add(-11*time.Second), now.Add(20*time.Second), false)
+	until(t, "the lost budget's timer", func() bool { _, _, w, _ := g.state(); return w == 1 && clk.HasWaiters() })
+	clk.Step(8*time.Second - time.Millisecond)
+	if _, ok := granted(lost); ok {
+		t.Fatal("a pod past its last safe moment went 20 s before its last chance while the server was congested")
+	}
+	clk.Step(time.Millisecond)
+	until(t, "the lost budget 12 s before its last chance", func() bool { _, ok := granted(lost); return ok })
+}
+
+// TestGateBackgroundWaitsBehindHeld: a background write (the early warning) does not take a
+// slot that an eviction held by the horizon leaves free: it goes once no eviction waits.
+func TestGateBackgroundWaitsBehindHeld(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	g := newGate(clk, 8, func() float64 { return 0 })
+	congest(t, g, clk) // horizon 12 s
+	now := clk.Now()
+	far := acquireAsync(g, now.Add(20*time.Second), now.Add(19*time.Second), now.Add(30*time.Second), false)
+	until(t, "the far waiter's timer", func() bool { _, _, w, _ := g.state(); return w == 1 && clk.HasWaiters() })
+	bg := acquireAsync(g, time.Time{}, time.Time{}, time.Time{}, true)
+	until(t, "the background waiter", func() bool { _, _, w, _ := g.state(); return w == 2 })
+	if _, ok := granted(bg); ok {
+		t.Fatal("a background write went while an eviction was held")
+	}
+	clk.Step(8 * time.Second) // the far one's horizon
+	until(t, "the held eviction", func() bool { _, ok := granted(far); return ok })
+	until(t, "the background write once no eviction waits", func() bool { _, ok := granted(bg); return ok })
+}
+
+// TestGateProbesAfterThrottling: after a throttling answer's pause, with nothing in flight,
+// the most urgent request goes even beyond the horizon: only an answer lifts that congestion.
+func TestGateProbesAfterThrottling(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	g := newGate(clk, 8, func() float64 { return 0 })
+	tk, _ := g.acquire(context.Background(), t0.Add(time.Minute), time.Time{}, time.Time{}, false)
+	tk.done(throttled(1))
+	far := acquireAsync(g, t0.Add(30*time.Second), t0.Add(29*time.Second), t0.Add(40*time.Second), false)
+	farther := acquireAsync(g, t0.Add(31*time.Second), t0.Add(30*time.Second), t0.Add(40*time.Second), false)
+	until(t, "both waiters", func() bool { _, _, w, _ := g.state(); return w == 2 && clk.HasWaiters() })
+	clk.Step(time.Second) // the pause ends
+	until(t, "the probe after the pause", func() bool { _, ok := granted(far); return ok })
+	if _, ok := granted(farther); ok {
+		t.Fatal("a second request beyond the horizon went before the probe's answer")
+	}
+}

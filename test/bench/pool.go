@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -59,6 +60,9 @@ type poolRun struct {
 	LostFeasible    int
 	// Load is the machine's load average (1, 5, 15 minutes) when the run ended.
 	Load string
+	// Answers are the handler's answered requests by "VERB resource code", and Sent its
+	// requests by "VERB resource", answered or not, watches apart (the proxies' counts).
+	Answers, Sent map[string]int
 }
 
 // poolStartup and poolStartupPerNode are how far ahead of the handlers' start the notice is
@@ -104,6 +108,9 @@ func (b *bench) pool(ctx context.Context, rep *report) error {
 			b.o.Logf("pool: %s at %d seats: %d/%d in time, %d evictions, %d 429s, worst lateness %s, lost %s, %.1f accepted/s, lost though feasible %d, load %s",
 				side, seats, r.InTime, r.Pods, r.Evictions, r.Throttled, r.WorstLate.Round(10*time.Millisecond),
 				byGrace(r.LostByGrace, "none"), r.Rate, r.LostFeasible, r.Load)
+			if side != poolTaint {
+				b.o.Logf("pool: %s at %d seats: requests sent %s; answers %s", side, seats, counts(r.Sent), counts(r.Answers))
+			}
 			rep.Pool = append(rep.Pool, r)
 		}
 	}
@@ -237,10 +244,14 @@ func (b *bench) poolRun(ctx context.Context, side string, seats int) (*poolRun, 
 	if left := time.Until(notice); left < 2*time.Second {
 		return nil, fmt.Errorf("pool: the handlers took too long to start: %s left before the notice at %s, want 2 s", left.Round(time.Millisecond), notice.Format(time.RFC3339))
 	}
-	before := map[string]int{}
+	before, sentBefore := map[string]int{}, map[string]int{}
 	for _, p := range proxies {
 		for k, v := range p.codeCounts() {
 			before[k] += v
+		}
+		c, _ := p.snapshot()
+		for k, v := range c {
+			sentBefore[k] += v
 		}
 	}
 	m0, err := b.apiserverMetrics(ctx)
@@ -314,13 +325,23 @@ func (b *bench) poolRun(ctx context.Context, side string, seats int) (*poolRun, 
 			r.ForeverEvicted++
 		}
 	}
-	after := map[string]int{}
+	after, sentAfter := map[string]int{}, map[string]int{}
 	for _, p := range proxies {
 		for k, v := range p.codeCounts() {
 			after[k] += v
 		}
+		c, _ := p.snapshot()
+		for k, v := range c {
+			sentAfter[k] += v
+		}
 	}
-	for k, v := range requestDiff(before, after) {
+	r.Answers, r.Sent = requestDiff(before, after), requestDiff(sentBefore, sentAfter)
+	for k := range r.Sent {
+		if strings.HasPrefix(k, "WATCH ") {
+			delete(r.Sent, k)
+		}
+	}
+	for k, v := range r.Answers {
 		f := strings.Fields(k) // VERB resource code
 		if len(f) != 3 {
 			continue
@@ -425,4 +446,14 @@ func loadAverage() string {
 		return "?"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// counts writes a count map sorted by key ("GET pods: 3, LIST pods: 1").
+func counts(m map[string]int) string {
+	keys := slices.Sorted(maps.Keys(m))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s: %d", k, m[k])
+	}
+	return strings.Join(parts, ", ")
 }
