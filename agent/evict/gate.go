@@ -39,9 +39,10 @@ import (
 //   - a request whose pod is past its last safe moment (its budget is lost: every second costs
 //     it a second of grace, and no order can give it back) goes after every request whose
 //     budget can still be kept, and no longer past the limit at its force point: only at its
-//     last chance. While the server is congested (below) it waits for that last chance,
-//     slot or not: sent earlier it would sit in the server's queue ahead of other agents'
-//     pods whose budget can still be kept. With too few seats for the fleet, the pods lost
+//     last chance. While the server is congested (below) its deadline for the horizon is
+//     that last chance: it waits, slot or not, until the last chance is within the horizon;
+//     sent earlier it would sit in the server's queue ahead of other agents' pods whose
+//     budget can still be kept. With too few seats for the fleet, the pods lost
 //     are then the ones whose budget the window could never have met, not the ones whose
 //     turn came last;
 //   - while the server is congested (a throttling answer since the last accepted request, a
@@ -65,7 +66,9 @@ import (
 //     limit grows from there, a slow one or a 429 keeps it. Without this, every agent of a
 //     pool sent its whole node (38 requests in 1.5 s) before any answer could show the
 //     congestion, the server's queues held all the fleet's pods in arrival order, and the
-//     horizon applied to the resends only.
+//     horizon applied to the resends only. Likewise after a throttling answer's pause: with
+//     nothing in flight the most urgent request goes, whatever the horizon, for only an
+//     answer can show that the congestion is over.
 //
 // Why the fleet needs this: APF classifies the agents' requests by FlowSchema and flow
 // distinguisher; the agents share one ServiceAccount in kube-system, which the default
