@@ -33,12 +33,15 @@ var poolGraces = []int64{45, 30, 20, 10, 5, 2}
 
 // poolRun is one side at one seat count.
 type poolRun struct {
-	Side            string
-	Seats           int
-	Nodes, Pods     int // Pods: the evictable pods, on all nodes
-	InTime          int // evictable pods gone by D - margin
-	ForeverEvicted  int // pods that tolerate the taint forever and were evicted anyway
-	Throttled       int // 429 answers to the handler's requests (APF's own; no PDB in the workload)
+	Side           string
+	Seats          int
+	Nodes, Pods    int // Pods: the evictable pods, on all nodes
+	InTime         int // evictable pods gone by D - margin
+	ForeverEvicted int // pods that tolerate the taint forever and were evicted anyway
+	Throttled      int // 429 answers to the handler's evictions and pod deletes (APF's own; no PDB in the workload)
+	// OtherThrottled are 429 answers to the handler's other requests: NTH's drain polls every
+	// evicted pod with a GET each second until it is gone (kubectl's waitForDelete).
+	OtherThrottled  int
 	Evictions       int // eviction requests
 	Deletes         int // DELETE requests of pods
 	Warnings        int // pods/status patches (the early warning)
@@ -105,8 +108,8 @@ func (b *bench) pool(ctx context.Context, rep *report) error {
 			if err != nil {
 				return err
 			}
-			b.o.Logf("pool: %s at %d seats: %d/%d in time, %d evictions, %d 429s, worst lateness %s, lost %s, %.1f accepted/s, lost though feasible %d, load %s",
-				side, seats, r.InTime, r.Pods, r.Evictions, r.Throttled, r.WorstLate.Round(10*time.Millisecond),
+			b.o.Logf("pool: %s at %d seats: %d/%d in time, %d evictions, %d 429s (%d to other requests), worst lateness %s, lost %s, %.1f accepted/s, lost though feasible %d, load %s",
+				side, seats, r.InTime, r.Pods, r.Evictions, r.Throttled, r.OtherThrottled, r.WorstLate.Round(10*time.Millisecond),
 				byGrace(r.LostByGrace, "none"), r.Rate, r.LostFeasible, r.Load)
 			if side != poolTaint {
 				b.o.Logf("pool: %s at %d seats: requests sent %s; answers %s", side, seats, counts(r.Sent), counts(r.Answers))
@@ -347,7 +350,11 @@ func (b *bench) poolRun(ctx context.Context, side string, seats int) (*poolRun, 
 			continue
 		}
 		if f[2] == "429" {
-			r.Throttled += v
+			if (f[0] == "CREATE" && f[1] == "pods/eviction") || (f[0] == "DELETE" && f[1] == "pods") {
+				r.Throttled += v
+			} else {
+				r.OtherThrottled += v
+			}
 		}
 		switch {
 		case f[0] == "CREATE" && f[1] == "pods/eviction":
@@ -380,8 +387,8 @@ func (r *report) poolMD(p printer, o options) {
 		"workload-high, with kube-controller-manager running as itself). Every node gets its notice at the same\n"+
 		"instant from its own amazon-ec2-metadata-mock (IMDSv2, `--mock-trigger-time`, the reclaim time fixed), a %s\n"+
 		"window and a %s margin. kube-apiserver runs with APF on and the seats given (`--max-requests-inflight` +\n"+
-		"`--max-mutating-requests-inflight`, split 2:1). Requests and 429s are the agents' own, counted by a proxy in\n"+
-		"front of each; a pod is gone at the earlier of its removal and the deletionTimestamp the API server gave it\n"+
+		"`--max-mutating-requests-inflight`, split 2:1). Requests and 429s are the handlers' own, counted by a proxy in\n"+
+		"front of each (429s: to evictions and deletes, and in brackets to other requests); a pod is gone at the earlier of its removal and the deletionTimestamp the API server gave it\n"+
 		"(kwok lags behind hundreds of deletes at one instant); *worst lateness* is the latest a pod was gone against\n"+
 		"its plan (the notice plus its grace, or the window's end when the grace is longer). *Accepted/s* is the\n"+
 		"evictions a second the fleet got accepted by the window's end; *feasible* is what the best order could\n"+
@@ -402,8 +409,12 @@ func (r *report) poolMD(p printer, o options) {
 			lf = fmt.Sprint(x.LostFeasible)
 			rate = fmt.Sprintf("%.1f", x.Rate)
 		}
-		p("| %d | %s | %d/%d | %d | %d (%.2f) | %d | %d | %d | %+.1f s | %s | %s | %s | %s | %.0f / %.1f | %s |\n", x.Seats, x.Side, x.InTime, x.Pods,
-			x.ForeverEvicted, x.Evictions, float64(x.Evictions)/float64(max(1, x.Pods)), x.Throttled, x.Deletes, x.Warnings,
+		throttled := fmt.Sprint(x.Throttled)
+		if x.OtherThrottled > 0 {
+			throttled += fmt.Sprintf(" (+%d other)", x.OtherThrottled)
+		}
+		p("| %d | %s | %d/%d | %d | %d (%.2f) | %s | %d | %d | %+.1f s | %s | %s | %s | %s | %.0f / %.1f | %s |\n", x.Seats, x.Side, x.InTime, x.Pods,
+			x.ForeverEvicted, x.Evictions, float64(x.Evictions)/float64(max(1, x.Pods)), throttled, x.Deletes, x.Warnings,
 			x.WorstLate.Seconds(), byGrace(x.LostByGrace, "none"), rate, best, lf, x.RejectedByAPF, x.WaitedInQueues, x.Load)
 	}
 	for _, x := range r.Pool {
