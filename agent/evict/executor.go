@@ -130,6 +130,10 @@ func (e *Executor) SetView(v View) bool {
 		old := e.drain
 		old.close(e.o.Metrics.BlockedPods)
 		e.drain = newDrain(v.Window, v.Notice)
+		if v.Window.HasDeadline() {
+			// A notice: its burst starts cold (gate.go).
+			e.gate.notice()
+		}
 		if old.window.HasDeadline() && v.Window.HasDeadline() {
 			// The same interruption with a new deadline: what was already sent stands (one
 			// request per pod), the rest starts afresh.

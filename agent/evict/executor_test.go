@@ -360,3 +360,16 @@ func TestEnqueueAllLostBudgetLast(t *testing.T) {
 		t.Fatalf("queued %v, want %v", got, want)
 	}
 }
+
+// TestSetViewStartsNoticeCold (issue 24): a new window with a deadline starts the gate cold
+// (gate.go): the restart limit, and a probe before the node's other pods.
+func TestSetViewStartsNoticeCold(t *testing.T) {
+	f := newFixture(t, testPod("a", 5))
+	if l, _, _, _ := f.e.gate.state(); l == gateRestartLimit {
+		t.Fatalf("limit %d before any notice", l)
+	}
+	f.e.SetView(view(t0.Add(40 * time.Second)))
+	if l, _, _, _ := f.e.gate.state(); l != gateRestartLimit {
+		t.Fatalf("limit %d after a notice, want %d", l, gateRestartLimit)
+	}
+}

@@ -54,12 +54,13 @@ import (
 //     keeps in the queue only what is due within the horizon, and the seats go to the nearest
 //     moments fleet-wide. A held request goes at the horizon, and at its force point at the
 //     latest, as before;
-//   - a notice starts cold: when a deadline-bound eviction arrives at a gate that has had
-//     nothing in flight for longer than the retransmission timeout (max(1 s, the measured
-//     margin)), the limit falls back to gateRestartLimit (TCP's restart after idle, RFC 5681
-//     section 4.1, and its slow start: one more per accepted request doubles the limit every
+//   - a notice starts cold: at a new window with a deadline, with nothing in flight, the
+//     limit falls back to gateRestartLimit (as TCP restarts an idle connection, RFC 5681
+//     section 4.1, with its slow start: one more per accepted request doubles the limit every
 //     round trip), and the server counts as congested until the first answer comes back (the
-//     probe). While probing, the most urgent request goes when nothing is in flight, and the
+//     probe). Only at the notice: pods that become due one by one later in the window keep
+//     the limit the answers gave (restarting after every second of quiet cost a 200 ms
+//     server three round trips for a handful of pods due together). While probing, the most urgent request goes when nothing is in flight, and the
 //     others wait as under congestion: within the limit, and only when due within the
 //     horizon. The first answer re-seeds the measured margin (RFC 6298, 2.2: a first
 //     measurement) and ends the probe: a quick accepted answer lifts the congestion and the
@@ -82,12 +83,9 @@ const (
 	// gateInitialLimit is the in-flight limit of a new gate, for requests that are not
 	// deadline-bound (a notice restarts at gateRestartLimit).
 	gateInitialLimit = 8
-	// gateRestartLimit is the in-flight limit at a notice (a deadline-bound eviction at an
-	// idle gate, see above): RFC 5681's restart window, two segments of TCP's initial window.
+	// gateRestartLimit is the in-flight limit at a notice (see above): RFC 5681's restart
+	// window, two segments of TCP's initial window.
 	gateRestartLimit = 2
-	// restartIdleMin is the least idle time after which a notice restarts the gate: RFC
-	// 6298's minimum retransmission timeout (2.4), which RFC 5681 section 4.1 restarts after.
-	restartIdleMin = time.Second
 	// throttleBackoffBase and throttleBackoffMax bound the agent's pause after throttling
 	// answers in a row when the server gives no longer Retry-After: 100 ms doubling to 5 s.
 	throttleBackoffBase = 100 * time.Millisecond
@@ -128,12 +126,10 @@ type gate struct {
 	// by a release, which has no timer of its own, pokes a waiter when the gate's next moment
 	// comes before it: a held request's horizon moves with every answer.
 	armedAt time.Time
-	// probing is set from a restart (a notice at an idle gate) to the first answer: the
-	// server counts as congested meanwhile (see above). reseed makes the next measured
-	// answer the margin's first measurement. active is when a request was last granted or
-	// answered (zero: never).
+	// probing is set from a notice to the first answer: the server counts as congested
+	// meanwhile (see above). reseed makes the next measured answer the margin's first
+	// measurement.
 	probing, reseed bool
-	active          time.Time
 }
 
 // queueMarginMax caps the measured queueing margin: past it the grace is better spent on the
@@ -235,7 +231,6 @@ func (g *gate) acquire(ctx context.Context, key, mustGo, lastChance time.Time, b
 	w := &waiter{key: key, mustGo: mustGo, lastChance: lastChance, background: background, seq: g.seq,
 		granted: make(chan struct{}), poke: make(chan struct{}, 1)}
 	g.waiting = append(g.waiting, w)
-	g.restart(w)
 	wake := g.dispatch(w)
 	g.mu.Unlock()
 	for {
@@ -283,16 +278,13 @@ func stop(t clock.Timer) {
 	}
 }
 
-// restart starts a notice cold (see above): a deadline-bound eviction w at a gate with
-// nothing in flight, idle for longer than max(restartIdleMin, the measured margin) or never
-// used, sets the limit back to at most gateRestartLimit and probes. Called with mu held.
-func (g *gate) restart(w *waiter) {
-	if w.background || w.lastChance.IsZero() || g.inflight > 0 {
-		return
-	}
-	now := g.clock.Now()
-	rto := max(restartIdleMin, min(g.srtt+4*g.rttvar, queueMarginMax))
-	if !g.active.IsZero() && now.Sub(g.active) <= rto {
+// notice starts a notice cold (see above): with nothing in flight, the limit falls back to at
+// most gateRestartLimit and the gate probes; with requests in flight, their answers measure
+// the server already. SetView calls it for every new window with a deadline.
+func (g *gate) notice() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.inflight > 0 {
 		return
 	}
 	g.limit = min(g.limit, gateRestartLimit)
@@ -437,7 +429,6 @@ func (g *gate) dispatch(self *waiter) time.Duration {
 func due(t, now time.Time) bool { return !t.IsZero() && !now.Before(t) }
 
 func (g *gate) grant(w *waiter) {
-	g.active = g.clock.Now()
 	g.disarm(w)
 	w.out = true
 	g.inflight++
@@ -454,7 +445,6 @@ func (g *gate) release(background bool, err error, took time.Duration) {
 	if background {
 		g.bgFlight--
 	}
-	g.active = g.clock.Now()
 	if measures(err) {
 		g.observe(took)
 	}

@@ -377,12 +377,13 @@ func TestGateHorizonMovesWithAnswers(t *testing.T) {
 	until(t, "the held request at its new horizon", func() bool { _, ok := granted(far); return ok })
 }
 
-// notice queues n deadline-bound evictions at a gate, as a notice does: the most urgent one
+// notice starts a notice at g and queues n deadline-bound evictions, as a notice does: the most urgent one
 // first and alone (the executor queues a node's pods most urgent first), then the others,
 // their last safe moments 1 s apart from first+1 s on; all due now. It returns the first's
 // ticket and the others' channels, by last safe moment.
 func notice(t *testing.T, g *gate, clk *clocktesting.FakeClock, first time.Duration, n int) (*ticket, []<-chan *ticket) {
 	t.Helper()
+	g.notice() // as SetView does for a new window with a deadline
 	now := clk.Now()
 	end := now.Add(35 * time.Second)
 	tk, err := g.acquire(context.Background(), now.Add(first), now.Add(first-time.Second), end, false)
@@ -477,44 +478,46 @@ func TestGateNoticeSlowProbeKeepsTheHorizon(t *testing.T) {
 	}
 }
 
-// TestGateRestartsAfterIdle: a deadline-bound eviction restarts the gate (restart limit,
-// probe) only after the gate was idle for longer than 1 s (the minimum retransmission
-// timeout), not within a burst; a request without a deadline never does.
-func TestGateRestartsAfterIdle(t *testing.T) {
+// TestGateRestartsAtNotice: a notice (a new window with a deadline) restarts an idle gate at
+// the restart limit; pods that become due later in the window, after seconds of quiet, keep
+// the limit the answers gave; a notice while requests are in flight changes nothing (their
+// answers measure the server already).
+func TestGateRestartsAtNotice(t *testing.T) {
 	clk := clocktesting.NewFakeClock(t0)
 	g := newGate(clk, 64, func() float64 { return 0 })
-	answer := func(lastChance time.Time) {
+	answer := func() {
 		t.Helper()
-		tk, err := g.acquire(context.Background(), clk.Now().Add(time.Minute), time.Time{}, lastChance, false)
+		tk, err := g.acquire(context.Background(), clk.Now().Add(time.Minute), time.Time{}, clk.Now().Add(time.Minute), false)
 		if err != nil {
 			t.Fatal(err)
 		}
 		tk.done(nil)
 	}
-	if l, _, _, _ := g.state(); l != gateInitialLimit {
+	limit := func() int { l, _, _, _ := g.state(); return l }
+	if l := limit(); l != gateInitialLimit {
 		t.Fatalf("limit %d on a new gate, want %d", l, gateInitialLimit)
 	}
-	answer(time.Time{}) // no deadline: no restart, 8 + 1
-	if l, _, _, _ := g.state(); l != gateInitialLimit+1 {
-		t.Fatalf("limit %d after a request without deadline, want %d", l, gateInitialLimit+1)
+	g.notice()
+	if l := limit(); l != gateRestartLimit {
+		t.Fatalf("limit %d at a notice, want %d", l, gateRestartLimit)
 	}
-	clk.Step(time.Hour)
-	answer(clk.Now().Add(time.Minute)) // a notice after an idle hour: restart, 2 + 1
-	if l, _, _, _ := g.state(); l != gateRestartLimit+1 {
-		t.Fatalf("limit %d after a notice at an idle gate, want %d", l, gateRestartLimit+1)
-	}
+	answer()
 	for range 3 {
-		clk.Step(time.Second) // within the 1 s idle: the same burst
-		answer(clk.Now().Add(time.Minute))
+		clk.Step(5 * time.Second) // quiet, then one more pod due within the window
+		answer()
 	}
-	if l, _, _, _ := g.state(); l != gateRestartLimit+4 {
-		t.Fatalf("limit %d within a burst, want %d (no restart)", l, gateRestartLimit+4)
+	if l := limit(); l != gateRestartLimit+4 {
+		t.Fatalf("limit %d after four answers within the window, want %d (no restart)", l, gateRestartLimit+4)
 	}
-	clk.Step(time.Second + time.Millisecond)
-	answer(clk.Now().Add(time.Minute))
-	if l, _, _, _ := g.state(); l != gateRestartLimit+1 {
-		t.Fatalf("limit %d after 1.001 s idle, want %d (a restart)", l, gateRestartLimit+1)
+	inflight, err := g.acquire(context.Background(), clk.Now().Add(time.Minute), time.Time{}, clk.Now().Add(time.Minute), false)
+	if err != nil {
+		t.Fatal(err)
 	}
+	g.notice()
+	if l := limit(); l != gateRestartLimit+4 {
+		t.Fatalf("limit %d after a notice with a request in flight, want %d", l, gateRestartLimit+4)
+	}
+	inflight.done(nil)
 }
 
 // TestGateLostBudgetWaitsWhileCongested: while the server is congested, a pod past its last
