@@ -60,9 +60,9 @@ import (
 //     round trip), and the server counts as congested until the first answer comes back (the
 //     probe). Only at the notice: pods that become due one by one later in the window keep
 //     the limit the answers gave (restarting after every second of quiet cost a 200 ms
-//     server three round trips for a handful of pods due together). While probing, the most urgent request goes when nothing is in flight, and the
-//     others wait as under congestion: within the limit, and only when due within the
-//     horizon. The first answer re-seeds the measured margin (RFC 6298, 2.2: a first
+//     server three round trips for a handful of pods due together). While probing, the
+//     most urgent request goes when nothing is in flight, and the others wait as under
+//     congestion: within the limit, and only when due within the horizon. The first answer re-seeds the measured margin (RFC 6298, 2.2: a first
 //     measurement) and ends the probe: a quick accepted answer lifts the congestion and the
 //     limit grows from there, a slow one or a 429 keeps it. Without this, every agent of a
 //     pool sent its whole node (38 requests in 1.5 s) before any answer could show the
@@ -449,7 +449,7 @@ func (g *gate) release(background bool, err error, took time.Duration) {
 		g.observe(took)
 	}
 	if answered(err) {
-		// The probe's answer (see restart): from now on the answers say whether the
+		// The probe's answer (see notice): from now on the answers say whether the
 		// server is congested.
 		g.probing = false
 	}
