@@ -130,6 +130,10 @@ func (e *Executor) SetView(v View) bool {
 		old := e.drain
 		old.close(e.o.Metrics.BlockedPods)
 		e.drain = newDrain(v.Window, v.Notice)
+		if v.Window.HasDeadline() {
+			// A notice: its burst starts cold (gate.go).
+			e.gate.notice()
+		}
 		if old.window.HasDeadline() && v.Window.HasDeadline() {
 			// The same interruption with a new deadline: what was already sent stands (one
 			// request per pod), the rest starts afresh.
@@ -162,28 +166,39 @@ func (e *Executor) Enqueue(obj any) {
 	}
 }
 
-// EnqueueAll queues every pod of the node, the most urgent first (by their last safe moment,
-// the gate's order): the workers take them in that order, so that the first requests of a
-// notice, sent before the gate holds any waiter to order, are already the most urgent ones.
+// EnqueueAll queues every pod of the node, the most urgent first (the gate's order: by their
+// last safe moment, a pod already past it after the others): the workers take them in that
+// order, so that the first requests of a notice, sent before the gate holds any waiter to
+// order (the probe, see gate.go), are already the most urgent ones.
 func (e *Executor) EnqueueAll() {
 	pods, err := e.o.Pods.List(labels.Everything())
 	if err != nil {
 		return
 	}
 	view := e.View()
+	now := e.o.Clock.Now()
 	type item struct {
-		pod     *v1.Pod
-		planned bool
-		key     time.Time
+		pod              *v1.Pod
+		planned, overdue bool
+		key              time.Time
 	}
 	items := make([]item, len(pods))
 	for i, p := range pods {
 		pl := plan.PlanPod(p, view.Taints, view.Window, e.o.Filter, e.o.ComparisonOperators)
-		items[i] = item{pod: p, planned: pl.Skip == plan.SkipNone, key: gateKey(pl, pl.Bound(view.Window))}
+		w := pl.Bound(view.Window)
+		key := gateKey(pl, w)
+		items[i] = item{pod: p, planned: pl.Skip == plan.SkipNone, key: key,
+			overdue: w.HasDeadline() && key.Before(now)}
 	}
 	slices.SortStableFunc(items, func(a, b item) int {
 		if a.planned != b.planned {
 			if a.planned {
+				return -1
+			}
+			return 1
+		}
+		if a.overdue != b.overdue {
+			if b.overdue {
 				return -1
 			}
 			return 1

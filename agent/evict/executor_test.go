@@ -385,3 +385,35 @@ func TestDeadlineBoundSendRemeasuresTheMargin(t *testing.T) {
 		t.Errorf("evicted with grace %ds, want the whole 10s", grace)
 	}
 }
+
+// TestEnqueueAllLostBudgetLast (issue 24): a pod whose budget the window can never meet (its
+// grace longer than the window: its last safe moment has passed at the notice) is queued after
+// the pods whose budget can still be kept, as the gate orders them, so that the notice's probe
+// (the first request, gate.go) is a pod that can still keep its grace.
+func TestEnqueueAllLostBudgetLast(t *testing.T) {
+	f := newFixture(t, testPod("a5", 5), testPod("b45", 45), testPod("c30", 30))
+	f.e.SetView(view(t0.Add(40 * time.Second))) // window ends at t0+35s: b45's moment has passed
+	var got []string
+	for f.e.queue.Len() > 0 {
+		k, _ := f.e.queue.Get()
+		got = append(got, k)
+		f.e.queue.Done(k)
+	}
+	want := []string{"ns/c30", "ns/a5", "ns/b45"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("queued %v, want %v", got, want)
+	}
+}
+
+// TestSetViewStartsNoticeCold (issue 24): a new window with a deadline starts the gate cold
+// (gate.go): the restart limit, and a probe before the node's other pods.
+func TestSetViewStartsNoticeCold(t *testing.T) {
+	f := newFixture(t, testPod("a", 5))
+	if l, _, _, _ := f.e.gate.state(); l == gateRestartLimit {
+		t.Fatalf("limit %d before any notice", l)
+	}
+	f.e.SetView(view(t0.Add(40 * time.Second)))
+	if l, _, _, _ := f.e.gate.state(); l != gateRestartLimit {
+		t.Fatalf("limit %d after a notice, want %d", l, gateRestartLimit)
+	}
+}

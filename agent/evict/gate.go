@@ -34,13 +34,17 @@ import (
 //   - the server's queueing is measured, not guessed: the time its answers take (a smoothed
 //     mean plus four deviations, as TCP's retransmission timeout, RFC 6298) is the margin a
 //     grace leaves for the request to wait in APF's queue (queueMargin);
-//   - background writes (the pods' early warning) go only when no eviction waits, and hold at
-//     most half the slots;
+//   - background writes (the pods' early warning) go only when no eviction waits, not even
+//     one held by the horizon below, and hold at most half the slots;
 //   - a request whose pod is past its last safe moment (its budget is lost: every second costs
 //     it a second of grace, and no order can give it back) goes after every request whose
 //     budget can still be kept, and no longer past the limit at its force point: only at its
-//     last chance. With too few seats for the fleet, the pods lost are then the ones whose
-//     budget the window could never have met, not the ones whose turn came last;
+//     last chance. While the server is congested (below) its deadline for the horizon is
+//     that last chance: it waits, slot or not, until the last chance is within the horizon;
+//     sent earlier it would sit in the server's queue ahead of other agents' pods whose
+//     budget can still be kept. With too few seats for the fleet, the pods lost
+//     are then the ones whose budget the window could never have met, not the ones whose
+//     turn came last;
 //   - while the server is congested (a throttling answer since the last accepted request, a
 //     pause, or answers that take congestedRTT), a request whose last safe moment is further
 //     than the horizon (twice the measured margin, at least horizonMin) waits, slot or not:
@@ -49,7 +53,23 @@ import (
 //     safe moment is an ordering key across the fleet that needs no coordination: each agent
 //     keeps in the queue only what is due within the horizon, and the seats go to the nearest
 //     moments fleet-wide. A held request goes at the horizon, and at its force point at the
-//     latest, as before.
+//     latest, as before;
+//   - a notice starts cold: at a new window with a deadline, with nothing in flight, the
+//     limit falls back to gateRestartLimit (as TCP restarts an idle connection, RFC 5681
+//     section 4.1, with its slow start: one more per accepted request doubles the limit every
+//     round trip), and the server counts as congested until the first answer comes back (the
+//     probe). Only at the notice: pods that become due one by one later in the window keep
+//     the limit the answers gave (restarting after every second of quiet cost a 200 ms
+//     server three round trips for a handful of pods due together). While probing, the
+//     most urgent request goes when nothing is in flight, and the others wait as under
+//     congestion: within the limit, and only when due within the horizon. The first answer re-seeds the measured margin (RFC 6298, 2.2: a first
+//     measurement) and ends the probe: a quick accepted answer lifts the congestion and the
+//     limit grows from there, a slow one or a 429 keeps it. Without this, every agent of a
+//     pool sent its whole node (38 requests in 1.5 s) before any answer could show the
+//     congestion, the server's queues held all the fleet's pods in arrival order, and the
+//     horizon applied to the resends only. Likewise after a throttling answer's pause: with
+//     nothing in flight the most urgent request goes, whatever the horizon, for only an
+//     answer can show that the congestion is over.
 //
 // Why the fleet needs this: APF classifies the agents' requests by FlowSchema and flow
 // distinguisher; the agents share one ServiceAccount in kube-system, which the default
@@ -60,9 +80,12 @@ import (
 // findDispatchQueueToBoundLocked): across agents the server serves in arrival order, and the
 // only order the fleet can impose is what it sends when.
 const (
-	// gateInitialLimit is the in-flight limit before any answer came back: a burst of a
-	// whole node's pods starts with this many, and grows with every accepted request.
+	// gateInitialLimit is the in-flight limit of a new gate, for requests that are not
+	// deadline-bound (a notice restarts at gateRestartLimit).
 	gateInitialLimit = 8
+	// gateRestartLimit is the in-flight limit at a notice (see above): RFC 5681's restart
+	// window, two segments of TCP's initial window.
+	gateRestartLimit = 2
 	// throttleBackoffBase and throttleBackoffMax bound the agent's pause after throttling
 	// answers in a row when the server gives no longer Retry-After: 100 ms doubling to 5 s.
 	throttleBackoffBase = 100 * time.Millisecond
@@ -103,6 +126,10 @@ type gate struct {
 	// by a release, which has no timer of its own, pokes a waiter when the gate's next moment
 	// comes before it: a held request's horizon moves with every answer.
 	armedAt time.Time
+	// probing is set from a notice to the first answer: the server counts as congested
+	// meanwhile (see above). reseed makes the next measured answer the margin's first
+	// measurement.
+	probing, reseed bool
 }
 
 // queueMarginMax caps the measured queueing margin: past it the grace is better spent on the
@@ -119,7 +146,8 @@ func (g *gate) queueMargin() time.Duration {
 // observe feeds one answer's time into the margin (RFC 6298, 2.2 and 2.3: alpha 1/8, beta 1/4).
 // Called with mu held.
 func (g *gate) observe(d time.Duration) {
-	if g.srtt == 0 {
+	if g.srtt == 0 || g.reseed {
+		g.reseed = false
 		g.srtt, g.rttvar = d, d/2
 		return
 	}
@@ -250,6 +278,19 @@ func stop(t clock.Timer) {
 	}
 }
 
+// notice starts a notice cold (see above): with nothing in flight, the limit falls back to at
+// most gateRestartLimit and the gate probes; with requests in flight, their answers measure
+// the server already. SetView calls it for every new window with a deadline.
+func (g *gate) notice() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.inflight > 0 {
+		return
+	}
+	g.limit = min(g.limit, gateRestartLimit)
+	g.probing, g.reseed = true, true
+}
+
 // remove takes w out of the waiters. Called with mu held.
 func (g *gate) remove(w *waiter) {
 	if i := slices.Index(g.waiting, w); i >= 0 {
@@ -260,7 +301,7 @@ func (g *gate) remove(w *waiter) {
 // congested reports whether the server looks saturated to the agent at now (see above).
 // Called with mu held.
 func (g *gate) congested(now time.Time) bool {
-	return g.throttles > 0 || now.Before(g.pauseUntil) || g.srtt >= congestedRTT
+	return g.probing || g.throttles > 0 || now.Before(g.pauseUntil) || g.srtt >= congestedRTT
 }
 
 // horizon is how far ahead of its last safe moment a request is sent while the server is
@@ -272,10 +313,23 @@ func (g *gate) horizon() time.Duration {
 }
 
 // held reports whether w waits, slot or not, at now: the server is congested and w's last
-// safe moment is further than the horizon. Only deadline-bound evictions whose budget can
-// still be kept are held. Called with mu held.
+// safe moment is further than the horizon, or already past (a lost budget). Only
+// deadline-bound evictions are held, and none while nothing is in flight and the congestion
+// is one that only an answer lifts (the probe of a notice, a throttling answer whose pause has
+// ended): the most urgent request goes for that answer. Called with mu held.
 func (g *gate) held(w *waiter, now time.Time, congested bool, horizon time.Duration) bool {
-	return congested && !w.background && !w.lastChance.IsZero() && !w.overdue(now) && w.key.After(now.Add(horizon))
+	if g.inflight == 0 && (g.probing || g.throttles > 0) {
+		// Only an answer can lift this congestion: the most urgent request goes for one.
+		return false
+	}
+	if !congested || w.background || w.lastChance.IsZero() {
+		return false
+	}
+	// A lost budget's deadline is its last chance (to be gone in time at all).
+	if w.overdue(now) {
+		return w.lastChance.After(now.Add(horizon))
+	}
+	return w.key.After(now.Add(horizon))
 }
 
 // disarm forgets w's timer. Called with mu held.
@@ -323,7 +377,8 @@ func (g *gate) dispatch(self *waiter) time.Duration {
 			break
 		}
 		w := g.waiting[i]
-		if w.background && g.bgFlight >= max(1, g.limit/2) {
+		// Evictions sort first: a background write behind one (held) waits too.
+		if w.background && (i > 0 || g.bgFlight >= max(1, g.limit/2)) {
 			break
 		}
 		g.waiting = slices.Delete(g.waiting, i, i+1)
@@ -344,7 +399,11 @@ func (g *gate) dispatch(self *waiter) time.Duration {
 			earlier(w.mustGo)
 		}
 		if g.held(w, now, congested, horizon) {
-			earlier(w.key.Add(-horizon))
+			if w.overdue(now) {
+				earlier(w.lastChance.Add(-horizon))
+			} else {
+				earlier(w.key.Add(-horizon))
+			}
 		}
 	}
 	if next.IsZero() {
@@ -388,6 +447,11 @@ func (g *gate) release(background bool, err error, took time.Duration) {
 	}
 	if measures(err) {
 		g.observe(took)
+	}
+	if answered(err) {
+		// The probe's answer (see notice): from now on the answers say whether the
+		// server is congested.
+		g.probing = false
 	}
 	switch {
 	case isThrottled(err) || errors.Is(err, errQueueBound):

@@ -376,3 +376,202 @@ func TestGateHorizonMovesWithAnswers(t *testing.T) {
 	clk.Step(time.Millisecond)
 	until(t, "the held request at its new horizon", func() bool { _, ok := granted(far); return ok })
 }
+
+// notice starts a notice at g and queues n deadline-bound evictions, as a notice does: the most urgent one
+// first and alone (the executor queues a node's pods most urgent first), then the others,
+// their last safe moments 1 s apart from first+1 s on; all due now. It returns the first's
+// ticket and the others' channels, by last safe moment.
+func notice(t *testing.T, g *gate, clk *clocktesting.FakeClock, first time.Duration, n int) (*ticket, []<-chan *ticket) {
+	t.Helper()
+	g.notice() // as SetView does for a new window with a deadline
+	now := clk.Now()
+	end := now.Add(35 * time.Second)
+	tk, err := g.acquire(context.Background(), now.Add(first), now.Add(first-time.Second), end, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chans []<-chan *ticket
+	for i := 1; i < n; i++ {
+		key := now.Add(first + time.Duration(i)*time.Second)
+		chans = append(chans, acquireAsync(g, key, key.Add(-time.Second), end, false))
+	}
+	until(t, "the notice's other evictions to queue", func() bool {
+		_, inflight, w, _ := g.state()
+		return inflight+w == n && clk.HasWaiters()
+	})
+	return tk, chans
+}
+
+// grantedCount is how many of chans were granted, taking their tickets into tks.
+func grantedCount(chans []<-chan *ticket, tks map[int]*ticket) int {
+	for i, ch := range chans {
+		if _, ok := tks[i]; ok {
+			continue
+		}
+		if tk, ok := granted(ch); ok {
+			tks[i] = tk
+		}
+	}
+	return len(tks)
+}
+
+// TestGateNoticeProbesFirst: at a notice the agent assumes a congested server until its first
+// answer: only the most urgent eviction goes (the probe), none of the node's others, though
+// slots are free and all are due. A quick answer lifts it, and the limit grows from the
+// restart limit, one more per accepted answer (slow start: 2, 3, 6, ...).
+func TestGateNoticeProbesFirst(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	g := newGate(clk, 64, func() float64 { return 0 })
+	probe, chans := notice(t, g, clk, 5*time.Second, 38)
+	if l, inflight, _, _ := g.state(); inflight != 1 || l != gateRestartLimit {
+		t.Fatalf("before any answer: %d in flight, limit %d; want the probe alone, limit %d", inflight, l, gateRestartLimit)
+	}
+	clk.Step(50 * time.Millisecond)
+	probe.done(nil) // quick: the server is not congested
+	tks := map[int]*ticket{}
+	until(t, "three more after a quick answer", func() bool { return grantedCount(chans, tks) == 3 })
+	for i := range 3 {
+		if _, ok := tks[i]; !ok {
+			t.Fatalf("granted %v, want the three most urgent (0, 1, 2)", tks)
+		}
+	}
+	for i := range 3 {
+		tks[i].done(nil)
+	}
+	// Limit 6 after three more accepted answers: six in flight, nine granted in all.
+	until(t, "slow start: six in flight", func() bool { grantedCount(chans, tks); _, inflight, _, _ := g.state(); return inflight == 6 })
+	if l, _, _, _ := g.state(); l != 6 {
+		t.Fatalf("limit %d after four accepted answers from the restart limit 2, want 6", l)
+	}
+}
+
+// TestGateNoticeSlowProbeKeepsTheHorizon: when the probe's answer is slow (2 s in the server's
+// queue), the congestion stays, with the horizon of the margin it measured (6 s, so 12 s): the
+// evictions due within it go, the further ones wait with slots free.
+func TestGateNoticeSlowProbeKeepsTheHorizon(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	g := newGate(clk, 64, func() float64 { return 0 })
+	probe, chans := notice(t, g, clk, 5*time.Second, 38) // last safe moments t0+5s ... t0+42s
+	clk.Step(2 * time.Second)
+	probe.done(nil)
+	if m := g.queueMargin(); m != 6*time.Second {
+		t.Fatalf("margin %s after the probe's 2 s answer, want 6 s (its first measurement)", m)
+	}
+	tks := map[int]*ticket{}
+	until(t, "the limit's three, the most urgent", func() bool { return grantedCount(chans, tks) == 3 })
+	for i := range 3 {
+		tks[i].done(nil) // instant answers: srtt 1.3 s, still congested
+	}
+	// Now t0+2s, horizon 2 x margin: the waiters whose last safe moment is within it go, up
+	// to the limit (6); beyond, none.
+	until(t, "the next ones within the horizon", func() bool { _, inflight, _, _ := g.state(); return inflight > 0 })
+	grantedCount(chans, tks)
+	h := g.horizon()
+	for i := range chans {
+		key := t0.Add(5*time.Second + time.Duration(i+1)*time.Second)
+		if _, ok := tks[i]; ok && key.After(clk.Now().Add(h)) {
+			t.Fatalf("the eviction with last safe moment %s went at %s with a %s horizon", key.Sub(t0), clk.Now().Sub(t0), h)
+		}
+	}
+	if len(tks) >= 9 {
+		t.Fatalf("%d granted: the horizon held none", len(tks))
+	}
+}
+
+// TestGateRestartsAtNotice: a notice (a new window with a deadline) restarts an idle gate at
+// the restart limit; pods that become due later in the window, after seconds of quiet, keep
+// the limit the answers gave; a notice while requests are in flight changes nothing (their
+// answers measure the server already).
+func TestGateRestartsAtNotice(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	g := newGate(clk, 64, func() float64 { return 0 })
+	answer := func() {
+		t.Helper()
+		tk, err := g.acquire(context.Background(), clk.Now().Add(time.Minute), time.Time{}, clk.Now().Add(time.Minute), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tk.done(nil)
+	}
+	limit := func() int { l, _, _, _ := g.state(); return l }
+	if l := limit(); l != gateInitialLimit {
+		t.Fatalf("limit %d on a new gate, want %d", l, gateInitialLimit)
+	}
+	g.notice()
+	if l := limit(); l != gateRestartLimit {
+		t.Fatalf("limit %d at a notice, want %d", l, gateRestartLimit)
+	}
+	answer()
+	for range 3 {
+		clk.Step(5 * time.Second) // quiet, then one more pod due within the window
+		answer()
+	}
+	if l := limit(); l != gateRestartLimit+4 {
+		t.Fatalf("limit %d after four answers within the window, want %d (no restart)", l, gateRestartLimit+4)
+	}
+	inflight, err := g.acquire(context.Background(), clk.Now().Add(time.Minute), time.Time{}, clk.Now().Add(time.Minute), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.notice()
+	if l := limit(); l != gateRestartLimit+4 {
+		t.Fatalf("limit %d after a notice with a request in flight, want %d", l, gateRestartLimit+4)
+	}
+	inflight.done(nil)
+}
+
+// TestGateLostBudgetWaitsWhileCongested: while the server is congested, a pod past its last
+// safe moment waits with slots free until its last chance is within the horizon (12 s here):
+// sent earlier it would sit in the server's queue ahead of other agents' pods whose budget can
+// still be kept; its last chance is its deadline now (a 1 s grace), and the horizon is how far
+// ahead of a deadline a request goes.
+func TestGateLostBudgetWaitsWhileCongested(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	g := newGate(clk, 8, func() float64 { return 0 })
+	congest(t, g, clk)
+	now := clk.Now()
+	lost := acquireAsync(g, now.Add(-10*time.Second), now.Add(-11*time.Second), now.Add(20*time.Second), false)
+	until(t, "the lost budget's timer", func() bool { _, _, w, _ := g.state(); return w == 1 && clk.HasWaiters() })
+	clk.Step(8*time.Second - time.Millisecond)
+	if _, ok := granted(lost); ok {
+		t.Fatal("a pod past its last safe moment went 20 s before its last chance while the server was congested")
+	}
+	clk.Step(time.Millisecond)
+	until(t, "the lost budget 12 s before its last chance", func() bool { _, ok := granted(lost); return ok })
+}
+
+// TestGateBackgroundWaitsBehindHeld: a background write (the early warning) does not take a
+// slot that an eviction held by the horizon leaves free: it goes once no eviction waits.
+func TestGateBackgroundWaitsBehindHeld(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	g := newGate(clk, 8, func() float64 { return 0 })
+	congest(t, g, clk) // horizon 12 s
+	now := clk.Now()
+	far := acquireAsync(g, now.Add(20*time.Second), now.Add(19*time.Second), now.Add(30*time.Second), false)
+	until(t, "the far waiter's timer", func() bool { _, _, w, _ := g.state(); return w == 1 && clk.HasWaiters() })
+	bg := acquireAsync(g, time.Time{}, time.Time{}, time.Time{}, true)
+	until(t, "the background waiter", func() bool { _, _, w, _ := g.state(); return w == 2 })
+	if _, ok := granted(bg); ok {
+		t.Fatal("a background write went while an eviction was held")
+	}
+	clk.Step(8 * time.Second) // the far one's horizon
+	until(t, "the held eviction", func() bool { _, ok := granted(far); return ok })
+	until(t, "the background write once no eviction waits", func() bool { _, ok := granted(bg); return ok })
+}
+
+// TestGateProbesAfterThrottling: after a throttling answer's pause, with nothing in flight,
+// the most urgent request goes even beyond the horizon: only an answer lifts that congestion.
+func TestGateProbesAfterThrottling(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	g := newGate(clk, 8, func() float64 { return 0 })
+	tk, _ := g.acquire(context.Background(), t0.Add(time.Minute), time.Time{}, time.Time{}, false)
+	tk.done(throttled(1))
+	far := acquireAsync(g, t0.Add(30*time.Second), t0.Add(29*time.Second), t0.Add(40*time.Second), false)
+	farther := acquireAsync(g, t0.Add(31*time.Second), t0.Add(30*time.Second), t0.Add(40*time.Second), false)
+	until(t, "both waiters", func() bool { _, _, w, _ := g.state(); return w == 2 && clk.HasWaiters() })
+	clk.Step(time.Second) // the pause ends
+	until(t, "the probe after the pause", func() bool { _, ok := granted(far); return ok })
+	if _, ok := granted(farther); ok {
+		t.Fatal("a second request beyond the horizon went before the probe's answer")
+	}
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -32,12 +33,15 @@ var poolGraces = []int64{45, 30, 20, 10, 5, 2}
 
 // poolRun is one side at one seat count.
 type poolRun struct {
-	Side            string
-	Seats           int
-	Nodes, Pods     int // Pods: the evictable pods, on all nodes
-	InTime          int // evictable pods gone by D - margin
-	ForeverEvicted  int // pods that tolerate the taint forever and were evicted anyway
-	Throttled       int // 429 answers to the handler's requests (APF's own; no PDB in the workload)
+	Side           string
+	Seats          int
+	Nodes, Pods    int // Pods: the evictable pods, on all nodes
+	InTime         int // evictable pods gone by D - margin
+	ForeverEvicted int // pods that tolerate the taint forever and were evicted anyway
+	Throttled      int // 429 answers to the handler's evictions and pod deletes (APF's own; no PDB in the workload)
+	// OtherThrottled are 429 answers to the handler's other requests: NTH's drain polls every
+	// evicted pod with a GET each second until it is gone (kubectl's waitForDelete).
+	OtherThrottled  int
 	Evictions       int // eviction requests
 	Deletes         int // DELETE requests of pods
 	Warnings        int // pods/status patches (the early warning)
@@ -59,6 +63,9 @@ type poolRun struct {
 	LostFeasible    int
 	// Load is the machine's load average (1, 5, 15 minutes) when the run ended.
 	Load string
+	// Answers are the handler's answered requests by "VERB resource code", and Sent its
+	// requests by "VERB resource", answered or not, watches apart (the proxies' counts).
+	Answers, Sent map[string]int
 }
 
 // poolStartup and poolStartupPerNode are how far ahead of the handlers' start the notice is
@@ -101,9 +108,12 @@ func (b *bench) pool(ctx context.Context, rep *report) error {
 			if err != nil {
 				return err
 			}
-			b.o.Logf("pool: %s at %d seats: %d/%d in time, %d evictions, %d 429s, worst lateness %s, lost %s, %.1f accepted/s, lost though feasible %d, load %s",
-				side, seats, r.InTime, r.Pods, r.Evictions, r.Throttled, r.WorstLate.Round(10*time.Millisecond),
+			b.o.Logf("pool: %s at %d seats: %d/%d in time, %d evictions, %d 429s (%d to other requests), worst lateness %s, lost %s, %.1f accepted/s, lost though feasible %d, load %s",
+				side, seats, r.InTime, r.Pods, r.Evictions, r.Throttled, r.OtherThrottled, r.WorstLate.Round(10*time.Millisecond),
 				byGrace(r.LostByGrace, "none"), r.Rate, r.LostFeasible, r.Load)
+			if side != poolTaint {
+				b.o.Logf("pool: %s at %d seats: requests sent %s; answers %s", side, seats, counts(r.Sent), counts(r.Answers))
+			}
 			rep.Pool = append(rep.Pool, r)
 		}
 	}
@@ -237,10 +247,14 @@ func (b *bench) poolRun(ctx context.Context, side string, seats int) (*poolRun, 
 	if left := time.Until(notice); left < 2*time.Second {
 		return nil, fmt.Errorf("pool: the handlers took too long to start: %s left before the notice at %s, want 2 s", left.Round(time.Millisecond), notice.Format(time.RFC3339))
 	}
-	before := map[string]int{}
+	before, sentBefore := map[string]int{}, map[string]int{}
 	for _, p := range proxies {
 		for k, v := range p.codeCounts() {
 			before[k] += v
+		}
+		c, _ := p.snapshot()
+		for k, v := range c {
+			sentBefore[k] += v
 		}
 	}
 	m0, err := b.apiserverMetrics(ctx)
@@ -314,19 +328,33 @@ func (b *bench) poolRun(ctx context.Context, side string, seats int) (*poolRun, 
 			r.ForeverEvicted++
 		}
 	}
-	after := map[string]int{}
+	after, sentAfter := map[string]int{}, map[string]int{}
 	for _, p := range proxies {
 		for k, v := range p.codeCounts() {
 			after[k] += v
 		}
+		c, _ := p.snapshot()
+		for k, v := range c {
+			sentAfter[k] += v
+		}
 	}
-	for k, v := range requestDiff(before, after) {
+	r.Answers, r.Sent = requestDiff(before, after), requestDiff(sentBefore, sentAfter)
+	for k := range r.Sent {
+		if strings.HasPrefix(k, "WATCH ") {
+			delete(r.Sent, k)
+		}
+	}
+	for k, v := range r.Answers {
 		f := strings.Fields(k) // VERB resource code
 		if len(f) != 3 {
 			continue
 		}
 		if f[2] == "429" {
-			r.Throttled += v
+			if (f[0] == "CREATE" && f[1] == "pods/eviction") || (f[0] == "DELETE" && f[1] == "pods") {
+				r.Throttled += v
+			} else {
+				r.OtherThrottled += v
+			}
 		}
 		switch {
 		case f[0] == "CREATE" && f[1] == "pods/eviction":
@@ -359,8 +387,8 @@ func (r *report) poolMD(p printer, o options) {
 		"workload-high, with kube-controller-manager running as itself). Every node gets its notice at the same\n"+
 		"instant from its own amazon-ec2-metadata-mock (IMDSv2, `--mock-trigger-time`, the reclaim time fixed), a %s\n"+
 		"window and a %s margin. kube-apiserver runs with APF on and the seats given (`--max-requests-inflight` +\n"+
-		"`--max-mutating-requests-inflight`, split 2:1). Requests and 429s are the agents' own, counted by a proxy in\n"+
-		"front of each; a pod is gone at the earlier of its removal and the deletionTimestamp the API server gave it\n"+
+		"`--max-mutating-requests-inflight`, split 2:1). Requests and 429s are the handlers' own, counted by a proxy in\n"+
+		"front of each (429s: to evictions and deletes, and in brackets to other requests); a pod is gone at the earlier of its removal and the deletionTimestamp the API server gave it\n"+
 		"(kwok lags behind hundreds of deletes at one instant); *worst lateness* is the latest a pod was gone against\n"+
 		"its plan (the notice plus its grace, or the window's end when the grace is longer). *Accepted/s* is the\n"+
 		"evictions a second the fleet got accepted by the window's end; *feasible* is what the best order could\n"+
@@ -381,8 +409,12 @@ func (r *report) poolMD(p printer, o options) {
 			lf = fmt.Sprint(x.LostFeasible)
 			rate = fmt.Sprintf("%.1f", x.Rate)
 		}
-		p("| %d | %s | %d/%d | %d | %d (%.2f) | %d | %d | %d | %+.1f s | %s | %s | %s | %s | %.0f / %.1f | %s |\n", x.Seats, x.Side, x.InTime, x.Pods,
-			x.ForeverEvicted, x.Evictions, float64(x.Evictions)/float64(max(1, x.Pods)), x.Throttled, x.Deletes, x.Warnings,
+		throttled := fmt.Sprint(x.Throttled)
+		if x.OtherThrottled > 0 {
+			throttled += fmt.Sprintf(" (+%d other)", x.OtherThrottled)
+		}
+		p("| %d | %s | %d/%d | %d | %d (%.2f) | %s | %d | %d | %+.1f s | %s | %s | %s | %s | %.0f / %.1f | %s |\n", x.Seats, x.Side, x.InTime, x.Pods,
+			x.ForeverEvicted, x.Evictions, float64(x.Evictions)/float64(max(1, x.Pods)), throttled, x.Deletes, x.Warnings,
 			x.WorstLate.Seconds(), byGrace(x.LostByGrace, "none"), rate, best, lf, x.RejectedByAPF, x.WaitedInQueues, x.Load)
 	}
 	for _, x := range r.Pool {
@@ -425,4 +457,14 @@ func loadAverage() string {
 		return "?"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// counts writes a count map sorted by key ("GET pods: 3, LIST pods: 1").
+func counts(m map[string]int) string {
+	keys := slices.Sorted(maps.Keys(m))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s: %d", k, m[k])
+	}
+	return strings.Join(parts, ", ")
 }
