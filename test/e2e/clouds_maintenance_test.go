@@ -107,15 +107,17 @@ func TestGCPGPUMaintenanceHourAhead(t *testing.T) {
 	}
 }
 
-// TestGCPGPUMaintenanceWindowSoon: the same GPU VM with the window 90 s ahead, within
-// --maintenance-lead: the normal eviction schedule runs, against the window's start.
+// TestGCPGPUMaintenanceWindowSoon: the same GPU VM with the window 45 s ahead, within
+// --maintenance-lead: the normal eviction schedule runs, against the window's start. (It was
+// 90 s, the parallel phase's longest test by 30 s; a 45 s window, as the Azure tests use,
+// checks the same.)
 func TestGCPGPUMaintenanceWindowSoon(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	res := runCloud(ctx, t, "gcp-gpu-soon", scenario.GCPMaintenance{}, 90*time.Second)
-	if d := res.Deadline.Sub(res.NoticePostedAt); d < 88*time.Second || d > 91*time.Second {
-		t.Errorf("deadline %v after the notice, want the window's start, about 90s", d)
+	res := runCloud(ctx, t, "gcp-gpu-soon", scenario.GCPMaintenance{}, 45*time.Second)
+	if d := res.Deadline.Sub(res.NoticePostedAt); d < 43*time.Second || d > 46*time.Second {
+		t.Errorf("deadline %v after the notice, want the window's start, about 45s", d)
 	}
 	// maintenance-event arrives by hanging GET, and its change makes the watch read
 	// upcoming-maintenance at once for the window's start.

@@ -55,7 +55,11 @@ func TestPlanMatchesTheAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer obs.Stop()
-	rp, _, err := scenario.StartReprieve(ctx, reprieveBin, logDir, node, "--kubeconfig="+agentKubeconfig, "--provider=none")
+	// The agent reads the node's deadline annotation at each poll: at the default 1 s, it saw the
+	// notice up to 1.1 s after noticeAt, while the taint's timeAdded (whole seconds) said it saw
+	// it at noticeAt, so a pod due at once was "late" against the plan by the poll, not by the
+	// plan (one run: T+1.05 s). Polling every 200 ms keeps that under the test's slack.
+	rp, _, err := scenario.StartReprieve(ctx, reprieveBin, logDir, node, "--kubeconfig="+agentKubeconfig, "--provider=none", "--poll-interval=200ms")
 	if err != nil {
 		t.Fatal(err)
 	}
