@@ -10,6 +10,7 @@ import (
 	"github.com/reprieve-dev/reprieve/agent/events"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/reprieve-dev/reprieve/agent"
 	"github.com/reprieve-dev/reprieve/test/fakes/azureevents"
@@ -168,8 +169,13 @@ func TestDeadlineOddities(t *testing.T) {
 			t.Errorf("%d 'Notice received' log lines, want one per notice", c)
 		}
 		// One event per notice, each with its kind's reason: Preempt is a preemption, Reboot a
-		// scheduled maintenance.
-		evs := noticeEvents(ctx, t, "two-node")
+		// scheduled maintenance. Events are written in the background (the recorder's
+		// broadcaster): under load the second came after the taint, so wait for two.
+		var evs []string
+		_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+			evs = noticeEvents(ctx, t, "two-node")
+			return len(evs) >= 2, nil
+		})
 		slices.Sort(evs)
 		if len(evs) != 2 || !strings.HasPrefix(evs[0], events.ReasonPreemption+": ") || !strings.HasPrefix(evs[1], events.ReasonScheduledMaintenance+": ") {
 			t.Errorf("notice events %q; want one Preemption and one ScheduledMaintenance", evs)

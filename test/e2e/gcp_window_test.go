@@ -328,7 +328,14 @@ func gracefulShutdownBeside(t *testing.T, ns string, margin time.Duration, wantC
 		// off for whole-second timestamps.
 		got := rec.GoneAt.Sub(rec.DeletedAt).Round(time.Second)
 		byKubelet := rec.DeletedAt.IsZero() || !rec.DeletedAt.Before(softOff.Add(-200*time.Millisecond))
-		if got < time.Duration(rec.Grace-1)*time.Second {
+		// For a pod the kubelet left alone, what reprieve itself asked last counts: a first
+		// eviction whose answer outlasted its bound (a loaded server at the notice) is sent
+		// again with the grace recomputed, a second less, and that is no cut of the kubelet's.
+		asked := rec.Grace
+		if !byKubelet && strings.HasSuffix(did[p.Name], "left alone") && rec.LastGrace > 0 && rec.LastGrace < asked {
+			asked = rec.LastGrace
+		}
+		if got < time.Duration(asked-1)*time.Second {
 			cut++
 		}
 		t.Logf("pod %s (grace %ds): first deleted +%.1fs with %ds (%s), gone +%.1fs, got %v; kubelet at the soft-off +%v: %s",
