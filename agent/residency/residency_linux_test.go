@@ -12,7 +12,8 @@ import (
 // what the process wrote there.
 var marker = 1
 
-func residentOfExecutable(t *testing.T) (releasable, written uint64) {
+// selfMappings is the test binary's path and its mappings now.
+func selfMappings(t *testing.T) (exe string, maps []Mapping) {
 	t.Helper()
 	exe, err := os.Readlink("/proc/self/exe")
 	if err != nil {
@@ -23,10 +24,15 @@ func residentOfExecutable(t *testing.T) (releasable, written uint64) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	maps, err := ParseSmaps(f)
-	if err != nil {
+	if maps, err = ParseSmaps(f); err != nil {
 		t.Fatal(err)
 	}
+	return exe, maps
+}
+
+func residentOfExecutable(t *testing.T) (releasable, written uint64) {
+	t.Helper()
+	exe, maps := selfMappings(t)
 	for _, m := range maps {
 		switch {
 		case m.Releasable(exe):
@@ -71,19 +77,7 @@ func TestReleaseUnmapsOnlyTheExecutablesReadOnlyPages(t *testing.T) {
 // ACTIVE). Reading frame numbers takes CAP_SYS_ADMIN: without it the test is skipped.
 func activeOfExecutable(t *testing.T) (mapped, active int) {
 	t.Helper()
-	exe, err := os.Readlink("/proc/self/exe")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open("/proc/self/smaps")
-	if err != nil {
-		t.Fatal(err)
-	}
-	maps, err := ParseSmaps(f)
-	_ = f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	exe, maps := selfMappings(t)
 	pagemap, err := os.Open("/proc/self/pagemap")
 	if err != nil {
 		t.Skipf("no pagemap: %v", err)
