@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -86,14 +87,12 @@ func TestRunReleasesAfterFirstThenEvery(t *testing.T) {
 	}()
 	step := func(d time.Duration, want int32) {
 		t.Helper()
-		for !clk.HasWaiters() {
-			time.Sleep(time.Millisecond) // waits for Run to arm its timer or ticker, not for time to pass
-		}
+		// Polls for Run to arm its timer or ticker, and for its call: not for time to pass.
+		_ = wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 5*time.Second, true,
+			func(context.Context) (bool, error) { return clk.HasWaiters(), nil })
 		clk.Step(d)
-		deadline := time.Now().Add(5 * time.Second)
-		for calls.Load() != want && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond)
-		}
+		_ = wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 5*time.Second, true,
+			func(context.Context) (bool, error) { return calls.Load() == want, nil })
 		if got := calls.Load(); got != want {
 			t.Fatalf("after stepping %v: %d releases, want %d", d, got, want)
 		}
