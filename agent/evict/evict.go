@@ -178,9 +178,9 @@ func (e *Executor) syncPod(ctx context.Context, key string) time.Duration {
 		return 0
 	}
 
-	// The measured queueing margin (gate.queueMargin): a deadline-bound pod leaves that much
+	// The measured queueing margin (gate.sendMargin): a deadline-bound pod leaves that much
 	// earlier, so that its request may wait in the server's queue and still keep its grace.
-	margin := e.gate.queueMargin()
+	margin := e.gate.sendMargin()
 	fireAt := plan.SendAt(pl)
 	if pl.ByDeadline {
 		fireAt = fireAt.Add(-margin)
@@ -224,14 +224,15 @@ func (e *Executor) syncPod(ctx context.Context, key string) time.Duration {
 	// there, or a pod whose grace was cut to the window would end just past it.
 	now = e.o.Clock.Now()
 	// And it leaves the request the margin the server's queue takes now.
-	grace := plan.GraceAt(pl.Grace, w, now.Add(plan.RequestAllowance+e.gate.queueMargin()))
+	queue := e.gate.sendMargin()
+	grace := plan.GraceAt(pl.Grace, w, now.Add(plan.RequestAllowance+queue))
 	if w.HasDeadline() && st.attempts > 0 && !now.Before(forceAt) {
 		t.done(errNotSent)
 		return e.forceDelete(ctx, key, pod, st, pl, w)
 	}
 	bound := QueueBound(w, grace, now)
 	logger.Info("Evicting pod", "pod", klog.KObj(pod), "grace", grace, "podGrace", pl.Grace,
-		"planned", pl.EvictAt, "due", pl.Due, "latest", pl.Latest, "byDeadline", pl.ByDeadline, "attempt", st.attempts+st.throttled+1)
+		"planned", pl.EvictAt, "due", pl.Due, "latest", pl.Latest, "byDeadline", pl.ByDeadline, "queueMargin", queue, "attempt", st.attempts+st.throttled+1)
 	err = e.evict(ctx, pod, grace, bound)
 	t.done(gateResult(err, bound))
 	switch {
@@ -468,7 +469,7 @@ func (e *Executor) deletePod(ctx context.Context, pod *v1.Pod, grace, timeout ti
 // eviction queue does once now > deadline - grace.
 func (e *Executor) forceDelete(ctx context.Context, key string, pod *v1.Pod, st *podState, pl plan.Plan, w plan.Window) time.Duration {
 	logger := klog.FromContext(ctx)
-	margin := e.gate.queueMargin()
+	margin := e.gate.sendMargin()
 	t, err := e.gate.acquire(ctx, gateKey(pl, w), mustGo(w, pl.Latest.Add(-plan.EvictionLead-margin)), lastChance(w, margin), false)
 	if err != nil {
 		return 0 // stopping
@@ -477,7 +478,7 @@ func (e *Executor) forceDelete(ctx context.Context, key string, pod *v1.Pod, st 
 	// From the clock now, not from before the eviction that failed: that request may have
 	// hung for seconds, and a grace computed before it would end the pod past the window.
 	sent := e.o.Clock.Now()
-	grace := plan.GraceAt(pl.Grace, w, sent.Add(plan.RequestAllowance+e.gate.queueMargin()))
+	grace := plan.GraceAt(pl.Grace, w, sent.Add(plan.RequestAllowance+e.gate.sendMargin()))
 	logger.Info("Deleting pod: the reclaim deadline leaves no time for a blocked eviction", "pod", klog.KObj(pod), "grace", grace, "attempts", st.attempts)
 	bound := QueueBound(w, grace, sent)
 	err = e.deletePod(ctx, pod, grace, bound)
@@ -532,14 +533,14 @@ func (e *Executor) shorten(ctx context.Context, key string, pod *v1.Pod, st *pod
 	}
 	logger := klog.FromContext(ctx)
 	// A terminating pod's last safe moment is the last at which a 1 s grace still fits.
-	margin := e.gate.queueMargin()
+	margin := e.gate.sendMargin()
 	last := w.End().Add(-time.Second)
 	t, err := e.gate.acquire(ctx, last, last.Add(-plan.EvictionLead-margin), lastChance(w, margin), false)
 	if err != nil {
 		return 0 // stopping
 	}
 	now = e.o.Clock.Now()
-	margin = e.gate.queueMargin()
+	margin = e.gate.sendMargin()
 	grace = plan.GraceAt(pod.DeletionTimestamp.Sub(now), w, now.Add(plan.RequestAllowance+margin))
 	end = now.Add(plan.RequestAllowance + margin).Add(grace)
 	if e.markDisruptionTarget(ctx, pod, st, w) {

@@ -344,9 +344,11 @@ func TestThrottledPastForcePointWaitsRetryAfter(t *testing.T) {
 
 // TestDeadlineBoundSendRemeasuresTheMargin: a deadline-bound pod planned while the server
 // answered at once waits until RemeasureLead before its send, not until the send itself; when
-// answers slowed meanwhile (the margin grew from 0 to 0.81 s), the send moves earlier by the
+// answers slowed meanwhile (the margin grew from 0 to 0.27 s), the send moves earlier by the
 // new margin and the pod keeps its whole grace. Woken at the send time of the plan, it would
-// have been sent with 9 s of its 10 (TestSpotInterruption once saw this under load).
+// have been sent with 9 s of its 10 (TestSpotInterruption once saw this under load). The send
+// margin is that answer's time, not RFC 6298's 3R of a first measurement (gate.sendMargin):
+// 0.81 s earlier, such a pod was evicted 1.2 s before its plan (TestRecordRestartGCPPreemption).
 func TestDeadlineBoundSendRemeasuresTheMargin(t *testing.T) {
 	pod := testPod("p", 10)
 	tolerate := int64(600) // due long after the window: the deadline decides
@@ -359,19 +361,23 @@ func TestDeadlineBoundSendRemeasuresTheMargin(t *testing.T) {
 	if want := send.Add(-RemeasureLead).Sub(t0); d != want {
 		t.Fatalf("first wait %v, want %v (RemeasureLead before the send at %v)", d, want, send)
 	}
-	// A slow answer meanwhile: srtt 270 ms, rttvar 135 ms, so the margin is 810 ms.
+	// A slow answer meanwhile: srtt 270 ms, rttvar 135 ms, so the estimate is 810 ms; the send
+	// margin is the answer's own 270 ms.
 	f.e.gate.mu.Lock()
 	f.e.gate.observe(270 * time.Millisecond)
 	f.e.gate.mu.Unlock()
 	if m := f.e.gate.queueMargin(); m != 810*time.Millisecond {
 		t.Fatalf("margin %v, want 810ms", m)
 	}
+	if m := f.e.gate.sendMargin(); m != 270*time.Millisecond {
+		t.Fatalf("send margin %v, want 270ms (the one answer's time)", m)
+	}
 	f.clock.SetTime(t0.Add(d))
 	d2 := f.e.SyncPod(context.Background(), "ns/p")
 	if n := f.evictions(); n != 0 {
 		t.Fatalf("%d evictions at the remeasure, want none yet", n)
 	}
-	if want := send.Add(-810 * time.Millisecond).Sub(f.clock.Now()); d2 != want {
+	if want := send.Add(-270 * time.Millisecond).Sub(f.clock.Now()); d2 != want {
 		t.Fatalf("second wait %v, want %v (the send moved earlier by the margin)", d2, want)
 	}
 	f.clock.Step(d2)

@@ -32,8 +32,9 @@ import (
 //   - a request whose last chance has come (a 1 s grace barely fits) goes at once, past the
 //     pause too: waiting longer makes the pod late for certain, a refusal only possibly;
 //   - the server's queueing is measured, not guessed: the time its answers take (a smoothed
-//     mean plus four deviations, as TCP's retransmission timeout, RFC 6298) is the margin a
-//     grace leaves for the request to wait in APF's queue (queueMargin);
+//     mean plus four deviations, as TCP's retransmission timeout, RFC 6298, queueMargin) sets
+//     the horizon, and, bounded by the longest recent answer (sendMargin), is the margin a
+//     grace leaves for the request to wait in APF's queue;
 //   - background writes (the pods' early warning) go only when no eviction waits, not even
 //     one held by the horizon below, and hold at most half the slots;
 //   - a request whose pod is past its last safe moment (its budget is lost: every second costs
@@ -122,6 +123,10 @@ type gate struct {
 	throttles  int
 	// srtt and rttvar are the smoothed answer time and its deviation (RFC 6298, section 2).
 	srtt, rttvar time.Duration
+	// recent holds the last answers' times (the newest at recent[nRecent%len]), for
+	// sendMargin; nRecent counts them since the margin was last seeded.
+	recent  [recentAnswers]time.Duration
+	nRecent int
 	// armedAt is the earliest moment a waiter's timer is armed for (zero: none). A dispatch
 	// by a release, which has no timer of its own, pokes a waiter when the gate's next moment
 	// comes before it: a held request's horizon moves with every answer.
@@ -136,11 +141,36 @@ type gate struct {
 // pod than on the queue, and the request's bound resends it.
 const queueMarginMax = 10 * time.Second
 
-// queueMargin is how long a request is expected to take at most now: srtt + 4 rttvar.
+// queueMargin is how long a request is expected to take at most now: srtt + 4 rttvar. It sets
+// the horizon (and so what the gate holds under congestion); a request's own send and grace
+// take the tighter sendMargin.
 func (g *gate) queueMargin() time.Duration {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return min(g.srtt+4*g.rttvar, queueMarginMax)
+}
+
+// recentAnswers is how many of the last answers bound sendMargin.
+const recentAnswers = 8
+
+// sendMargin is the margin a request leaves for the server's queue: queueMargin, but never
+// more than the longest of the last recentAnswers answers. RFC 6298's estimate is built for a
+// stream of measurements: its first one counts half the answer as deviation (rttvar = R/2,
+// so the margin is 3R), and a node has a handful of pods, so it often never gets past that.
+// A deadline-bound pod leaves the margin before its send: after one 237 ms answer on a loaded
+// machine, 3R sent one 1.2 s before its plan, where that answer itself said 237 ms (and the
+// eviction took 20 ms). The longest recent answer is measured, not modelled; a request that
+// takes longer still has RequestAllowance, and past its QueueBound it is sent again with
+// the grace recomputed. With many answers the longest eight is mostly below the estimate's
+// four deviations too; after a lone slow one, the estimate forgets it sooner.
+func (g *gate) sendMargin() time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	longest := time.Duration(0)
+	for _, d := range g.recent[:min(g.nRecent, recentAnswers)] {
+		longest = max(longest, d)
+	}
+	return min(g.srtt+4*g.rttvar, longest, queueMarginMax)
 }
 
 // observe feeds one answer's time into the margin (RFC 6298, 2.2 and 2.3: alpha 1/8, beta 1/4).
@@ -149,14 +179,23 @@ func (g *gate) observe(d time.Duration) {
 	if g.srtt == 0 || g.reseed {
 		g.reseed = false
 		g.srtt, g.rttvar = d, d/2
+		g.nRecent = 0
+		g.remember(d)
 		return
 	}
+	g.remember(d)
 	diff := g.srtt - d
 	if diff < 0 {
 		diff = -diff
 	}
 	g.rttvar = (3*g.rttvar + diff) / 4
 	g.srtt = (7*g.srtt + d) / 8
+}
+
+// remember keeps d among the recent answers. Called with mu held.
+func (g *gate) remember(d time.Duration) {
+	g.recent[g.nRecent%recentAnswers] = d
+	g.nRecent++
 }
 
 // newGate returns a gate allowing up to maxInFlight requests at once (at least 1).

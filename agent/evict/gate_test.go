@@ -162,6 +162,63 @@ func TestGateQueueMargin(t *testing.T) {
 	}
 }
 
+// TestGateSendMargin: the margin a request's send and grace leave is the estimate, but never
+// more than the longest of the last eight answers: one answer of 200 ms is a 200 ms margin,
+// not RFC 6298's 600 ms; a slow answer counts for eight answers, or until the estimate, which
+// forgets it sooner, is below it; a notice's first answer starts both afresh.
+func TestGateSendMargin(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	g := newGate(clk, 8, func() float64 { return 0 })
+	answer := func(took time.Duration) {
+		t.Helper()
+		tk, err := g.acquire(context.Background(), clk.Now(), time.Time{}, time.Time{}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Step(took)
+		tk.done(nil)
+	}
+	if m := g.sendMargin(); m != 0 {
+		t.Fatalf("send margin %s before any answer, want 0", m)
+	}
+	answer(200 * time.Millisecond)
+	if q, m := g.queueMargin(), g.sendMargin(); q != 600*time.Millisecond || m != 200*time.Millisecond {
+		t.Fatalf("after one 200 ms answer: estimate %s, send margin %s; want 600 ms and 200 ms", q, m)
+	}
+	answer(400 * time.Millisecond)
+	if m := g.sendMargin(); m != 400*time.Millisecond {
+		t.Fatalf("send margin %s after a 400 ms answer, want 400 ms", m)
+	}
+	for range recentAnswers - 1 {
+		answer(100 * time.Millisecond)
+	}
+	if m := g.sendMargin(); m != 400*time.Millisecond {
+		t.Fatalf("send margin %s with the 400 ms answer the eighth last, want 400 ms", m)
+	}
+	answer(100 * time.Millisecond)
+	if m := g.sendMargin(); m != 100*time.Millisecond {
+		t.Fatalf("send margin %s after eight answers of 100 ms, want 100 ms", m)
+	}
+	// A lone slow answer: the estimate jumps past it, then falls below it before it leaves the
+	// eight; from then on the send margin is the estimate.
+	answer(time.Second)
+	if m := g.sendMargin(); m != time.Second {
+		t.Fatalf("send margin %s after a 1 s answer, want 1 s", m)
+	}
+	for range recentAnswers - 1 {
+		answer(100 * time.Millisecond)
+	}
+	if q, m := g.queueMargin(), g.sendMargin(); q >= time.Second || m != q {
+		t.Fatalf("seven answers after the slow one: estimate %s, send margin %s; want the estimate, below 1 s", q, m)
+	}
+	// A notice: its first answer is the first measurement of both.
+	g.notice()
+	answer(50 * time.Millisecond)
+	if m := g.sendMargin(); m != 50*time.Millisecond {
+		t.Fatalf("send margin %s after the notice's first answer of 50 ms, want 50 ms", m)
+	}
+}
+
 // TestGateJitter: a fleet of agents throttled in the same second comes back spread over
 // [Retry-After, 1.5 x Retry-After), each agent drawing its own.
 func TestGateJitter(t *testing.T) {
