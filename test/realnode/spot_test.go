@@ -231,11 +231,16 @@ func TestSpotSIGTERMOnRealNode(t *testing.T) {
 		// grace the window clamps gets what the window leaves when its SIGTERM actually came, in
 		// whole seconds (the agent computes the grace as it sends): a SIGTERM 1.4 s late under
 		// CI's load left a 60 s pod 33 s, not the 34 s planned at the notice.
-		want := pl.grace
+		// And the agent computes it as if the request landed its measured queueing margin later
+		// (docs/design.md, "A queued request still ends in time"): a clamped grace may be a second
+		// under what was left at the SIGTERM, as the end-to-end tests allow (±1 s). One run: a
+		// 60 s pod's SIGTERM came with 34.07 s left, and the agent, sending some 0.4 s earlier with
+		// its margin, gave 33 s. A grace the window does not clamp must come whole.
+		want, clampSlack := pl.grace, time.Duration(0)
 		if left := end.Sub(pl.evictAt.Add(late)).Truncate(time.Second); left < want {
-			want = left
+			want, clampSlack = left, time.Second
 		}
-		if ran < want-300*time.Millisecond || ran > pl.grace+1500*time.Millisecond {
+		if ran < want-clampSlack-300*time.Millisecond || ran > pl.grace+1500*time.Millisecond {
 			t.Errorf("%s: ran %.2f s after SIGTERM, want its planned grace %s (%s left by the window at the SIGTERM)", sp.name, ran.Seconds(), pl.grace, want)
 		}
 		if !okC || cp.After(end) {
