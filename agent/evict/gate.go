@@ -123,7 +123,7 @@ type gate struct {
 	throttles  int
 	// srtt and rttvar are the smoothed answer time and its deviation (RFC 6298, section 2).
 	srtt, rttvar time.Duration
-	// recent holds the last answers' times (the newest at recent[nRecent%len]), for
+	// recent holds the last answers' times (the newest at recent[(nRecent-1)%len]), for
 	// sendMargin; nRecent counts them since the margin was last seeded.
 	recent  [recentAnswers]time.Duration
 	nRecent int
