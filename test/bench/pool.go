@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -316,6 +317,9 @@ func (b *bench) poolRun(ctx context.Context, side string, seats int) (*poolRun, 
 		r.WorstLate = max(r.WorstLate, gone.Sub(planned))
 		r.NoticeToLastEnd = max(r.NoticeToLastEnd, gone.Sub(notice))
 	}
+	if err := writePoolRecords(b.logDir, side, seats, notice, grace, recs); err != nil {
+		b.o.Logf("pool: %v", err)
+	}
 	if side != poolTaint {
 		// The taint's side sends nothing of its own: kube-controller-manager's client limit,
 		// not the server, sets its pace, so the model does not apply.
@@ -467,4 +471,32 @@ func counts(m map[string]int) string {
 		parts[i] = fmt.Sprintf("%s: %d", k, m[k])
 	}
 	return strings.Join(parts, ", ")
+}
+
+// writePoolRecords keeps one run's per-pod records in the log folder, as seconds from the
+// notice, for reading a run afterwards (which pods were accepted when): pool-<side>-<seats>.csv,
+// and the notice's time in pool-<side>-<seats>.notice.
+func writePoolRecords(dir, side string, seats int, notice time.Time, grace map[string]int64, recs map[string]scenario.Record) error {
+	since := func(t time.Time) string {
+		if t.IsZero() {
+			return ""
+		}
+		return fmt.Sprintf("%.3f", t.Sub(notice).Seconds())
+	}
+	var b strings.Builder
+	b.WriteString("pod,grace,accepted,granted_grace,deletion_timestamp,gone\n")
+	for _, name := range slices.Sorted(maps.Keys(grace)) {
+		r := recs[name]
+		fmt.Fprintf(&b, "%s,%d,%s,%d,%s,%s\n", name, grace[name], since(r.DeletedAt), r.Grace, since(r.DeletionTimestamp), since(r.GoneAt))
+	}
+	tag := strings.Trim(strings.Fields(side)[0], ",")
+	path := filepath.Join(dir, fmt.Sprintf("pool-%s-%d.csv", tag, seats))
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("writing the per-pod records: %w", err)
+	}
+	// The notice itself, to line the agents' logs up with the records.
+	if err := os.WriteFile(strings.TrimSuffix(path, ".csv")+".notice", []byte(notice.UTC().Format(time.RFC3339Nano)+"\n"), 0o644); err != nil {
+		return fmt.Errorf("writing the per-pod records: %w", err)
+	}
+	return nil
 }
