@@ -13,6 +13,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -165,8 +166,13 @@ func Create(ctx context.Context, c kubernetes.Interface, ns, node string, taint 
 			return fmt.Errorf("creating pod %s: %w", p.Name, err)
 		}
 	}
+	// Only this node's pods: several nodes share a namespace (the pool has 624 pods in one),
+	// and a wait that lists all of them every 200 ms, six waits at once, spends the few seats
+	// of a 6-seat server that kwok's status updates need (the pool's setup once timed out here).
+	onNode := fields.OneTermEqualSelector("spec.nodeName", node).String()
+	running := 0
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		list, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		list, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{FieldSelector: onNode})
 		if err != nil {
 			return false, nil
 		}
@@ -174,7 +180,7 @@ func Create(ctx context.Context, c kubernetes.Interface, ns, node string, taint 
 		for _, p := range pods {
 			want[p.Name] = true
 		}
-		running := 0
+		running = 0
 		for _, p := range list.Items {
 			if want[p.Name] && p.Status.Phase == v1.PodRunning && p.DeletionTimestamp == nil {
 				running++
@@ -183,7 +189,7 @@ func Create(ctx context.Context, c kubernetes.Interface, ns, node string, taint 
 		return running == len(pods), nil
 	})
 	if err != nil {
-		return fmt.Errorf("waiting for %d pods to run in %s: %w", len(pods), ns, err)
+		return fmt.Errorf("waiting for %d pods to run on %s in %s (%d running at the last look): %w", len(pods), node, ns, running, err)
 	}
 	return nil
 }
