@@ -93,6 +93,10 @@ func (b *bench) pool(ctx context.Context, rep *report) error {
 		if err := b.env.RestartAPIServerWith(ctx, apfFor(seats)); err != nil {
 			return err
 		}
+		// kwok's pod controller can stall for a minute after the restart (RestartKwok).
+		if err := b.env.RestartKwok(ctx); err != nil {
+			return err
+		}
 		sides := []string{poolReprieve}
 		if slices.Contains(b.o.PoolBaselineSeats, seats) {
 			sides = append(sides, poolTaint)

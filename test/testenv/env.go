@@ -166,6 +166,7 @@ type Env struct {
 	kcmToken       string
 	peers          []*APIServer // further API servers on the same etcd (StartAPIServer, StartPeerAPIServer)
 	kwok           *Process
+	fastPods       bool // kwok's stages, for RestartKwok
 	kcm            *Process
 	scheduler      *Process
 	kcmControllers []string
@@ -219,6 +220,7 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	if err := e.startAPIServer(ctx); err != nil {
 		return nil, fmt.Errorf("starting kube-apiserver: %w", err)
 	}
+	e.fastPods = opts.FastPods
 	if err := e.startKwok(ctx, opts.FastPods); err != nil {
 		return nil, fmt.Errorf("starting kwok: %w", err)
 	}
