@@ -68,9 +68,13 @@ import (
 //     limit grows from there, a slow one or a 429 keeps it. Without this, every agent of a
 //     pool sent its whole node (38 requests in 1.5 s) before any answer could show the
 //     congestion, the server's queues held all the fleet's pods in arrival order, and the
-//     horizon applied to the resends only. Likewise after a throttling answer's pause: with
-//     nothing in flight the most urgent request goes, whatever the horizon, for only an
-//     answer can show that the congestion is over.
+//     horizon applied to the resends only;
+//   - one request always in flight: with nothing in flight the most urgent request goes,
+//     whatever the horizon, and only that one. Only an answer can show that the congestion
+//     is over (after the probe, after a throttling answer's pause), and one request per agent
+//     in the server's queue keeps its seats busy: holding every pod to its horizon left the
+//     server idle between a pool's grace classes, whose last safe moments bunch, and those
+//     seats were missing at the window's end (docs/benchmarks.md).
 //
 // Why the fleet needs this: APF classifies the agents' requests by FlowSchema and flow
 // distinguisher; the agents share one ServiceAccount in kube-system, which the default
@@ -353,12 +357,15 @@ func (g *gate) horizon() time.Duration {
 
 // held reports whether w waits, slot or not, at now: the server is congested and w's last
 // safe moment is further than the horizon, or already past (a lost budget). Only
-// deadline-bound evictions are held, and none while nothing is in flight and the congestion
-// is one that only an answer lifts (the probe of a notice, a throttling answer whose pause has
-// ended): the most urgent request goes for that answer. Called with mu held.
+// deadline-bound evictions are held, and none while nothing is in flight: the most urgent
+// request goes, so that the agent keeps one request in the server's queue (a seat left idle
+// between two grace classes is a seat missing at the window's end), and its answer measures
+// the congestion again (the probe of a notice, a throttling answer whose pause has ended).
+// Called with mu held.
 func (g *gate) held(w *waiter, now time.Time, congested bool, horizon time.Duration) bool {
-	if g.inflight == 0 && (g.probing || g.throttles > 0) {
-		// Only an answer can lift this congestion: the most urgent request goes for one.
+	if g.inflight == 0 {
+		// Only an answer shows the congestion, and only one in flight keeps the server's
+		// seats busy: the most urgent request goes.
 		return false
 	}
 	if !congested || w.background || w.lastChance.IsZero() {

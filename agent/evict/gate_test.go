@@ -362,8 +362,8 @@ func TestGateLostBudgetYields(t *testing.T) {
 }
 
 // congest makes g see a congested server: one answer that took 2 s (srtt 2 s, rttvar 1 s, so
-// the margin is 6 s and the horizon 12 s).
-func congest(t *testing.T, g *gate, clk *clocktesting.FakeClock) {
+// the margin is 6 s and the horizon 12 s), with one more request left in flight, returned.
+func congest(t *testing.T, g *gate, clk *clocktesting.FakeClock) *ticket {
 	t.Helper()
 	tk, err := g.acquire(context.Background(), clk.Now(), time.Time{}, time.Time{}, false)
 	if err != nil {
@@ -374,6 +374,13 @@ func congest(t *testing.T, g *gate, clk *clocktesting.FakeClock) {
 	if m := g.queueMargin(); m != 6*time.Second {
 		t.Fatalf("margin %s, want 6s", m)
 	}
+	// One request stays in flight: with none, the most urgent waiter goes whatever the
+	// horizon (TestGateKeepsOneInFlight).
+	busy, err := g.acquire(context.Background(), clk.Now(), time.Time{}, time.Time{}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return busy
 }
 
 // TestGateHoldsPastTheHorizon: while the server is congested, a request whose last safe moment
@@ -432,6 +439,41 @@ func TestGateHorizonMovesWithAnswers(t *testing.T) {
 	}
 	clk.Step(time.Millisecond)
 	until(t, "the held request at its new horizon", func() bool { _, ok := granted(far); return ok })
+}
+
+// TestGateKeepsOneInFlight: while the server is congested, an agent with nothing in flight
+// sends its most urgent waiter whatever the horizon, and only that one: one request in the
+// server's queue keeps its seats busy (an idle seat between grace classes is a seat lost at
+// the end), and its answer measures the congestion again. A pod whose budget is kept goes
+// before a lost budget; the lost one goes when nothing else is in flight, not before.
+func TestGateKeepsOneInFlight(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	g := newGate(clk, 8, func() float64 { return 0 })
+	busy := congest(t, g, clk)
+	now := clk.Now()
+	far := acquireAsync(g, now.Add(20*time.Second), now.Add(19*time.Second), now.Add(30*time.Second), false)
+	lost := acquireAsync(g, now.Add(-10*time.Second), now.Add(-11*time.Second), now.Add(30*time.Second), false)
+	until(t, "both held behind the one in flight", func() bool { _, _, w, _ := g.state(); return w == 2 })
+	if _, ok := granted(far); ok {
+		t.Fatal("a request 20 s from its last safe moment went with one in flight and a 12 s horizon")
+	}
+	clk.Step(2 * time.Second)
+	busy.done(nil) // srtt stays 2 s: still congested, horizon 10 s
+	var farTk *ticket
+	until(t, "the most urgent waiter once nothing is in flight", func() bool {
+		var ok bool
+		farTk, ok = granted(far)
+		return ok
+	})
+	if _, inflight, w, _ := g.state(); inflight != 1 || w != 1 {
+		t.Fatalf("%d in flight, %d waiting; want the one kept budget alone in flight", inflight, w)
+	}
+	if _, ok := granted(lost); ok {
+		t.Fatal("the lost budget went beside the kept one")
+	}
+	clk.Step(2 * time.Second)
+	farTk.done(nil)
+	until(t, "the lost budget once nothing else is in flight", func() bool { _, ok := granted(lost); return ok })
 }
 
 // notice starts a notice at g and queues n deadline-bound evictions, as a notice does: the most urgent one
