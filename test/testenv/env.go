@@ -439,10 +439,14 @@ func (e *Env) StartScheduler(ctx context.Context) error {
 }
 
 // StopScheduler stops kube-scheduler if it runs.
-func (e *Env) StopScheduler() {
+func (e *Env) StopScheduler() { e.stopSlot(&e.scheduler) }
+
+// stopSlot stops the process that *slot (a field of e, guarded by mu) holds, if any, and
+// empties the slot.
+func (e *Env) stopSlot(slot **Process) {
 	e.mu.Lock()
-	p := e.scheduler
-	e.scheduler = nil
+	p := *slot
+	*slot = nil
 	e.mu.Unlock()
 	if p != nil {
 		e.stopProcess(p)

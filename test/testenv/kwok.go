@@ -149,13 +149,7 @@ func (e *Env) startKwok(ctx context.Context, fastPods bool) error {
 // restart, 101 turned Running and then none for 60 s, while kwok kept the nodes' leases.
 // A fresh kwok lists everything anew.
 func (e *Env) RestartKwok(ctx context.Context) error {
-	e.mu.Lock()
-	p := e.kwok
-	e.kwok = nil
-	e.mu.Unlock()
-	if p != nil {
-		e.stopProcess(p)
-	}
+	e.stopSlot(&e.kwok)
 	if err := e.startKwok(ctx, e.fastPods); err != nil {
 		return fmt.Errorf("restarting kwok: %w", err)
 	}
