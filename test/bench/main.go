@@ -72,6 +72,9 @@ type options struct {
 	PoolSeats, PoolBaselineSeats []int
 	// PoolNTHSeats are the seat counts at which aws-node-termination-handler is measured too.
 	PoolNTHSeats []int
+	// PoolTimeline samples the API server's APF gauges every PoolTimeline during each pool
+	// run and keeps them beside the logs (0: none; the scrapes cost the server CPU).
+	PoolTimeline time.Duration
 
 	// Command is the command line recorded in the report.
 	Command string
@@ -147,6 +150,7 @@ func runMain() int {
 	poolSeats := fs.String("pool-seats", joinInts(o.PoolSeats), "API server seats (--max-requests-inflight + --max-mutating-requests-inflight) reprieve is measured at.")
 	poolBaseline := fs.String("pool-baseline-seats", joinInts(o.PoolBaselineSeats), "Seat counts at which the taint-alone baseline is measured too.")
 	poolNTH := fs.String("pool-nth-seats", joinInts(o.PoolNTHSeats), "Seat counts at which aws-node-termination-handler (IMDS mode) is measured too; \"\" for none.")
+	fs.DurationVar(&o.PoolTimeline, "pool-timeline", 0, "Sample kube-apiserver's APF gauges at this interval during each pool run, into pool-<side>-<seats>-apf.csv beside the logs (0: none).")
 	fs.StringVar(&o.Command, "command", o.Command, "Command line recorded in the report.")
 	realnode := fs.String("realnode-chart", "", "Only draw -svg-dir/"+realnodeChartName+" from these comma-separated timeline files of test/realnode (REPRIEVE_REALNODE_FIGURES), and measure nothing.")
 	if err := fs.Parse(os.Args[1:]); err != nil {

@@ -93,8 +93,9 @@ func (b *bench) pool(ctx context.Context, rep *report) error {
 		if err := b.env.RestartAPIServerWith(ctx, apfFor(seats)); err != nil {
 			return err
 		}
-		// kwok's pod controller can stall for a minute after the restart (RestartKwok).
-		if err := b.env.RestartKwok(ctx); err != nil {
+		// kwok's pod controller can stall for a minute after the restart, and as the admin
+		// its requests are exempt from APF, unlike the kubelets' it stands in for (RestartKwok).
+		if err := b.env.RestartKwok(ctx, true); err != nil {
 			return err
 		}
 		sides := []string{poolReprieve}
@@ -275,8 +276,17 @@ func (b *bench) poolRun(ctx context.Context, side string, seats int) (*poolRun, 
 			return nil, err
 		}
 	}
+	var timeline *apfTimeline
+	if b.o.PoolTimeline > 0 {
+		timeline = b.startAPFTimeline(ctx, b.o.PoolTimeline)
+	}
 	if err := sleepUntil(ctx, end.Add(3*time.Second)); err != nil {
 		return nil, err
+	}
+	if timeline != nil {
+		if err := timeline.stop(filepath.Join(b.logDir, poolFileName(side, seats, "-apf.csv")), notice); err != nil {
+			b.o.Logf("pool: %v", err)
+		}
 	}
 	m1, err := b.apiserverMetrics(ctx)
 	if err != nil {
@@ -493,14 +503,110 @@ func writePoolRecords(dir, side string, seats int, notice time.Time, grace map[s
 		r := recs[name]
 		fmt.Fprintf(&b, "%s,%d,%s,%d,%s,%s\n", name, grace[name], since(r.DeletedAt), r.Grace, since(r.DeletionTimestamp), since(r.GoneAt))
 	}
-	tag := strings.Trim(strings.Fields(side)[0], ",")
-	path := filepath.Join(dir, fmt.Sprintf("pool-%s-%d.csv", tag, seats))
+	path := filepath.Join(dir, poolFileName(side, seats, ".csv"))
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		return fmt.Errorf("writing the per-pod records: %w", err)
 	}
 	// The notice itself, to line the agents' logs up with the records.
 	if err := os.WriteFile(strings.TrimSuffix(path, ".csv")+".notice", []byte(notice.UTC().Format(time.RFC3339Nano)+"\n"), 0o644); err != nil {
 		return fmt.Errorf("writing the per-pod records: %w", err)
+	}
+	return nil
+}
+
+// poolFileName names a file of one pool run: pool-<side's first word>-<seats><suffix>.
+func poolFileName(side string, seats int, suffix string) string {
+	return fmt.Sprintf("pool-%s-%d%s", strings.Trim(strings.Fields(side)[0], ","), seats, suffix)
+}
+
+// apfTimeline samples kube-apiserver's APF gauges while a pool run goes: which priority
+// level's seats were busy, and how many requests waited, second by second.
+type apfTimeline struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	rows   []apfRow
+}
+
+type apfRow struct {
+	at                             time.Time
+	level, schema                  string
+	limit, executing, queued, sent float64 // current limit and executing seats, requests in queue, dispatched so far
+}
+
+// apfGauges are the samples kept, by priority level and flow schema (k8s.io/apiserver
+// pkg/util/flowcontrol/metrics).
+var apfGauges = []string{
+	"apiserver_flowcontrol_current_executing_seats",
+	"apiserver_flowcontrol_current_inqueue_requests",
+	"apiserver_flowcontrol_dispatched_requests_total",
+}
+
+func (b *bench) startAPFTimeline(ctx context.Context, every time.Duration) *apfTimeline {
+	ctx, cancel := context.WithCancel(ctx)
+	t := &apfTimeline{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(t.done)
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			if m, err := b.apiserverMetrics(ctx); err == nil {
+				t.add(time.Now(), m)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return t
+}
+
+func (t *apfTimeline) add(at time.Time, m []sample) {
+	limits := map[string]float64{}
+	byKey := map[[2]string]*apfRow{}
+	for _, s := range m {
+		level := s.Labels["priority_level"]
+		if s.Name == "apiserver_flowcontrol_current_limit_seats" {
+			limits[level] = s.Value
+			continue
+		}
+		if !slices.Contains(apfGauges, s.Name) {
+			continue
+		}
+		k := [2]string{level, s.Labels["flow_schema"]}
+		r := byKey[k]
+		if r == nil {
+			r = &apfRow{at: at, level: k[0], schema: k[1]}
+			byKey[k] = r
+		}
+		switch s.Name {
+		case "apiserver_flowcontrol_current_executing_seats":
+			r.executing += s.Value
+		case "apiserver_flowcontrol_current_inqueue_requests":
+			r.queued += s.Value
+		default:
+			r.sent += s.Value
+		}
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(byKey), func(a, b [2]string) int { return strings.Compare(a[0]+"/"+a[1], b[0]+"/"+b[1]) }) {
+		r := byKey[k]
+		r.limit = limits[r.level]
+		t.rows = append(t.rows, *r)
+	}
+}
+
+// stop ends the sampling and writes the rows, in seconds from the notice.
+func (t *apfTimeline) stop(path string, notice time.Time) error {
+	t.cancel()
+	<-t.done
+	var b strings.Builder
+	b.WriteString("t,priority_level,flow_schema,limit_seats,executing_seats,inqueue_requests,dispatched_total\n")
+	for _, r := range t.rows {
+		fmt.Fprintf(&b, "%.3f,%s,%s,%g,%g,%g,%g\n", r.at.Sub(notice).Seconds(), r.level, r.schema, r.limit, r.executing, r.queued, r.sent)
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("writing the APF timeline: %w", err)
 	}
 	return nil
 }

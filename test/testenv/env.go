@@ -76,6 +76,14 @@ const (
 // kube-controller-manager matches.
 const kcmUser = "system:kube-controller-manager"
 
+// kwokUser and kwokGroup are the identity kwok takes after RestartKwok(ctx, true): in the
+// group system:nodes, so that APF classifies its requests as a cluster classifies the
+// kubelets' (the system-nodes FlowSchema, node-high), not as the exempt system:masters.
+const (
+	kwokUser  = "testenv-kwok"
+	kwokGroup = "system:nodes"
+)
+
 // Readiness deadlines for each program.
 const (
 	etcdReadyTimeout      = 30 * time.Second
@@ -164,6 +172,7 @@ type Env struct {
 	apf            *APF
 	tokenFile      string
 	kcmToken       string
+	kwokToken      string
 	peers          []*APIServer // further API servers on the same etcd (StartAPIServer, StartPeerAPIServer)
 	kwok           *Process
 	fastPods       bool // kwok's stages, for RestartKwok
@@ -221,7 +230,7 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 		return nil, fmt.Errorf("starting kube-apiserver: %w", err)
 	}
 	e.fastPods = opts.FastPods
-	if err := e.startKwok(ctx, opts.FastPods); err != nil {
+	if err := e.startKwok(ctx, opts.FastPods, e.Kubeconfig); err != nil {
 		return nil, fmt.Errorf("starting kwok: %w", err)
 	}
 	if opts.ControllerManager {
@@ -566,11 +575,14 @@ func (e *Env) startAPIServer(ctx context.Context) error {
 	if e.kcmToken, err = randomToken(); err != nil {
 		return err
 	}
+	if e.kwokToken, err = randomToken(); err != nil {
+		return err
+	}
 	// kube-controller-manager's own identity (no group): under APF it is classified as a
 	// cluster classifies it (the kube-controller-manager FlowSchema, workload-high), not as
 	// the exempt system:masters.
-	if err := os.WriteFile(tokenFile, fmt.Appendf(nil, "%s,%s,%s,%s\n%s,%s,%s\n", e.Token, adminUser, adminUser, adminGroup,
-		e.kcmToken, kcmUser, kcmUser), 0o600); err != nil {
+	if err := os.WriteFile(tokenFile, fmt.Appendf(nil, "%s,%s,%s,%s\n%s,%s,%s\n%s,%s,%s,%s\n", e.Token, adminUser, adminUser, adminGroup,
+		e.kcmToken, kcmUser, kcmUser, e.kwokToken, kwokUser, kwokUser, kwokGroup), 0o600); err != nil {
 		return fmt.Errorf("writing the token file: %w", err)
 	}
 	e.tokenFile = tokenFile
@@ -634,16 +646,23 @@ func (e *Env) apiserverFlags(port int, certDir string, apf *APF) []string {
 // binds that user to cluster-admin (its controllers all run on this one identity:
 // --use-service-account-credentials=false).
 func (e *Env) controllerManagerKubeconfig(ctx context.Context) (string, error) {
+	return e.adminKubeconfigFor(ctx, "kube-controller-manager", kcmUser, e.kcmToken)
+}
+
+// adminKubeconfigFor binds user to cluster-admin (RBAC: what it may do) and writes a
+// kubeconfig for it with token into the data folder as <name>.kubeconfig. Its groups, which
+// APF classifies by, are the token file's.
+func (e *Env) adminKubeconfigFor(ctx context.Context, name, user, token string) (string, error) {
 	crb := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "testenv-kube-controller-manager"},
+		ObjectMeta: metav1.ObjectMeta{Name: "testenv-" + name},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: kcmUser}},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
 	}
 	if _, err := e.Client.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return "", fmt.Errorf("binding %s to cluster-admin: %w", kcmUser, err)
+		return "", fmt.Errorf("binding %s to cluster-admin: %w", user, err)
 	}
-	path := filepath.Join(e.dataDir, "kube-controller-manager.kubeconfig")
-	if err := writeKubeconfig(path, e.Host, e.CAData, kcmUser, e.kcmToken); err != nil {
+	path := filepath.Join(e.dataDir, name+".kubeconfig")
+	if err := writeKubeconfig(path, e.Host, e.CAData, user, token); err != nil {
 		return "", err
 	}
 	return path, nil
