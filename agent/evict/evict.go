@@ -388,8 +388,13 @@ func mustGo(w plan.Window, forceAt time.Time) time.Time {
 // Past the bound the request is cancelled (APF drops a queued request whose client went away)
 // and sent again with the grace recomputed. Never less than the RequestAllowance a request
 // needs to land, never more than RequestTimeout; RequestTimeout without a deadline.
+//
+// A request that asks for the least grace (plan.MinGrace) waits RequestTimeout: sent again,
+// it would ask for the same second, behind every request that arrived meanwhile. Cut at the
+// allowance (250 ms), a pod's last-chance request never got through a server slower than that:
+// each resend was cut in turn until the server sped up (TestLastChanceRequestNotCut).
 func QueueBound(w plan.Window, grace time.Duration, sent time.Time) time.Duration {
-	if !w.HasDeadline() {
+	if !w.HasDeadline() || grace <= plan.MinGrace {
 		return RequestTimeout
 	}
 	return min(RequestTimeout, max(w.End().Sub(sent)-grace, plan.RequestAllowance))
@@ -571,6 +576,17 @@ func (e *Executor) shorten(ctx context.Context, key string, pod *v1.Pod, st *pod
 	return deleteRetryAfter(st.deleteFailures)
 }
 
+// markBound is how long the DisruptionTarget patch before a DELETE sent at now may take: the
+// DELETE's grace is computed after it, so every second it takes is a second of the pod's
+// grace, and it may not hold the DELETE past the pod's last chance (lastChance). At least the
+// allowance a request needs to land; RequestTimeout at most, and without a deadline.
+func markBound(w plan.Window, margin time.Duration, now time.Time) time.Duration {
+	if !w.HasDeadline() {
+		return RequestTimeout
+	}
+	return min(RequestTimeout, max(lastChance(w, margin).Sub(now), plan.RequestAllowance))
+}
+
 // Reason and message of the DisruptionTarget condition reprieve sets before it deletes a pod.
 const (
 	disruptionReason = "DeletionByReprieve"
@@ -608,7 +624,7 @@ func (e *Executor) markDisruptionTarget(ctx context.Context, pod *v1.Pod, st *po
 		klog.FromContext(ctx).Error(err, "Encoding the DisruptionTarget condition failed", "pod", klog.KObj(pod))
 		return false
 	}
-	rctx, cancel := context.WithTimeout(ctx, RequestTimeout)
+	rctx, cancel := context.WithTimeout(ctx, markBound(w, e.gate.sendMargin(), e.o.Clock.Now()))
 	defer cancel()
 	if _, err := e.o.Client.CoreV1().Pods(pod.Namespace).Patch(rctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 		klog.FromContext(ctx).Error(fmt.Errorf("patching the DisruptionTarget condition of pod %s/%s: %w", pod.Namespace, pod.Name, err),

@@ -342,6 +342,31 @@ func TestThrottledPastForcePointWaitsRetryAfter(t *testing.T) {
 	}
 }
 
+// TestLastChanceRequestNotCut: a pod sent at its last chance asks for the least grace (1 s),
+// and a resend could ask for no less: the request may take the request timeout, not the 250 ms
+// allowance, which cut every resend in turn while the server answered more slowly than that.
+func TestLastChanceRequestNotCut(t *testing.T) {
+	f := newFixture(t, testPod("a", 30))
+	var grace int64
+	var bound time.Duration
+	f.evict = func(ctx context.Context, ev *policyv1.Eviction) error {
+		grace = *ev.DeleteOptions.GracePeriodSeconds
+		if d, ok := ctx.Deadline(); ok {
+			bound = time.Until(d)
+		}
+		return nil
+	}
+	f.e.SetView(view(t0.Add(40 * time.Second)))       // window ends at t0+35s
+	f.clock.SetTime(t0.Add(33800 * time.Millisecond)) // 1.2 s before it: only the least grace fits
+	f.e.SyncPod(context.Background(), "ns/a")
+	if n := f.evictions(); n != 1 || grace != 1 {
+		t.Fatalf("%d evictions, grace %d s; want one, with 1 s", n, grace)
+	}
+	if bound < RequestTimeout-time.Second {
+		t.Errorf("the last-chance request may wait %s, want about %s (a resend could ask for no less grace)", bound, RequestTimeout)
+	}
+}
+
 // TestDeadlineBoundSendRemeasuresTheMargin: a deadline-bound pod planned while the server
 // answered at once waits until RemeasureLead before its send, not until the send itself; when
 // answers slowed meanwhile (the margin grew from 0 to 0.27 s), the send moves earlier by the

@@ -11,9 +11,9 @@ import (
 // DefaultGracePeriod is what the API server defaults terminationGracePeriodSeconds to.
 const DefaultGracePeriod = 30 * time.Second
 
-// minGrace is the shortest grace reprieve ever asks for: 0 would force-remove a running pod
+// MinGrace is the shortest grace reprieve ever asks for: 0 would force-remove a running pod
 // without the kubelet's confirmation, which is never what a graceful handler wants.
-const minGrace = time.Second
+const MinGrace = time.Second
 
 // SkipReason says why a pod is left alone. The empty reason means the pod is planned.
 type SkipReason string
@@ -187,7 +187,7 @@ func PlanPodAt(pod *v1.Pod, taints []v1.Taint, firstSeen time.Time, w Window, fi
 	if w.HasDeadline() {
 		// Never less than the 1 s every request carries (GraceAt): a pod whose own grace is 0
 		// still takes that second, and must start it a second before the window's end.
-		p.Latest = w.End().Add(-max(p.Grace, minGrace))
+		p.Latest = w.End().Add(-max(p.Grace, MinGrace))
 		if !w.kubeletCut().IsZero() && p.Latest.After(w.SoftOff) {
 			// From the soft-off the kubelet stops the pod itself, past any budget: the eviction
 			// goes before it.
@@ -297,8 +297,8 @@ func GraceAt(grace time.Duration, w Window, now time.Time) time.Duration {
 		}
 	}
 	grace = grace.Truncate(time.Second)
-	if grace < minGrace {
-		grace = minGrace
+	if grace < MinGrace {
+		grace = MinGrace
 	}
 	return grace
 }

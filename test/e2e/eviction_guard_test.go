@@ -297,7 +297,7 @@ func TestEvictionGuardBindsEvictionsToTheNode(t *testing.T) {
 	// Their last safe moment is deadline - 5 s margin - 1 s grace - 0.5 s lead: not at once (the
 	// agent retried the eviction until then), and before the deadline.
 	if now := time.Now(); !now.Before(deadline) || now.Before(deadline.Add(-8*time.Second)) {
-		t.Errorf("node A's pods were deleted at deadline%+v; want at about deadline-6.5s, after retrying the eviction", now.Sub(deadline))
+		t.Errorf("node A's pods were deleted at deadline%+v; want at about deadline-6.5s, after retrying the eviction\n%s", now.Sub(deadline), rp.LogTail(80))
 	}
 	log := rp.LogTail(400)
 	for _, want := range []string{"failed calling webhook", "Deleting pod: the reclaim deadline leaves no time"} {

@@ -66,6 +66,11 @@ func TestSpotInterruption(t *testing.T) {
 	defer cancel()
 	hook := newReceiver(t)
 	res := run(ctx, t, "spot", "--webhook-url="+hook.URL, "--webhook-allow-http", "--webhook-header=X-Test: spot")
+	defer func() {
+		if t.Failed() {
+			t.Logf("reprieve's log, the lines about pods and errors:\n%s", res.AgentLines(80))
+		}
+	}()
 
 	// The webhook: one message per notice (spot and the mock's rebalance recommendation) and
 	// one when the interruption was handled, in Slack's {"text": ...} shape.

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/reprieve-dev/reprieve/agent/events"
@@ -139,6 +140,24 @@ type SpotResult struct {
 	// NodeEvents and PodEvents are the Kubernetes Events reprieve recorded, as the API server
 	// holds them.
 	NodeEvents, PodEvents []v1.Event
+	// LogPath is reprieve's log file, for a failing test to quote (AgentLines).
+	LogPath string
+}
+
+// AgentLines returns the last n lines of reprieve's log that name a pod or an error: what a
+// failing timing assertion needs to tell a slow server from a wrong plan.
+func (r *SpotResult) AgentLines(n int) string {
+	b, err := os.ReadFile(r.LogPath)
+	if err != nil {
+		return fmt.Sprintf("reading reprieve's log: %v", err)
+	}
+	var lines []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, "pod=") || strings.Contains(l, "err=") {
+			lines = append(lines, l)
+		}
+	}
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // EventReasons returns "object reason" for every event that reprieve recorded (kwok records
@@ -299,6 +318,7 @@ func RunSpot(ctx context.Context, o SpotOptions) (*SpotResult, error) {
 	for i := range res.Rows {
 		res.Rows[i].Record = recs[res.Rows[i].Pod]
 	}
+	res.LogPath = rp.LogPath()
 	if res.Metrics, err = Scrape(metricsAddr); err != nil {
 		return fail(err)
 	}
