@@ -2,6 +2,7 @@ package main
 
 import (
 	"maps"
+	"slices"
 	"testing"
 	"time"
 )
@@ -65,5 +66,31 @@ func TestAcceptRate(t *testing.T) {
 	}
 	if r := acceptRate(nil, t0, end); r != 0 {
 		t.Errorf("rate of none = %v, want 0", r)
+	}
+}
+
+// TestAPFTimelineRows: one row per priority level and flow schema, with the level's current
+// limit beside that schema's executing seats, queued requests and dispatched total; other
+// metrics are left out.
+func TestAPFTimelineRows(t *testing.T) {
+	at := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	l := func(level, schema string) map[string]string {
+		return map[string]string{"priority_level": level, "flow_schema": schema}
+	}
+	var tl apfTimeline
+	tl.add(at, []sample{
+		{Name: "apiserver_flowcontrol_current_limit_seats", Labels: map[string]string{"priority_level": "workload-high"}, Value: 5},
+		{Name: "apiserver_flowcontrol_current_executing_seats", Labels: l("workload-high", "kube-system-service-accounts"), Value: 3},
+		{Name: "apiserver_flowcontrol_current_inqueue_requests", Labels: l("workload-high", "kube-system-service-accounts"), Value: 40},
+		{Name: "apiserver_flowcontrol_dispatched_requests_total", Labels: l("workload-high", "kube-system-service-accounts"), Value: 900},
+		{Name: "apiserver_flowcontrol_current_executing_seats", Labels: l("exempt", "exempt"), Value: 1},
+		{Name: "apiserver_request_total", Labels: l("exempt", "exempt"), Value: 1e6},
+	})
+	want := []apfRow{
+		{at: at, level: "exempt", schema: "exempt", executing: 1},
+		{at: at, level: "workload-high", schema: "kube-system-service-accounts", limit: 5, executing: 3, queued: 40, sent: 900},
+	}
+	if !slices.Equal(tl.rows, want) {
+		t.Fatalf("rows %+v, want %+v", tl.rows, want)
 	}
 }

@@ -279,6 +279,7 @@ func (b *bench) poolRun(ctx context.Context, side string, seats int) (*poolRun, 
 	var timeline *apfTimeline
 	if b.o.PoolTimeline > 0 {
 		timeline = b.startAPFTimeline(ctx, b.o.PoolTimeline)
+		defer timeline.cancel() // an early return ends the sampling too
 	}
 	if err := sleepUntil(ctx, end.Add(3*time.Second)); err != nil {
 		return nil, err
@@ -533,14 +534,6 @@ type apfRow struct {
 	limit, executing, queued, sent float64 // current limit and executing seats, requests in queue, dispatched so far
 }
 
-// apfGauges are the samples kept, by priority level and flow schema (k8s.io/apiserver
-// pkg/util/flowcontrol/metrics).
-var apfGauges = []string{
-	"apiserver_flowcontrol_current_executing_seats",
-	"apiserver_flowcontrol_current_inqueue_requests",
-	"apiserver_flowcontrol_dispatched_requests_total",
-}
-
 func (b *bench) startAPFTimeline(ctx context.Context, every time.Duration) *apfTimeline {
 	ctx, cancel := context.WithCancel(ctx)
 	t := &apfTimeline{cancel: cancel, done: make(chan struct{})}
@@ -571,7 +564,17 @@ func (t *apfTimeline) add(at time.Time, m []sample) {
 			limits[level] = s.Value
 			continue
 		}
-		if !slices.Contains(apfGauges, s.Name) {
+		// The gauges kept, by priority level and flow schema (k8s.io/apiserver
+		// pkg/util/flowcontrol/metrics).
+		var field func(r *apfRow) *float64
+		switch s.Name {
+		case "apiserver_flowcontrol_current_executing_seats":
+			field = func(r *apfRow) *float64 { return &r.executing }
+		case "apiserver_flowcontrol_current_inqueue_requests":
+			field = func(r *apfRow) *float64 { return &r.queued }
+		case "apiserver_flowcontrol_dispatched_requests_total":
+			field = func(r *apfRow) *float64 { return &r.sent }
+		default:
 			continue
 		}
 		k := [2]string{level, s.Labels["flow_schema"]}
@@ -580,14 +583,7 @@ func (t *apfTimeline) add(at time.Time, m []sample) {
 			r = &apfRow{at: at, level: k[0], schema: k[1]}
 			byKey[k] = r
 		}
-		switch s.Name {
-		case "apiserver_flowcontrol_current_executing_seats":
-			r.executing += s.Value
-		case "apiserver_flowcontrol_current_inqueue_requests":
-			r.queued += s.Value
-		default:
-			r.sent += s.Value
-		}
+		*field(r) += s.Value
 	}
 	for _, k := range slices.SortedFunc(maps.Keys(byKey), func(a, b [2]string) int { return strings.Compare(a[0]+"/"+a[1], b[0]+"/"+b[1]) }) {
 		r := byKey[k]
