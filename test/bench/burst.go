@@ -102,8 +102,12 @@ func (b *bench) reprieveBurst(ctx context.Context, n int) (*burstRun, error) {
 		return nil, fmt.Errorf("reprieve, %d pods: %w\n%s", n, err, p.LogTail(20))
 	}
 	r.Who = "reprieve"
-	if metrics, err := scenario.Scrape(addr); err == nil {
-		r.AgentWithin = histogram(metrics, "reprieve_evictions_lateness_seconds")
+	metrics, err := scenario.Scrape(addr)
+	if err == nil {
+		r.AgentWithin, err = histogram(metrics, "reprieve_evictions_lateness_seconds")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading reprieve's lateness histogram: %w", err)
 	}
 	if st, err := readProc(p.Pid()); err == nil {
 		r.PeakRSS = st.HWM
@@ -216,12 +220,16 @@ func waitEvicted(ctx context.Context, obs *scenario.Observer, n int, planned tim
 }
 
 // histogram returns the cumulative bucket counts of a Prometheus histogram, by le.
-func histogram(text, name string) map[string]float64 {
+func histogram(text, name string) (map[string]float64, error) {
+	samples, err := parseMetrics(text)
+	if err != nil {
+		return nil, err
+	}
 	out := map[string]float64{}
-	for _, s := range parseMetrics(text) {
+	for _, s := range samples {
 		if s.Name == name+"_bucket" {
 			out[s.Labels["le"]] += s.Value
 		}
 	}
-	return out
+	return out, nil
 }

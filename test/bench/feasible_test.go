@@ -3,6 +3,7 @@ package main
 import (
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -92,5 +93,51 @@ func TestAPFTimelineRows(t *testing.T) {
 	}
 	if !slices.Equal(tl.rows, want) {
 		t.Fatalf("rows %+v, want %+v", tl.rows, want)
+	}
+}
+
+// TestParseMetrics: the Prometheus text as kube-apiserver and reprieve write it, read into the
+// samples the bench sums: a counter with escaped label values, a gauge, and a histogram's
+// buckets by le as the text spells it (+Inf included), its sum and count.
+func TestParseMetrics(t *testing.T) {
+	text := `# HELP apiserver_request_total Counter of apiserver requests.
+# TYPE apiserver_request_total counter
+apiserver_request_total{code="429",verb="POST",component="a \"quoted\" one"} 7
+apiserver_request_total{code="201",verb="POST",component=""} 3
+# TYPE up gauge
+up 1
+# TYPE reprieve_evictions_lateness_seconds histogram
+reprieve_evictions_lateness_seconds_bucket{le="0.01"} 2
+reprieve_evictions_lateness_seconds_bucket{le="0.25"} 5
+reprieve_evictions_lateness_seconds_bucket{le="1"} 6
+reprieve_evictions_lateness_seconds_bucket{le="+Inf"} 8
+reprieve_evictions_lateness_seconds_sum 9.5
+reprieve_evictions_lateness_seconds_count 8
+`
+	samples, err := parseMetrics(text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sum(samples, "apiserver_request_total", map[string]string{"code": "429", "component": `a "quoted" one`}); got != 7 {
+		t.Errorf("429s = %v, want 7", got)
+	}
+	if got := sum(samples, "apiserver_request_total", map[string]string{"code": "!429"}); got != 3 {
+		t.Errorf("other answers = %v, want 3", got)
+	}
+	if got := sum(samples, "up", nil); got != 1 {
+		t.Errorf("up = %v, want 1", got)
+	}
+	h, err := histogram(text, "reprieve_evictions_lateness_seconds")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]float64{"0.01": 2, "0.25": 5, "1": 6, "+Inf": 8}; !maps.Equal(h, want) {
+		t.Errorf("buckets %v, want %v", h, want)
+	}
+	if got := sum(samples, "reprieve_evictions_lateness_seconds_count", nil); got != 8 {
+		t.Errorf("count = %v, want 8", got)
+	}
+	if _, err := parseMetrics("not { the format"); err == nil || !strings.Contains(err.Error(), "Prometheus text format") {
+		t.Errorf("garbage: err %v, want one naming the format", err)
 	}
 }

@@ -154,5 +154,5 @@ func (b *bench) apiserverMetrics(ctx context.Context) ([]sample, error) {
 	if err != nil || resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("scraping kube-apiserver: status %d: %v", resp.StatusCode, err)
 	}
-	return parseMetrics(string(body)), nil
+	return parseMetrics(string(body))
 }

@@ -1,82 +1,71 @@
 package main
 
 import (
-	"strconv"
+	"fmt"
 	"strings"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
-// sample is one line of the Prometheus text format.
+// sample is one sample of the Prometheus text format, as a line of it reads: a histogram's
+// buckets are name_bucket with an le label, its sum and count name_sum and name_count.
 type sample struct {
 	Name   string
 	Labels map[string]string
 	Value  float64
 }
 
-// parseMetrics reads the Prometheus text format: enough for counters, gauges and histogram
-// buckets (comments and malformed lines are skipped).
-func parseMetrics(text string) []sample {
+// parseMetrics reads the Prometheus text format (prometheus/common's expfmt parser) into
+// samples: counters, gauges, untyped, and histograms and summaries by their series.
+func parseMetrics(text string) ([]sample, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(text))
+	if err != nil {
+		return nil, fmt.Errorf("parsing the Prometheus text format: %w", err)
+	}
 	var out []sample
-	for _, line := range strings.Split(text, "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		s := sample{Labels: map[string]string{}}
-		rest := line
-		if i := strings.IndexAny(line, "{ "); i < 0 {
-			continue
-		} else if line[i] == '{' {
-			s.Name = line[:i]
-			end := strings.LastIndex(line, "}")
-			if end < i {
-				continue
+	for name, mf := range families {
+		for _, m := range mf.GetMetric() {
+			labels := func(extra ...string) map[string]string {
+				l := make(map[string]string, len(m.GetLabel())+1)
+				for _, lp := range m.GetLabel() {
+					l[lp.GetName()] = lp.GetValue()
+				}
+				for i := 0; i+1 < len(extra); i += 2 {
+					l[extra[i]] = extra[i+1]
+				}
+				return l
 			}
-			parseLabels(line[i+1:end], s.Labels)
-			rest = line[end+1:]
-		} else {
-			s.Name, rest = line[:i], line[i:]
+			add := func(suffix string, v float64, extra ...string) {
+				out = append(out, sample{Name: name + suffix, Labels: labels(extra...), Value: v})
+			}
+			switch mf.GetType() {
+			case dto.MetricType_COUNTER:
+				add("", m.GetCounter().GetValue())
+			case dto.MetricType_GAUGE:
+				add("", m.GetGauge().GetValue())
+			case dto.MetricType_HISTOGRAM:
+				h := m.GetHistogram()
+				for _, b := range h.GetBucket() {
+					add("_bucket", float64(b.GetCumulativeCount()), "le", model.FloatString(b.GetUpperBound()).String())
+				}
+				add("_sum", h.GetSampleSum())
+				add("_count", float64(h.GetSampleCount()))
+			case dto.MetricType_SUMMARY:
+				s := m.GetSummary()
+				for _, q := range s.GetQuantile() {
+					add("", q.GetValue(), "quantile", model.FloatString(q.GetQuantile()).String())
+				}
+				add("_sum", s.GetSampleSum())
+				add("_count", float64(s.GetSampleCount()))
+			default:
+				add("", m.GetUntyped().GetValue())
+			}
 		}
-		f := strings.Fields(rest)
-		if len(f) == 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(f[0], 64)
-		if err != nil {
-			continue
-		}
-		s.Value = v
-		out = append(out, s)
 	}
-	return out
-}
-
-func parseLabels(s string, into map[string]string) {
-	for s != "" {
-		eq := strings.Index(s, "=\"")
-		if eq < 0 {
-			return
-		}
-		key := strings.TrimSpace(strings.TrimLeft(s[:eq], ","))
-		s = s[eq+2:]
-		var val strings.Builder
-		i := 0
-		for ; i < len(s); i++ {
-			if s[i] == '\\' && i+1 < len(s) {
-				i++
-				val.WriteByte(s[i])
-				continue
-			}
-			if s[i] == '"' {
-				break
-			}
-			val.WriteByte(s[i])
-		}
-		into[key] = val.String()
-		if i >= len(s) {
-			return
-		}
-		s = s[i+1:]
-	}
+	return out, nil
 }
 
 // sum adds the values of every sample named name whose labels match all of match (a value
