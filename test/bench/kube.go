@@ -237,12 +237,24 @@ func sleepUntil(ctx context.Context, t time.Time) error {
 	}
 }
 
-// deleteAll removes every pod of ns at once (grace 0), so that a finished measurement leaves
-// nothing for kwok and the API server to carry.
+// deleteAll removes every pod of ns at once (grace 0), and its PodDisruptionBudgets, so that a
+// finished measurement leaves nothing for kwok and the API server to carry. The bench runs no
+// namespace controller, so nothing else would remove them. A PodDisruptionBudget left behind
+// costs a later measurement: every eviction lists the budgets of its pod's namespace through
+// the API server's own loopback client (system:apiserver, APF's exempt level), and APF
+// estimates that list from the resource's cluster-wide count and average size. After the pool's
+// restart of kube-apiserver the size of budgets nothing has written since is unknown
+// (apiserver_resource_size_estimate_bytes -1), so APF takes each to be 1.5 MB and every such
+// list to need 10 seats: 50 budgets left by the compliance and footprint sections made
+// exempt's demand 31 to 41 seats at the pool's notice, and APF lent workload-high's seat to
+// it (12 seats: 433/608 in time, against 608/608 without them; docs/benchmarks.md).
 func deleteAll(ctx context.Context, c kubernetes.Interface, ns string) error {
 	zero := int64(0)
 	if err := c.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{}); err != nil {
 		return fmt.Errorf("deleting the pods of %s: %w", ns, err)
+	}
+	if err := c.PolicyV1().PodDisruptionBudgets(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		return fmt.Errorf("deleting the PodDisruptionBudgets of %s: %w", ns, err)
 	}
 	return nil
 }
@@ -256,4 +268,21 @@ func stopAll(ps []*testenv.Process) {
 		}
 	}
 	wg.Wait()
+}
+
+// noBudgetsLeft fails when an earlier section left a PodDisruptionBudget behind. The pool has
+// none, and one left elsewhere would change what it measures: every eviction lists its
+// namespace's budgets as the API server's exempt loopback client, at a cost APF estimates from
+// every budget in the cluster, up to 10 seats when their size is unknown, as after the pool's
+// restart (deleteAll).
+func noBudgetsLeft(ctx context.Context, c kubernetes.Interface) error {
+	list, err := c.PolicyV1().PodDisruptionBudgets("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("listing PodDisruptionBudgets left by earlier sections: %w", err)
+	}
+	if n := len(list.Items); n > 0 {
+		return fmt.Errorf("%d PodDisruptionBudgets left by earlier sections (the first %s/%s): each would make every eviction's loopback list cost up to 10 exempt seats",
+			n, list.Items[0].Namespace, list.Items[0].Name)
+	}
+	return nil
 }

@@ -89,6 +89,9 @@ func (b *bench) pool(ctx context.Context, rep *report) error {
 			b.o.Logf("pool: %v", err)
 		}
 	}()
+	if err := noBudgetsLeft(ctx, b.env.Client); err != nil {
+		return err
+	}
 	for _, seats := range b.o.PoolSeats {
 		if err := b.env.RestartAPIServerWith(ctx, apfFor(seats)); err != nil {
 			return err
