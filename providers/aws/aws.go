@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
+	"github.com/aws/smithy-go/middleware"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"k8s.io/utils/clock"
 
@@ -68,8 +69,10 @@ type Provider struct {
 	last map[string][]providers.Notice
 	// firstSeen stamps notices whose payload carries no notice time.
 	firstSeen map[string]time.Time
-	// answered holds the sources that have answered (200 and parsed, or 404) since New.
-	answered map[string]bool
+	// answered holds the sources that have answered (200 and parsed, or 404) since New, and
+	// lastAnswer when each last did.
+	answered   map[string]bool
+	lastAnswer map[string]time.Time
 }
 
 // New returns a provider for the IMDS at opts.Endpoint. IMDSv1 fallback is disabled: a token
@@ -105,9 +108,10 @@ func New(opts Options) (*Provider, error) {
 			// then refuse even the one retry after a 401; the poll loop bounds retries instead.
 			o.RateLimiter = ratelimit.None
 			// A request that got no headers within the bound is not retried: a black hole
-			// stays one, and the retry would double the poll's blind time.
+			// stays one, and the retry would double the poll's blind time. Nor is an answer
+			// over MaxBody: the next one would be as long.
 			o.Retryables = append([]retry.IsErrorRetryable{retry.IsErrorRetryableFunc(func(err error) awssdk.Ternary {
-				if errors.Is(err, ErrNoResponse) {
+				if errors.Is(err, ErrNoResponse) || errors.Is(err, ErrTooLarge) {
 					return awssdk.FalseTernary
 				}
 				return awssdk.UnknownTernary
@@ -116,19 +120,122 @@ func New(opts Options) (*Provider, error) {
 		// Without this, imds.New wraps the Retryer in retry.AddWithMaxBackoffDelay(1s),
 		// whose backoff replaces the 100 ms above.
 		DisableDefaultMaxBackoff: true,
+		// The SDK reads every answer whole (its OperationDeserializer's io.ReadAll) before
+		// GetMetadata returns, so a limit on out.Content would come too late: the bound sits
+		// under that read, on the raw response, for every operation (the token's too).
+		APIOptions: []func(*middleware.Stack) error{addBodyLimit},
 	})
 	return &Provider{
-		client:    client,
-		clock:     opts.Clock,
-		last:      map[string][]providers.Notice{},
-		firstSeen: map[string]time.Time{},
-		answered:  map[string]bool{},
+		client:     client,
+		clock:      opts.Clock,
+		last:       map[string][]providers.Notice{},
+		firstSeen:  map[string]time.Time{},
+		answered:   map[string]bool{},
+		lastAnswer: map[string]time.Time{},
 	}, nil
 }
 
 // DefaultResponseHeaderTimeout is the SDK's own client's response-header timeout
 // (feature/ec2/imds, defaultResponseHeaderTimeout); its 250 ms dial timeout fits inside it.
 const DefaultResponseHeaderTimeout = 500 * time.Millisecond
+
+// MaxBody bounds what is read of one IMDS answer, the token's included; a real one is a few
+// hundred bytes.
+const MaxBody = 1 << 20
+
+// ErrTooLarge marks an answer longer than MaxBody.
+var ErrTooLarge = errors.New("answer exceeds the size limit")
+
+// bodyLimitID names addBodyLimit's middleware in the SDK's stack.
+const bodyLimitID = "reprieveBodyLimit"
+
+// addBodyLimit puts limitBody last in the deserialize step: the innermost, so that it sees the
+// raw response before the SDK's deserializer reads it.
+func addBodyLimit(stack *middleware.Stack) error {
+	return stack.Deserialize.Add(middleware.DeserializeMiddlewareFunc(bodyLimitID, limitBody), middleware.After)
+}
+
+// limitBody makes the body of every answer fail with ErrTooLarge past MaxBody bytes, instead of
+// being read to its end: an answer that declares a longer Content-Length fails unread.
+func limitBody(ctx context.Context, in middleware.DeserializeInput, next middleware.DeserializeHandler) (
+	middleware.DeserializeOutput, middleware.Metadata, error,
+) {
+	out, md, err := next.HandleDeserialize(ctx, in)
+	if resp, ok := out.RawResponse.(*smithyhttp.Response); ok && resp != nil && resp.Body != nil {
+		b := newLimitedBody(resp.Body, resp.ContentLength, MaxBody)
+		// The sources share one token: a token answer over the limit ends the poll, as one
+		// that got no headers does (headerTimeoutClient), or each source would read its own.
+		if end, ok := ctx.Value(noResponseKey{}).(context.CancelCauseFunc); ok && resp.Request != nil && resp.Request.URL.Path == tokenPath {
+			b.onTooLarge = func(err error) { end(fmt.Errorf("%s %s: %w", resp.Request.Method, tokenPath, err)) }
+		}
+		resp.Body = b
+	}
+	return out, md, err
+}
+
+// tokenPath is where IMDSv2 hands out tokens.
+const tokenPath = "/latest/api/token"
+
+// limitedBody reads at most limit bytes of a body; a byte more is ErrTooLarge, for this Read and
+// every later one.
+type limitedBody struct {
+	rc    io.ReadCloser
+	left  int64
+	limit int64
+	err   error
+	// declared is the answer's Content-Length, -1 when it has none.
+	declared int64
+	// onTooLarge, when set, is called once with the error.
+	onTooLarge func(error)
+}
+
+// newLimitedBody bounds rc to limit bytes; length is the declared Content-Length (-1: none).
+func newLimitedBody(rc io.ReadCloser, length, limit int64) *limitedBody {
+	return &limitedBody{rc: rc, left: limit, limit: limit, declared: length}
+}
+
+func (b *limitedBody) tooLarge() error {
+	return fmt.Errorf("%w of %d bytes (%d MiB)", ErrTooLarge, b.limit, b.limit>>20)
+}
+
+// fail records err as the body's error and returns it.
+func (b *limitedBody) fail() error {
+	b.err = b.tooLarge()
+	if b.onTooLarge != nil {
+		b.onTooLarge(b.err)
+		b.onTooLarge = nil
+	}
+	return b.err
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	if b.declared > b.limit {
+		return 0, b.fail() // too long by its own account: not read at all
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if b.left == 0 {
+		// At the limit: the answer is too long if anything follows.
+		var one [1]byte
+		n, err := b.rc.Read(one[:])
+		if n > 0 {
+			return 0, b.fail()
+		}
+		return 0, err
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.rc.Read(p)
+	b.left -= int64(n)
+	return n, err
+}
+
+func (b *limitedBody) Close() error { return b.rc.Close() }
 
 // ErrNoResponse marks a request that got no response headers within the bound: a black hole
 // (the token PUT's answer dropped by the hop limit, a stalled IMDS).
@@ -165,7 +272,7 @@ func (c headerTimeoutClient) Do(req *http.Request) (*http.Response, error) {
 }
 
 // noResponseKey is the context key of the function that ends a poll whose request got no
-// response headers.
+// response headers, or whose token answer was over MaxBody.
 type noResponseKey struct{}
 
 // cancelOnClose releases a request's context when its body is closed.
@@ -191,9 +298,10 @@ func (p *Provider) Poll(ctx context.Context) ([]providers.Notice, error) {
 		err     error
 	}
 	results := make([]result, len(sources))
-	// The sources share one token: when its PUT gets no answer, the others would each try
-	// again in turn (the SDK serialises token fetches). The first such failure ends the poll.
-	// The SDK does not keep the token error's chain, so headerTimeoutClient reports it here.
+	// The sources share one token: when its PUT gets no answer, or one over MaxBody, the
+	// others would each try again in turn (the SDK serialises token fetches). The first such
+	// failure ends the poll. The SDK does not keep the token error's chain, so
+	// headerTimeoutClient and limitBody report it here.
 	pctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	pctx = context.WithValue(pctx, noResponseKey{}, cancel)
@@ -203,7 +311,7 @@ func (p *Provider) Poll(ctx context.Context) ([]providers.Notice, error) {
 		go func() {
 			defer wg.Done()
 			body, found, err := p.get(pctx, src)
-			if cause := context.Cause(pctx); err != nil && ctx.Err() == nil && errors.Is(cause, ErrNoResponse) {
+			if cause := context.Cause(pctx); err != nil && ctx.Err() == nil && (errors.Is(cause, ErrNoResponse) || errors.Is(cause, ErrTooLarge)) {
 				err = &SourceError{Path: src, Err: cause}
 			}
 			if err != nil {
@@ -231,6 +339,7 @@ func (p *Provider) Poll(ctx context.Context) ([]providers.Notice, error) {
 			hibernateNow(results[i].notices)
 			p.last[src] = results[i].notices
 			p.answered[src] = true
+			p.lastAnswer[src] = now
 		}
 		all = append(all, p.last[src]...)
 	}
@@ -260,6 +369,18 @@ func (p *Provider) Answered() map[string]bool {
 	return out
 }
 
+// LastAnswers implements providers.AnswerTimes: when each of the three paths last answered
+// (the poll's time; zero when not since New).
+func (p *Provider) LastAnswers() map[string]time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string]time.Time, len(sources))
+	for _, src := range sources {
+		out[src] = p.lastAnswer[src]
+	}
+	return out
+}
+
 // get fetches one metadata path. found is false for a 404, which IMDS uses for "nothing
 // pending"; every other non-2xx answer is an error.
 func (p *Provider) get(ctx context.Context, path string) (body []byte, found bool, err error) {
@@ -272,7 +393,8 @@ func (p *Provider) get(ctx context.Context, path string) (body []byte, found boo
 		return nil, false, &SourceError{Path: path, Err: err}
 	}
 	defer out.Content.Close()
-	body, err = io.ReadAll(io.LimitReader(out.Content, 1<<20))
+	// out.Content is the SDK's copy of a body limitBody already bounded.
+	body, err = io.ReadAll(out.Content)
 	if err != nil {
 		return nil, false, &SourceError{Path: path, Err: fmt.Errorf("reading body: %w", err)}
 	}

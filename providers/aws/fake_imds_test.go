@@ -1,7 +1,9 @@
 package aws
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -9,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -41,7 +44,18 @@ const (
 	// faultTruncate declares a Content-Length longer than the body it sends, then closes
 	// the connection: the client sees an unexpected EOF.
 	faultTruncate
+	// faultEndless answers with the scripted status and a body that never ends, sent as fast
+	// as the client reads it, without a Content-Length: a spoofed endpoint or a node-local
+	// metadata proxy that streams for the poll's whole timeout (issue 39 item 4). Past
+	// endlessCap bytes it stops sending and blocks like faultHang, so that a client that does
+	// not bound what it reads fills the test's memory no further; to that client the body
+	// still never ends.
+	faultEndless
 )
+
+// endlessCap is how much faultEndless sends before it stalls: many times any limit a
+// client should have, small enough for the test machine.
+const endlessCap = 64 << 20
 
 // imdsResponse is one scripted answer.
 type imdsResponse struct {
@@ -67,6 +81,9 @@ type fakeIMDS struct {
 	scripts  map[string][]imdsResponse
 	requests map[string]int // "METHOD /path" -> count, every request received
 	denied   int            // requests answered 401 for a missing or dead token
+
+	// streamed counts the body bytes faultEndless handed to the kernel.
+	streamed atomic.Int64
 }
 
 // newFakeIMDS starts a fake on loopback; it is closed when the test ends. clk decides when
@@ -84,7 +101,16 @@ func newFakeIMDS(t testing.TB, clk clock.PassiveClock) *fakeIMDS {
 		scripts:  map[string][]imdsResponse{},
 		requests: map[string]int{},
 	}
-	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
+	f.srv = httptest.NewUnstartedServer(http.HandlerFunc(f.serve))
+	// A small send buffer, so that what an endless body leaves in the kernel stays small and
+	// streamed says what the client took.
+	f.srv.Config.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetWriteBuffer(smallSocketBuffer)
+		}
+		return ctx
+	}
+	f.srv.Start()
 	t.Cleanup(func() {
 		// Release hanging handlers first: httptest.Server.Close waits for them.
 		close(f.closed)
@@ -254,6 +280,18 @@ func (f *fakeIMDS) answer(w http.ResponseWriter, r *http.Request, resp imdsRespo
 		fmt.Fprintf(buf, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
 			status, http.StatusText(status), len(resp.body)+64, resp.body)
 		buf.Flush()
+	case faultEndless:
+		w.WriteHeader(status)
+		chunk := []byte(strings.Repeat(`{"action": "terminate", "time": "2017-09-18T08:22:00Z"} `, 1<<10))
+		for f.streamed.Load() < endlessCap {
+			n, err := w.Write(chunk)
+			f.streamed.Add(int64(n))
+			if err != nil {
+				return // the client went away
+			}
+		}
+		w.(http.Flusher).Flush()
+		f.block(r)
 	default:
 		if strings.HasPrefix(strings.TrimSpace(resp.body), "{") || strings.HasPrefix(strings.TrimSpace(resp.body), "[") {
 			w.Header().Set("Content-Type", "application/json")

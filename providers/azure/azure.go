@@ -446,6 +446,9 @@ type startRequest struct {
 	EventID string `json:"EventId"`
 }
 
+// ErrTooLarge marks an answer longer than maxBody, which is not read past it.
+var ErrTooLarge = errors.New("answer exceeds the size limit")
+
 // ErrSharedEvent marks a refused approval of an event that also names other machines.
 var ErrSharedEvent = errors.New("the event also names other machines")
 
@@ -525,9 +528,18 @@ func (p *Provider) do(ctx context.Context, method, u string, body []byte, op str
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	// One byte past the limit tells a long answer from one of exactly maxBody: a long one is
+	// an error, never a prefix read as if it were the whole (a document followed by padding
+	// would decode).
+	if resp.ContentLength > maxBody {
+		return nil, fmt.Errorf("%s: reading the answer (HTTP %d): %w of %d bytes (%d MiB): Content-Length %d", op, resp.StatusCode, ErrTooLarge, maxBody, maxBody>>20, resp.ContentLength)
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
 	if err != nil {
 		return nil, fmt.Errorf("%s: reading the answer (HTTP %d): %w", op, resp.StatusCode, err)
+	}
+	if len(b) > maxBody {
+		return nil, fmt.Errorf("%s: reading the answer (HTTP %d): %w of %d bytes (%d MiB)", op, resp.StatusCode, ErrTooLarge, maxBody, maxBody>>20)
 	}
 	ok := resp.StatusCode == http.StatusOK
 	if method != http.MethodGet {

@@ -6,7 +6,9 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -17,7 +19,17 @@ type reply struct {
 	hang   bool   // never answer: block until the client gives up or the server closes
 	// gate, when set, holds the answer until it is closed (a slow first call).
 	gate chan struct{}
+	// endless answers with status and a body that never ends, sent as fast as the client
+	// reads it, without a Content-Length: a spoofed endpoint or a node-local metadata proxy
+	// that streams for the poll's whole timeout (issue 39 item 4). Past endlessCap bytes it
+	// stops sending and blocks like hang, so that a client that does not bound what it reads
+	// fills the test's memory no further.
+	endless bool
 }
+
+// endlessCap is how much an endless reply sends before it stalls: many times the limit, small
+// enough for the test machine.
+const endlessCap = 64 << 20
 
 // request is what the scripted server received.
 type request struct {
@@ -35,6 +47,9 @@ type scripted struct {
 	mu       sync.Mutex
 	replies  map[string][]reply
 	requests []request
+
+	// streamed counts the body bytes endless replies handed to the kernel.
+	streamed atomic.Int64
 }
 
 func newScripted(t testing.TB) *scripted {
@@ -122,6 +137,21 @@ func (s *scripted) serve(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusOK
 	}
 	w.WriteHeader(status)
+	if rep.endless {
+		chunk := []byte(strings.Repeat(`{"DocumentIncarnation": 1, "Events": []} `, 1<<10))
+		for s.streamed.Load() < endlessCap {
+			n, err := w.Write(chunk)
+			s.streamed.Add(int64(n))
+			if err != nil {
+				return // the client went away
+			}
+		}
+		select {
+		case <-r.Context().Done():
+		case <-s.closed:
+		}
+		return
+	}
 	io.WriteString(w, body(s.t, rep.body))
 }
 
