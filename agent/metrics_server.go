@@ -40,6 +40,17 @@ func newMetricsServer(addr string, h http.Handler) *http.Server {
 // metricsListener bounds the metrics server's connections by its pools.
 func metricsListener(ln net.Listener) net.Listener { return serve.NewListener(ln, metricsPool) }
 
+// NewMetricsServer returns the server of --metrics-bind-address, with every timeout and the
+// header limit of the agent's own, for a server that stands in for it on the same address
+// (cmd/reprieve's health server while the agent waits at start). Serve it on
+// MetricsListener's listener.
+func NewMetricsServer(addr string, h http.Handler) *http.Server { return newMetricsServer(addr, h) }
+
+// MetricsListener bounds ln's connections by the metrics server's pools: the host's own
+// connections (the kubelet's probes of a host-network agent) apart from any other's, each
+// with a total and a per-source cap. Each listener counts its own connections.
+func MetricsListener(ln net.Listener) net.Listener { return metricsListener(ln) }
+
 // metricsPool puts a connection from the host itself in the host pool, any other in the
 // others' pool.
 func metricsPool(local, remote netip.Addr) *serve.Pool {

@@ -129,6 +129,13 @@ func serveWhileWaiting(ctx context.Context, addr string, gatherer prometheus.Gat
 	if err != nil {
 		return nil, fmt.Errorf("listening on --metrics-bind-address %s: %w", addr, err)
 	}
+	_, stop = serveWaitingOn(ctx, ln, gatherer, why)
+	return stop, nil
+}
+
+// serveWaitingOn serves serveWhileWaiting's handlers on ln, bounded as the agent's metrics
+// server is, and returns the server and the function that stops it and closes ln.
+func serveWaitingOn(ctx context.Context, ln net.Listener, gatherer prometheus.Gatherer, why string) (srv *http.Server, stop func()) {
 	klog.FromContext(ctx).Info("Serving health checks while waiting", "address", ln.Addr().String(), "why", why)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
@@ -136,13 +143,17 @@ func serveWhileWaiting(ctx context.Context, addr string, gatherer prometheus.Gat
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	// The agent's own server and listener for this address (issue 39 item 7): the same
+	// timeouts, header limit and connection pools, so that a flood that cannot hold the
+	// agent's metrics port cannot hold it while the agent waits either.
+	srv = agent.NewMetricsServer(ln.Addr().String(), mux)
+	bounded := agent.MetricsListener(ln)
 	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Serve(ln) }()
-	return func() {
+	go func() { defer close(done); _ = srv.Serve(bounded) }()
+	return srv, func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(sctx) // closes the listener at once
 		<-done
-	}, nil
+	}
 }

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -279,5 +281,97 @@ func TestStartStoppedWhileWaiting(t *testing.T) {
 	cancel()
 	if err := start(ctx, ac); err != nil {
 		t.Errorf("start stopped while waiting for the node = %v, want a clean stop", err)
+	}
+}
+
+// dialFrom opens a TCP connection to addr from src, a loopback address of its own (Linux routes
+// all of 127.0.0.0/8 over lo), as a node's neighbours would; nil when the server reset it at
+// once.
+func dialFrom(t *testing.T, src, addr string) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 5 * time.Second}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		return nil
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// requestOn sends one kept-alive GET of path with extra header bytes on c and returns the
+// status, or 0 when the server closed the connection instead of answering.
+func requestOn(t *testing.T, c net.Conn, path string, headerBytes int) int {
+	t.Helper()
+	if c == nil {
+		return 0
+	}
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: agent\r\nX-Pad: %s\r\n\r\n", path, strings.Repeat("a", headerBytes)); err != nil {
+		return 0
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return 0
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode
+}
+
+// flood opens n connections from src to addr, each keeping one answered request open, and
+// returns how many were answered.
+func flood(t *testing.T, src, addr string, n int) int {
+	t.Helper()
+	kept := 0
+	for range n {
+		if requestOn(t, dialFrom(t, src, addr), "/healthz", 0) == http.StatusOK {
+			kept++
+		}
+	}
+	return kept
+}
+
+// TestServeWhileWaitingIsBounded (issue 39 item 7): the health server of --provider auto's wait
+// had no connection cap, net/http's 1 MiB header limit and no read, write or idle timeout: the
+// metrics-port flood fixed in issue 22, reopened on the same address. It has the agent's
+// metrics server's limits: the same timeouts and header limit, and the same pools, so that one
+// address keeps no more connections open than it could on the agent's.
+func TestServeWhileWaitingIsBounded(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, stop := serveWaitingOn(context.Background(), ln, prometheus.NewRegistry(), "waiting for the API server")
+	t.Cleanup(stop)
+	want := agent.NewMetricsServer("", nil)
+	if srv.ReadHeaderTimeout != want.ReadHeaderTimeout || srv.ReadTimeout != want.ReadTimeout || srv.WriteTimeout != want.WriteTimeout ||
+		srv.IdleTimeout != want.IdleTimeout || srv.MaxHeaderBytes != want.MaxHeaderBytes {
+		t.Errorf("header %v, read %v, write %v, idle %v, MaxHeaderBytes %d; want the agent's metrics server's: %v, %v, %v, %v, %d",
+			srv.ReadHeaderTimeout, srv.ReadTimeout, srv.WriteTimeout, srv.IdleTimeout, srv.MaxHeaderBytes,
+			want.ReadHeaderTimeout, want.ReadTimeout, want.WriteTimeout, want.IdleTimeout, want.MaxHeaderBytes)
+	}
+	addr := ln.Addr().String()
+
+	// A header past the agent's limit is refused (431), not read to 1 MiB.
+	if code := requestOn(t, dialFrom(t, "127.0.0.1", addr), "/healthz", 2*want.MaxHeaderBytes); code != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("a %d-byte header: %d, want %d", 2*want.MaxHeaderBytes, code, http.StatusRequestHeaderFieldsTooLarge)
+	}
+
+	// The agent's listener, on a server of its own, under the same flood from one address.
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := agent.NewMetricsServer("", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }))
+	go func() { _ = ref.Serve(agent.MetricsListener(inner)) }()
+	t.Cleanup(func() { _ = ref.Close() })
+	const n = 48
+	agentKept := flood(t, "127.0.0.2", inner.Addr().String(), n)
+	waitKept := flood(t, "127.0.0.2", addr, n)
+	if agentKept >= n || waitKept != agentKept {
+		t.Errorf("one address kept %d connections open on the waiting server and %d on the agent's (of %d); want the agent's cap on both", waitKept, agentKept, n)
+	}
+	// Another address is still answered during that flood.
+	if code := requestOn(t, dialFrom(t, "127.0.0.3", addr), "/healthz", 0); code != http.StatusOK {
+		t.Errorf("/healthz from another address during one address's flood: %d, want 200", code)
 	}
 }
