@@ -326,13 +326,14 @@ var _ = record.AnnotationInterruption
 func TestPlatformSignalAloneAndItsWithdrawal(t *testing.T) {
 	added := metav1.NewTime(t0)
 	node := testNode(v1.Taint{Key: "cloud.google.com/impending-node-termination", Effect: v1.TaintEffectNoSchedule, TimeAdded: &added})
+	node.Spec.ProviderID = "gce://p/us-central1-a/" + nodeName // GKE's signals are read on GKE's nodes only (issue 39 item 5)
 	h := newHarness(t, nil, node, testPod("now", 5))
 	h.step()
 	if taintOf(h.node(), "cloud") == nil {
 		t.Fatal("the platform signal alone did not taint the node")
 	}
 	if v := h.a.exec.View(); !v.Window.Deadline.Equal(t0.Add(30 * time.Second)) {
-		t.Fatalf("deadline %v, want the signal's timeAdded + 30 s", v.Window.Deadline)
+		t.Fatalf("deadline %v, want first seen + 30 s", v.Window.Deadline)
 	}
 	// The cloud's own notice, later, and the signal goes away.
 	h.prov.Set(providerNotice("spot-1", t0.Add(2*time.Minute)))

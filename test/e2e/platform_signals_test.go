@@ -29,6 +29,9 @@ func TestPlatformSignals(t *testing.T) {
 		name       string
 		set, unset func(ctx context.Context, t *testing.T, node string)
 		acts       bool
+		// providerID puts the node on the signal's platform: reprieve reads GKE's signals only
+		// on gce:// nodes and AKS's only on azure:// ones (issue 39 item 5).
+		providerID string
 	}
 	labelSignal := func(key string, value func() string) (func(context.Context, *testing.T, string), func(context.Context, *testing.T, string)) {
 		return func(ctx context.Context, t *testing.T, node string) {
@@ -51,10 +54,10 @@ func TestPlatformSignals(t *testing.T) {
 	gkeTermSet, gkeTermUnset := taintSignal(interrupt.TaintGKEImpendingTermination)
 	karpSet, karpUnset := taintSignal(interrupt.TaintKarpenterDisrupted)
 	signals := []signal{
-		{name: "gke-maintenance", set: gkeMaintSet, unset: gkeMaintUnset, acts: true},
-		{name: "gke-ongoing", set: gkeOngoingSet, unset: gkeOngoingUnset, acts: true},
-		{name: "gke-termination", set: gkeTermSet, unset: gkeTermUnset, acts: true},
-		{name: "aks-vmevent", acts: true,
+		{name: "gke-maintenance", set: gkeMaintSet, unset: gkeMaintUnset, acts: true, providerID: "gce://reprieve-e2e/us-central1-a/"},
+		{name: "gke-ongoing", set: gkeOngoingSet, unset: gkeOngoingUnset, acts: true, providerID: "gce://reprieve-e2e/us-central1-a/"},
+		{name: "gke-termination", set: gkeTermSet, unset: gkeTermUnset, acts: true, providerID: "gce://reprieve-e2e/us-central1-a/"},
+		{name: "aks-vmevent", acts: true, providerID: "azure:///subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/virtualMachines/",
 			set: func(ctx context.Context, t *testing.T, node string) {
 				at := time.Now().Add(40 * time.Second).UTC().Format("Mon, 02 Jan 2006 15:04:05 GMT")
 				setCondition(ctx, t, node, v1.NodeCondition{Type: interrupt.ConditionAKSVMEventScheduled, Status: v1.ConditionTrue,
@@ -74,6 +77,9 @@ func TestPlatformSignals(t *testing.T) {
 			defer cancel()
 			ns, node := "signal-"+s.name, "signal-"+s.name+"-node"
 			setupNode(ctx, t, ns, node, nil)
+			if s.providerID != "" {
+				patchNode(ctx, t, map[string]any{"spec": map[string]any{"providerID": s.providerID + node}}, node)
+			}
 			pods := []scenario.Pod{{Name: "evictee", Kind: scenario.Plain, Grace: ptr64(2)}}
 			if err := scenario.Create(ctx, env.Client, ns, node, taint, pods); err != nil {
 				t.Fatal(err)
