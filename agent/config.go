@@ -49,6 +49,9 @@ type Config struct {
 	Provider        string
 	AWSIMDSEndpoint string
 	PollInterval    time.Duration
+	// MetadataStaleAfter is how long every metadata source may go without a good answer before
+	// the agent says it cannot see (not ready, an event, a metric); see docs/operations.md.
+	MetadataStaleAfter time.Duration
 	// MaintenanceLead is how long before a scheduled event's start the interruption taint goes
 	// on; before that the node only gets MaintenanceTaint.
 	MaintenanceLead time.Duration
@@ -83,9 +86,12 @@ type Config struct {
 	HostRoot              string
 
 	// Local pressure (see docs/pressure.md): where the signals come from, the kubelet's
-	// thresholds, reprieve's own, and the taint and eviction behaviour.
+	// thresholds, reprieve's own, and the taint and eviction behaviour. KubeletConfig and
+	// KubeletConfigDir are the kubelet's configuration file and drop-in directory under
+	// HostRoot; empty searches the known locations (kubelet.Locations), with their drop-ins.
 	PressureSource           string
 	KubeletConfig            string
+	KubeletConfigDir         string
 	KubeletRootDir           string
 	ImageFsDir               string
 	KubeletSummaryURL        string
@@ -140,6 +146,10 @@ type Config struct {
 	WebhookHeadersFile string
 	WebhookTimeout     time.Duration
 	WebhookMaxAttempts int
+
+	// kubelet is the one read of the kubelet's configuration that the copies of a validated
+	// Config share (KubeletConfig in pressure_source.go); nil before Validate.
+	kubelet *kubeletRead
 }
 
 // Pressure sources accepted by --pressure-source.
@@ -167,6 +177,7 @@ func DefaultConfig() Config {
 		AzureIMDSEndpoint:       "http://169.254.169.254",
 		HostRoot:                "/",
 		PollInterval:            time.Second,
+		MetadataStaleAfter:      2 * time.Minute,
 		MaintenanceLead:         10 * time.Minute,
 		InterruptionTaint:       "cloud=spot:NoExecute",
 		RebalanceTaint:          "reprieve.io/rebalance-recommended=true:PreferNoSchedule",
@@ -177,7 +188,6 @@ func DefaultConfig() Config {
 		NodeConditions:          true,
 
 		PressureSource:           PressureSourceHost,
-		KubeletConfig:            "/var/lib/kubelet/config.yaml",
 		KubeletRootDir:           "/var/lib/kubelet",
 		ImageFsDir:               "/var/lib/containerd",
 		KubeletCAFile:            "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt",
@@ -225,13 +235,15 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.ApproveEvents, "azure-approve-events", c.ApproveEvents, "Once the node is drained for an Azure event, approve it (StartRequests) so it starts sooner.")
 	fs.StringVar(&c.HostRoot, "host-root", c.HostRoot, "Where the host's filesystem is mounted (DMI data for --provider auto).")
 	fs.DurationVar(&c.PollInterval, "poll-interval", c.PollInterval, "How often to poll the metadata service.")
+	fs.DurationVar(&c.MetadataStaleAfter, "metadata-stale-after", c.MetadataStaleAfter, "The agent is Ready only while every metadata source has given a good answer within this long (and once each has answered since start); past it the agent reports that it cannot see: not ready, a MetadataUnanswered event, reprieve_metadata_sources_stale.")
 	fs.DurationVar(&c.MaintenanceLead, "maintenance-lead", c.MaintenanceLead, "How long before a scheduled maintenance event the interruption taint goes on; before that the node only gets --maintenance-taint.")
 	fs.StringVar(&c.InterruptionTaint, "interruption-taint", c.InterruptionTaint, "Taint for a pending interruption, key=value:NoExecute.")
 	fs.StringVar(&c.RebalanceTaint, "rebalance-taint", c.RebalanceTaint, "Soft taint for a rebalance recommendation, key=value:Effect; its key must be in reprieve.io/.")
 	fs.StringVar(&c.MaintenanceTaint, "maintenance-taint", c.MaintenanceTaint, "Taint for scheduled maintenance further away than --maintenance-lead, key=value:Effect; its key must be in reprieve.io/.")
 	fs.DurationVar(&c.SafetyMargin, "safety-margin", c.SafetyMargin, "Every evicted pod must have finished terminating this long before the reclaim deadline.")
 	fs.StringVar(&c.PressureSource, "pressure-source", c.PressureSource, "Where to read memory, disk and PID pressure: host (files under --host-root, as the kubelet computes them), summary (the kubelet's Summary API, RBAC nodes/stats; adds per-pod usage for ranking) or off.")
-	fs.StringVar(&c.KubeletConfig, "kubelet-config", c.KubeletConfig, "The kubelet's config file, under --host-root, for its evictionHard, evictionSoft and evictionMinimumReclaim; the kubelet's defaults when absent.")
+	fs.StringVar(&c.KubeletConfig, "kubelet-config", c.KubeletConfig, "The kubelet's config file, under --host-root, for its eviction thresholds and graceful node shutdown. Empty: the first found of "+kubeletLocations()+". When no file is found (or the one given is missing) they are unknown: reprieve assumes the kubelet's defaults and says so (doctor, the KubeletConfigUnknown event, reprieve_kubelet_config_known 0).")
+	fs.StringVar(&c.KubeletConfigDir, "kubelet-config-dir", c.KubeletConfigDir, "The kubelet's drop-in directory (its --config-dir), under --host-root: the *.conf files in it are merged over the config file in lexical order, as the kubelet does. Empty: the known one of the file found (EKS AL2023's config.json.d, if present), else none.")
 	fs.StringVar(&c.KubeletRootDir, "kubelet-root-dir", c.KubeletRootDir, "The kubelet's root directory, under --host-root: its filesystem is nodefs.")
 	fs.StringVar(&c.ImageFsDir, "imagefs-dir", c.ImageFsDir, "The container runtime's image store, under --host-root: its filesystem is imagefs (nodefs when absent).")
 	fs.StringVar(&c.KubeletSummaryURL, "kubelet-summary-url", c.KubeletSummaryURL, "The kubelet's Summary API for --pressure-source=summary, and for the PID limit with host (default https://<node InternalIP>:<kubelet port>/stats/summary).")
@@ -350,7 +362,11 @@ func (c *Config) ApplyFallbacks(lookup func(string) (string, bool)) {
 }
 
 // Validate reports every problem with the configuration at once.
+//
+// It also gives the configuration a new read of the kubelet's configuration, which every copy of
+// it shares: the agent built from it reads the kubelet's file once (KubeletConfig).
 func (c *Config) Validate() error {
+	c.kubelet = &kubeletRead{}
 	var errs []error
 	if c.NodeName == "" {
 		errs = append(errs, errors.New("--node-name (or $NODE_NAME) is required"))
@@ -383,6 +399,9 @@ func (c *Config) Validate() error {
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		errs = append(errs, fmt.Errorf("--log-format %q: must be text or json", c.LogFormat))
+	}
+	if c.MetadataStaleAfter < 30*time.Second {
+		errs = append(errs, fmt.Errorf("--metadata-stale-after %s: must be at least 30s (a GCP hanging GET may take 15 s to answer)", c.MetadataStaleAfter))
 	}
 	if c.PollInterval < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("--poll-interval %s: must be at least 100ms (IMDS throttles faster clients)", c.PollInterval))

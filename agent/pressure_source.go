@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
+	"strings"
+	"sync"
 
+	"github.com/reprieve-dev/reprieve/agent/metrics"
 	"github.com/reprieve-dev/reprieve/agent/pressure"
 	"github.com/reprieve-dev/reprieve/kubelet"
 	v1 "k8s.io/api/core/v1"
@@ -15,22 +17,115 @@ import (
 )
 
 // PressureThresholds reads what the levels are computed from: reprieve's thresholds from the
-// flags and the kubelet's from its config file under --host-root. A flag that does not parse is
-// err; a kubelet config that cannot be read or parsed is kubeletErr (the thresholds then hold
-// the kubelet's defaults), which turns only the pressure handling off.
+// flags and the kubelet's from its configuration (KubeletConfig). A flag that does not parse is
+// err; a kubelet configuration that cannot be read or parsed is kubeletErr (the thresholds then
+// hold the kubelet's defaults), which turns only the pressure handling off. A configuration not
+// found is no error: kc.Found is false, the thresholds hold the kubelet's defaults, and the
+// caller says that they are assumed.
 func PressureThresholds(cfg Config) (t pressure.Thresholds, kc kubelet.Config, kubeletErr, err error) {
 	explicit, headroom, reclaim, err := cfg.PressureThresholdsOf()
 	if err != nil {
 		return t, kc, nil, err
 	}
-	kc, kubeletErr = kubelet.ReadConfig(filepath.Join(cfg.HostRoot, cfg.KubeletConfig))
+	kc, kubeletErr = KubeletConfig(cfg)
 	if kubeletErr != nil {
 		kubeletErr = fmt.Errorf("reading the kubelet's eviction thresholds: %w", kubeletErr)
+		kc.Hard = kubelet.DefaultHard()
 	}
 	if reclaim == nil {
 		reclaim = kc.MinimumReclaim
 	}
 	return pressure.Thresholds{Explicit: explicit, Headroom: headroom, Hard: kc.Hard, Soft: kc.Soft, MinReclaim: reclaim}, kc, kubeletErr, nil
+}
+
+// KubeletConfig reads the kubelet's configuration where the flags say: --kubelet-config and
+// --kubelet-config-dir under --host-root, or the first known location found
+// (kubelet.FindConfig). The copies of a validated Config share one read, so that the
+// interruption plan (the graceful node shutdown) and the pressure loop (the thresholds) see the
+// same file, read once; a Config never validated reads it at each call.
+func KubeletConfig(cfg Config) (kubelet.Config, error) {
+	l := kubelet.Lookup{HostRoot: cfg.HostRoot, Path: cfg.KubeletConfig, DropInDir: cfg.KubeletConfigDir}
+	if cfg.kubelet == nil {
+		return kubelet.FindConfig(l)
+	}
+	return cfg.kubelet.get(l)
+}
+
+// kubeletRead is the shared read of KubeletConfig, and whether it has been reported.
+type kubeletRead struct {
+	mu     sync.Mutex
+	done   bool
+	lookup kubelet.Lookup
+	kc     kubelet.Config
+	err    error
+	// reported is set once the agent has logged the read (reportKubeletConfig).
+	reported bool
+}
+
+// get reads the configuration on the first call, and again only if the lookup changed (a Config
+// edited after Validate).
+func (r *kubeletRead) get(l kubelet.Lookup) (kubelet.Config, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.done || r.lookup != l {
+		r.kc, r.err = kubelet.FindConfig(l)
+		r.done, r.lookup = true, l
+	}
+	return r.kc, r.err
+}
+
+// firstReport says whether this is the first report of the read (always true without one).
+func (r *kubeletRead) firstReport() bool {
+	if r == nil {
+		return true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	first := !r.reported
+	r.reported = true
+	return first
+}
+
+// reportKubeletConfig says what the agent of cfg read of the kubelet's configuration
+// (KubeletConfig): the metric reprieve_kubelet_config_known, and once a log line; an unknown one
+// as an error with the paths tried and the fix. The pressure loop's start records the node's
+// KubeletConfigUnknown event.
+func reportKubeletConfig(m *metrics.Metrics, cfg Config) {
+	kc, err := KubeletConfig(cfg)
+	known := 0.0
+	if err == nil && kc.Found {
+		known = 1
+	}
+	m.KubeletConfigKnown.Reset()
+	m.KubeletConfigKnown.WithLabelValues(kc.Path).Set(known)
+	if !cfg.kubelet.firstReport() {
+		return
+	}
+	logger := klog.Background()
+	switch {
+	case err != nil:
+		logger.Error(err, "The kubelet's configuration could not be read: its eviction thresholds and graceful node shutdown are unknown",
+			"fix", KubeletConfigFix)
+	case !kc.Found:
+		logger.Error(nil, "The kubelet's configuration was not found: its eviction thresholds and graceful node shutdown are unknown; the kubelet's defaults are assumed",
+			"searched", kc.Searched, "fix", KubeletConfigFix)
+	default:
+		logger.Info("Read the kubelet's configuration", "path", kc.Path, "platform", kc.Platform, "dropIns", kc.DropIns,
+			"shutdownGracePeriod", kc.ShutdownGracePeriod, "shutdownGracePeriodCriticalPods", kc.ShutdownGracePeriodCriticalPods)
+	}
+}
+
+// KubeletConfigFix is what to do when the kubelet's configuration is not found.
+const KubeletConfigFix = "set --kubelet-config (the chart's pressure.kubeletConfig) to the kubelet's --config file, " +
+	"and --kubelet-config-dir to its --config-dir if it has one, and mount that path under --host-root"
+
+// kubeletLocations lists the known locations of the kubelet's configuration, for the flag's help.
+func kubeletLocations() string {
+	var s []string
+	for _, l := range kubelet.Locations {
+		s = append(s, l.Path+" ("+l.Platform+")")
+	}
+	return strings.Join(s, ", ")
 }
 
 // NewPressureSource builds the source --pressure-source names. For the Summary API without

@@ -3,7 +3,7 @@ package kubelet
 import (
 	"errors"
 	"fmt"
-	"io/fs"
+	"maps"
 	"os"
 	"strings"
 	"time"
@@ -16,11 +16,16 @@ import (
 // configGroup is the KubeletConfiguration's API group.
 const configGroup = "kubelet.config.k8s.io"
 
-// DefaultConfigPath is where kubeadm and most distributions put the kubelet's configuration file.
+// DefaultConfigPath is where kubeadm puts the kubelet's configuration file; Locations lists the
+// other platforms' paths.
 const DefaultConfigPath = "/var/lib/kubelet/config.yaml"
 
 // defaultPressureTransitionPeriod is the kubelet's evictionPressureTransitionPeriod default.
 const defaultPressureTransitionPeriod = 5 * time.Minute
+
+// defaultNodeStatusUpdateFrequency is the kubelet's nodeStatusUpdateFrequency default
+// (pkg/kubelet/apis/config/v1beta1/defaults.go).
+const defaultNodeStatusUpdateFrequency = 10 * time.Second
 
 // maxConfigFile bounds the configuration file read; real ones are a few KiB.
 const maxConfigFile = 4 << 20
@@ -43,13 +48,29 @@ type Config struct {
 	// ones with ShutdownGracePeriod - ShutdownGracePeriodCriticalPods at most, then the critical
 	// ones (pkg/kubelet/nodeshutdown, migrateConfig).
 	ShutdownGracePeriod, ShutdownGracePeriodCriticalPods time.Duration
+	// NodeStatusUpdateFrequency is nodeStatusUpdateFrequency (default 10s): how often the
+	// kubelet computes the node's status and posts it when it changed (volumesInUse among it).
+	// As the kubelet, which does not validate it, a negative value is kept as written.
+	NodeStatusUpdateFrequency time.Duration
 	// Ignored lists the entries the kubelet accepts but reprieve does not model
 	// ("evictionHard.containerfs.available", "evictionSoft.allocatableMemory.available", ...),
 	// so that the caller can log them.
 	Ignored []string
-	// Path is the file read; Found is false when it did not exist and the defaults apply.
+
+	// Path is the file read, under the host root (FindConfig). Found is false when no file was
+	// found: the fields then hold the kubelet's defaults, but what the kubelet really uses is
+	// unknown, and the caller must say so.
 	Path  string
 	Found bool
+	// Platform names the known location (Locations) Path is, "" for another path.
+	Platform string
+	// DropInDir is the drop-in directory (the kubelet's --config-dir) merged over Path, ""
+	// when none; DropIns are the files merged from it, in the order applied.
+	DropInDir string
+	DropIns   []string
+	// Searched lists every file tried, in order, the one found last: when Found is false, the
+	// places the configuration was looked for.
+	Searched []string
 }
 
 // knownUnmodelled are signals the kubelet accepts (validSignal) that reprieve does not read:
@@ -77,6 +98,7 @@ type evictionConfig struct {
 	MergeDefaultEvictionSettings     *bool             `json:"mergeDefaultEvictionSettings,omitempty"`
 	ShutdownGracePeriod              metav1.Duration   `json:"shutdownGracePeriod,omitempty"`
 	ShutdownGracePeriodCriticalPods  metav1.Duration   `json:"shutdownGracePeriodCriticalPods,omitempty"`
+	NodeStatusUpdateFrequency        metav1.Duration   `json:"nodeStatusUpdateFrequency,omitempty"`
 }
 
 // decodeEvictionConfig decodes a KubeletConfiguration file as the kubelet's codec does: YAML or
@@ -98,27 +120,15 @@ func decodeEvictionConfig(data []byte) (evictionConfig, error) {
 
 // DefaultConfig is the configuration of a kubelet with no configuration file.
 func DefaultConfig() Config {
-	return Config{Hard: DefaultHard(), PressureTransitionPeriod: defaultPressureTransitionPeriod}
+	return Config{Hard: DefaultHard(), PressureTransitionPeriod: defaultPressureTransitionPeriod,
+		NodeStatusUpdateFrequency: defaultNodeStatusUpdateFrequency}
 }
 
-// ReadConfig reads the kubelet's config file (a KubeletConfiguration YAML) at path. A missing file
-// gives the kubelet's defaults (Found false). See ParseConfig for the rules.
+// ReadConfig reads the kubelet's config file (a KubeletConfiguration YAML) at path, without
+// drop-ins. A missing file gives the kubelet's defaults with Found false and path in Searched.
+// See ParseConfig for the rules, FindConfig for the search of the known locations.
 func ReadConfig(path string) (Config, error) {
-	data, err := readConfigFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		c := DefaultConfig()
-		c.Path = path
-		return c, nil
-	}
-	if err != nil {
-		return Config{}, fmt.Errorf("reading kubelet config: %w", err)
-	}
-	c, err := ParseConfig(data)
-	if err != nil {
-		return Config{}, fmt.Errorf("kubelet config %s: %w", path, err)
-	}
-	c.Path, c.Found = path, true
-	return c, nil
+	return FindConfig(Lookup{Path: path})
 }
 
 func readConfigFile(path string) ([]byte, error) {
@@ -148,15 +158,42 @@ func readConfigFile(path string) ([]byte, error) {
 // quoting the value, and so is a soft threshold without a grace period, as in the kubelet's
 // ParseThresholdConfig.
 func ParseConfig(data []byte) (Config, error) {
-	kc, err := decodeEvictionConfig(data)
+	kc, err := decodeMainConfig(data)
 	if err != nil {
 		return Config{}, err
+	}
+	return kc.config()
+}
+
+// decodeMainConfig decodes the main configuration file as the kubelet's loadConfigFile does: the
+// type checked, then evictionHard defaulted (ParseConfig says how).
+func decodeMainConfig(data []byte) (evictionConfig, error) {
+	kc, err := decodeEvictionConfig(data)
+	if err != nil {
+		return kc, err
 	}
 	// The kubelet's loader refuses a file without its type; so does this, so that a wrong
 	// --kubelet-config path is not read as "no settings, defaults apply".
 	if kc.Kind != "KubeletConfiguration" || !strings.HasPrefix(kc.APIVersion, configGroup+"/") {
-		return Config{}, fmt.Errorf("apiVersion %q kind %q, want %s/v1beta1 KubeletConfiguration", kc.APIVersion, kc.Kind, configGroup)
+		return kc, fmt.Errorf("apiVersion %q kind %q, want %s/v1beta1 KubeletConfiguration", kc.APIVersion, kc.Kind, configGroup)
 	}
+	if kc.EvictionHard == nil {
+		kc.EvictionHard = maps.Clone(defaultHard)
+	} else if kc.MergeDefaultEvictionSettings != nil && *kc.MergeDefaultEvictionSettings {
+		for k, v := range defaultHard {
+			if _, ok := kc.EvictionHard[k]; !ok {
+				kc.EvictionHard[k] = v
+			}
+		}
+	}
+	return kc, nil
+}
+
+// config validates and parses a decoded configuration whose evictionHard is already defaulted
+// (decodeMainConfig, then any drop-ins): after the drop-ins the kubelet does not default
+// evictionHard again, so a drop-in's "evictionHard: null" leaves no hard thresholds.
+func (kc evictionConfig) config() (Config, error) {
+	var err error
 	c := Config{PressureTransitionPeriod: kc.EvictionPressureTransitionPeriod.Duration}
 	switch {
 	case c.PressureTransitionPeriod == 0:
@@ -176,22 +213,14 @@ func ParseConfig(data []byte) (Config, error) {
 			c.ShutdownGracePeriod, c.ShutdownGracePeriodCriticalPods)
 	}
 
-	hard := kc.EvictionHard
-	if hard == nil {
-		hard = defaultHard
-	} else if kc.MergeDefaultEvictionSettings != nil && *kc.MergeDefaultEvictionSettings {
-		merged := make(map[string]string, len(hard)+len(defaultHard))
-		for k, v := range defaultHard {
-			merged[k] = v
-		}
-		for k, v := range hard {
-			merged[k] = v
-		}
-		hard = merged
+	// As SetDefaults_KubeletConfiguration, which the kubelet also runs after the drop-ins.
+	c.NodeStatusUpdateFrequency = kc.NodeStatusUpdateFrequency.Duration
+	if c.NodeStatusUpdateFrequency == 0 {
+		c.NodeStatusUpdateFrequency = defaultNodeStatusUpdateFrequency
 	}
 
 	var errs []error
-	if c.Hard, err = c.thresholds("evictionHard", hard); err != nil {
+	if c.Hard, err = c.thresholds("evictionHard", kc.EvictionHard); err != nil {
 		errs = append(errs, err)
 	}
 	if c.Soft, err = c.thresholds("evictionSoft", kc.EvictionSoft); err != nil {

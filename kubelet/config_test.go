@@ -53,6 +53,9 @@ func TestReadConfig(t *testing.T) {
 	if c.MaxPodGracePeriod != time.Minute || c.PressureTransitionPeriod != 30*time.Second {
 		t.Errorf("MaxPodGracePeriod %v, PressureTransitionPeriod %v", c.MaxPodGracePeriod, c.PressureTransitionPeriod)
 	}
+	if c.NodeStatusUpdateFrequency != 4*time.Second {
+		t.Errorf("NodeStatusUpdateFrequency %v, want 4s", c.NodeStatusUpdateFrequency)
+	}
 }
 
 func TestReadConfigMissing(t *testing.T) {
@@ -61,8 +64,8 @@ func TestReadConfigMissing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Found || c.Path != path {
-		t.Errorf("Found %v Path %q, want false and %q", c.Found, c.Path, path)
+	if c.Found || c.Path != path || !slices.Equal(c.Searched, []string{path}) {
+		t.Errorf("Found %v Path %q Searched %v, want false and %q", c.Found, c.Path, c.Searched, path)
 	}
 	if got := thresholdStrings(c.Hard); got != defaultHardString {
 		t.Errorf("Hard = %s, want the defaults", got)
@@ -262,6 +265,9 @@ func TestEvictionConfigMatchesUpstream(t *testing.T) {
 		EvictionMaxPodGracePeriod:        full.EvictionMaxPodGracePeriod,
 		EvictionMinimumReclaim:           full.EvictionMinimumReclaim,
 		MergeDefaultEvictionSettings:     full.MergeDefaultEvictionSettings,
+		ShutdownGracePeriod:              full.ShutdownGracePeriod,
+		ShutdownGracePeriodCriticalPods:  full.ShutdownGracePeriodCriticalPods,
+		NodeStatusUpdateFrequency:        full.NodeStatusUpdateFrequency,
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("decoded\n%+v\nupstream\n%+v", got, want)
@@ -293,5 +299,27 @@ func TestParseConfigShutdownGrace(t *testing.T) {
 	}
 	if c, err := ParseConfig([]byte(head)); err != nil || c.ShutdownGracePeriod != 0 {
 		t.Errorf("without it: %+v %v, want off", c, err)
+	}
+}
+
+// TestParseConfigNodeStatusUpdateFrequency reads nodeStatusUpdateFrequency, 10 s when unset as
+// the kubelet's defaulting gives it.
+func TestParseConfigNodeStatusUpdateFrequency(t *testing.T) {
+	for _, tt := range []struct {
+		yaml string
+		want time.Duration
+	}{
+		{"", 10 * time.Second},
+		{"nodeStatusUpdateFrequency: 0s\n", 10 * time.Second},
+		{"nodeStatusUpdateFrequency: 4s\n", 4 * time.Second},
+		{"nodeStatusUpdateFrequency: 1m\n", time.Minute},
+	} {
+		c, err := ParseConfig([]byte(hdr + tt.yaml))
+		if err != nil || c.NodeStatusUpdateFrequency != tt.want {
+			t.Errorf("%q: %v %v, want %v", tt.yaml, c.NodeStatusUpdateFrequency, err, tt.want)
+		}
+	}
+	if c := DefaultConfig(); c.NodeStatusUpdateFrequency != 10*time.Second {
+		t.Errorf("DefaultConfig: %v, want 10s", c.NodeStatusUpdateFrequency)
 	}
 }

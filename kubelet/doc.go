@@ -11,9 +11,13 @@
 //   - Thresholds in the kubelet's syntax ("memory.available<100Mi", "nodefs.available<10%"), with
 //     the kubelet's parsing rules (pkg/kubelet/eviction/helpers.go, parseThresholdStatement).
 //   - Config: the eviction part of the kubelet's configuration file, with the kubelet's defaulting
-//     of evictionHard (cmd/kubelet/app/server.go, loadConfigFile). It is read from the host's file
-//     because /configz needs nodes/proxy, which also allows exec into every pod on the node.
+//     of evictionHard (cmd/kubelet/app/server.go, loadConfigFile), and the drop-in files of its
+//     --config-dir merged over it as the kubelet merges them (mergeKubeletConfigurations).
+//     FindConfig finds the file at each platform's known location (Locations) or where the caller
+//     says. It is read from the host's files because /configz needs nodes/proxy, which also
+//     allows exec into every pod on the node. When no file is found the configuration is unknown
+//     (Config.Found false), and the caller must say so.
 //
-// Flags given to the kubelet on its command line (--eviction-hard and friends) and drop-in files
-// under --config-dir are not seen here: only the one configuration file.
+// Flags given to the kubelet on its command line (--eviction-hard and friends) are not seen here:
+// only the configuration file and its drop-ins.
 package kubelet

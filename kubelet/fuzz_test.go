@@ -138,6 +138,7 @@ func FuzzParseConfig(f *testing.F) {
 		hdr + "evictionMaxPodGracePeriod: -1\n",
 		hdr + "evictionPressureTransitionPeriod: 1h\n",
 		hdr + "evictionPressureTransitionPeriod: -1s\n",
+		hdr + "nodeStatusUpdateFrequency: 20s\n",
 		"kind: ConfigMap\n",
 		`{"apiVersion":"kubelet.config.k8s.io/v1beta1","kind":"KubeletConfiguration","evictionHard":{"nodefs.inodesFree":"3%"}}`,
 	} {

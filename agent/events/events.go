@@ -34,6 +34,18 @@ const (
 	ReasonPressureCleared  = "PressureCleared"
 	ReasonPressureEviction = "PressureEviction"
 	ReasonPressureDisabled = "PressureDisabled"
+	// ReasonMetadataUnanswered says that a metadata source has given no good answer within
+	// --metadata-stale-after: the agent cannot see the cloud's notices (it is not Ready);
+	// ReasonMetadataAnswered that every source answers again.
+	ReasonMetadataUnanswered = "MetadataUnanswered"
+	ReasonMetadataAnswered   = "MetadataAnswered"
+	// ReasonKubeletConfigUnknown says that the kubelet's configuration was not found: its
+	// eviction thresholds and graceful node shutdown are unknown, the defaults assumed.
+	ReasonKubeletConfigUnknown = "KubeletConfigUnknown"
+	// ReasonOverlappingHandler says that another program also acts on this node's
+	// interruptions (Karpenter's interruption queue, AKS node auto-drain,
+	// aws-node-termination-handler).
+	ReasonOverlappingHandler = "OverlappingHandler"
 )
 
 // Node event reasons for a notice, one per kind, so that `kubectl get events

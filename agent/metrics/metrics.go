@@ -58,6 +58,8 @@ type Metrics struct {
 	PressureTimeToHard     *prometheus.GaugeVec
 	PressureEvictionsTotal *prometheus.CounterVec
 	PressureReadErrors     prometheus.Counter
+	// KubeletConfigKnown is reprieve_kubelet_config_known (see New).
+	KubeletConfigKnown *prometheus.GaugeVec
 }
 
 // New creates the collectors and registers them on reg. Counters are created at zero
@@ -163,6 +165,16 @@ func New(reg prometheus.Registerer, provider string) (*Metrics, error) {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
+	}
+	// Whether the kubelet's configuration (its eviction thresholds and graceful node shutdown)
+	// was found and parsed: 0 when it is unknown and the kubelet's defaults are assumed, or
+	// unreadable. path is the file read, "" when none was found.
+	m.KubeletConfigKnown = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: Namespace, Subsystem: "kubelet", Name: "config_known",
+		Help: "1 when the kubelet's configuration file was found and parsed; 0 when it is unknown (not found: the kubelet's defaults are assumed) or unreadable.",
+	}, []string{"path"})
+	if err := reg.Register(m.KubeletConfigKnown); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

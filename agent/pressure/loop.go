@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"time"
 
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -27,6 +28,9 @@ import (
 	"github.com/reprieve-dev/reprieve/kubelet"
 )
 
+// ReasonKubeletConfigUnknown is events.ReasonKubeletConfigUnknown.
+const ReasonKubeletConfigUnknown = events.ReasonKubeletConfigUnknown
+
 // pressureBlockedBackoff is how long a pod whose pressure eviction a PodDisruptionBudget
 // refused is passed over, doubling to pressureBlockedMax: the next pod in rank goes instead.
 const (
@@ -42,7 +46,8 @@ type LoopOptions struct {
 	SourceName string
 	// Thresholds are reprieve's and the kubelet's, from the flags and the kubelet's config
 	// (KubeletConfig); ConfigErr is why that config could not be read, which turns the pressure
-	// handling off.
+	// handling off. A config not found (KubeletConfig.Found false) leaves it on with the
+	// kubelet's defaults, and Start records a KubeletConfigUnknown event.
 	Thresholds       Thresholds
 	KubeletConfig    kubelet.Config
 	ConfigErr        error
@@ -104,7 +109,8 @@ type blockedPod struct {
 // Start restores the pressure state that reprieve's own taints on the node record (a restarted
 // agent keeps a taint until the transition period shows the pressure is over), and takes a
 // first reading. It fails when the kubelet's config could not be read: the pressure handling
-// is then off, and the interruption handling goes on without it.
+// is then off, and the interruption handling goes on without it. When the config was not found
+// it goes on with the kubelet's defaults, and says so in a Warning event on the node.
 func (lp *Loop) Start(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	if lp.o.ConfigErr != nil {
@@ -119,6 +125,13 @@ func (lp *Loop) Start(ctx context.Context) error {
 	hard := make([]string, 0, len(lp.o.Thresholds.Hard))
 	for _, t := range lp.o.Thresholds.Hard {
 		hard = append(hard, t.String())
+	}
+	if kc := lp.o.KubeletConfig; !kc.Found {
+		lp.o.Recorder.Eventf(events.NodeRef(lp.o.NodeName), v1.EventTypeWarning, ReasonKubeletConfigUnknown,
+			"The kubelet's configuration was not found (tried %s): its eviction thresholds and graceful node shutdown are unknown. "+
+				"reprieve assumes the kubelet's defaults (evictionHard %s) and no graceful node shutdown. "+
+				"Fix: set --kubelet-config (chart value pressure.kubeletConfig) to the kubelet's --config file and mount it under --host-root",
+			strings.Join(kc.Searched, ", "), strings.Join(hard, ","))
 	}
 	logger.Info("Watching local pressure", "source", lp.o.SourceName, "kubeletConfig", lp.o.KubeletConfig.Path,
 		"kubeletConfigFound", lp.o.KubeletConfig.Found, "kubeletHard", hard, "thresholds", thresholds,

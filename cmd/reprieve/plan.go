@@ -17,6 +17,7 @@ import (
 
 	"github.com/reprieve-dev/reprieve/agent"
 	"github.com/reprieve-dev/reprieve/agent/kube"
+	"github.com/reprieve-dev/reprieve/kubelet"
 )
 
 // runPlan implements `reprieve plan`: what the agent would do on a node if a notice with the
@@ -65,10 +66,16 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer, now t
 		return 1
 	}
 	plan := agent.PlanWhatIf(cfg, in)
+	kc, kcErr := agent.KubeletConfig(cfg)
+	rules := kubeletRulesOf(kc, kcErr)
 	if *output == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(plan); err != nil {
+		// NodePlan's fields, and beside them what was known of the kubelet's rules.
+		if err := enc.Encode(struct {
+			agent.NodePlan
+			Kubelet kubeletRules `json:"kubelet"`
+		}{plan, rules}); err != nil {
 			fmt.Fprintf(stderr, "reprieve plan: writing the plan: %v\n", err)
 			return 1
 		}
@@ -78,7 +85,60 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer, now t
 		fmt.Fprintf(stderr, "reprieve plan: writing the plan: %v\n", err)
 		return 1
 	}
+	fmt.Fprintln(stdout)
+	for _, r := range rules.Rules {
+		fmt.Fprintln(stdout, r)
+	}
 	return 0
+}
+
+// kubeletRules is what plan knew of the kubelet's own rules beside reprieve's: its graceful node
+// shutdown and its eviction thresholds, from its configuration file (read as the agent reads it,
+// under --host-root: on a workstation there is usually none). Rules says, one line each, what
+// each is or that it is unknown.
+type kubeletRules struct {
+	// ConfigFound is whether the kubelet's configuration was found and read; ConfigPath is the
+	// file, Searched every path tried, Error why a file found could not be read.
+	ConfigFound bool     `json:"configFound"`
+	ConfigPath  string   `json:"configPath,omitempty"`
+	Searched    []string `json:"searched,omitempty"`
+	Error       string   `json:"error,omitempty"`
+	Rules       []string `json:"rules"`
+}
+
+func kubeletRulesOf(kc kubelet.Config, err error) kubeletRules {
+	k := kubeletRules{ConfigFound: err == nil && kc.Found, ConfigPath: kc.Path, Searched: kc.Searched}
+	hard := make([]string, len(kc.Hard))
+	for i, t := range kc.Hard {
+		hard[i] = t.String()
+	}
+	switch {
+	case err != nil:
+		k.Error = err.Error()
+		k.Rules = []string{
+			fmt.Sprintf("the kubelet's graceful node shutdown: unknown (its configuration could not be read: %v)", err),
+			"the kubelet's eviction thresholds: unknown, the defaults assumed",
+		}
+	case !kc.Found:
+		where := "no kubelet config found at " + strings.Join(kc.Searched, ", ")
+		k.Rules = []string{
+			"the kubelet's graceful node shutdown: unknown (" + where + "; run plan on the node, or with --host-root at its filesystem, or set --kubelet-config)",
+			"the kubelet's eviction thresholds: unknown, the defaults assumed (evictionHard " + strings.Join(hard, ",") + ")",
+		}
+	default:
+		shutdown := "off"
+		if kc.ShutdownGracePeriod > 0 {
+			shutdown = fmt.Sprintf("shutdownGracePeriod %s, %s of it for critical pods", kc.ShutdownGracePeriod, kc.ShutdownGracePeriodCriticalPods)
+		}
+		if len(hard) == 0 {
+			hard = []string{"none"}
+		}
+		k.Rules = []string{
+			"the kubelet's graceful node shutdown: " + shutdown + " (" + kc.Path + ")",
+			"the kubelet's eviction thresholds: evictionHard " + strings.Join(hard, ",") + " (" + kc.Path + ")",
+		}
+	}
+	return k
 }
 
 // parseDeadline reads a duration after the notice time (now when unset) or an RFC 3339 time.

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -106,5 +108,90 @@ func TestPlanBadInput(t *testing.T) {
 		if code := runPlan(context.Background(), tc.args, &out, &errOut, planNow, failing); code != tc.want || !strings.Contains(errOut.String(), tc.msg) {
 			t.Errorf("%q: exit %d, stderr %q; want %d naming %q", tc.args, code, errOut.String(), tc.want, tc.msg)
 		}
+	}
+}
+
+// TestPlanKubeletRules: plan says what it knew of the kubelet's graceful node shutdown and
+// eviction thresholds, and that they are unknown when no kubelet config is found.
+func TestPlanKubeletRules(t *testing.T) {
+	const gke = "/home/kubernetes/kubelet-config.yaml"
+	tests := []struct {
+		name  string
+		file  string // a GKE config at its path under the host root; "" none
+		args  []string
+		found bool
+		want  []string // ROOT is the host root
+	}{
+		{
+			name: "none found",
+			want: []string{
+				"the kubelet's graceful node shutdown: unknown (no kubelet config found at ROOT/etc/kubernetes/kubelet/config.json, ",
+				"ROOT/var/lib/kubelet/config.yaml; run plan on the node",
+				"the kubelet's eviction thresholds: unknown, the defaults assumed (evictionHard memory.available<100Mi,",
+			},
+		},
+		{
+			name: "explicit path missing",
+			file: gke,
+			args: []string{"--kubelet-config=/etc/kubelet.yaml"},
+			want: []string{"the kubelet's graceful node shutdown: unknown (no kubelet config found at ROOT/etc/kubelet.yaml; "},
+		},
+		{
+			name:  "GKE's",
+			file:  gke,
+			found: true,
+			want: []string{
+				"the kubelet's graceful node shutdown: shutdownGracePeriod 30s, 15s of it for critical pods (ROOT" + gke + ")",
+				"the kubelet's eviction thresholds: evictionHard memory.available<250Mi (ROOT" + gke + ")",
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := t.TempDir()
+			if tt.file != "" {
+				path := filepath.Join(root, tt.file)
+				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				body := "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nshutdownGracePeriod: 30s\nshutdownGracePeriodCriticalPods: 15s\nevictionHard:\n  memory.available: 250Mi\n"
+				if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			args := append([]string{"--node=n1", "--deadline=120s", "--host-root=" + root}, tt.args...)
+			var out, errOut bytes.Buffer
+			if code := runPlan(context.Background(), args, &out, &errOut, planNow, planClient(t)); code != 0 {
+				t.Fatalf("exit %d: %s", code, errOut.String())
+			}
+			for _, w := range tt.want {
+				if w = strings.ReplaceAll(w, "ROOT", root); !strings.Contains(out.String(), w) {
+					t.Errorf("no %q in\n%s", w, out.String())
+				}
+			}
+
+			out.Reset()
+			if code := runPlan(context.Background(), append(args, "-o", "json"), &out, &errOut, planNow, planClient(t)); code != 0 {
+				t.Fatalf("exit %d: %s", code, errOut.String())
+			}
+			var got struct {
+				agent.NodePlan
+				Kubelet struct {
+					ConfigFound bool     `json:"configFound"`
+					Searched    []string `json:"searched"`
+					Rules       []string `json:"rules"`
+				} `json:"kubelet"`
+			}
+			if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+				t.Fatal(err)
+			}
+			if got.Node != "n1" || len(got.Pods) != 2 {
+				t.Errorf("the plan's own fields: node %q, %d pods", got.Node, len(got.Pods))
+			}
+			if got.Kubelet.ConfigFound != tt.found || len(got.Kubelet.Rules) != 2 || len(got.Kubelet.Searched) == 0 ||
+				!strings.Contains(got.Kubelet.Rules[0], "graceful node shutdown") {
+				t.Errorf("kubelet %+v, want configFound %v and the two rules", got.Kubelet, tt.found)
+			}
+		})
 	}
 }

@@ -1,0 +1,381 @@
+package kubelet
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// writeHostFile writes content at the host path p under root.
+func writeHostFile(t *testing.T, root, p, content string) {
+	t.Helper()
+	path := filepath.Join(root, p)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, path, content)
+}
+
+// under gives each host path under root.
+func under(root string, paths ...string) []string {
+	out := make([]string, len(paths))
+	for i, p := range paths {
+		out[i] = filepath.Join(root, p)
+	}
+	return out
+}
+
+// locationPaths are the Locations' paths up to and including the one of platform.
+func locationPaths(t *testing.T, platform string) []string {
+	t.Helper()
+	var out []string
+	for _, loc := range Locations {
+		out = append(out, loc.Path)
+		if loc.Platform == platform {
+			return out
+		}
+	}
+	t.Fatalf("no location for %q", platform)
+	return nil
+}
+
+// TestFindConfigPlatforms puts each platform's file where its bootstrap writes it, in the format
+// it writes, and finds it under the host root.
+func TestFindConfigPlatforms(t *testing.T) {
+	tests := []struct {
+		platform, path, content, hard string
+	}{
+		{
+			platform: "EKS AL2023 (nodeadm)", path: "/etc/kubernetes/kubelet/config.json",
+			content: `{"apiVersion":"kubelet.config.k8s.io/v1beta1","kind":"KubeletConfiguration","evictionHard":{"memory.available":"100Mi","nodefs.available":"10%","nodefs.inodesFree":"5%"}}`,
+			hard:    "memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%",
+		},
+		{
+			platform: "EKS AL2", path: "/etc/kubernetes/kubelet/kubelet-config.json",
+			content: `{"kind":"KubeletConfiguration","apiVersion":"kubelet.config.k8s.io/v1beta1","evictionHard":{"memory.available":"200Mi"}}`,
+			hard:    "memory.available<200Mi",
+		},
+		{
+			platform: "Bottlerocket", path: "/etc/kubernetes/kubelet/config",
+			content: hdr + "evictionHard:\n  memory.available: 300Mi\n  nodefs.available: 10%\n",
+			hard:    "memory.available<300Mi,nodefs.available<10%",
+		},
+		{
+			platform: "GKE", path: "/home/kubernetes/kubelet-config.yaml",
+			content: hdr + "evictionHard:\n  memory.available: 100Mi\n  nodefs.available: 10%\n  nodefs.inodesFree: 5%\n  pid.available: 10%\nshutdownGracePeriod: 30s\nshutdownGracePeriodCriticalPods: 15s\n",
+			hard:    "memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%,pid.available<10%",
+		},
+		{
+			platform: "AKS", path: "/etc/default/kubeletconfig.json",
+			content: `{"kind":"KubeletConfiguration","apiVersion":"kubelet.config.k8s.io/v1beta1","evictionHard":{"memory.available":"750Mi","nodefs.available":"10%","nodefs.inodesFree":"5%","pid.available":"2000"}}`,
+			hard:    "memory.available<750Mi,nodefs.available<10%,nodefs.inodesFree<5%,pid.available<2k",
+		},
+		{
+			platform: "kubeadm", path: "/var/lib/kubelet/config.yaml",
+			content: hdr + "cgroupDriver: systemd\n",
+			hard:    defaultHardString,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.platform, func(t *testing.T) {
+			root := t.TempDir()
+			writeHostFile(t, root, tt.path, tt.content)
+			c, err := FindConfig(Lookup{HostRoot: root})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !c.Found || c.Platform != tt.platform || c.Path != filepath.Join(root, tt.path) {
+				t.Errorf("Found %v Platform %q Path %q, want true, %q, %q", c.Found, c.Platform, c.Path, tt.platform, filepath.Join(root, tt.path))
+			}
+			if got := thresholdStrings(c.Hard); got != tt.hard {
+				t.Errorf("Hard = %s, want %s", got, tt.hard)
+			}
+			if want := under(root, locationPaths(t, tt.platform)...); !slices.Equal(c.Searched, want) {
+				t.Errorf("Searched = %v, want %v", c.Searched, want)
+			}
+			if c.DropInDir != "" || c.DropIns != nil {
+				t.Errorf("drop-ins %q %v, want none", c.DropInDir, c.DropIns)
+			}
+		})
+	}
+}
+
+// TestFindConfigOrder: with files of two platforms on the node, the earlier location wins.
+func TestFindConfigOrder(t *testing.T) {
+	root := t.TempDir()
+	writeHostFile(t, root, DefaultConfigPath, hdr+"evictionHard:\n  memory.available: 1Gi\n")
+	writeHostFile(t, root, "/home/kubernetes/kubelet-config.yaml", hdr+"evictionHard:\n  memory.available: 2Gi\n")
+	c, err := FindConfig(Lookup{HostRoot: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Platform != "GKE" || thresholdStrings(c.Hard) != "memory.available<2Gi" {
+		t.Errorf("Platform %q Hard %s, want GKE's file before kubeadm's", c.Platform, thresholdStrings(c.Hard))
+	}
+}
+
+// TestFindConfigNone: nothing at any location is unknown, not an error, with every path tried
+// and the kubelet's defaults for a caller that goes on.
+func TestFindConfigNone(t *testing.T) {
+	root := t.TempDir()
+	c, err := FindConfig(Lookup{HostRoot: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, loc := range Locations {
+		want = append(want, filepath.Join(root, loc.Path))
+	}
+	if c.Found || c.Path != "" || !slices.Equal(c.Searched, want) {
+		t.Errorf("Found %v Path %q Searched %v, want false, none, %v", c.Found, c.Path, c.Searched, want)
+	}
+	if got := thresholdStrings(c.Hard); got != defaultHardString || c.NodeStatusUpdateFrequency != 10*time.Second ||
+		c.PressureTransitionPeriod != 5*time.Minute || c.ShutdownGracePeriod != 0 {
+		t.Errorf("got %+v, want the kubelet's defaults", c)
+	}
+}
+
+// TestFindConfigExplicit: an explicit path wins; its absence is reported as unknown with the path,
+// never replaced by a file found elsewhere.
+func TestFindConfigExplicit(t *testing.T) {
+	root := t.TempDir()
+	writeHostFile(t, root, DefaultConfigPath, hdr+"evictionHard:\n  memory.available: 1Gi\n")
+	writeHostFile(t, root, "/srv/kubelet.yaml", hdr+"evictionHard:\n  memory.available: 3Gi\n")
+
+	c, err := FindConfig(Lookup{HostRoot: root, Path: "/etc/kubelet/missing.yaml"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(root, "/etc/kubelet/missing.yaml")
+	if c.Found || c.Path != missing || !slices.Equal(c.Searched, []string{missing}) {
+		t.Errorf("Found %v Path %q Searched %v, want unknown, naming %s only", c.Found, c.Path, c.Searched, missing)
+	}
+	if got := thresholdStrings(c.Hard); got != defaultHardString {
+		t.Errorf("Hard = %s, want the defaults (not the kubeadm file's)", got)
+	}
+
+	// A parent that is a file is absent too (ENOTDIR), not an error.
+	c, err = FindConfig(Lookup{HostRoot: root, Path: "/srv/kubelet.yaml/config"})
+	if err != nil || c.Found {
+		t.Errorf("under a file: %+v %v, want unknown", c, err)
+	}
+
+	c, err = FindConfig(Lookup{HostRoot: root, Path: "srv/kubelet.yaml"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Found || c.Platform != "" || thresholdStrings(c.Hard) != "memory.available<3Gi" {
+		t.Errorf("Found %v Platform %q Hard %s, want the explicit file", c.Found, c.Platform, thresholdStrings(c.Hard))
+	}
+}
+
+// eksRoot is an EKS AL2023 node as nodeadm leaves it: config.json and its drop-ins.
+func eksRoot(t *testing.T, dropIns map[string]string) string {
+	t.Helper()
+	root := t.TempDir()
+	writeHostFile(t, root, "/etc/kubernetes/kubelet/config.json",
+		`{"apiVersion":"kubelet.config.k8s.io/v1beta1","kind":"KubeletConfiguration","evictionHard":{"memory.available":"100Mi","nodefs.available":"10%","nodefs.inodesFree":"5%"},"maxPods":58}`)
+	for name, content := range dropIns {
+		writeHostFile(t, root, filepath.Join("/etc/kubernetes/kubelet/config.json.d", name), content)
+	}
+	return root
+}
+
+// TestFindConfigDropIns merges the drop-ins as the kubelet's mergeKubeletConfigurations does.
+func TestFindConfigDropIns(t *testing.T) {
+	tests := []struct {
+		name    string
+		dropIns map[string]string
+		hard    string
+		applied []string // relative to the drop-in dir
+		check   func(t *testing.T, c Config)
+	}{
+		{
+			name:    "none: the directory is absent",
+			hard:    "memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%",
+			applied: nil,
+		},
+		{
+			// A JSON merge patch: the drop-in's one evictionHard key replaces the file's, the
+			// others stay (not replaced as a whole, and not reset to the defaults).
+			name:    "nodeadm's drop-in overrides one threshold",
+			dropIns: map[string]string{"00-nodeadm.conf": `{"apiVersion":"kubelet.config.k8s.io/v1beta1","kind":"KubeletConfiguration","evictionHard":{"memory.available":"500Mi"}}`},
+			hard:    "memory.available<500Mi,nodefs.available<10%,nodefs.inodesFree<5%",
+			applied: []string{"00-nodeadm.conf"},
+		},
+		{
+			name: "a drop-in adds a key and another a setting",
+			dropIns: map[string]string{
+				"00-nodeadm.conf": `{"apiVersion":"kubelet.config.k8s.io/v1beta1","kind":"KubeletConfiguration","evictionHard":{"memory.available":"500Mi"}}`,
+				"50-extra.conf":   hdr + "evictionHard:\n  pid.available: 10%\nshutdownGracePeriod: 45s\nshutdownGracePeriodCriticalPods: 15s\nnodeStatusUpdateFrequency: 4s\n",
+			},
+			hard:    "memory.available<500Mi,nodefs.available<10%,nodefs.inodesFree<5%,pid.available<10%",
+			applied: []string{"00-nodeadm.conf", "50-extra.conf"},
+			check: func(t *testing.T, c Config) {
+				if c.ShutdownGracePeriod != 45*time.Second || c.ShutdownGracePeriodCriticalPods != 15*time.Second || c.NodeStatusUpdateFrequency != 4*time.Second {
+					t.Errorf("shutdown %v/%v, status %v: want the drop-in's 45s/15s and 4s", c.ShutdownGracePeriod, c.ShutdownGracePeriodCriticalPods, c.NodeStatusUpdateFrequency)
+				}
+			},
+		},
+		{
+			// Lexical, not numeric: "10-" sorts before "9-", so 9-late.conf is applied last.
+			name: "lexical order",
+			dropIns: map[string]string{
+				"9-late.conf":   hdr + "evictionHard:\n  memory.available: 900Mi\n",
+				"10-early.conf": hdr + "evictionHard:\n  memory.available: 1000Mi\n",
+			},
+			hard:    "memory.available<900Mi,nodefs.available<10%,nodefs.inodesFree<5%",
+			applied: []string{"10-early.conf", "9-late.conf"},
+		},
+		{
+			name: "only .conf files",
+			dropIns: map[string]string{
+				"00-nodeadm.conf":  hdr + "evictionHard:\n  memory.available: 500Mi\n",
+				"99-override.yaml": hdr + "evictionHard:\n  memory.available: 5Gi\n",
+				"99-backup.conf~":  "not even YAML: {",
+				"README":           "notes",
+			},
+			hard:    "memory.available<500Mi,nodefs.available<10%,nodefs.inodesFree<5%",
+			applied: []string{"00-nodeadm.conf"},
+		},
+		{
+			// filepath.WalkDir, as the kubelet: a subdirectory's files where the directory sorts.
+			name: "subdirectories",
+			dropIns: map[string]string{
+				"10-a.conf":      hdr + "evictionHard:\n  memory.available: 200Mi\n",
+				"20-dir/01.conf": hdr + "evictionHard:\n  memory.available: 300Mi\n",
+				"30-c.conf":      hdr + "evictionHard:\n  nodefs.available: 20%\n",
+			},
+			hard:    "memory.available<300Mi,nodefs.available<20%,nodefs.inodesFree<5%",
+			applied: []string{"10-a.conf", "20-dir/01.conf", "30-c.conf"},
+		},
+		{
+			name:    "a null removes a threshold",
+			dropIns: map[string]string{"00-a.conf": hdr + "evictionHard:\n  nodefs.inodesFree: null\n"},
+			hard:    "memory.available<100Mi,nodefs.available<10%",
+			applied: []string{"00-a.conf"},
+		},
+		{
+			// The kubelet defaults evictionHard before the drop-ins only: none is left.
+			name:    "evictionHard null leaves none",
+			dropIns: map[string]string{"00-a.conf": hdr + "evictionHard: null\n"},
+			hard:    "",
+			applied: []string{"00-a.conf"},
+		},
+		{
+			// mergeDefaultEvictionSettings acts in loadConfigFile, on the main file only.
+			name:    "mergeDefaultEvictionSettings in a drop-in does nothing",
+			dropIns: map[string]string{"00-a.conf": hdr + "mergeDefaultEvictionSettings: true\n"},
+			hard:    "memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%",
+			applied: []string{"00-a.conf"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := eksRoot(t, tt.dropIns)
+			c, err := FindConfig(Lookup{HostRoot: root})
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := filepath.Join(root, "/etc/kubernetes/kubelet/config.json.d")
+			if !c.Found || c.Platform != "EKS AL2023 (nodeadm)" {
+				t.Errorf("Found %v Platform %q", c.Found, c.Platform)
+			}
+			if got := thresholdStrings(c.Hard); got != tt.hard {
+				t.Errorf("Hard = %s, want %s", got, tt.hard)
+			}
+			want := under(dir, tt.applied...)
+			if tt.applied == nil {
+				want = nil
+			}
+			if !slices.Equal(c.DropIns, want) {
+				t.Errorf("DropIns = %v, want %v", c.DropIns, want)
+			}
+			if wantDir := dir; tt.dropIns == nil && c.DropInDir != "" || tt.dropIns != nil && c.DropInDir != wantDir {
+				t.Errorf("DropInDir = %q", c.DropInDir)
+			}
+			if tt.check != nil {
+				tt.check(t, c)
+			}
+		})
+	}
+}
+
+// TestFindConfigDropInDir: --kubelet-config-dir names the drop-ins of any file, and a known file
+// named explicitly keeps its platform's.
+func TestFindConfigDropInDir(t *testing.T) {
+	root := eksRoot(t, map[string]string{"00-nodeadm.conf": hdr + "evictionHard:\n  memory.available: 500Mi\n"})
+	writeHostFile(t, root, "/srv/kubelet.yaml", hdr+"evictionHard:\n  memory.available: 3Gi\n")
+	writeHostFile(t, root, "/srv/kubelet.d/10.conf", hdr+"evictionHard:\n  pid.available: 1k\n")
+
+	c, err := FindConfig(Lookup{HostRoot: root, Path: "/etc/kubernetes/kubelet/config.json"})
+	if err != nil || c.Platform != "EKS AL2023 (nodeadm)" || len(c.DropIns) != 1 || !strings.HasPrefix(thresholdStrings(c.Hard), "memory.available<500Mi") {
+		t.Errorf("explicit EKS path: %+v %v, want its platform's drop-in merged", c, err)
+	}
+	c, err = FindConfig(Lookup{HostRoot: root, Path: "/srv/kubelet.yaml", DropInDir: "/srv/kubelet.d"})
+	if err != nil || thresholdStrings(c.Hard) != "memory.available<3Gi,pid.available<1k" || c.DropInDir != filepath.Join(root, "/srv/kubelet.d") {
+		t.Errorf("explicit dir: %+v %v, want 3Gi and the drop-in's pid.available", c, err)
+	}
+	// An explicit directory overrides the location's.
+	c, err = FindConfig(Lookup{HostRoot: root, DropInDir: "/srv/kubelet.d"})
+	if err != nil || thresholdStrings(c.Hard) != "memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%,pid.available<1k" {
+		t.Errorf("search with an explicit dir: %+v %v", c, err)
+	}
+	// A directory asked for must exist.
+	_, err = FindConfig(Lookup{HostRoot: root, DropInDir: "/srv/missing.d"})
+	if err == nil || !strings.Contains(err.Error(), filepath.Join(root, "/srv/missing.d")) {
+		t.Errorf("missing explicit dir: err %v, want one naming it", err)
+	}
+}
+
+// TestFindConfigDropInErrors: a drop-in the kubelet would refuse (and not start) is an error
+// naming the file.
+func TestFindConfigDropInErrors(t *testing.T) {
+	tests := []struct {
+		name, content string
+		has           []string
+	}{
+		{name: "no type", content: "evictionHard:\n  memory.available: 1Gi\n", has: []string{"50-bad.conf", `kind ""`}},
+		{name: "another version", content: "apiVersion: kubelet.config.k8s.io/v1alpha1\nkind: KubeletConfiguration\n", has: []string{"50-bad.conf", "v1alpha1"}},
+		{name: "empty", content: "", has: []string{"50-bad.conf", "empty"}},
+		{name: "not YAML", content: "evictionHard: {\n", has: []string{"50-bad.conf", "parsing"}},
+		{name: "not an object", content: "- a\n- b\n", has: []string{"50-bad.conf"}},
+		{name: "wrong value type", content: hdr + "evictionHard:\n  pid.available: 1000\n", has: []string{"merging", "config.json.d"}},
+		{name: "bad threshold", content: hdr + "evictionHard:\n  memory.available: lots\n", has: []string{"with the drop-ins of", `"lots"`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := eksRoot(t, map[string]string{"00-nodeadm.conf": hdr, "50-bad.conf": tt.content})
+			c, err := FindConfig(Lookup{HostRoot: root})
+			if err == nil {
+				t.Fatalf("got %+v, want an error", c)
+			}
+			if c.Found {
+				t.Error("Found with an error")
+			}
+			for _, h := range tt.has {
+				if !strings.Contains(err.Error(), h) {
+					t.Errorf("error %q does not say %s", err, h)
+				}
+			}
+		})
+	}
+}
+
+// TestFindConfigUnreadable: a file that exists and cannot be read (here a directory where the
+// file should be) is an error naming it, not "not found".
+func TestFindConfigUnreadable(t *testing.T) {
+	root := t.TempDir()
+	path := filepath.Join(root, "/home/kubernetes/kubelet-config.yaml")
+	if err := os.MkdirAll(path, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeHostFile(t, root, DefaultConfigPath, hdr)
+	c, err := FindConfig(Lookup{HostRoot: root})
+	if err == nil || c.Found || !strings.Contains(err.Error(), path) {
+		t.Errorf("got %+v %v, want an error naming %s", c, err, path)
+	}
+}
