@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -144,6 +144,9 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	if a.metrics, err = metrics.New(deps.Registerer, a.provider.Name()); err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
+	if err := deps.Registerer.Register(newSightCollector(a)); err != nil {
+		return nil, fmt.Errorf("registering the readiness metrics: %w", err)
+	}
 	a.metrics.BuildInfo.WithLabelValues(Version, buildRevision(), runtime.Version(), runtime.GOOS, runtime.GOARCH).Set(1)
 	if ncfg, ok, err := cfg.NotifyConfig(); ok {
 		if err != nil {
@@ -225,11 +228,12 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 }
 
 // shutdownCut is how long the kubelet's graceful node shutdown gives the ordinary pods, from the
-// kubelet's config file under --host-root (shutdownGracePeriod - shutdownGracePeriodCriticalPods);
-// zero when it is off, or the file cannot be read (the plan then ends at the deadline alone).
+// kubelet's configuration (KubeletConfig: the read the pressure loop shares)
+// (shutdownGracePeriod - shutdownGracePeriodCriticalPods); zero when it is off, unknown (no
+// file found: newPressure reports it) or unreadable (the plan then ends at the deadline alone).
 func shutdownCut(cfg Config) time.Duration {
-	kc, err := kubelet.ReadConfig(filepath.Join(cfg.HostRoot, cfg.KubeletConfig))
-	if err != nil {
+	kc, err := KubeletConfig(cfg)
+	if err != nil || !kc.Found {
 		return 0
 	}
 	return kc.ShutdownGracePeriod - kc.ShutdownGracePeriodCriticalPods
@@ -286,8 +290,10 @@ func pressureTaint(cfg Config, r pressure.Resource) v1.Taint {
 }
 
 // newPressure builds the pressure loop from the thresholds; none with --pressure-source off.
-// Its source is built in startPressure: the Summary API's address may need the node.
+// Its source is built in startPressure: the Summary API's address may need the node. It reports
+// the kubelet's configuration first (reportKubeletConfig), pressure or not: shutdownCut uses it.
 func (a *Agent) newPressure() error {
+	reportKubeletConfig(a.metrics, a.cfg)
 	if a.cfg.PressureSource == PressureSourceOff {
 		return nil
 	}
@@ -413,6 +419,16 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 
+	if a.pressure == nil {
+		// With pressure handling on, the pressure loop says it at its start; without it the
+		// interruption plan still depends on the kubelet's graceful node shutdown.
+		if kc, err := KubeletConfig(a.cfg); err == nil && !kc.Found {
+			a.recorder.Eventf(events.NodeRef(a.cfg.NodeName), v1.EventTypeWarning, events.ReasonKubeletConfigUnknown,
+				"The kubelet's configuration was not found (tried %s): its graceful node shutdown is unknown, and the plan assumes none. "+
+					"Fix: set --kubelet-config (chart value pressure.kubeletConfig) to the kubelet's --config file and mount it under --host-root",
+				strings.Join(kc.Searched, ", "))
+		}
+	}
 	// Ask the cloud once before planning anything; whatever it says (or fails to say), the
 	// interruption record the node carries keeps every source that has not answered.
 	a.intr.PollOnce(ctx)
@@ -463,6 +479,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.startPodNotice(ctx, g, noticeLn)
 	g.Go(func() error { a.writer.Run(ctx); return nil })
 	g.Go(func() error { a.intr.Run(ctx); return nil })
+	start := a.clock.Now()
+	g.Go(func() error { a.watchSight(ctx, start); return nil })
 	if a.pressure != nil {
 		g.Go(func() error { a.pressure.Run(ctx); return nil })
 	}
@@ -599,12 +617,15 @@ func (a *Agent) deadlineAnnotation() (string, bool) {
 	return v, ok
 }
 
-// Ready reports whether the caches have synced and the provider has been asked once.
+// Ready reports whether the caches have synced and every metadata source has answered within
+// --metadata-stale-after (docs/operations.md, "Readiness").
 func (a *Agent) Ready() bool { return a.notReady() == "" }
 
-// notReady says why the agent is not ready ("" when it is): its caches and first poll, or the
+// notReady says why the agent is not ready ("" when it is): its caches and first poll; the
 // provider itself, such as Azure's first Scheduled Events call, which may take two minutes while
-// the platform enables the service (providers.Readiness).
+// the platform enables the service (providers.Readiness); a metadata source without a good
+// answer within --metadata-stale-after, or none since start (the agent cannot see); the node
+// writes refused.
 func (a *Agent) notReady() string {
 	if !a.ready.Load() {
 		return "caches syncing or provider not yet polled"
@@ -613,6 +634,10 @@ func (a *Agent) notReady() string {
 		if err := r.Ready(); err != nil {
 			return err.Error()
 		}
+	}
+	if stale := a.blind(a.clock.Now()); len(stale) > 0 {
+		return fmt.Sprintf("cannot see the cloud's notices: no good answer within --metadata-stale-after %s from %s",
+			a.cfg.MetadataStaleAfter, strings.Join(stale, ", "))
 	}
 	return a.refusals.NotReady()
 }

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -111,6 +112,7 @@ func serveMetrics(t *testing.T, h *harness) string {
 func TestMetricsListenerKeepsProbesAnswered(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.MetricsBindAddress = "127.0.0.1:0" }, testNode())
 	h.a.ready.Store(true)
+	h.a.intr.PollOnce(context.Background()) // every source has answered
 	addr := serveMetrics(t, h)
 
 	kept := 0

@@ -39,6 +39,7 @@ func refuseNodePatches(h *harness, refuse *atomic.Bool) {
 func TestNodeWriteRefusals(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.NodeWriteRefusals = 2 }, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}})
 	h.a.ready.Store(true)
+	h.a.intr.PollOnce(context.Background()) // every source has answered
 	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, nodeName, errors.New("no node claim"))
 	r := h.a.refusals
 	r.Observe(forbidden)
@@ -70,6 +71,7 @@ func TestNodeWriteRefusals(t *testing.T) {
 	// 0 never turns the agent not ready; the counter still counts.
 	h0 := newHarness(t, nil, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}})
 	h0.a.ready.Store(true)
+	h0.a.intr.PollOnce(context.Background()) // every source has answered
 	for range 5 {
 		h0.a.refusals.Observe(forbidden)
 	}
@@ -86,6 +88,7 @@ func TestNodeWriteRefusals(t *testing.T) {
 func TestNodeWriteRefusalsFromTaintWrites(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.NodeWriteRefusals = 1 }, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}})
 	h.a.ready.Store(true)
+	h.a.intr.PollOnce(context.Background()) // every source has answered
 	var refuse atomic.Bool
 	refuse.Store(true)
 	refuseNodePatches(h, &refuse)
@@ -111,6 +114,7 @@ func TestNodeWriteCheck(t *testing.T) {
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, ResourceVersion: "7"}}
 	h := newHarness(t, func(c *Config) { c.NodeWriteRefusals = 3 }, node)
 	h.a.ready.Store(true)
+	h.a.intr.PollOnce(context.Background()) // every source has answered
 	var refuse atomic.Bool
 	refuse.Store(true)
 	// The API server stores nothing of a dry run (the fake tracker would apply it).

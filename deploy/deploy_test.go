@@ -116,6 +116,7 @@ var wantAlerts = []string{
 	"ReprievePressureTaintTooLong",
 	"ReprievePressureSignalsUnreadable",
 	"ReprieveMetadataFailing",
+	"ReprieveAgentBlind",
 	"ReprieveAgentDown",
 	"ReprieveAgentAbsent",
 	"ReprieveNodeWritesRefused",
@@ -378,6 +379,11 @@ func knownMetrics(t *testing.T) map[string]bool {
 	rm, err := providers.NewRequestMetrics(rec, "aws")
 	if err != nil {
 		t.Fatalf("providers.NewRequestMetrics: %v", err)
+	}
+	// The agent's readiness and sight, computed at each scrape.
+	if err := rec.Register(metrics.NewSight(metrics.Sight{Provider: "aws", Ready: func() bool { return true },
+		LastAnswers: func() map[string]time.Time { return map[string]time.Time{"aws": {}} }, Stale: func() int { return 0 }})); err != nil {
+		t.Fatal(err)
 	}
 	// The eviction guard's, which its own process serves (reprieve eviction-guard).
 	if _, err := guard.NewMetrics(rec); err != nil {

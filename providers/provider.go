@@ -146,6 +146,14 @@ type SourceReporter interface {
 	Answered() map[string]bool
 }
 
+// AnswerTimes is implemented by providers that can tell when each of their sources last gave a
+// good answer (the sources of SourceReporter). Readiness is judged on it: a watching provider
+// publishes only changes, so the agent cannot count its updates. A source that has not answered
+// since the provider was created is absent or zero.
+type AnswerTimes interface {
+	LastAnswers() map[string]time.Time
+}
+
 // Provider reports the notices a cloud currently has for this machine.
 type Provider interface {
 	// Name is the provider's flag value ("aws", "none").

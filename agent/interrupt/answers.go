@@ -1,6 +1,7 @@
 package interrupt
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"time"
@@ -22,6 +23,11 @@ type answers struct {
 	notices []providers.Notice
 	// attempted is set once the provider was asked (for readiness).
 	attempted bool
+	// lastOK is when a poll or a watch update last came back without an error: the one
+	// source's last answer of a provider without AnswerTimes.
+	lastOK time.Time
+	// times, when the provider has them, says when each source last answered.
+	times providers.AnswerTimes
 }
 
 func newAnswers(p providers.Provider) *answers {
@@ -29,14 +35,18 @@ func newAnswers(p providers.Provider) *answers {
 	if r, ok := p.(providers.SourceReporter); ok {
 		a.reporter = r
 	}
+	if t, ok := p.(providers.AnswerTimes); ok {
+		a.times = t
+	}
 	return a
 }
 
-// record takes one report of the provider.
-func (a *answers) record(notices []providers.Notice, err error) {
+// record takes one report of the provider, made at now.
+func (a *answers) record(notices []providers.Notice, err error, now time.Time) {
 	a.attempted = true
 	if err == nil {
 		a.ok = true
+		a.lastOK = now
 	}
 	if err != nil && notices == nil && a.notices != nil {
 		// A failed poll that reports nothing keeps the previous report.
@@ -55,6 +65,24 @@ func (a *answers) answered() map[string]bool {
 		return m
 	}
 	return map[string]bool{a.provider: a.ok}
+}
+
+// lastAnswers says when each source of the provider last gave a good answer (zero: not since
+// start). A provider with AnswerTimes speaks for its sources (those of answered, when it has a
+// SourceReporter); any other is one source, answered at the last report without an error.
+func (a *answers) lastAnswers() map[string]time.Time {
+	if a.times == nil {
+		return map[string]time.Time{a.provider: a.lastOK}
+	}
+	got := a.times.LastAnswers()
+	out := make(map[string]time.Time, len(got))
+	for src := range a.answered() {
+		out[src] = got[src]
+	}
+	if a.reporter == nil {
+		maps.Copy(out, got)
+	}
+	return out
 }
 
 // sourced fills in the source of notices from providers that name none: the provider itself,
@@ -141,4 +169,21 @@ func match(n providers.Notice, ns []providers.Notice) int {
 		}
 	}
 	return -1
+}
+
+// Stale lists, sorted, the sources whose last good answer (last, as LastAnswers gives it) is
+// older than bound at now, or that have not answered since start, each with how long it has
+// been silent ("never" for the latter). Empty when every source has answered within bound.
+func Stale(last map[string]time.Time, now time.Time, bound time.Duration) []string {
+	var out []string
+	for _, src := range slices.Sorted(maps.Keys(last)) {
+		t := last[src]
+		switch {
+		case t.IsZero():
+			out = append(out, src+" (no answer since start)")
+		case now.Sub(t) > bound:
+			out = append(out, fmt.Sprintf("%s (last answer %s ago)", src, now.Sub(t).Round(time.Second)))
+		}
+	}
+	return out
 }

@@ -79,8 +79,8 @@ func TestAnswersOneSource(t *testing.T) {
 	if a.answered()["p"] {
 		t.Fatal("answered before any report")
 	}
-	a.record([]providers.Notice{{ID: "x"}}, nil)
-	a.record(nil, errTest)
+	a.record([]providers.Notice{{ID: "x"}}, nil, time.Time{})
+	a.record(nil, errTest, time.Time{})
 	if !a.answered()["p"] || len(a.notices) != 1 || a.notices[0].Source != "p" {
 		t.Fatalf("answered %v notices %+v: want answered, the first report kept under source p", a.answered(), a.notices)
 	}

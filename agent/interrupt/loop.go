@@ -109,6 +109,14 @@ func (l *Loop) Asked() bool {
 	return l.answers.attempted
 }
 
+// LastAnswers says when each of the provider's sources last gave a good answer (zero: not
+// since this process started).
+func (l *Loop) LastAnswers() map[string]time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.answers.lastAnswers()
+}
+
 // Run polls (or watches) the provider and reconciles until ctx ends. The caller has asked once
 // (PollOnce) and reconciled once before.
 func (l *Loop) Run(ctx context.Context) {
@@ -211,7 +219,7 @@ func (l *Loop) Apply(ctx context.Context, notices []providers.Notice, err error)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.answers.record(notices, err)
+	l.answers.record(notices, err, l.o.Clock.Now())
 	return err == nil
 }
 

@@ -9,7 +9,10 @@ import (
 	"github.com/reprieve-dev/reprieve/providers"
 )
 
-var _ providers.SourceReporter = (*Provider)(nil)
+var (
+	_ providers.SourceReporter = (*Provider)(nil)
+	_ providers.AnswerTimes    = (*Provider)(nil)
+)
 
 // TestAnswered: each path is answered on its own, once IMDS gave it a 200 that parsed or a 404
 // (nothing pending). A path that only failed is unknown, whatever the others said: a
@@ -62,6 +65,13 @@ func TestAnswered(t *testing.T) {
 	// The map is a copy.
 	e.p.Answered()[PathRebalance] = false
 	want("after editing a returned map", true, true, true)
+
+	// Readiness goes by when each path last answered: spot/instance-action's last good answer
+	// is the poll before its 503, the others' the poll at its time.
+	last := e.p.LastAnswers()
+	if !last[PathSpotInstanceAction].Equal(e.clk.Now().Add(-time.Second)) || !last[PathRebalance].Equal(e.clk.Now()) || !last[PathScheduledEvents].Equal(e.clk.Now()) {
+		t.Errorf("LastAnswers() = %v at %v: want spot/instance-action a second earlier, the others now", last, e.clk.Now())
+	}
 }
 
 // TestNoticeSourceAndFirstSeen: every notice names the path that raised it; only a hibernation

@@ -127,6 +127,9 @@ type Provider struct {
 	// answered holds the notice sources that have given a good answer since New: a valid
 	// value, or for upcoming-maintenance a window that decoded or a 404 (none scheduled).
 	answered map[string]bool
+	// lastAnswer is when each of them last gave a good answer (a hanging GET that returned the
+	// same value counts: the watch publishes only changes, readiness needs every answer).
+	lastAnswer map[string]time.Time
 	// inflight counts the requests under way.
 	inflight atomic.Int64
 }
@@ -176,6 +179,7 @@ func New(opts Options) (*Provider, error) {
 		}},
 		unknownLogged: map[string]bool{},
 		answered:      map[string]bool{},
+		lastAnswer:    map[string]time.Time{},
 	}, nil
 }
 
@@ -244,6 +248,7 @@ func (p *Provider) refreshUpcoming(ctx context.Context) (changed bool, err error
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.answered[PathUpcomingMaintenance] = true
+	p.lastAnswer[PathUpcomingMaintenance] = p.clock.Now()
 	if p.st.upcoming.same(u) {
 		return false, nil
 	}
@@ -268,6 +273,18 @@ func (p *Provider) Answered() map[string]bool {
 	out := make(map[string]bool, len(answerSources))
 	for _, src := range answerSources {
 		out[src] = p.answered[src]
+	}
+	return out
+}
+
+// LastAnswers implements providers.AnswerTimes, for the sources of Answered: when each last
+// gave a good answer (zero: not since New), in Poll and Watch alike.
+func (p *Provider) LastAnswers() map[string]time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string]time.Time, len(answerSources))
+	for _, src := range answerSources {
+		out[src] = p.lastAnswer[src]
 	}
 	return out
 }
@@ -317,6 +334,7 @@ func (p *Provider) observe(ctx context.Context, path, raw string) (changed bool,
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.answered[path] = true
+	p.lastAnswer[path] = p.clock.Now()
 	if !known && !p.unknownLogged[v] {
 		p.unknownLogged[v] = true
 		klog.FromContext(ctx).Info("Unknown instance/maintenance-event value: treating it as maintenance without a deadline (new pods kept off the node, nothing evicted)",

@@ -12,7 +12,10 @@ import (
 	"github.com/reprieve-dev/reprieve/providers"
 )
 
-var _ providers.SourceReporter = (*Provider)(nil)
+var (
+	_ providers.SourceReporter = (*Provider)(nil)
+	_ providers.AnswerTimes    = (*Provider)(nil)
+)
 
 func wantAnswered(t *testing.T, p *Provider, step string, preempted, maintenance, upcoming bool) {
 	t.Helper()
@@ -57,6 +60,30 @@ func TestAnsweredPoll(t *testing.T) {
 		t.Fatal("preempted 403: no error")
 	}
 	wantAnswered(t, p, "preempted fails again", true, true, true)
+}
+
+// TestLastAnswers: each source's last good answer, for readiness. A hanging GET that returns
+// the same value is an answer too: the watch publishes only changes, so without the time the
+// agent would take a quiet VM for a blind one.
+func TestLastAnswers(t *testing.T) {
+	s := startFake(t, nil)
+	clk := clocktesting.NewFakePassiveClock(t0)
+	p := newProvider(t, s, clk)
+	if got := p.LastAnswers(); !got[PathPreempted].IsZero() || len(got) != 3 {
+		t.Errorf("before any poll: LastAnswers() = %v, want three zero times", got)
+	}
+	if _, err := p.Poll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	clk.SetTime(t0.Add(time.Minute))
+	s.SetError(PathPreempted, http.StatusForbidden, 100)
+	if _, err := p.Poll(context.Background()); err == nil {
+		t.Fatal("preempted 403: no error")
+	}
+	got := p.LastAnswers()
+	if !got[PathPreempted].Equal(t0) || !got[PathMaintenanceEvent].Equal(t0.Add(time.Minute)) || !got[PathUpcomingMaintenance].Equal(t0.Add(time.Minute)) {
+		t.Errorf("LastAnswers() = %v: want preempted at t0 (its last good answer), the others a minute later", got)
+	}
 }
 
 // TestAnsweredWatch: Watch's hanging GETs report answers as Poll's reads do, per path.

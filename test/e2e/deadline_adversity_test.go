@@ -228,7 +228,8 @@ func TestAdversityRestartDuringMetadataOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	proxy.Set(faultproxy.ServerError)
-	second, addr2, err := scenario.StartReprieve(ctx, reprieveBin, logDir, node+"-2", append(args, "--node-name="+node)...)
+	// In the outage the new agent is up, not Ready (it cannot see).
+	second, addr2, err := scenario.StartReprieveBlind(ctx, reprieveBin, logDir, node+"-2", append(args, "--node-name="+node)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -291,7 +291,8 @@ func TestRecordRestartAWSPartialAnswer(t *testing.T) {
 	killed := time.Now()
 	fault.failing.Store(true)
 	watch := watchRecord(ctx, node, taint, before)
-	second, addr, err := scenario.StartReprieve(ctx, reprieveBin, logDir, node+"-2", append(args, "--node-name="+node)...)
+	// The metadata service fails from the restart on: the new agent is up, not Ready (it cannot see).
+	second, addr, err := scenario.StartReprieveBlind(ctx, reprieveBin, logDir, node+"-2", append(args, "--node-name="+node)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -449,7 +450,13 @@ func TestRecordRestartGCPPreemption(t *testing.T) {
 				srv.SetError(gcpmeta.PathPreempted, http.StatusInternalServerError, 1<<30)
 			}
 			watch := watchRecord(ctx, node, taint, before)
-			second, addr, err := scenario.StartReprieve(ctx, reprieveBin, logDir, node+"-2", append(args, "--node-name="+node)...)
+			start := scenario.StartReprieve
+			if failing {
+				// instance/preempted fails from the restart on: the new agent is up, not Ready
+				// (it cannot see).
+				start = scenario.StartReprieveBlind
+			}
+			second, addr, err := start(ctx, reprieveBin, logDir, node+"-2", append(args, "--node-name="+node)...)
 			if err != nil {
 				t.Fatal(err)
 			}

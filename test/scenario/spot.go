@@ -342,6 +342,22 @@ func (o SpotOptions) kubeconfig() string {
 // --kubeconfig and --provider), a 1 s poll interval, -v=2 and metrics on a free loopback
 // port, and waits until /readyz answers 200 (at most 2.5 min). Its log is reprieve-<node>.log in logDir.
 func StartReprieve(ctx context.Context, bin, logDir, node string, args ...string) (*testenv.Process, string, error) {
+	return startReprieve(ctx, bin, logDir, node, false, args...)
+}
+
+// StartReprieveBlind is StartReprieve for an agent started while its metadata service does not
+// answer: it waits until the agent has synced and polled, which /readyz then says with a 503
+// that names the silent sources ("cannot see the cloud's notices"). An agent that answers 200
+// instead is an error: it would be Ready while blind.
+func StartReprieveBlind(ctx context.Context, bin, logDir, node string, args ...string) (*testenv.Process, string, error) {
+	return startReprieve(ctx, bin, logDir, node, true, args...)
+}
+
+// blindReason is what /readyz says of an agent that has synced but whose metadata sources have
+// not answered (agent.notReady).
+const blindReason = "cannot see the cloud's notices"
+
+func startReprieve(ctx context.Context, bin, logDir, node string, blind bool, args ...string) (*testenv.Process, string, error) {
 	port, err := testenv.FreePort()
 	if err != nil {
 		return nil, "", err
@@ -365,7 +381,14 @@ func StartReprieve(ctx context.Context, bin, logDir, node string, args ...string
 		if err != nil {
 			return false, nil
 		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		_ = resp.Body.Close()
+		if blind {
+			if resp.StatusCode == http.StatusOK {
+				return false, fmt.Errorf("/readyz answered 200 while the metadata service does not answer; want 503 saying %q", blindReason)
+			}
+			return strings.Contains(string(body), blindReason), nil
+		}
 		return resp.StatusCode == http.StatusOK, nil
 	})
 	if err != nil {
