@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"slices"
@@ -26,6 +27,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/kubelet"
 	"github.com/reprieve-dev/reprieve/providers"
 	"github.com/reprieve-dev/reprieve/providers/aws"
 	"github.com/reprieve-dev/reprieve/providers/detect"
@@ -89,7 +91,9 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer, cli
 	fmt.Fprintf(stdout, "reprieve doctor: node %s, provider %s\n", cfg.NodeName, cfg.Provider)
 	client, node := checkKubernetes(ctx, r, cfg, clientFor)
 	checkMetadata(ctx, r, cfg, node)
+	checkOverlaps(ctx, r, cfg, client, node)
 	checkHostRoot(r, cfg)
+	checkKubeletConfig(r, cfg)
 	checkPressure(ctx, r, cfg, client)
 	if r.failed > 0 {
 		fmt.Fprintf(stdout, "%d check(s) failed: reprieve cannot do its job on this node until they are fixed.\n", r.failed)
@@ -97,6 +101,33 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer, cli
 	}
 	fmt.Fprintln(stdout, "Every check passed.")
 	return 0
+}
+
+// checkOverlaps lists the other programs that act on this node's interruptions too
+// (agent.Overlaps), from the node and its pods, as warnings: the operator picks one per node.
+func checkOverlaps(ctx context.Context, r *doctorReport, cfg agent.Config, client kube.Interface, node *v1.Node) {
+	if node == nil || client == nil {
+		r.skip("other interruption handlers: the node could not be read")
+		return
+	}
+	var pods []*v1.Pod
+	list, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()})
+	if err != nil {
+		r.warn("other interruption handlers: the node's pods could not be read (%v); judged from the node alone", err)
+	} else {
+		for i := range list.Items {
+			pods = append(pods, &list.Items[i])
+		}
+	}
+	overlaps := agent.Overlaps(node, pods)
+	if len(overlaps) == 0 {
+		r.ok("no other interruption handler seen on node %s (Karpenter, an EKS managed node group, AKS node auto-drain, aws-node-termination-handler)", cfg.NodeName)
+		return
+	}
+	for _, o := range overlaps {
+		r.warn("%s", o)
+	}
 }
 
 // checkKubernetes checks the API server, each permission and the node; it returns the client
@@ -294,6 +325,18 @@ func checkMetadata(ctx context.Context, r *doctorReport, cfg agent.Config, node 
 		return
 	}
 	r.ok("metadata service (%s) answers; %d notice(s) in force now", name, len(notices))
+	// Each source on its own, as readiness judges them (docs/operations.md, "Readiness"): one
+	// that has not answered leaves the agent not Ready.
+	if sr, ok := p.(providers.SourceReporter); ok {
+		answered := sr.Answered()
+		for _, src := range slices.Sorted(maps.Keys(answered)) {
+			if answered[src] {
+				r.ok("metadata source %s answers", src)
+			} else {
+				r.fail(fmt.Sprintf("metadata source %s gave no good answer: the agent would not be Ready", src), metadataFix(name))
+			}
+		}
+	}
 	// Which windows apply and where they came from (issue 21): a GPU VM's hour of maintenance
 	// notice or an ordinary VM's minute, an extended preemption notice or none.
 	if wr, ok := p.(providers.WindowReporter); ok {
@@ -356,8 +399,61 @@ func checkHostRoot(r *doctorReport, cfg agent.Config) {
 	r.ok("--host-root %s readable (%d entries)", cfg.HostRoot, len(entries))
 }
 
+// checkKubeletConfig reads the kubelet's configuration as the agent would (its eviction
+// thresholds and graceful node shutdown), with pressure handling off too: the interruption plan
+// uses the shutdown grace. Not found fails: the agent then assumes the kubelet's defaults, which
+// on a managed platform are not what its kubelet runs with.
+func checkKubeletConfig(r *doctorReport, cfg agent.Config) {
+	kc, err := agent.KubeletConfig(cfg)
+	if err != nil {
+		what := "reading the kubelet's configuration"
+		if cfg.PressureSource != agent.PressureSourceOff {
+			what = "reading the kubelet's eviction thresholds" // as the agent's PressureDisabled event says
+		}
+		r.fail(fmt.Sprintf("%s: %v (its eviction thresholds and graceful node shutdown are unknown)", what, err),
+			"fix the kubelet's config file or drop-in, or point --kubelet-config (and --kubelet-config-dir) at the kubelet's own (paths under --host-root)")
+		return
+	}
+	hard := thresholdList(kc.Hard)
+	if !kc.Found {
+		var known []string
+		for _, l := range kubelet.Locations {
+			known = append(known, l.Platform+" "+l.Path)
+		}
+		r.fail(fmt.Sprintf("kubelet configuration not found (tried %s): the kubelet's eviction thresholds and graceful node shutdown are unknown; "+
+			"reprieve assumes the kubelet's defaults (evictionHard %s) and no graceful node shutdown", strings.Join(kc.Searched, ", "), hard),
+			agent.KubeletConfigFix+"; or mount the platform's path under --host-root ("+strings.Join(known, ", ")+")")
+		return
+	}
+	where := kc.Path
+	if kc.Platform != "" {
+		where += " (" + kc.Platform + ")"
+	}
+	if len(kc.DropIns) > 0 {
+		where += " with the drop-ins " + strings.Join(kc.DropIns, ", ")
+	}
+	shutdown := "off"
+	if kc.ShutdownGracePeriod > 0 {
+		shutdown = fmt.Sprintf("%s (%s of it for critical pods)", kc.ShutdownGracePeriod, kc.ShutdownGracePeriodCriticalPods)
+	}
+	r.ok("kubelet config %s: evictionHard %s; graceful node shutdown %s", where, hard, shutdown)
+}
+
+// thresholdList writes thresholds as the kubelet's flag does, "none" for none.
+func thresholdList(ts []kubelet.Threshold) string {
+	if len(ts) == 0 {
+		return "none"
+	}
+	s := make([]string, len(ts))
+	for i, t := range ts {
+		s[i] = t.String()
+	}
+	return strings.Join(s, ",")
+}
+
 // checkPressure reads the kubelet's thresholds and the pressure signals once, as the agent
-// would, and prints each signal against reprieve's and the kubelet's thresholds.
+// would, and prints each signal against reprieve's and the kubelet's thresholds. The kubelet's
+// configuration itself is checkKubeletConfig's.
 func checkPressure(ctx context.Context, r *doctorReport, cfg agent.Config, client kube.Interface) {
 	if cfg.PressureSource == agent.PressureSourceOff {
 		r.skip("local pressure: --pressure-source off")
@@ -369,17 +465,12 @@ func checkPressure(ctx context.Context, r *doctorReport, cfg agent.Config, clien
 		return
 	}
 	if kcErr != nil {
-		r.fail(kcErr.Error(), "fix the kubelet's config file, or point --kubelet-config at it (a path under --host-root)")
+		r.skip("local pressure: off, as the kubelet's configuration could not be read (above)")
 		return
 	}
-	var hard []string
-	for _, t := range kc.Hard {
-		hard = append(hard, t.String())
-	}
-	if kc.Found {
-		r.ok("kubelet config %s: evictionHard %s", kc.Path, strings.Join(hard, ","))
-	} else {
-		r.ok("kubelet config %s not found: the kubelet's defaults apply (evictionHard %s)", kc.Path, strings.Join(hard, ","))
+	assumed := ""
+	if !kc.Found {
+		assumed = ", assumed"
 	}
 	var node *v1.Node
 	if cfg.PressureSource == agent.PressureSourceSummary && cfg.KubeletSummaryURL == "" && client != nil {
@@ -418,6 +509,6 @@ func checkPressure(ctx context.Context, r *doctorReport, cfg agent.Config, clien
 		if l.Available < l.Threshold {
 			state = "UNDER PRESSURE"
 		}
-		r.ok("%s %s of %s (reprieve's threshold %s, the kubelet's hard %s): %s", l.Signal, f(l.Available), f(l.Capacity), f(l.Threshold), f(l.Hard), state)
+		r.ok("%s %s of %s (reprieve's threshold %s, the kubelet's hard %s%s): %s", l.Signal, f(l.Available), f(l.Capacity), f(l.Threshold), f(l.Hard), assumed, state)
 	}
 }

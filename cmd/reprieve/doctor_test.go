@@ -64,7 +64,9 @@ func TestDoctorAllGreenAndMissingNode(t *testing.T) {
 		doctorClient(permission{}, "n1")); code != 0 {
 		t.Errorf("exit %d, want 0:\n%s%s", code, out.String(), errOut.String())
 	}
-	for _, want := range []string{"the kubelet's defaults apply (evictionHard memory.available<100Mi", "ok    memory.available ", "ok    pid.available "} {
+	// The fixture carries GKE's kubelet configuration, which doctor finds at GKE's path.
+	for _, want := range []string{"ok    kubelet config ", "(GKE): evictionHard memory.available<100Mi", "graceful node shutdown 30s (15s of it for critical pods)",
+		"ok    memory.available ", "ok    pid.available "} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("no %q in\n%s", want, out.String())
 		}
@@ -160,7 +162,10 @@ func TestDoctorNodeClaim(t *testing.T) {
 				return true, nil, nil
 			})
 			var out, errOut bytes.Buffer
-			code := runDoctor(context.Background(), []string{"--node=n1", "--provider=none", "--pressure-source=off"}, &out, &errOut,
+			// The fixture host holds a kubelet configuration (GKE's), so that this machine's own
+			// (or its absence) does not decide the exit code.
+			host := filepath.Join("..", "..", "kubelet", "testdata", "cgroupv2")
+			code := runDoctor(context.Background(), []string{"--node=n1", "--provider=none", "--pressure-source=off", "--host-root=" + host}, &out, &errOut,
 				func(agent.Config) (kube.Interface, error) { return kubetest.Wrap(c0), nil })
 			if code != c.code {
 				t.Errorf("exit %d, want %d:\n%s%s", code, c.code, out.String(), errOut.String())
@@ -182,5 +187,128 @@ func TestDoctorNodeClaim(t *testing.T) {
 				t.Errorf("the dry-run eviction removed the pod: %v", err)
 			}
 		})
+	}
+}
+
+// TestDoctorKubeletConfig: the kubelet's configuration is checked with pressure handling off too
+// (the interruption plan reads the shutdown grace from it). Not found fails with the paths tried
+// and the fix; an explicit path is the only one tried; a platform's drop-ins are listed.
+func TestDoctorKubeletConfig(t *testing.T) {
+	const hdr = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+	write := func(t *testing.T, root, p, body string) {
+		t.Helper()
+		path := filepath.Join(root, p)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		name   string
+		files  map[string]string
+		args   []string
+		code   int
+		want   []string // each with the host root written as ROOT
+		reject []string
+	}{
+		{
+			name: "none found",
+			code: 1,
+			want: []string{
+				"FAIL  kubelet configuration not found (tried ROOT/etc/kubernetes/kubelet/config.json, ROOT/etc/kubernetes/kubelet/kubelet-config.json, ",
+				"ROOT/etc/default/kubeletconfig.json, ROOT/var/lib/kubelet/config.yaml): the kubelet's eviction thresholds and graceful node shutdown are unknown",
+				"reprieve assumes the kubelet's defaults (evictionHard memory.available<100Mi",
+				"fix: set --kubelet-config (the chart's pressure.kubeletConfig)", "EKS AL2023 (nodeadm) /etc/kubernetes/kubelet/config.json",
+			},
+			reject: []string{"ok    kubelet config"},
+		},
+		{
+			name:  "explicit path missing",
+			files: map[string]string{"/var/lib/kubelet/config.yaml": hdr},
+			args:  []string{"--kubelet-config=/etc/kubelet.yaml"},
+			code:  1,
+			want:  []string{"FAIL  kubelet configuration not found (tried ROOT/etc/kubelet.yaml): "},
+		},
+		{
+			name: "EKS AL2023 with a drop-in",
+			files: map[string]string{
+				"/etc/kubernetes/kubelet/config.json":                   `{"apiVersion":"kubelet.config.k8s.io/v1beta1","kind":"KubeletConfiguration","evictionHard":{"memory.available":"100Mi","nodefs.available":"10%"}}`,
+				"/etc/kubernetes/kubelet/config.json.d/00-nodeadm.conf": hdr + "evictionHard:\n  memory.available: 300Mi\n",
+			},
+			code: 0,
+			want: []string{"ok    kubelet config ROOT/etc/kubernetes/kubelet/config.json (EKS AL2023 (nodeadm)) with the drop-ins ROOT/etc/kubernetes/kubelet/config.json.d/00-nodeadm.conf: " +
+				"evictionHard memory.available<300Mi,nodefs.available<10%; graceful node shutdown off"},
+			reject: []string{"FAIL"},
+		},
+		{
+			name:  "a drop-in the kubelet refuses",
+			files: map[string]string{"/etc/kubernetes/kubelet/config.json": hdr, "/etc/kubernetes/kubelet/config.json.d/00-nodeadm.conf": "evictionHard: {}\n"},
+			code:  1,
+			want:  []string{"FAIL  reading the kubelet's configuration: ", "00-nodeadm.conf", "are unknown"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := t.TempDir()
+			for p, body := range tt.files {
+				write(t, root, p, body)
+			}
+			var out, errOut bytes.Buffer
+			args := append([]string{"--node=n1", "--provider=none", "--pressure-source=off", "--host-root=" + root}, tt.args...)
+			code := runDoctor(context.Background(), args, &out, &errOut, doctorClient(permission{}, "n1"))
+			if code != tt.code {
+				t.Errorf("exit %d, want %d:\n%s%s", code, tt.code, out.String(), errOut.String())
+			}
+			for _, w := range tt.want {
+				if w = strings.ReplaceAll(w, "ROOT", root); !strings.Contains(out.String(), w) {
+					t.Errorf("no %q in\n%s", w, out.String())
+				}
+			}
+			for _, w := range tt.reject {
+				if strings.Contains(out.String(), w) {
+					t.Errorf("%q in\n%s", w, out.String())
+				}
+			}
+		})
+	}
+}
+
+// Doctor lists the other interruption handlers the node and its pods show, as warnings that do
+// not fail it, and says so when there are none.
+func TestDoctorOverlaps(t *testing.T) {
+	host := filepath.Join("..", "..", "kubelet", "testdata", "cgroupv2")
+	args := []string{"--node=n1", "--provider=none", "--host-root=" + host, "--kubelet-root-dir=/", "--imagefs-dir=/"}
+	var out, errOut bytes.Buffer
+	if code := runDoctor(context.Background(), args, &out, &errOut, doctorClient(permission{}, "n1")); code != 0 ||
+		!strings.Contains(out.String(), "ok    no other interruption handler seen on node n1") {
+		t.Errorf("exit %d, want 0 and no overlap:\n%s%s", code, out.String(), errOut.String())
+	}
+	c := fake.NewClientset(
+		&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{"karpenter.sh/nodepool": "spot"}}},
+		&v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "nth-1", Labels: map[string]string{"app.kubernetes.io/name": "aws-node-termination-handler"}},
+			Spec: v1.PodSpec{NodeName: "n1"}},
+		&v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "nth-2", Labels: map[string]string{"app.kubernetes.io/name": "aws-node-termination-handler"}},
+			Spec: v1.PodSpec{NodeName: "n2"}},
+	)
+	c.PrependReactor("create", "selfsubjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		r := a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SelfSubjectAccessReview)
+		r.Status.Allowed = true
+		return true, r, nil
+	})
+	out.Reset()
+	code := runDoctor(context.Background(), args, &out, &errOut, func(agent.Config) (kube.Interface, error) { return kubetest.Wrap(c), nil })
+	if code != 0 {
+		t.Errorf("exit %d, want 0: an overlap is a warning\n%s%s", code, out.String(), errOut.String())
+	}
+	for _, want := range []string{"WARN  Karpenter also acts on this node's interruptions (label karpenter.sh/nodepool=spot)",
+		"WARN  aws-node-termination-handler also acts on this node's interruptions (pod kube-system/nth-1)"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("no %q in\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "nth-2") {
+		t.Errorf("a pod of another node is named:\n%s", out.String())
 	}
 }

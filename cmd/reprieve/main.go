@@ -233,7 +233,7 @@ func newClient(cfg agent.Config) (kube.Interface, error) {
 // server to answer, so that an agent started while it is down waits (its /healthz answers, its
 // /readyz says why not) instead of exiting into CrashLoopBackOff: the informers wait for it, the
 // provider comes from the flags or the host's DMI (the node only when DMI names no cloud, read
-// with retries), and the Karpenter check runs in the background.
+// with retries), and the check for other interruption handlers runs in the background.
 func start(ctx context.Context, cfg agent.Config) error {
 	client, err := newClient(cfg)
 	if err != nil {
@@ -251,7 +251,7 @@ func start(ctx context.Context, cfg agent.Config) error {
 			} else {
 				klog.FromContext(ctx).Info("The node shows no accelerator", "node", klog.KObj(node))
 			}
-			noteKarpenterNode(ctx, client, node, clk)
+			noteOverlaps(ctx, client, node, nodePods(ctx, client, cfg.NodeName), clk)
 		}
 	}()
 	reg := prometheus.NewRegistry()

@@ -2,57 +2,69 @@ package main
 
 import (
 	"context"
-	"fmt"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/events"
 	"github.com/reprieve-dev/reprieve/agent/kube"
 )
 
 // ReasonKarpenterManaged is the node Event that says reprieve started on a node Karpenter
-// manages.
-const ReasonKarpenterManaged = "KarpenterManaged"
+// manages; ReasonOverlappingHandler the one for any other handler that acts on the same notices.
+const (
+	ReasonKarpenterManaged   = "KarpenterManaged"
+	ReasonOverlappingHandler = events.ReasonOverlappingHandler
+)
 
-// karpenterLabels mark a node that Karpenter launched (v1: karpenter.sh/nodepool; v1beta1 and
-// v1alpha5 before it: karpenter.sh/provisioner-name). karpenter.sh/capacity-type alone is not
-// enough: users put it on node groups of their own to share selectors.
-var karpenterLabels = []string{"karpenter.sh/nodepool", "karpenter.sh/provisioner-name"}
-
-// noteKarpenterNode says, once at start, in the log and as an Event on the node, when the node
-// is managed by Karpenter. With an interruption queue Karpenter drains and terminates such a
-// node itself on a spot notice, on its own plan (docs/faq.md): the operator must pick one of the
-// two. reprieve cannot see Karpenter's settings, so it warns rather than stands aside. An error
-// writing the Event is logged and otherwise ignored: it must not stop the agent. start calls it
-// in the background once getNode has read the node, so that a slow API server delays nothing.
-func noteKarpenterNode(ctx context.Context, client kube.Interface, node *v1.Node, clk clock.Clock) {
+// noteOverlaps says, once at start, in the log and as a Warning Event on the node, which other
+// programs also act on this node's interruptions (agent.Overlaps: Karpenter, an EKS managed
+// node group's rebalancing, AKS node auto-drain, aws-node-termination-handler), each on its
+// own plan: the operator must pick one per node (docs/faq.md). pods are the node's pods, read
+// once (nil when they could not be read). reprieve cannot see the other programs' settings, so
+// it warns rather than stands aside. An error writing an Event is logged and otherwise ignored:
+// it must not stop the agent. start calls it in the background once getNode has read the node,
+// so that a slow API server delays nothing.
+func noteOverlaps(ctx context.Context, client kube.Interface, node *v1.Node, pods []*v1.Pod, clk clock.Clock) {
 	logger := klog.FromContext(ctx)
-	nodeName := node.Name
-	label, pool := "", ""
-	for _, l := range karpenterLabels {
-		if v, ok := node.Labels[l]; ok {
-			label, pool = l, v
-			break
+	for _, o := range agent.Overlaps(node, pods) {
+		reason := ReasonOverlappingHandler
+		if o.Who == "Karpenter" {
+			reason = ReasonKarpenterManaged
+		}
+		msg := o.String() + " (docs/faq.md)"
+		logger.Info("Another handler acts on this node's interruptions too", "node", klog.KObj(node), "who", o.Who, "evidence", o.Evidence, "advice", o.Advice)
+		now := metav1.NewTime(clk.Now())
+		ev := &v1.Event{
+			ObjectMeta:     metav1.ObjectMeta{GenerateName: node.Name + ".", Namespace: metav1.NamespaceDefault},
+			InvolvedObject: v1.ObjectReference{Kind: "Node", Name: node.Name, UID: types.UID(node.Name)},
+			Reason:         reason, Message: msg, Type: v1.EventTypeWarning,
+			Source:         v1.EventSource{Component: "reprieve", Host: node.Name},
+			FirstTimestamp: now, LastTimestamp: now, Count: 1,
+		}
+		if _, err := client.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+			logger.Error(err, "Recording the event", "reason", reason, "node", klog.KObj(node))
 		}
 	}
-	if label == "" {
-		return
+}
+
+// nodePods reads the node's pods once (a field selector on the node's name: never the whole
+// cluster), for noteOverlaps; nil when they cannot be read.
+func nodePods(ctx context.Context, client kube.Interface, nodeName string) []*v1.Pod {
+	list, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", nodeName).String()})
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Reading the node's pods to look for other interruption handlers", "node", nodeName)
+		return nil
 	}
-	msg := fmt.Sprintf("Node is managed by Karpenter (%s=%s). If Karpenter has an interruption queue it also drains this node "+
-		"on a spot notice, on its own plan: run Karpenter without one here, or keep reprieve off its nodes (docs/faq.md)", label, pool)
-	logger.Info("Node is managed by Karpenter; Karpenter with an interruption queue also acts on spot notices", "node", klog.KObj(node), label, pool)
-	now := metav1.NewTime(clk.Now())
-	ev := &v1.Event{
-		ObjectMeta:     metav1.ObjectMeta{GenerateName: nodeName + ".", Namespace: metav1.NamespaceDefault},
-		InvolvedObject: v1.ObjectReference{Kind: "Node", Name: nodeName, UID: types.UID(nodeName)},
-		Reason:         ReasonKarpenterManaged, Message: msg, Type: v1.EventTypeNormal,
-		Source:         v1.EventSource{Component: "reprieve", Host: nodeName},
-		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+	out := make([]*v1.Pod, 0, len(list.Items))
+	for i := range list.Items {
+		out = append(out, &list.Items[i])
 	}
-	if _, err := client.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
-		logger.Error(err, "Recording the KarpenterManaged event", "node", klog.KObj(node))
-	}
+	return out
 }

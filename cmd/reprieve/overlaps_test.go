@@ -33,7 +33,7 @@ func TestNoteKarpenter(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			noteKarpenterNode(context.Background(), kubetest.Wrap(client), node, clk)
+			noteOverlaps(context.Background(), kubetest.Wrap(client), node, nil, clk)
 			evs, err := client.CoreV1().Events(metav1.NamespaceDefault).List(context.Background(), metav1.ListOptions{})
 			if err != nil {
 				t.Fatal(err)
@@ -43,9 +43,9 @@ func TestNoteKarpenter(t *testing.T) {
 			}
 			if tc.events == 1 {
 				e := evs.Items[0]
-				if e.Reason != ReasonKarpenterManaged || e.InvolvedObject.Kind != "Node" || e.InvolvedObject.Name != "n1" ||
+				if e.Reason != ReasonKarpenterManaged || e.Type != v1.EventTypeWarning || e.InvolvedObject.Kind != "Node" || e.InvolvedObject.Name != "n1" ||
 					!strings.Contains(e.Message, "karpenter.sh/") || !e.FirstTimestamp.Time.Equal(clk.Now()) {
-					t.Errorf("event %+v: want KarpenterManaged on node n1 naming the label, at the clock's time", e)
+					t.Errorf("event %+v: want a Warning KarpenterManaged on node n1 naming the label, at the clock's time", e)
 				}
 			}
 		})
