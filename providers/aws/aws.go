@@ -141,10 +141,10 @@ const DefaultResponseHeaderTimeout = 500 * time.Millisecond
 
 // MaxBody bounds what is read of one IMDS answer, the token's included; a real one is a few
 // hundred bytes.
-const MaxBody = 1 << 20
+const MaxBody = providers.MaxAnswer
 
-// ErrTooLarge marks an answer longer than MaxBody.
-var ErrTooLarge = errors.New("answer exceeds the size limit")
+// ErrTooLarge marks an answer longer than MaxBody (providers.ErrTooLarge).
+var ErrTooLarge = providers.ErrTooLarge
 
 // bodyLimitID names addBodyLimit's middleware in the SDK's stack.
 const bodyLimitID = "reprieveBodyLimit"
@@ -162,11 +162,11 @@ func limitBody(ctx context.Context, in middleware.DeserializeInput, next middlew
 ) {
 	out, md, err := next.HandleDeserialize(ctx, in)
 	if resp, ok := out.RawResponse.(*smithyhttp.Response); ok && resp != nil && resp.Body != nil {
-		b := newLimitedBody(resp.Body, resp.ContentLength, MaxBody)
+		b := providers.NewLimitedBody(resp.Body, resp.ContentLength, MaxBody)
 		// The sources share one token: a token answer over the limit ends the poll, as one
 		// that got no headers does (headerTimeoutClient), or each source would read its own.
 		if end, ok := ctx.Value(noResponseKey{}).(context.CancelCauseFunc); ok && resp.Request != nil && resp.Request.URL.Path == tokenPath {
-			b.onTooLarge = func(err error) { end(fmt.Errorf("%s %s: %w", resp.Request.Method, tokenPath, err)) }
+			b.OnTooLarge = func(err error) { end(fmt.Errorf("%s %s: %w", resp.Request.Method, tokenPath, err)) }
 		}
 		resp.Body = b
 	}
@@ -175,67 +175,6 @@ func limitBody(ctx context.Context, in middleware.DeserializeInput, next middlew
 
 // tokenPath is where IMDSv2 hands out tokens.
 const tokenPath = "/latest/api/token"
-
-// limitedBody reads at most limit bytes of a body; a byte more is ErrTooLarge, for this Read and
-// every later one.
-type limitedBody struct {
-	rc    io.ReadCloser
-	left  int64
-	limit int64
-	err   error
-	// declared is the answer's Content-Length, -1 when it has none.
-	declared int64
-	// onTooLarge, when set, is called once with the error.
-	onTooLarge func(error)
-}
-
-// newLimitedBody bounds rc to limit bytes; length is the declared Content-Length (-1: none).
-func newLimitedBody(rc io.ReadCloser, length, limit int64) *limitedBody {
-	return &limitedBody{rc: rc, left: limit, limit: limit, declared: length}
-}
-
-func (b *limitedBody) tooLarge() error {
-	return fmt.Errorf("%w of %d bytes (%d MiB)", ErrTooLarge, b.limit, b.limit>>20)
-}
-
-// fail records err as the body's error and returns it.
-func (b *limitedBody) fail() error {
-	b.err = b.tooLarge()
-	if b.onTooLarge != nil {
-		b.onTooLarge(b.err)
-		b.onTooLarge = nil
-	}
-	return b.err
-}
-
-func (b *limitedBody) Read(p []byte) (int, error) {
-	if b.err != nil {
-		return 0, b.err
-	}
-	if b.declared > b.limit {
-		return 0, b.fail() // too long by its own account: not read at all
-	}
-	if len(p) == 0 {
-		return 0, nil
-	}
-	if b.left == 0 {
-		// At the limit: the answer is too long if anything follows.
-		var one [1]byte
-		n, err := b.rc.Read(one[:])
-		if n > 0 {
-			return 0, b.fail()
-		}
-		return 0, err
-	}
-	if int64(len(p)) > b.left {
-		p = p[:b.left]
-	}
-	n, err := b.rc.Read(p)
-	b.left -= int64(n)
-	return n, err
-}
-
-func (b *limitedBody) Close() error { return b.rc.Close() }
 
 // ErrNoResponse marks a request that got no response headers within the bound: a black hole
 // (the token PUT's answer dropped by the hop limit, a stalled IMDS).

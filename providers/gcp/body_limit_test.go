@@ -3,7 +3,6 @@ package gcp
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -149,38 +148,6 @@ func TestPollBoundsAnEndlessAnswer(t *testing.T) {
 				t.Errorf("the fake streamed %d bytes before the client stopped; want at most %d (cap %d)", got, MaxBody+2*slack, endlessCap)
 			}
 			t.Logf("the fake streamed %d bytes, the client read %d (limit %d)", e.streamed.Load(), read.Load(), MaxBody)
-		})
-	}
-}
-
-// TestLimitedBody: an answer of exactly the limit is read whole; a byte more, or a
-// Content-Length over the limit, is ErrTooLarge (the latter before anything is read).
-func TestLimitedBody(t *testing.T) {
-	for _, tc := range []struct {
-		name     string
-		size     int
-		declared int64
-		wantErr  bool
-	}{
-		{name: "empty", size: 0, declared: -1},
-		{name: "at the limit", size: 64, declared: -1},
-		{name: "at the limit, declared", size: 64, declared: 64},
-		{name: "a byte over", size: 65, declared: -1, wantErr: true},
-		{name: "declared over, nothing read", size: 1, declared: 65, wantErr: true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			src := strings.NewReader(strings.Repeat("x", tc.size))
-			b := newLimitedBody(io.NopCloser(src), tc.declared, 64)
-			got, err := io.ReadAll(b)
-			if tc.wantErr != errors.Is(err, ErrTooLarge) || (!tc.wantErr && err != nil) {
-				t.Fatalf("ReadAll: %d bytes, %v; want ErrTooLarge %v", len(got), err, tc.wantErr)
-			}
-			if !tc.wantErr && len(got) != tc.size {
-				t.Errorf("read %d bytes, want %d", len(got), tc.size)
-			}
-			if tc.declared > 64 && src.Len() != tc.size {
-				t.Errorf("read %d bytes of an answer declared over the limit, want none", tc.size-src.Len())
-			}
 		})
 	}
 }

@@ -1,11 +1,10 @@
 package gcp
 
 import (
-	"errors"
-	"fmt"
-	"io"
 	"net/http"
 	"sync"
+
+	"github.com/reprieve-dev/reprieve/providers"
 )
 
 // transport sits between the metadata library and the caller's transport. It does the three
@@ -32,7 +31,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.next.RoundTrip(req)
 	if err == nil {
 		// The library reads every answer with a bare io.ReadAll: the bound is here.
-		resp.Body = newLimitedBody(resp.Body, resp.ContentLength, MaxBody)
+		resp.Body = providers.NewLimitedBody(resp.Body, resp.ContentLength, MaxBody)
 		if sink, ok := req.Context().Value(etagKey{}).(*etagSink); ok {
 			sink.set(resp.Header.Get("ETag"))
 		}
@@ -64,57 +63,7 @@ func (s *etagSink) get() string {
 
 // MaxBody bounds what is read of one metadata answer; a real one is at most a few kilobytes
 // (upcoming-maintenance's directory).
-const MaxBody = 1 << 20
+const MaxBody = providers.MaxAnswer
 
-// ErrTooLarge marks an answer longer than MaxBody.
-var ErrTooLarge = errors.New("answer exceeds the size limit")
-
-// limitedBody reads at most limit bytes of a body; a byte more is ErrTooLarge, for this Read and
-// every later one.
-type limitedBody struct {
-	rc    io.ReadCloser
-	left  int64
-	limit int64
-	// declared is the answer's Content-Length, -1 when it has none.
-	declared int64
-	err      error
-}
-
-// newLimitedBody bounds rc to limit bytes; length is the declared Content-Length (-1: none).
-func newLimitedBody(rc io.ReadCloser, length, limit int64) *limitedBody {
-	return &limitedBody{rc: rc, left: limit, limit: limit, declared: length}
-}
-
-func (b *limitedBody) Read(p []byte) (int, error) {
-	if b.err != nil {
-		return 0, b.err
-	}
-	if b.declared > b.limit {
-		return 0, b.fail() // too long by its own account: not read at all
-	}
-	if len(p) == 0 {
-		return 0, nil
-	}
-	if b.left == 0 {
-		// At the limit: the answer is too long if anything follows.
-		var one [1]byte
-		n, err := b.rc.Read(one[:])
-		if n > 0 {
-			return 0, b.fail()
-		}
-		return 0, err
-	}
-	if int64(len(p)) > b.left {
-		p = p[:b.left]
-	}
-	n, err := b.rc.Read(p)
-	b.left -= int64(n)
-	return n, err
-}
-
-func (b *limitedBody) fail() error {
-	b.err = fmt.Errorf("%w of %d bytes (%d MiB)", ErrTooLarge, b.limit, b.limit>>20)
-	return b.err
-}
-
-func (b *limitedBody) Close() error { return b.rc.Close() }
+// ErrTooLarge marks an answer longer than MaxBody (providers.ErrTooLarge).
+var ErrTooLarge = providers.ErrTooLarge
