@@ -72,8 +72,9 @@ type Lookup struct {
 // the kubelet merges --config-dir (mergeDropIns). An explicit DropInDir that does not exist is
 // an error; a location's that does not exist means none.
 //
-// A file that exists but cannot be read or parsed, and a drop-in that does not merge, is an
-// error naming it: the kubelet would not start with it either.
+// A file that exists but cannot be parsed, and a drop-in that does not merge, is an error naming
+// it: the kubelet would not start with it either. One that this process may not read (AKS's is
+// root's only) is unknown, its entry in Searched saying why.
 func FindConfig(l Lookup) (Config, error) {
 	candidates := Locations
 	if l.Path != "" {
@@ -88,9 +89,18 @@ func FindConfig(l Lookup) (Config, error) {
 	for _, loc := range candidates {
 		path := filepath.Join(l.HostRoot, loc.Path)
 		searched = append(searched, path)
-		data, err := readConfigFile(path)
+		data, err := readMainFile(path)
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
 			continue // absent, or a parent is a file: not there either
+		}
+		if errors.Is(err, fs.ErrPermission) {
+			// There, but not for this process: AKS writes /etc/default/kubeletconfig.json 0600,
+			// root's only, and the agent runs as non-root. Unknown, and said so (Searched), not
+			// an error that would turn pressure handling off on every such node.
+			searched[len(searched)-1] = fmt.Sprintf("%s (exists, not readable by this process: %v)", path, err)
+			c := DefaultConfig()
+			c.Path, c.Platform, c.Searched = path, loc.Platform, searched
+			return c, nil
 		}
 		if err != nil {
 			return Config{Path: path, Searched: searched}, fmt.Errorf("reading kubelet config: %w", err)
@@ -110,6 +120,10 @@ func FindConfig(l Lookup) (Config, error) {
 	}
 	return c, nil
 }
+
+// readMainFile reads a candidate main file; a variable so that a test run as root can see a
+// file it may not read.
+var readMainFile = readConfigFile
 
 // loadConfig parses the main file read at path and merges the drop-ins over it.
 func loadConfig(path string, data []byte, l Lookup, loc Location) (Config, error) {

@@ -1,6 +1,7 @@
 package kubelet
 
 import (
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -377,5 +378,41 @@ func TestFindConfigUnreadable(t *testing.T) {
 	c, err := FindConfig(Lookup{HostRoot: root})
 	if err == nil || c.Found || !strings.Contains(err.Error(), path) {
 		t.Errorf("got %+v %v, want an error naming %s", c, err, path)
+	}
+}
+
+// TestFindConfigNotReadableByThisProcess: a platform's file that this process may not read (AKS writes
+// kubeletconfig.json 0600, and the agent runs as non-root) is unknown, said in Searched with
+// the reason, not an error: the defaults are assumed and pressure handling goes on.
+func TestFindConfigNotReadableByThisProcess(t *testing.T) {
+	host := t.TempDir()
+	path := filepath.Join(host, "etc", "default", "kubeletconfig.json")
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(`{"apiVersion":"kubelet.config.k8s.io/v1beta1","kind":"KubeletConfiguration"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The tests run as root, who reads any file: the read is refused here as the kernel would.
+	orig := readMainFile
+	t.Cleanup(func() { readMainFile = orig })
+	readMainFile = func(p string) ([]byte, error) {
+		if p == path {
+			return nil, &fs.PathError{Op: "open", Path: p, Err: fs.ErrPermission}
+		}
+		return orig(p)
+	}
+	c, err := FindConfig(Lookup{HostRoot: host})
+	if err != nil {
+		t.Fatalf("FindConfig: %v; want unknown, not an error", err)
+	}
+	if c.Found || c.Path != path || c.Platform != "AKS" {
+		t.Errorf("Found %v, Path %q, Platform %q; want not found at AKS's %s", c.Found, c.Path, c.Platform, path)
+	}
+	if last := c.Searched[len(c.Searched)-1]; !strings.Contains(last, "not readable by this process") || !strings.HasPrefix(last, path) {
+		t.Errorf("Searched ends with %q; want the AKS file and why it was not read", last)
+	}
+	if len(c.Hard) == 0 {
+		t.Error("no hard thresholds: want the kubelet's defaults assumed")
 	}
 }
