@@ -46,9 +46,14 @@ func helmBin(t *testing.T) string {
 	return path
 }
 
-// helm runs helm with args in the repository root and returns its standard output.
+// helm runs helm with args in the repository root and returns its standard output. A render
+// or lint that names no cloud (no cloud= value, no values file) is an AWS release: the chart has
+// no default cloud and fails without one (TestChart's lint names the choice).
 func helm(t *testing.T, args ...string) ([]byte, error) {
 	t.Helper()
+	if len(args) > 0 && (args[0] == "template" || args[0] == "lint") && !namesCloud(args) {
+		args = append(slices.Clone(args), "--set", "cloud=aws")
+	}
 	cmd := exec.Command(helmBin(t), args...)
 	cmd.Dir = repoRoot(t)
 	// No user config or cache of this machine's helm: the test sees the chart alone.
@@ -61,6 +66,16 @@ func helm(t *testing.T, args ...string) ([]byte, error) {
 		return out, fmt.Errorf("helm %s: %w\n%s%s", strings.Join(args, " "), err, out, stderr.Bytes())
 	}
 	return out, nil
+}
+
+// namesCloud says whether helm args choose the cloud: a cloud= value or a values file.
+func namesCloud(args []string) bool {
+	for _, a := range args {
+		if a == "-f" || a == "--values" || strings.Contains(a, "cloud=") || strings.Contains(a, `"cloud"`) {
+			return true
+		}
+	}
+	return false
 }
 
 // render is `helm template` of the chart as release in kube-system, with more helm args
@@ -119,6 +134,9 @@ func testChartLint(t *testing.T) {
 	}
 	for _, bad := range []struct{ set, want string }{
 		{"cloud=oracle", "cloud"},
+		// No cloud: the release fails and names the choice.
+		{"cloud=", "choose the cloud this release runs on, aws (EKS), gcp (GKE) or azure (AKS)"},
+		{"nodes=ondemand", "nodes"},
 		{"pressure.source=proc", "source"},
 		{"interruptionTaint=cloud=spot:NoSchedule", "interruptionTaint"},
 		{"pressure.source=off,pressure.kubeletInsecureTLS=true", "pressure.source=summary or host only"},
@@ -322,8 +340,16 @@ func settings(c v1.Container) []string {
 	return out
 }
 
-// hostSourcePaths are the host paths the DaemonSet mounts for pressure.source=host.
-var hostSourcePaths = []string{"/proc/meminfo", "/proc/loadavg", "/proc/sys/kernel/pid_max", "/proc/sys/kernel/threads-max", "/sys/fs/cgroup", "/var/lib/kubelet", "/var/lib/containerd"}
+// hostSourcePaths are the host paths the DaemonSet mounts for pressure.source=host, and
+// kubeletConfigPaths where each cloud keeps the kubelet's configuration, which it mounts too
+// unless pressure.kubeletConfig names the file.
+var (
+	hostSourcePaths    = []string{"/proc/meminfo", "/proc/loadavg", "/proc/sys/kernel/pid_max", "/proc/sys/kernel/threads-max", "/sys/fs/cgroup", "/var/lib/kubelet", "/var/lib/containerd"}
+	kubeletConfigPaths = map[string]string{"aws": "/etc/kubernetes/kubelet", "gcp": "/home/kubernetes/kubelet-config.yaml", "azure": "/etc/default"}
+	// everySpotLabel is the chart's default selection, one term per platform's spot label.
+	everySpotLabel = []string{"karpenter.sh/capacity-type", "eks.amazonaws.com/capacityType", "cloud.google.com/gke-spot", "cloud.google.com/gke-preemptible", "kubernetes.azure.com/scalesetpriority"}
+	linuxOnly      = map[string]string{"kubernetes.io/os": "linux"}
+)
 
 // testChartValues checks what each value does to the rendered DaemonSet, ClusterRole and
 // admission policy.
@@ -340,28 +366,33 @@ func testChartValues(t *testing.T) {
 		nodeSelector            map[string]string
 		affinityKeys            []string
 	}{
-		{name: "aws", set: "cloud=aws", hostNetwork: true, hostPaths: hostSourcePaths, nodesStats: true,
+		{name: "aws", set: "cloud=aws", hostNetwork: true, hostPaths: append(slices.Clone(hostSourcePaths), kubeletConfigPaths["aws"]), nodesStats: true,
 			args:         []string{"--provider=aws", "--metrics-bind-address=:10271", "--pressure-source=host", "--host-root=/host"},
 			absentArgs:   []string{"--kubelet-insecure-tls", "--dry-run", "--safety-margin", "--interruption-taint", "--pressure-thresholds", "--pressure-headroom", "--pressure-transition-period", "--kubelet-config", "--webhook"},
-			nodeSelector: map[string]string{"karpenter.sh/capacity-type": "spot"}},
-		{name: "gcp", set: "cloud=gcp", hostPaths: hostSourcePaths, nodesStats: true,
+			nodeSelector: linuxOnly, affinityKeys: everySpotLabel},
+		{name: "gcp", set: "cloud=gcp", hostPaths: append(slices.Clone(hostSourcePaths), kubeletConfigPaths["gcp"]), nodesStats: true,
 			args:         []string{"--provider=gcp", "--pressure-source=host", "--host-root=/host"},
-			affinityKeys: []string{"cloud.google.com/gke-spot", "cloud.google.com/gke-preemptible"}},
+			nodeSelector: linuxOnly, affinityKeys: everySpotLabel},
 		{name: "azure-summary", set: "cloud=azure,pressure.source=summary,pressure.kubeletInsecureTLS=true", nodesStats: true,
 			args:         []string{"--provider=azure", "--pressure-source=summary", "--kubelet-insecure-tls"},
 			absentArgs:   []string{"--host-root"},
-			nodeSelector: map[string]string{"kubernetes.azure.com/scalesetpriority": "spot"}},
+			nodeSelector: linuxOnly, affinityKeys: everySpotLabel},
 		{name: "gcp-off", set: "cloud=gcp,pressure.source=off",
 			args: []string{"--pressure-source=off"}, absentArgs: []string{"--host-root", "--kubelet-insecure-tls"},
-			affinityKeys: []string{"cloud.google.com/gke-spot", "cloud.google.com/gke-preemptible"}},
+			nodeSelector: linuxOnly, affinityKeys: everySpotLabel},
+		// nodes=all: every Linux node, no affinity.
+		{name: "all-nodes", set: "cloud=aws,nodes=all,pressure.source=off", hostNetwork: true,
+			args: []string{"--provider=aws"}, nodeSelector: linuxOnly},
+		// A selection of the user's replaces the default whole; Linux stays selected.
 		{name: "pool-selector", set: "cloud=gcp,nodeSelector.pool=gpu,pressure.thresholds=memory.available<1Gi,pressure.headroom=0.1,pressure.transitionPeriod=1m,pressure.kubeletConfig=/etc/kubernetes/kubelet.yaml,safetyMargin=9s,dryRun=true",
 			hostPaths: append(slices.Clone(hostSourcePaths), "/etc/kubernetes/kubelet.yaml"), nodesStats: true,
 			args:         []string{"--pressure-thresholds=memory.available<1Gi", "--pressure-headroom=0.1", "--pressure-transition-period=1m", "--kubelet-config=/etc/kubernetes/kubelet.yaml", "--safety-margin=9s", "--dry-run"},
-			nodeSelector: map[string]string{"pool": "gpu"}},
+			nodeSelector: map[string]string{"pool": "gpu", "kubernetes.io/os": "linux"}},
 		{name: "crio", set: "cloud=azure,pressure.imageFsDir=/var/lib/containers/storage,pressure.kubeletRootDir=/data/kubelet",
-			hostPaths:  []string{"/proc/meminfo", "/proc/loadavg", "/proc/sys/kernel/pid_max", "/proc/sys/kernel/threads-max", "/sys/fs/cgroup", "/data/kubelet", "/var/lib/containers/storage"},
-			nodesStats: true,
-			args:       []string{"--imagefs-dir=/var/lib/containers/storage", "--kubelet-root-dir=/data/kubelet"}},
+			hostPaths:    []string{"/proc/meminfo", "/proc/loadavg", "/proc/sys/kernel/pid_max", "/proc/sys/kernel/threads-max", "/sys/fs/cgroup", "/data/kubelet", "/var/lib/containers/storage", kubeletConfigPaths["azure"]},
+			nodesStats:   true,
+			args:         []string{"--imagefs-dir=/var/lib/containers/storage", "--kubelet-root-dir=/data/kubelet"},
+			nodeSelector: linuxOnly, affinityKeys: everySpotLabel},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ds, role := renderDaemonSet(t, tc.name, "--set", tc.set)
@@ -426,8 +457,8 @@ func testChartValues(t *testing.T) {
 						}
 					}
 				}
-				if !reflect.DeepEqual(keys, tc.affinityKeys) || spec.NodeSelector != nil {
-					t.Errorf("node affinity on %v and nodeSelector %v, want affinity on %v alone", keys, spec.NodeSelector, tc.affinityKeys)
+				if !reflect.DeepEqual(keys, tc.affinityKeys) {
+					t.Errorf("node affinity on %v, want on %v", keys, tc.affinityKeys)
 				}
 			} else if spec.Affinity != nil {
 				t.Errorf("affinity %v, want none", spec.Affinity)
@@ -508,8 +539,8 @@ func testChartValues(t *testing.T) {
 		if !reflect.DeepEqual(tolerated, want) {
 			t.Errorf("tolerations %q, want %q", tolerated, want)
 		}
-		if spec.NodeSelector != nil || spec.Affinity == nil {
-			t.Errorf("nodeSelector %v and affinity %v: the pool's affinity should replace GKE's default selection", spec.NodeSelector, spec.Affinity)
+		if !reflect.DeepEqual(spec.NodeSelector, linuxOnly) || spec.Affinity == nil || len(spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms) != 1 {
+			t.Errorf("nodeSelector %v and affinity %v: the pool's affinity should replace the default selection, Linux kept", spec.NodeSelector, spec.Affinity)
 		}
 		secrets := map[string]bool{}
 		for _, v := range spec.Volumes {

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -29,11 +30,14 @@ func TestDoctor(t *testing.T) {
 	defer cancel()
 	const ns, node = "doctor", "doctor-node"
 	setupNode(ctx, t, ns, node, nil)
+	kubeletConfig := kubeletConfigFile(t)
 	doctor := func(t *testing.T, kubeconfig string, args ...string) (int, string) {
 		t.Helper()
-		// This machine runs no kubelet: its root filesystem stands in for nodefs and imagefs.
+		// This machine runs no kubelet: its root filesystem stands in for nodefs and imagefs,
+		// and a configuration file of the test's for the kubelet's (without one doctor fails:
+		// the thresholds are unknown, TestDoctorReadsPlatformProfiles).
 		cmd := exec.CommandContext(ctx, reprieveBin, append([]string{"doctor", "--kubeconfig=" + kubeconfig, "--node=" + node,
-			"--kubelet-root-dir=/", "--imagefs-dir=/"}, args...)...)
+			"--kubelet-root-dir=/", "--imagefs-dir=/", "--kubelet-config=" + kubeletConfig}, args...)...)
 		cmd.Env = append(os.Environ(), "NODE_NAME=")
 		out, err := cmd.CombinedOutput()
 		var exit *exec.ExitError
@@ -59,7 +63,7 @@ func TestDoctor(t *testing.T) {
 		}
 		for _, want := range []string{"ok    Kubernetes API server reachable", "ok    authenticated as system:serviceaccount:kube-system:reprieve",
 			"ok    permission create pods/eviction", "ok    node doctor-node exists", "ok    IMDSv2 token", "ok    metadata service (aws) answers",
-			"the kubelet's defaults apply", "ok    memory.available ", "ok    nodefs.available ", "ok    pid.available ", "Every check passed."} {
+			"ok    kubelet config " + kubeletConfig + ": evictionHard memory.available<100Mi", "ok    memory.available ", "ok    nodefs.available ", "ok    pid.available ", "Every check passed."} {
 			if !strings.Contains(out, want) {
 				t.Errorf("output lacks %q:\n%s", want, out)
 			}
@@ -144,4 +148,17 @@ func TestDoctor(t *testing.T) {
 			t.Errorf("exit %d, want 1 naming the hop-limit symptom and its fix:\n%s", code, out)
 		}
 	})
+}
+
+// kubeletConfigFile writes a KubeletConfiguration as kubeadm writes it, with the kubelet's
+// default hard thresholds, for the doctor runs of a machine that runs no kubelet; its path is
+// absolute, so it is under --host-root=/.
+func kubeletConfigFile(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"+
+		"evictionHard:\n  memory.available: 100Mi\n  nodefs.available: 10%\n  nodefs.inodesFree: 5%\n  imagefs.available: 15%\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

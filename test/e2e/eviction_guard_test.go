@@ -522,8 +522,10 @@ func testEvictionGuardChartRender(t *testing.T) {
 			}
 		}
 	}
-	if want := []string{"karpenter.sh/capacity-type NotIn spot", "cloud.google.com/gke-spot NotIn true",
-		"kubernetes.azure.com/scalesetpriority NotIn spot"}; !reflect.DeepEqual(offSpot, want) {
+	// Every platform's spot label, the chart's one list (reprieve.spotLabels): an EKS managed
+	// spot pool and GKE's preemptible VMs too (issue 36 item 2).
+	if want := []string{"karpenter.sh/capacity-type NotIn spot", "eks.amazonaws.com/capacityType NotIn SPOT", "cloud.google.com/gke-spot NotIn true",
+		"cloud.google.com/gke-preemptible NotIn true", "kubernetes.azure.com/scalesetpriority NotIn spot"}; !reflect.DeepEqual(offSpot, want) {
 		t.Errorf("required node affinity %q; want %q", offSpot, want)
 	}
 	if len(spec.TopologySpreadConstraints) == 0 || spec.TopologySpreadConstraints[0].TopologyKey != v1.LabelHostname {

@@ -130,6 +130,7 @@ func TestCPUBound(t *testing.T) {
 	}{
 		{"ChartConventions", testChartConventions},
 		{"ChartLint", testChartLint},
+		{"ChartNotes", testChartNotes},
 		{"ManifestsRendered", testManifestsRendered},
 		{"ChartRendersApplyServerDryRun", testChartRendersApplyServerDryRun},
 		{"ChartValues", testChartValues},

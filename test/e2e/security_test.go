@@ -182,7 +182,8 @@ func TestAgentTokenAttacks(t *testing.T) {
 			t.Errorf("reprieve doctor without the node claim lacks %q:\n%s", want, out)
 		}
 	}
-	cmd = exec.CommandContext(ctx, reprieveBin, "doctor", "--kubeconfig="+kubeA, "--node="+nodeA, "--provider=none", "--pressure-source=off")
+	cmd = exec.CommandContext(ctx, reprieveBin, "doctor", "--kubeconfig="+kubeA, "--node="+nodeA, "--provider=none", "--pressure-source=off",
+		"--kubelet-config="+kubeletConfigFile(t))
 	cmd.Env = append(os.Environ(), "NODE_NAME=", "POD_NAME=agent-"+nodeA)
 	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "ok    token bound to node "+nodeA) ||
 		!strings.Contains(string(out), "may be evicted (server-side dry run)") {

@@ -114,7 +114,7 @@ func TestRelease(t *testing.T) {
 	if chartMeta["version"] != version || chartMeta["appVersion"] != version {
 		t.Errorf("packaged Chart.yaml version %v appVersion %v, want both %s", chartMeta["version"], chartMeta["appVersion"], version)
 	}
-	cmd := exec.Command(helm, "template", "reprieve", filepath.Join(dist, "reprieve-"+version+".tgz"), "--show-only", "templates/daemonset.yaml")
+	cmd := exec.Command(helm, "template", "reprieve", filepath.Join(dist, "reprieve-"+version+".tgz"), "--set", "cloud=aws", "--show-only", "templates/daemonset.yaml")
 	home := t.TempDir()
 	cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+home, "HELM_CACHE_HOME="+home, "HELM_DATA_HOME="+home)
 	manifest, err := cmd.Output()

@@ -55,6 +55,12 @@ of key, value and effect, for the toleration and the admission policy. */}}
 
 {{/* Fails on values the schema (values.schema.json) cannot check alone. */}}
 {{- define "reprieve.validate" -}}
+{{- if not (has .Values.cloud (list "aws" "gcp" "azure")) -}}
+{{- fail (printf "cloud %q: choose the cloud this release runs on, aws (EKS), gcp (GKE) or azure (AKS): --set cloud=aws, or -f deploy/chart/values-aws.yaml (values-gcp.yaml, values-azure.yaml). Without it the agent would watch the wrong metadata service and see nothing" (.Values.cloud | toString)) -}}
+{{- end -}}
+{{- if not (has .Values.nodes (list "spot" "all")) -}}
+{{- fail (printf "nodes %q: want spot (the spot nodes of every platform) or all (every Linux node, for scheduled maintenance on on-demand nodes too)" (.Values.nodes | toString)) -}}
+{{- end -}}
 {{- if and .Values.pressure.kubeletInsecureTLS (eq .Values.pressure.source "off") -}}
 {{- fail "pressure.kubeletInsecureTLS applies to pressure.source=summary or host only" -}}
 {{- end -}}
@@ -101,3 +107,49 @@ chart's kubeVersion (>=1.30) stands for the API.
 true
 {{- end -}}
 {{- end }}
+
+{{/*
+The spot and preemptible capacity of every platform, one label each, as a JSON list of
+{"key", "value"}: the one list that the DaemonSet's default selection, the eviction guard's
+anti-affinity and the warning policy read (agent.SpotPoolSelectors, which `reprieve audit`
+uses, holds the same: TestSpotLabelsOneList compares them). Every platform's, whatever the
+cloud: a label of another platform is on no node of this one, and Karpenter runs on more than
+one cloud (AKS node autoprovisioning labels its nodes karpenter.sh/capacity-type too).
+  karpenter.sh/capacity-type=spot          Karpenter (kubernetes-sigs/karpenter pkg/apis/v1/labels.go)
+  eks.amazonaws.com/capacityType=SPOT      EKS managed node groups (EKS, "Managed node groups: capacity types")
+  cloud.google.com/gke-spot=true           GKE Spot VMs (GKE, "Spot VMs")
+  cloud.google.com/gke-preemptible=true    GKE preemptible VMs (GKE, "Preemptible VMs")
+  kubernetes.azure.com/scalesetpriority=spot  AKS Spot node pools (AKS, "Add a Spot node pool")
+A self-managed group carries whatever its bootstrap sets: select it with nodeSelector.
+*/}}
+{{- define "reprieve.spotLabels" -}}
+[{"key":"karpenter.sh/capacity-type","value":"spot"},{"key":"eks.amazonaws.com/capacityType","value":"SPOT"},{"key":"cloud.google.com/gke-spot","value":"true"},{"key":"cloud.google.com/gke-preemptible","value":"true"},{"key":"kubernetes.azure.com/scalesetpriority","value":"spot"}]
+{{- end -}}
+
+{{/*
+The DaemonSet's selection as a JSON dict: "nodeSelector" (always kubernetes.io/os=linux, the
+binary's only OS: a Windows spot pool must get no pod that never starts, and tolerate-all would
+let it on) and "affinity" (the user's, or on spot nodes by default one term per spot label;
+none with nodes=all or a nodeSelector of the user's, which replaces the default whole), and
+"what", a line for NOTES.txt.
+*/}}
+{{- define "reprieve.selection" -}}
+{{- $sel := merge (dict "kubernetes.io/os" "linux") (.Values.nodeSelector | default dict) -}}
+{{- $out := dict "nodeSelector" $sel -}}
+{{- if .Values.affinity -}}
+{{- $_ := set $out "affinity" .Values.affinity -}}
+{{- $_ := set $out "what" "the nodes that the values nodeSelector and affinity select" -}}
+{{- else if .Values.nodeSelector -}}
+{{- $_ := set $out "what" "the nodes that the value nodeSelector selects" -}}
+{{- else if eq .Values.nodes "all" -}}
+{{- $_ := set $out "what" "every Linux node (nodes=all)" -}}
+{{- else -}}
+{{- $terms := list -}}
+{{- range (include "reprieve.spotLabels" . | fromJsonArray) -}}
+{{- $terms = append $terms (dict "matchExpressions" (list (dict "key" .key "operator" "In" "values" (list .value)))) -}}
+{{- end -}}
+{{- $_ := set $out "affinity" (dict "nodeAffinity" (dict "requiredDuringSchedulingIgnoredDuringExecution" (dict "nodeSelectorTerms" $terms))) -}}
+{{- $_ := set $out "what" "the Linux nodes with a spot label of any platform" -}}
+{{- end -}}
+{{- $out | toJson -}}
+{{- end -}}
