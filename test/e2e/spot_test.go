@@ -225,6 +225,7 @@ func TestWithTaintEvictionController(t *testing.T) {
 		t.Parallel()
 		installDaemonSets(ctx, t)
 	})
+	t.Run("InstallOnProfiles", func(t *testing.T) { t.Parallel(); installOnProfiles(ctx, t) })
 	t.Run("SpotInterruption", func(t *testing.T) {
 		t.Parallel()
 		spotInterruptionWithTaintEvictionController(ctx, t)
