@@ -75,7 +75,7 @@ FUZZTIME ?= 20000x
 FUZZ_OUTSIDE := FuzzParseSpotInstanceAction:./providers/aws FuzzParseRebalance:./providers/aws \
   FuzzParseScheduledEvents:./providers/aws FuzzParseDocument:./providers/azure \
   FuzzParseValues:./providers/gcp FuzzParseUpcoming:./providers/gcp \
-  FuzzParseThresholds:./kubelet FuzzParseSummary:./kubelet FuzzParseConfig:./kubelet
+  FuzzParseThresholds:./kubelet FuzzParseSummary:./kubelet FuzzParseConfig:./kubelet FuzzParseFlagsEnvironment:./kubelet
 # The operator's own flag values (the agent package links client-go): make fuzz only.
 FUZZ_TARGETS := $(FUZZ_OUTSIDE) FuzzParseTaint:./agent
 fuzz:

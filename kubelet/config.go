@@ -57,17 +57,26 @@ type Config struct {
 	// so that the caller can log them.
 	Ignored []string
 
-	// Path is the file read, under the host root (FindConfig). Found is false when no file was
-	// found: the fields then hold the kubelet's defaults, but what the kubelet really uses is
-	// unknown, and the caller must say so.
+	// Path is the file read, under the host root (FindConfig): the configuration file, or, for
+	// a kubelet run on its flags alone, the file of its flags (FlagsFile). Found is false when
+	// no file was found: the fields then hold the kubelet's defaults, but what the kubelet
+	// really uses is unknown, and the caller must say so.
 	Path  string
 	Found bool
-	// Platform names the known location (Locations) Path is, "" for another path.
+	// Platform names the known location (Locations) Path is, "" for another path; "AKS (kubelet
+	// flags)" when the kubelet runs on its flags alone, "AKS (config file and kubelet flags)" when
+	// its flags override some of its file's eviction settings.
 	Platform string
 	// DropInDir is the drop-in directory (the kubelet's --config-dir) merged over Path, ""
 	// when none; DropIns are the files merged from it, in the order applied.
 	DropInDir string
 	DropIns   []string
+	// FlagsFile is the environment file of the kubelet's command-line flags read with Path
+	// (AKS's /etc/default/kubelet, KUBELET_FLAGS), "" when none was read; Flags are the eviction
+	// flags found in it, as "--name=value", which override the file's and drop-ins' values as
+	// the kubelet's flags do.
+	FlagsFile string
+	Flags     []string
 	// Searched lists every file tried, in order, the one found last: when Found is false, the
 	// places the configuration was looked for.
 	Searched []string

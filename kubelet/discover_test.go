@@ -416,3 +416,336 @@ func TestFindConfigNotReadableByThisProcess(t *testing.T) {
 		t.Error("no hard thresholds: want the kubelet's defaults assumed")
 	}
 }
+
+// AKS's host paths: the config file, the flags file and the unit drop-in that passes --config.
+const (
+	aksConfig  = "/etc/default/kubeletconfig.json"
+	aksFlags   = "/etc/default/kubelet"
+	aksUnitCfg = "/etc/systemd/system/kubelet.service.d/10-componentconfig.conf"
+)
+
+// TestFindConfigAKSFlags: AKS's kubelet flags in /etc/default/kubelet, alone on pools without a
+// config file and over the file where both are, as the kubelet applies them.
+func TestFindConfigAKSFlags(t *testing.T) {
+	aksFile := `{"kind":"KubeletConfiguration","apiVersion":"kubelet.config.k8s.io/v1beta1",` +
+		`"evictionHard":{"memory.available":"100Mi","nodefs.available":"10%","pid.available":"2000"},` +
+		`"evictionSoft":{"memory.available":"1Gi"},"evictionSoftGracePeriod":{"memory.available":"1m"},` +
+		`"evictionPressureTransitionPeriod":"30s","nodeStatusUpdateFrequency":"20s"}`
+	const flagsOnly, both = "AKS (kubelet flags)", "AKS (config file and kubelet flags)"
+	tests := []struct {
+		name  string
+		files map[string]string
+		// found: Found; platform and path (a host path) of the reading; hard its evictionHard.
+		found          bool
+		platform, path string
+		hard           string
+		flags          []string // Config.Flags
+		searched       []string // host paths after GKE's; nil: up to AKS's when found, else every location
+		check          func(t *testing.T, c Config)
+	}{
+		{
+			name:  "flags alone, as AgentBaker writes them",
+			files: map[string]string{aksFlags: aksFlagsFile},
+			found: true, platform: flagsOnly, path: aksFlags,
+			hard:     "memory.available<750Mi,nodefs.available<10%,nodefs.inodesFree<5%",
+			flags:    []string{"--eviction-hard=memory.available<750Mi,nodefs.available<10%,nodefs.inodesFree<5%", "--node-status-update-frequency=10s"},
+			searched: []string{aksConfig, DefaultConfigPath, aksFlags},
+			check: func(t *testing.T, c Config) {
+				if c.NodeStatusUpdateFrequency != 10*time.Second || c.PressureTransitionPeriod != 5*time.Minute || c.Soft != nil || c.FlagsFile != c.Path {
+					t.Errorf("got %+v, want the flag defaults besides the flags", c)
+				}
+			},
+		},
+		{
+			name:  "quoted variable, --flag value form",
+			files: map[string]string{aksFlags: `KUBELET_FLAGS="--v=2 --eviction-hard 'memory.available<1Gi, nodefs.available<5%' --eviction-pressure-transition-period 1m"` + "\n"},
+			found: true, platform: flagsOnly, path: aksFlags, hard: "memory.available<1Gi,nodefs.available<5%",
+			flags:    []string{"--eviction-hard=memory.available<1Gi, nodefs.available<5%", "--eviction-pressure-transition-period=1m"},
+			searched: []string{aksConfig, DefaultConfigPath, aksFlags},
+			check: func(t *testing.T, c Config) {
+				if c.PressureTransitionPeriod != time.Minute {
+					t.Errorf("PressureTransitionPeriod %v, want 1m", c.PressureTransitionPeriod)
+				}
+			},
+		},
+		{
+			// As AKS Windows passes it: no hard eviction at all.
+			name:  `--eviction-hard=""`,
+			files: map[string]string{aksFlags: `KUBELET_FLAGS=--max-pods=30 --eviction-hard="" --node-status-update-frequency=4s`},
+			found: true, platform: flagsOnly, path: aksFlags, hard: "",
+			flags: []string{"--eviction-hard=", "--node-status-update-frequency=4s"}, searched: []string{aksConfig, DefaultConfigPath, aksFlags},
+		},
+		{
+			// AgentBaker always writes the flags file; no eviction flag and no --config: the
+			// kubelet's flag defaults, which (without loadConfigFile) have no evictionHard.
+			name:  "flags without eviction flags, no config file",
+			files: map[string]string{aksFlags: "KUBELET_FLAGS=--max-pods=30 --cloud-provider=external \nKUBELET_NODE_LABELS=a=b\n"},
+			found: true, platform: flagsOnly, path: aksFlags, hard: "", searched: []string{aksConfig, DefaultConfigPath, aksFlags},
+			check: func(t *testing.T, c Config) {
+				if c.PressureTransitionPeriod != 5*time.Minute || c.NodeStatusUpdateFrequency != 10*time.Second || c.Flags != nil {
+					t.Errorf("got %+v, want the kubelet's flag defaults", c)
+				}
+			},
+		},
+		{
+			// The unit passes --config kubeletconfig.json, which is gone: the kubelet would not
+			// start that way, so what runs is unknown, and the search goes on.
+			name:  "the unit passes a --config that is absent",
+			files: map[string]string{aksFlags: aksFlagsFile, aksUnitCfg: "[Service]\nEnvironment=\"KUBELET_CONFIG_FILE_FLAGS=--config /etc/default/kubeletconfig.json\"\n"},
+		},
+		{
+			name:     "the flags pass a --config that is absent",
+			files:    map[string]string{aksFlags: "KUBELET_FLAGS=--config=/etc/kubelet/custom.yaml --eviction-hard=memory.available<1Gi"},
+			searched: []string{"/etc/kubelet/custom.yaml", "/var/lib/kubelet/config.yaml"},
+		},
+		{
+			// The flags alone are taken only when no later location has a file: a kubeadm
+			// node that sets KUBELET_FLAGS keeps its file.
+			name:  "flags without a config file, and kubeadm's file",
+			files: map[string]string{aksFlags: aksFlagsFile, DefaultConfigPath: hdr + "evictionHard:\n  memory.available: 1Gi\n"},
+			found: true, platform: "kubeadm", path: DefaultConfigPath, hard: "memory.available<1Gi",
+			searched: []string{aksConfig, DefaultConfigPath},
+		},
+		{
+			name:  "GKE's flags file: another variable, not read",
+			files: map[string]string{aksFlags: `KUBELET_OPTS="--eviction-hard=memory.available<1Gi --config /home/kubernetes/kubelet-config.yaml"`},
+		},
+		{
+			// kubeletConfigFlagPrecedence: --eviction-hard replaces the file's whole map, the
+			// soft thresholds stay the file's, the flag's duration wins.
+			name:  "flags over the file",
+			files: map[string]string{aksConfig: aksFile, aksFlags: "KUBELET_FLAGS=--eviction-hard=memory.available<750Mi --node-status-update-frequency=10s\n"},
+			found: true, platform: both, path: aksConfig, hard: "memory.available<750Mi",
+			flags: []string{"--eviction-hard=memory.available<750Mi", "--node-status-update-frequency=10s"},
+			check: func(t *testing.T, c Config) {
+				if thresholdStrings(c.Soft) != "memory.available<1Gi" || c.PressureTransitionPeriod != 30*time.Second ||
+					c.NodeStatusUpdateFrequency != 10*time.Second || !strings.HasSuffix(c.FlagsFile, aksFlags) {
+					t.Errorf("got %+v, want the file's soft threshold and transition period, the flags' 10s", c)
+				}
+			},
+		},
+		{
+			// mergeDefaultEvictionSettings fills the file's map in loadConfigFile; the flag then
+			// replaces that map as a whole.
+			name: "flags over a file merging the defaults",
+			files: map[string]string{aksConfig: hdr + "mergeDefaultEvictionSettings: true\nevictionHard:\n  memory.available: 300Mi\n",
+				aksFlags: "KUBELET_FLAGS=--eviction-hard=nodefs.available<20%"},
+			found: true, platform: both, path: aksConfig, hard: "nodefs.available<20%",
+			flags: []string{"--eviction-hard=nodefs.available<20%"},
+		},
+		{
+			name:  "flags over the file, a zero duration kept",
+			files: map[string]string{aksConfig: aksFile, aksFlags: "KUBELET_FLAGS=--eviction-pressure-transition-period=0s --eviction-soft= --eviction-soft-grace-period="},
+			found: true, platform: both, path: aksConfig, hard: "memory.available<100Mi,nodefs.available<10%,pid.available<2k",
+			flags: []string{"--eviction-pressure-transition-period=0s", "--eviction-soft=", "--eviction-soft-grace-period="},
+			check: func(t *testing.T, c Config) {
+				if c.PressureTransitionPeriod != 0 || c.Soft != nil || c.SoftGracePeriod != nil {
+					t.Errorf("got %+v, want the flags' 0s and no soft thresholds", c)
+				}
+			},
+		},
+		{
+			// AgentBaker's config-file pools: the translated flags are out of KUBELET_FLAGS.
+			name:  "the file, and flags without eviction flags",
+			files: map[string]string{aksConfig: aksFile, aksFlags: "KUBELET_FLAGS=--cloud-provider=external\n", aksUnitCfg: "[Service]\n"},
+			found: true, platform: "AKS", path: aksConfig, hard: "memory.available<100Mi,nodefs.available<10%,pid.available<2k",
+		},
+		{
+			name: "--config among the flags names the file",
+			files: map[string]string{"/etc/kubelet/custom.yaml": hdr + "evictionHard:\n  memory.available: 2Gi\n", aksConfig: aksFile,
+				aksFlags: "KUBELET_FLAGS=--config /etc/kubelet/custom.yaml --eviction-soft= --eviction-soft-grace-period="},
+			found: true, platform: both, path: "/etc/kubelet/custom.yaml", hard: "memory.available<2Gi",
+			flags: []string{"--eviction-soft=", "--eviction-soft-grace-period="}, searched: []string{"/etc/kubelet/custom.yaml"},
+		},
+		{
+			name: "--config-dir among the flags",
+			files: map[string]string{aksFlags: "KUBELET_FLAGS=--config-dir=/etc/kubelet.d --eviction-soft-grace-period=memory.available=1m",
+				"/etc/kubelet.d/10.conf": hdr + "evictionHard:\n  memory.available: 400Mi\nevictionSoft:\n  memory.available: 1Gi\n"},
+			found: true, platform: flagsOnly, path: aksFlags, hard: "memory.available<400Mi",
+			flags: []string{"--eviction-soft-grace-period=memory.available=1m"}, searched: []string{aksConfig, DefaultConfigPath, aksFlags},
+			check: func(t *testing.T, c Config) {
+				if thresholdStrings(c.Soft) != "memory.available<1Gi" || len(c.DropIns) != 1 {
+					t.Errorf("got %+v, want the drop-in's soft threshold with the flag's grace period", c)
+				}
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := t.TempDir()
+			for p, content := range tt.files {
+				writeHostFile(t, root, p, content)
+			}
+			c, err := FindConfig(Lookup{HostRoot: root})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Found != tt.found {
+				t.Fatalf("Found %v, want %v: %+v", c.Found, tt.found, c)
+			}
+			var want []string
+			switch {
+			case tt.searched == nil && !tt.found:
+				want = under(root, locationPaths(t, "kubeadm")...)
+			case tt.searched == nil:
+				want = under(root, locationPaths(t, "AKS")...)
+			default:
+				want = append(under(root, locationPaths(t, "GKE")...), under(root, tt.searched...)...)
+			}
+			if !slices.Equal(c.Searched, want) {
+				t.Errorf("Searched = %v, want %v", c.Searched, want)
+			}
+			if !tt.found {
+				if thresholdStrings(c.Hard) != defaultHardString {
+					t.Errorf("Hard = %s, want the defaults assumed", thresholdStrings(c.Hard))
+				}
+				return
+			}
+			if c.Platform != tt.platform || c.Path != filepath.Join(root, tt.path) {
+				t.Errorf("Platform %q Path %q, want %q %q", c.Platform, c.Path, tt.platform, filepath.Join(root, tt.path))
+			}
+			if got := thresholdStrings(c.Hard); got != tt.hard {
+				t.Errorf("Hard = %s, want %s", got, tt.hard)
+			}
+			if !slices.Equal(c.Flags, tt.flags) {
+				t.Errorf("Flags = %q, want %q", c.Flags, tt.flags)
+			}
+			if tt.check != nil {
+				tt.check(t, c)
+			}
+		})
+	}
+}
+
+// TestFindConfigAKSFlagsErrors: flags the kubelet would refuse, as it would not start with them,
+// are an error naming the flags file.
+func TestFindConfigAKSFlagsErrors(t *testing.T) {
+	for name, files := range map[string]map[string]string{
+		"malformed pair":         {aksFlags: "KUBELET_FLAGS=--eviction-hard=memory.available=1Gi"},
+		"bad threshold alone":    {aksFlags: "KUBELET_FLAGS=--eviction-hard=memory.available<lots"},
+		"bad threshold over":     {aksConfig: hdr, aksFlags: "KUBELET_FLAGS=--eviction-hard=memory.available<lots"},
+		"soft without its grace": {aksConfig: hdr, aksFlags: "KUBELET_FLAGS=--eviction-soft=memory.available<1Gi"},
+		"missing --config-dir":   {aksFlags: "KUBELET_FLAGS=--config-dir=/etc/none.d"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			root := t.TempDir()
+			for p, content := range files {
+				writeHostFile(t, root, p, content)
+			}
+			c, err := FindConfig(Lookup{HostRoot: root})
+			if err == nil || c.Found || !strings.Contains(err.Error(), filepath.Join(root, aksFlags)) {
+				t.Errorf("got %+v, %v; want an error naming the flags file", c, err)
+			}
+		})
+	}
+}
+
+// denyReads makes the reads of the given host paths fail as the kernel would for a non-root
+// process (the tests run as root, who reads any file).
+func denyReads(t *testing.T, paths ...string) {
+	t.Helper()
+	deny := func(orig func(string) ([]byte, error)) func(string) ([]byte, error) {
+		return func(p string) ([]byte, error) {
+			if slices.Contains(paths, p) {
+				return nil, &fs.PathError{Op: "open", Path: p, Err: fs.ErrPermission}
+			}
+			return orig(p)
+		}
+	}
+	origMain, origFlags := readMainFile, readFlagsFile
+	t.Cleanup(func() { readMainFile, readFlagsFile = origMain, origFlags })
+	readMainFile, readFlagsFile = deny(origMain), deny(origFlags)
+}
+
+// TestFindConfigAKSNotReadable: AKS writes both files 0600, and the agent runs as non-root.
+func TestFindConfigAKSNotReadable(t *testing.T) {
+	evictionFlags := "KUBELET_FLAGS=--eviction-hard=memory.available<750Mi\n"
+	tests := []struct {
+		name     string
+		files    map[string]string
+		deny     []string
+		found    bool
+		platform string
+		hard     string
+		denied   string // the host path whose Searched entry says it was not readable
+	}{
+		{
+			// Eviction flags mean the eviction settings were not put in the file.
+			name:  "config file unreadable, eviction flags",
+			files: map[string]string{aksConfig: aksFile(), aksFlags: evictionFlags}, deny: []string{aksConfig},
+			found: true, platform: "AKS (kubelet flags)", hard: "memory.available<750Mi", denied: aksConfig,
+		},
+		{
+			name:  "config file unreadable, no eviction flags: unknown, as before",
+			files: map[string]string{aksConfig: aksFile(), aksFlags: "KUBELET_FLAGS=--v=2\n"}, deny: []string{aksConfig},
+			platform: "AKS", hard: defaultHardString, denied: aksConfig,
+		},
+		{
+			name:  "flags unreadable, config file read",
+			files: map[string]string{aksConfig: aksFile(), aksFlags: evictionFlags}, deny: []string{aksFlags},
+			found: true, platform: "AKS", hard: "memory.available<100Mi",
+		},
+		{
+			name:  "flags unreadable, no config file: unknown, said",
+			files: map[string]string{aksFlags: evictionFlags}, deny: []string{aksFlags},
+			hard: defaultHardString, denied: aksFlags,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := t.TempDir()
+			for p, content := range tt.files {
+				writeHostFile(t, root, p, content)
+			}
+			denyReads(t, under(root, tt.deny...)...)
+			c, err := FindConfig(Lookup{HostRoot: root})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Found != tt.found || c.Platform != tt.platform || thresholdStrings(c.Hard) != tt.hard {
+				t.Errorf("Found %v Platform %q Hard %s, want %v %q %s", c.Found, c.Platform, thresholdStrings(c.Hard), tt.found, tt.platform, tt.hard)
+			}
+			notes := 0
+			for _, s := range c.Searched {
+				if strings.Contains(s, "not readable by this process") {
+					notes++
+					if !strings.HasPrefix(s, filepath.Join(root, tt.denied)+" ") {
+						t.Errorf("Searched entry %q, want one for %s", s, tt.denied)
+					}
+				}
+			}
+			if want := min(len(tt.denied), 1); notes != want {
+				t.Errorf("Searched %v: %d entries saying why, want %d", c.Searched, notes, want)
+			}
+		})
+	}
+}
+
+func aksFile() string {
+	return `{"kind":"KubeletConfiguration","apiVersion":"kubelet.config.k8s.io/v1beta1","evictionHard":{"memory.available":"100Mi"}}`
+}
+
+// TestFindConfigExplicitAKS: the AKS file named explicitly keeps its flags; another path does
+// not read them.
+func TestFindConfigExplicitAKS(t *testing.T) {
+	root := t.TempDir()
+	writeHostFile(t, root, aksConfig, aksFile())
+	writeHostFile(t, root, aksFlags, "KUBELET_FLAGS=--eviction-hard=memory.available<750Mi --config=/srv/other.yaml\n")
+	writeHostFile(t, root, "/srv/kubelet.yaml", hdr+"evictionHard:\n  memory.available: 3Gi\n")
+	c, err := FindConfig(Lookup{HostRoot: root, Path: aksConfig})
+	if err != nil || !c.Found || c.Path != filepath.Join(root, aksConfig) || thresholdStrings(c.Hard) != "memory.available<750Mi" {
+		t.Errorf("explicit AKS path: %+v %v, want the file with the flags over it", c, err)
+	}
+	c, err = FindConfig(Lookup{HostRoot: root, Path: "/srv/kubelet.yaml"})
+	if err != nil || c.FlagsFile != "" || thresholdStrings(c.Hard) != "memory.available<3Gi" {
+		t.Errorf("explicit other path: %+v %v, want its file alone", c, err)
+	}
+	// Named and missing: unknown, as any explicit path, not the flags alone.
+	if err := os.Remove(filepath.Join(root, aksConfig)); err != nil {
+		t.Fatal(err)
+	}
+	c, err = FindConfig(Lookup{HostRoot: root, Path: aksConfig})
+	if err != nil || c.Found || c.Path != filepath.Join(root, aksConfig) || !slices.Equal(c.Searched, []string{c.Path}) {
+		t.Errorf("explicit AKS path missing: %+v %v, want unknown naming it", c, err)
+	}
+}

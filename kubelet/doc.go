@@ -18,6 +18,9 @@
 //     allows exec into every pod on the node. When no file is found the configuration is unknown
 //     (Config.Found false), and the caller must say so.
 //
-// Flags given to the kubelet on its command line (--eviction-hard and friends) are not seen here:
-// only the configuration file and its drop-ins.
+// Flags given to the kubelet on its command line (--eviction-hard and friends) are read where a
+// platform writes them to a file: AKS's /etc/default/kubelet (KUBELET_FLAGS), parsed as systemd
+// and the kubelet parse it (ParseFlagsEnvironment), over the configuration file as the kubelet
+// applies them, or alone on AKS pools without a config file. Elsewhere only the configuration
+// file and its drop-ins are read.
 package kubelet

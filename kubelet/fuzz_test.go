@@ -3,7 +3,9 @@ package kubelet
 import (
 	"math"
 	"os"
+	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // checkThreshold fails unless t is well-formed: a known signal and exactly one of a positive
@@ -175,6 +177,75 @@ func FuzzParseConfig(f *testing.F) {
 		}
 		if c.PressureTransitionPeriod <= 0 || c.MaxPodGracePeriod < 0 {
 			t.Fatalf("periods %v, %v", c.PressureTransitionPeriod, c.MaxPodGracePeriod)
+		}
+	})
+}
+
+// FuzzParseFlagsEnvironment reads an environment file such as AKS's /etc/default/kubelet through
+// the whole chain (ParseEnvironmentFile, SplitArgs, ParseKubeletFlags) and, when the kubelet
+// would take its flags, the configuration they give.
+func FuzzParseFlagsEnvironment(f *testing.F) {
+	for _, s := range []string{
+		"",
+		aksFlagsFile,
+		"KUBELET_FLAGS=--eviction-hard=\"\"\n",
+		`KUBELET_FLAGS="--eviction-hard 'memory.available<1Gi, nodefs.available<5%' --eviction-pressure-transition-period 0s"`,
+		"KUBELET_FLAGS=--eviction-soft=memory.available<1Gi --eviction-soft-grace-period=memory.available=1m --eviction-minimum-reclaim=memory.available=0\n",
+		"KUBELET_FLAGS=--eviction-max-pod-grace-period=0x10 --node-status-update-frequency=-1s\n",
+		"KUBELET_FLAGS=--eviction_hard=pid.available<1k,pid.available<2k --eviction-hard=,\n",
+		"# comment\n; other\nKUBELET_FLAGS=one \\\n two\\ three \"four\n",
+		"KUBELET_FLAGS='a'\"b\"c \\\nKUBELET_FLAGS=--config=x --config-dir y\n",
+		"KUBELET_FLAGS=--eviction-hard -- --eviction-hard=memory.available<1Gi\n",
+		"KUBELET_FLAGS=---x\x00KUBELET_FLAGS=--eviction-hard=memory.available<1Gi",
+		"KUBELET_OPTS=--eviction-hard=memory.available<1Gi\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		env, err := ParseEnvironmentFile(data)
+		if err != nil {
+			return
+		}
+		for k := range env {
+			// systemd's parser takes any key up to the first "=" after its first character
+			// (so "==" sets "="), which its exec then drops as not a valid name.
+			if k == "" || strings.ContainsAny(k, "\n\r") || strings.Contains(k[1:], "=") || strings.TrimLeft(k, " \t") != k {
+				t.Fatalf("key %q", k)
+			}
+		}
+		for _, a := range SplitArgs(env["KUBELET_FLAGS"]) {
+			if !utf8.ValidString(a) {
+				t.Fatalf("argument %q of valid UTF-8 input", a)
+			}
+		}
+		fl, ok, err := ParseFlagsEnvironment(data, "KUBELET_FLAGS")
+		if !ok || err != nil {
+			return
+		}
+		for _, g := range fl.Given {
+			if !strings.HasPrefix(g, "--") || !strings.Contains(g, "=") {
+				t.Fatalf("given %q", g)
+			}
+		}
+		c, err := fl.Config()
+		if err != nil {
+			return
+		}
+		for _, ts := range [][]Threshold{c.Hard, c.Soft} {
+			for _, th := range ts {
+				checkThreshold(t, th)
+			}
+		}
+		for _, th := range c.Soft {
+			if _, ok := c.SoftGracePeriod[th.Signal]; !ok {
+				t.Fatalf("soft %v without a grace period", th)
+			}
+		}
+		if c.PressureTransitionPeriod < 0 || c.MaxPodGracePeriod < 0 {
+			t.Fatalf("periods %v, %v", c.PressureTransitionPeriod, c.MaxPodGracePeriod)
+		}
+		if fl.EvictionHard == nil && len(c.Hard) != 0 {
+			t.Fatalf("hard thresholds %v without --eviction-hard", c.Hard)
 		}
 	})
 }

@@ -114,9 +114,17 @@ func All() []Profile {
 	return []Profile{EKSManagedNodeGroup(), KarpenterAL2023(), GKESpot(), AKSSpot(), WindowsKarpenter(), WindowsAKS()}
 }
 
-// ByName returns the profile named name.
+// Variants are profiles of other setups of the same platforms, kept out of All: the chart's
+// install tests and doctor's tests run on All, and read each profile's node through the
+// platform's config file location (they remove ConfigPath and expect it among the paths
+// searched, which a flags file is not).
+func Variants() []Profile {
+	return []Profile{AKSSpotFlags()}
+}
+
+// ByName returns the profile named name, of All or Variants.
 func ByName(name string) (Profile, error) {
-	for _, p := range All() {
+	for _, p := range append(All(), Variants()...) {
 		if p.Name == name {
 			return p, nil
 		}
@@ -523,6 +531,66 @@ func AKSSpot() Profile {
 		Hard:       []string{"memory.available<100Mi", "nodefs.available<10%", "nodefs.inodesFree<5%"},
 		// AgentBaker sets no shutdownGracePeriod ([UNCONFIRMED] whether the RP does): off.
 	}
+}
+
+// AKSSpotFlags is an AKS spot node of a pool without a kubelet config file
+// (KUBELET_CONFIG_FILE_ENABLED false: no CustomKubeletConfig or CustomLinuxOSConfig, and the
+// RP's toggle off): the eviction settings, reservations and maxPods stay flags in
+// /etc/default/kubelet, and there is no kubeletconfig.json and no 10-componentconfig.conf. The
+// sizes and values are those of AgentBaker's e2e/node_config.go fixture, a Standard_DS2_v2 on
+// the reservations AKS used before 1.29 (eviction memory.available 750Mi; kube-reserved memory
+// 25% of the first 4 GiB and 20% of the next 3, 1638Mi).
+func AKSSpotFlags() Profile {
+	const (
+		// Azure's VM size: Standard_DS2_v2, 2 vCPU, 7 GiB; the OS disk is this profile's.
+		cores, memory, disk = 2, 7 * gi, 128 * gi
+		maxPods             = 110
+		providerID          = "azure:///subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/MC_rg_cluster_eastus/providers/Microsoft.Compute/virtualMachineScaleSets/aks-flagpool-87654321-vmss/virtualMachines/0"
+	)
+	// Azure/AgentBaker e2e/node_config.go fixture: --kube-reserved=cpu=100m,memory=1638Mi,
+	// --eviction-hard=memory.available<750Mi,nodefs.available<10%,nodefs.inodesFree<5%.
+	const cpuReserved, memReserved = 100, 1638 * mi
+	capacity := resources(cores*1000, memory, disk, maxPods)
+	alloc := allocatable(capacity, cpuReserved, memReserved, 0, 750*mi, 10)
+	// Azure/AgentBaker pkg/agent/utils.go GetOrderedKubeletConfigFlagString: the flags sorted,
+	// each "key=value " (a trailing space), none translated away as the config file is off; the
+	// values of the e2e/node_config.go fixture (--cloud-provider=external from 1.29's external
+	// cloud provider). cse_config.sh (ensureKubelet) writes KUBELET_FLAGS unquoted, then the
+	// other variables, and chmods the file 0600.
+	flags := []string{
+		"--address=0.0.0.0", "--anonymous-auth=false", "--authentication-token-webhook=true",
+		"--authorization-mode=Webhook", "--cgroups-per-qos=true", "--client-ca-file=/etc/kubernetes/certs/ca.crt",
+		"--cloud-config=/etc/kubernetes/azure.json", "--cloud-provider=external", "--cluster-dns=10.0.0.10",
+		"--cluster-domain=cluster.local", "--enforce-node-allocatable=pods", "--event-qps=0",
+		"--eviction-hard=memory.available<750Mi,nodefs.available<10%,nodefs.inodesFree<5%",
+		"--feature-gates=RotateKubeletServerCertificate=true", "--image-gc-high-threshold=85", "--image-gc-low-threshold=80",
+		"--kube-reserved=cpu=100m,memory=1638Mi", "--kubeconfig=/var/lib/kubelet/kubeconfig", "--max-pods=110",
+		"--node-status-update-frequency=10s", "--pod-infra-container-image=mcr.microsoft.com/oss/kubernetes/pause:3.6",
+		"--pod-manifest-path=/etc/kubernetes/manifests", "--pod-max-pids=-1", "--protect-kernel-defaults=true",
+		"--read-only-port=0", "--resolv-conf=/run/systemd/resolve/resolv.conf", "--rotate-certificates=true",
+		"--streaming-connection-idle-timeout=4h", "--tls-cert-file=/etc/kubernetes/certs/kubeletserver.crt",
+		"--tls-private-key-file=/etc/kubernetes/certs/kubeletserver.key",
+	}
+	slices.Sort(flags)
+	p := AKSSpot()
+	p.Name = "aks-spot-flags"
+	p.Labels = maps.Clone(p.Labels)
+	p.Labels["node.kubernetes.io/instance-type"] = "Standard_DS2_v2"
+	p.Labels["agentpool"], p.Labels["kubernetes.azure.com/agentpool"] = "flagpool", "flagpool"
+	p.ProviderID = providerID
+	p.Capacity, p.Allocatable = capacity, alloc
+	p.NodeInfo.KubeletVersion = "v1.28.15"
+	p.Files = []File{
+		{Path: AKSFlags, Mode: 0o600, Content: "KUBELET_FLAGS=" + strings.Join(flags, " ") + " \n" +
+			"KUBELET_REGISTER_SCHEDULABLE=true\n" +
+			"NETWORK_POLICY=\n" +
+			"KUBELET_IMAGE=\n" +
+			"KUBELET_NODE_LABELS=agentpool=flagpool,kubernetes.azure.com/agentpool=flagpool,kubernetes.azure.com/mode=user,kubernetes.azure.com/scalesetpriority=spot\n"},
+	}
+	// kubelet.FindConfig reads the flags alone: Path is the flags file.
+	p.ConfigPath = AKSFlags
+	p.Hard = []string{"memory.available<750Mi", "nodefs.available<10%", "nodefs.inodesFree<5%"}
+	return p
 }
 
 // WindowsKarpenter is a Karpenter Windows spot node (karpenter-provider-aws has Windows 2019,

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -75,6 +76,63 @@ func TestFindConfigReadsEachProfile(t *testing.T) {
 	}
 }
 
+// TestFindConfigReadsAKSFlagsProfile reads the aks-spot-flags host root as the agent does: the
+// flags file alone is the configuration (AKS (kubelet flags)), with its eviction flags. With the
+// flags file removed as well it is unknown; with the flags file left and a kubeletconfig.json
+// added, the flags override the file's evictionHard.
+func TestFindConfigReadsAKSFlagsProfile(t *testing.T) {
+	p, err := ByName("aks-spot-flags")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := p.WriteHostRoot(dir); err != nil {
+		t.Fatal(err)
+	}
+	flagsPath := filepath.Join(dir, AKSFlags)
+	if st, err := os.Stat(flagsPath); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("flags file %v %v, want it 0600 as cse_config.sh leaves it", st, err)
+	}
+	c, err := kubelet.FindConfig(kubelet.Lookup{HostRoot: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hard []string
+	for _, th := range c.Hard {
+		hard = append(hard, th.String())
+	}
+	if !c.Found || c.Path != filepath.Join(dir, p.ConfigPath) || c.Platform != "AKS (kubelet flags)" || c.FlagsFile != flagsPath ||
+		!slices.Equal(hard, p.Hard) || c.NodeStatusUpdateFrequency != 10*time.Second || c.ShutdownGracePeriod != 0 || c.DropIns != nil {
+		t.Errorf("got %+v (evictionHard %v); want the flags file's %v, found as AKS (kubelet flags)", c, hard, p.Hard)
+	}
+	if want := filepath.Join(dir, AKSConfig); !slices.Contains(c.Searched, want) || c.Searched[len(c.Searched)-1] != flagsPath {
+		t.Errorf("searched %v, want AKS's config file tried, then the flags file", c.Searched)
+	}
+
+	// Both: the kubelet's flags override the file's values.
+	if err := os.WriteFile(filepath.Join(dir, AKSConfig), []byte(`{"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration", "evictionHard": {"memory.available": "100Mi"}, "evictionPressureTransitionPeriod": "1m"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err = kubelet.FindConfig(kubelet.Lookup{HostRoot: dir})
+	hard = hard[:0]
+	for _, th := range c.Hard {
+		hard = append(hard, th.String())
+	}
+	if err != nil || !c.Found || c.Path != filepath.Join(dir, AKSConfig) || !slices.Equal(hard, p.Hard) || c.PressureTransitionPeriod != time.Minute {
+		t.Errorf("with a config file too: %+v %v; want the file, its 1m, and the flags' evictionHard %v", c, err, p.Hard)
+	}
+
+	for _, f := range []string{AKSConfig, AKSFlags} {
+		if err := os.Remove(filepath.Join(dir, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err = kubelet.FindConfig(kubelet.Lookup{HostRoot: dir})
+	if err != nil || c.Found {
+		t.Errorf("found %v at %s (%v) with the flags file removed", c.Found, c.Path, err)
+	}
+}
+
 // TestNodes checks what every profile's Node carries: its OS label and nodeInfo agree, a
 // providerID of its cloud, allocatable below capacity in CPU or memory as the platform reserves,
 // and the spot label the chart selects on.
@@ -86,7 +144,7 @@ func TestNodes(t *testing.T) {
 	}
 	scheme := map[string]string{"aws": "aws:///", "gcp": "gce://", "azure": "azure:///"}
 	names := map[string]bool{}
-	for _, p := range All() {
+	for _, p := range append(All(), Variants()...) {
 		if names[p.Name] {
 			t.Errorf("two profiles named %s", p.Name)
 		}
