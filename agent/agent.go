@@ -263,27 +263,6 @@ func newInformer(client kube.Interface, example k8sruntime.Object,
 	return inf
 }
 
-// trimForCache drops from a node or pod what no part of the agent reads, before it enters the
-// cache: managedFields (server-side apply's bookkeeping, which nothing here reads) and, of
-// the node, the image list and the volumes, which the kubelet keeps in its status. Every
-// write is a patch of the agent's own fields (taints, labels, annotations, pod conditions), so
-// the trimmed object never goes back to the API server. Everything the plan, the eviction, the
-// pressure ranking, the pods' warning and the platform signals read is kept: labels,
-// annotations, owner references, deletionTimestamp, taints, conditions, capacity, addresses,
-// tolerations, priority, resources, phase and the pods' IPs.
-func trimForCache(obj any) (any, error) {
-	switch o := obj.(type) {
-	case *v1.Pod:
-		o.ManagedFields = nil
-	case *v1.Node:
-		o.ManagedFields = nil
-		o.Status.Images = nil
-		o.Status.VolumesInUse = nil
-		o.Status.VolumesAttached = nil
-	}
-	return obj, nil
-}
-
 // pressureTaint is the taint the pressure loop puts on the node for r.
 func pressureTaint(cfg Config, r pressure.Resource) v1.Taint {
 	return v1.Taint{Key: pressure.TaintKey(r), Value: "true", Effect: v1.TaintEffect(cfg.PressureTaintEffect)}
