@@ -35,6 +35,11 @@ const (
 	nthPrefix = nthName + "/"
 )
 
+// OverlapPodSelectors are the label selectors of the pods Overlaps looks at: a caller that reads
+// the node's pods for it lists these only (with the node's field selector), never every pod of
+// the node whole, which a tenant's pods can make hundreds of MiB (issue 39 item 3).
+var OverlapPodSelectors = []string{"app.kubernetes.io/name=" + nthName, "app=" + nthName}
+
 // aksAutoDrainTaints are the taint AKS node auto-drain puts on a node it cordons, in the
 // current spelling and an older one (AKS docs, "Node auto-drain").
 var aksAutoDrainTaints = []string{"remediator.kubernetes.azure.com/unschedulable", "remediator.aks.microsoft.com/unschedulable"}

@@ -382,6 +382,9 @@ func (e *Executor) Summarize(ctx context.Context, now time.Time) bool {
 	return true
 }
 
+// livePageSize is how many pods one page of livePods' list holds.
+const livePageSize = 16
+
 // livePods returns a test of whether a pod the cache holds is really still on the node, from one
 // live list of the node's pods: after an API server outage the informers' reflectors back off
 // for up to 30 s and the cache lags, and a pod wrongly counted as missed pages someone. It is
@@ -390,17 +393,25 @@ func (e *Executor) Summarize(ctx context.Context, now time.Time) bool {
 func (e *Executor) livePods(ctx context.Context) func(*v1.Pod) bool {
 	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	list, err := e.o.Client.CoreV1().Pods(metav1.NamespaceAll).List(lctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", e.o.NodeName).String()})
-	if err != nil {
-		klog.FromContext(ctx).Error(err, "Listing the node's pods to confirm the cache failed; trusting the cache", "node", e.o.NodeName)
-		return func(*v1.Pod) bool { return true }
-	}
-	live := make(map[types.UID]bool, len(list.Items))
-	for i := range list.Items {
-		if p := &list.Items[i]; p.Status.Phase != v1.PodSucceeded && p.Status.Phase != v1.PodFailed {
-			live[p.UID] = true
+	// Page by page: a tenant's pods may be 1.5 MiB each (the API server's object limit), and a
+	// whole list of them decoded at once took the agent past its memory limit (issue 39 item 3).
+	opts := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", e.o.NodeName).String(), Limit: livePageSize}
+	live := map[types.UID]bool{}
+	for {
+		list, err := e.o.Client.CoreV1().Pods(metav1.NamespaceAll).List(lctx, opts)
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "Listing the node's pods to confirm the cache failed; trusting the cache", "node", e.o.NodeName)
+			return func(*v1.Pod) bool { return true }
 		}
+		for i := range list.Items {
+			if p := &list.Items[i]; p.Status.Phase != v1.PodSucceeded && p.Status.Phase != v1.PodFailed {
+				live[p.UID] = true
+			}
+		}
+		if list.Continue == "" {
+			break
+		}
+		opts.Continue = list.Continue
 	}
 	return func(p *v1.Pod) bool { return live[p.UID] }
 }

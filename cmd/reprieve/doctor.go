@@ -110,15 +110,9 @@ func checkOverlaps(ctx context.Context, r *doctorReport, cfg agent.Config, clien
 		r.skip("other interruption handlers: the node could not be read")
 		return
 	}
-	var pods []*v1.Pod
-	list, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()})
-	if err != nil {
-		r.warn("other interruption handlers: the node's pods could not be read (%v); judged from the node alone", err)
-	} else {
-		for i := range list.Items {
-			pods = append(pods, &list.Items[i])
-		}
+	pods := nodePods(ctx, client, cfg.NodeName)
+	if pods == nil {
+		r.warn("other interruption handlers: the node's pods could not be read; judged from the node alone")
 	}
 	overlaps := agent.Overlaps(node, pods)
 	if len(overlaps) == 0 {

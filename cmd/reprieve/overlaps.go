@@ -53,18 +53,25 @@ func noteOverlaps(ctx context.Context, client kube.Interface, node *v1.Node, pod
 	}
 }
 
-// nodePods reads the node's pods once (a field selector on the node's name: never the whole
-// cluster), for noteOverlaps; nil when they cannot be read.
+// nodePods reads the node's pods that Overlaps looks at (agent.OverlapPodSelectors, with a
+// field selector on the node's name): never the whole cluster, nor every pod of the node whole,
+// which a tenant's pods can make hundreds of MiB. nil when they cannot be read.
 func nodePods(ctx context.Context, client kube.Interface, nodeName string) []*v1.Pod {
-	list, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", nodeName).String()})
-	if err != nil {
-		klog.FromContext(ctx).Error(err, "Reading the node's pods to look for other interruption handlers", "node", nodeName)
-		return nil
-	}
-	out := make([]*v1.Pod, 0, len(list.Items))
-	for i := range list.Items {
-		out = append(out, &list.Items[i])
+	out := []*v1.Pod{} // read, none found: not nil
+	seen := map[types.UID]bool{}
+	for _, sel := range agent.OverlapPodSelectors {
+		list, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: sel,
+			FieldSelector: fields.OneTermEqualSelector("spec.nodeName", nodeName).String()})
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "Reading the node's pods to look for other interruption handlers", "node", nodeName)
+			return nil
+		}
+		for i := range list.Items {
+			if p := &list.Items[i]; !seen[p.UID] {
+				seen[p.UID] = true
+				out = append(out, p)
+			}
+		}
 	}
 	return out
 }
