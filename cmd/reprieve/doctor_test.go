@@ -81,8 +81,8 @@ func TestDoctorAllGreenAndMissingNode(t *testing.T) {
 func TestDoctorBadFlags(t *testing.T) {
 	t.Setenv("NODE_NAME", "")
 	var out, errOut bytes.Buffer
-	if code := runDoctor(context.Background(), []string{"--provider=none"}, &out, &errOut, doctorClient(permission{})); code != 2 || !strings.Contains(errOut.String(), "--node-name") {
-		t.Errorf("exit %d, stderr %q; want 2 naming --node-name", code, errOut.String())
+	if code := runDoctor(context.Background(), []string{"--provider=none"}, &out, &errOut, doctorClient(permission{})); code != 2 || !strings.Contains(errOut.String(), "--node (or $NODE_NAME) is required") {
+		t.Errorf("exit %d, stderr %q; want 2 naming --node", code, errOut.String())
 	}
 }
 

@@ -7,11 +7,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"syscall"
 	"time"
 
@@ -87,6 +89,10 @@ func newRootCommand() *cobra.Command {
 	root.SetVersionTemplate("reprieve {{.Version}} (" + runtime.Version() + ")\n")
 	root.Flags().AddFlagSet(fs)
 	root.SetUsageFunc(func(cmd *cobra.Command) error {
+		if cmd != root {
+			// version, completion: their own usage, not the agent's flags.
+			return commandUsage(cmd)
+		}
 		fmt.Fprintf(cmd.OutOrStderr(), "%s\n%s", usageHeader, fs.FlagUsages())
 		return nil
 	})
@@ -101,30 +107,36 @@ func newRootCommand() *cobra.Command {
 		fmt.Fprintf(os.Stderr, "reprieve: %v\n", err)
 		return exitCode(2)
 	})
-	// plan and doctor parse their own flags (the agent's plus theirs), with their own --help.
-	sub := func(name, short string, runSub func(ctx context.Context, args []string) int) *cobra.Command {
-		return &cobra.Command{
+	// plan, doctor and audit parse their own flags (plan and doctor: the agent's plus theirs),
+	// with their own --help, which `reprieve help plan` shows too.
+	type runFunc func(ctx context.Context, args []string, stdout, stderr io.Writer) int
+	sub := func(name, short string, runSub runFunc) *cobra.Command {
+		cmd := &cobra.Command{
 			Use: name, Short: short, DisableFlagParsing: true, SilenceUsage: true, SilenceErrors: true,
 			RunE: func(cmd *cobra.Command, args []string) error {
 				ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 				defer stop()
-				if code := runSub(ctx, args); code != 0 {
+				if code := runSub(ctx, args, cmd.OutOrStdout(), cmd.ErrOrStderr()); code != 0 {
 					return exitCode(code)
 				}
 				return nil
 			},
 		}
+		cmd.SetHelpFunc(func(cmd *cobra.Command, _ []string) {
+			runSub(context.Background(), []string{"--help"}, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		})
+		return cmd
 	}
 	root.AddCommand(
 		newGuardCommand(),
-		sub("plan", "What the agent would do for a notice, changing nothing", func(ctx context.Context, args []string) int {
-			return runPlan(ctx, args, os.Stdout, os.Stderr, time.Now(), newClient)
+		sub("plan", "What the agent would do for a notice, changing nothing", func(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+			return runPlan(ctx, args, stdout, stderr, time.Now(), newClient)
 		}),
-		sub("doctor", "Check permissions, the node and the metadata service", func(ctx context.Context, args []string) int {
-			return runDoctor(ctx, args, os.Stdout, os.Stderr, newClient)
+		sub("doctor", "Check permissions, the node and the metadata service", func(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+			return runDoctor(ctx, args, stdout, stderr, newClient)
 		}),
-		sub("audit", "What a spot notice would do to each workload on spot nodes, changing nothing", func(ctx context.Context, args []string) int {
-			return runAudit(ctx, args, os.Stdout, os.Stderr, time.Now(), newClient)
+		sub("audit", "What a spot notice would do to each workload on spot nodes, changing nothing", func(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+			return runAudit(ctx, args, stdout, stderr, time.Now(), newClient)
 		}),
 		&cobra.Command{
 			Use: "version", Short: "Print the version", Args: cobra.NoArgs,
@@ -189,25 +201,79 @@ func setGCPercent(lookupEnv func(string) (string, bool)) {
 	}
 }
 
-// usageHeader opens --help, and docs/flags.md.
+// usageHeader opens --help, and docs/flags.md. It names every command, the ones the chart runs
+// first: the agent (its DaemonSet) and eviction-guard (its guard Deployment); doctor and plan run
+// in the agent's pod (NOTES.txt).
 const usageHeader = `Usage: reprieve [flags]
-       reprieve plan --node NAME --deadline 120s [-o table|json] [flags]
-       reprieve doctor [flags]
+       reprieve eviction-guard [flags]
+       reprieve plan --node NAME [--deadline 120s] [-o table|json] [flags]
+       reprieve doctor [--node NAME] [flags]
        reprieve audit [--node-selector SELECTOR]... [-n NAMESPACE] [--window 120s] [-o table|json]
        reprieve version | --version
        reprieve completion bash|zsh|fish|powershell
 
-Every flag also reads $REPRIEVE_<FLAG> (dashes as underscores).
+Commands:
+  (no command)    the node agent, which the chart's DaemonSet runs; its flags are below
+  eviction-guard  the admission webhook that lets the agent evict only pods on its own node;
+                  the chart's guard Deployment runs it
+  plan            what the agent would do for a notice, changing nothing
+  doctor          check permissions, the node and the metadata service
+                  (kubectl exec ds/reprieve -- /reprieve doctor)
+  audit           what a spot notice would do to each workload on spot nodes, changing nothing
+  version         print the version
+  completion      a shell completion script
+
+reprieve COMMAND --help lists a command's own flags. plan and doctor accept the agent's flags too.
+
+Every agent flag also reads $REPRIEVE_<FLAG> (dashes as underscores); eviction-guard's read
+$REPRIEVE_GUARD_<FLAG>.
 `
+
+// testOnlyFlags are agent flags that only tests change (they shorten GCE's maintenance notices):
+// hidden from --help and docs/flags.md, still parsed and read from $REPRIEVE_<FLAG>.
+// test/README.md names them.
+var testOnlyFlags = []string{"gcp-gpu-maintenance-notice", "gcp-vm-maintenance-notice"}
+
+// hideTestFlags hides testOnlyFlags from fs's usage.
+func hideTestFlags(fs *pflag.FlagSet) {
+	for _, name := range testOnlyFlags {
+		if err := fs.MarkHidden(name); err != nil {
+			panic(fmt.Sprintf("hiding --%s: %v", name, err))
+		}
+	}
+}
 
 // agentFlagSet is the agent's flags, bound to cfg, with klog's -v.
 func agentFlagSet(cfg *agent.Config) *pflag.FlagSet {
 	fs := pflag.NewFlagSet("reprieve", pflag.ContinueOnError)
 	cfg.AddFlags(fs)
+	hideTestFlags(fs)
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	fs.AddGoFlag(klogFlags.Lookup("v"))
 	return fs
+}
+
+// commandUsage is the usage of a command with no usage of its own (version, completion): its
+// use line, its subcommands and its own flags.
+func commandUsage(cmd *cobra.Command) error {
+	w := cmd.OutOrStderr()
+	fmt.Fprintf(w, "Usage: %s\n", cmd.UseLine())
+	if cmd.Long != "" {
+		fmt.Fprintf(w, "\n%s\n", strings.TrimSpace(cmd.Long))
+	}
+	if cmd.HasAvailableSubCommands() {
+		fmt.Fprintf(w, "\nCommands:\n")
+		for _, c := range cmd.Commands() {
+			if c.IsAvailableCommand() {
+				fmt.Fprintf(w, "  %-12s %s\n", c.Name(), c.Short)
+			}
+		}
+	}
+	if cmd.HasAvailableLocalFlags() {
+		fmt.Fprintf(w, "\nFlags:\n%s", cmd.LocalFlags().FlagUsages())
+	}
+	return nil
 }
 
 // newClient builds the Kubernetes client: --kubeconfig, else $KUBECONFIG (one file or a list),

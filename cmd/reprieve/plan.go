@@ -244,25 +244,47 @@ func writePlanTable(w io.Writer, plan agent.NodePlan) error {
 }
 
 // subcommand is the agent's flag set plus --node, for plan and doctor: they take the flags the
-// DaemonSet passes, so that they see what the agent would.
+// DaemonSet passes (and read its REPRIEVE_* variables in its pod), so that they see what the
+// agent would. Their --help lists only their own flags, and names the agent's in one line.
 type subcommand struct {
 	name   string
 	cfg    agent.Config
 	fs     *pflag.FlagSet
 	node   *string
 	stderr io.Writer
+	// agentFlags are the names of the agent's flags in fs; the rest are the command's own.
+	agentFlags map[string]bool
 }
 
 func newSubcommand(name, usage string, stderr io.Writer) *subcommand {
-	sc := &subcommand{name: name, cfg: agent.DefaultConfig(), fs: pflag.NewFlagSet("reprieve "+name, pflag.ContinueOnError), stderr: stderr}
+	sc := &subcommand{name: name, cfg: agent.DefaultConfig(), fs: pflag.NewFlagSet("reprieve "+name, pflag.ContinueOnError), stderr: stderr,
+		agentFlags: map[string]bool{}}
 	sc.fs.SetOutput(stderr)
 	sc.cfg.AddFlags(sc.fs)
+	hideTestFlags(sc.fs)
+	sc.fs.VisitAll(func(f *pflag.Flag) { sc.agentFlags[f.Name] = true })
 	sc.node = sc.fs.String("node", "", "the node (else --node-name, else $NODE_NAME)")
-	sc.fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: reprieve %s %s\n\nPass the flags the DaemonSet passes.\n\n%s", name, usage, sc.fs.FlagUsages())
-	}
+	sc.fs.Usage = func() { sc.usage(usage) }
 	return sc
 }
+
+// usage writes the command's --help: its own flags, then one line for the agent's.
+func (sc *subcommand) usage(usage string) {
+	own := pflag.NewFlagSet("reprieve "+sc.name, pflag.ContinueOnError)
+	sc.fs.VisitAll(func(f *pflag.Flag) {
+		if !sc.agentFlags[f.Name] {
+			own.AddFlag(f)
+		}
+	})
+	fmt.Fprintf(sc.stderr, "Usage: reprieve %s %s\n\nFlags:\n%s\n"+
+		"Also accepts every agent flag (reprieve --help) and its $REPRIEVE_<FLAG>: pass the flags the DaemonSet\n"+
+		"passes, or run it in the agent's pod (kubectl exec ds/reprieve -- /reprieve %s), to see its settings.\n",
+		sc.name, usage, own.FlagUsages(), sc.name)
+}
+
+// errNodeRequired is what plan and doctor say without a node: their flag is --node, where the
+// agent's Validate names the agent's --node-name.
+var errNodeRequired = errors.New("--node (or $NODE_NAME) is required")
 
 // parse reads args, the REPRIEVE_ variables and the fallbacks, and validates the configuration.
 // When it returns false, the command ends with code (0 for --help, 2 for bad input).
@@ -287,7 +309,18 @@ func (sc *subcommand) parse(args []string) (code int, ok bool) {
 		sc.cfg.NodeName = *sc.node
 	}
 	sc.cfg.ApplyFallbacks(os.LookupEnv)
-	if err := sc.cfg.Validate(); err != nil {
+	// Without a node, Validate the rest with a stand-in name, and report the missing node as
+	// this command's flag: every problem at once, each named as the user can fix it.
+	noNode := sc.cfg.NodeName == ""
+	if noNode {
+		sc.cfg.NodeName = "-"
+	}
+	err := sc.cfg.Validate()
+	if noNode {
+		sc.cfg.NodeName = ""
+		err = errors.Join(errNodeRequired, err)
+	}
+	if err != nil {
 		fmt.Fprintf(sc.stderr, "%sinvalid configuration:\n%v\n", prefix, err)
 		return 2, false
 	}

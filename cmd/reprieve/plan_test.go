@@ -96,7 +96,7 @@ func TestPlanBadInput(t *testing.T) {
 		want int
 		msg  string
 	}{
-		{[]string{"--deadline=120s"}, 2, "--node-name"},
+		{[]string{"--deadline=120s"}, 2, "--node (or $NODE_NAME) is required"},
 		{[]string{"--node=n1", "--deadline=soon"}, 2, `--deadline "soon"`},
 		{[]string{"--node=n1", "--deadline=-5s"}, 2, "positive"},
 		{[]string{"--node=n1", "--notice-time=now"}, 2, `--notice-time "now"`},
