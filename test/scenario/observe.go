@@ -168,8 +168,11 @@ type Row struct {
 	Grace           int64
 	// Planned is when reprieve's plan had the eviction (zero: left alone).
 	Planned time.Time
-	Note    string
-	Record  Record
+	// ByDeadline is true when the window, not the pod's toleration, set Planned (plan.Plan); PDB
+	// when a PodDisruptionBudget that allows no disruption covers the pod.
+	ByDeadline, PDB bool
+	Note            string
+	Record          Record
 	// End is when every evicted pod must be gone (deadline - safety margin).
 	End time.Time
 }
@@ -177,7 +180,8 @@ type Row struct {
 // InTime reports whether an evicted pod was gone by the end of the window.
 func (r Row) InTime() bool { return !r.Record.GoneAt.IsZero() && !r.Record.GoneAt.After(r.End) }
 
-// PrintTable writes the outcome as a table, times relative to origin (the taint's timeAdded).
+// PrintTable writes the outcome as a table, times relative to origin (the taint's timeAdded),
+// and a legend under it.
 func PrintTable(w io.Writer, origin time.Time, rows []Row) error {
 	sort.SliceStable(rows, func(i, j int) bool {
 		a, b := rows[i].Planned, rows[j].Planned
@@ -193,25 +197,64 @@ func PrintTable(w io.Writer, origin time.Time, rows []Row) error {
 		return fmt.Sprintf("%+.2fs", t.Sub(origin).Seconds())
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "POD\tTOLERATION\tGRACE\tPLANNED\tACTUAL\tGRACE GIVEN\tGONE AT\tBEFORE DEADLINE")
+	fmt.Fprintln(tw, "POD\tTOLERATION\tGRACE ASKED\tSEND AT\tSENT\tGRACE GIVEN\tGONE AT\tBY D - MARGIN\tWHY")
 	for _, r := range rows {
-		before := "-"
-		given := "-"
+		before, given, planned := "-", "-", r.Note
 		if !r.Planned.IsZero() {
 			before = "no"
 			if r.InTime() {
 				before = "yes"
 			}
+			// A pod whose grace is longer than the window is due before the notice: it is sent
+			// at once, with what fits.
+			planned = rel(latest(r.Planned, origin))
 		}
 		if !r.Record.DeletedAt.IsZero() {
 			given = fmt.Sprintf("%ds", r.Record.LastGrace)
 		}
-		planned := rel(r.Planned)
-		if r.Planned.IsZero() {
-			planned = r.Note
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%ds\t%s\t%s\t%s\t%s\t%s\n", r.Pod, r.Toleration, r.Grace, planned,
-			rel(r.Record.DeletedAt), given, rel(r.Record.GoneAt), before)
+		fmt.Fprintf(tw, "%s\t%s\t%ds\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Pod, r.Toleration, r.Grace, planned,
+			rel(r.Record.DeletedAt), given, rel(r.Record.GoneAt), before, r.why())
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprint(w, tableLegend)
+	return err
+}
+
+// tableLegend says what PrintTable's columns mean.
+const tableLegend = `
+SEND AT: when reprieve's plan sends the eviction, from T (the taint's timeAdded): the pod's
+  tolerationSeconds (upstream NoExecute timing), or earlier when its grace would end past the
+  deadline less the margin, and never before the notice. SENT: when the pod's deletion began.
+GRACE ASKED: the pod's terminationGracePeriodSeconds; GRACE GIVEN: the grace its deletion got.
+BY D - MARGIN: gone by the deadline less the safety margin, as reprieve promises.
+WHY: at its toleration; moved earlier for the window; clamped (its whole grace does not fit,
+  it gets what does); budget held (a PodDisruptionBudget refused the eviction until the pod's
+  last safe moment, then it was forced with its grace); or why reprieve left it alone.
+`
+
+// why is the WHY column of r.
+func (r Row) why() string {
+	switch {
+	case r.Planned.IsZero():
+		return "-"
+	case r.Record.DeletedAt.IsZero():
+		return "not sent"
+	case r.PDB:
+		return "budget held, then forced"
+	case r.Record.LastGrace > 0 && r.Record.LastGrace < r.Grace:
+		return fmt.Sprintf("clamped: %ds of %ds fit", r.Record.LastGrace, r.Grace)
+	case r.ByDeadline:
+		return "moved earlier for the window"
+	}
+	return "at its toleration"
+}
+
+// latest is the later of a and b.
+func latest(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return b
+	}
+	return a
 }

@@ -273,11 +273,11 @@ func RunSpot(ctx context.Context, o SpotOptions) (*SpotResult, error) {
 		p := &pods.Items[i]
 		spec := specs[p.Name]
 		pl := plan.PlanPod(p, noExec, res.Window, plan.PodFilter{}, false)
-		row := Row{Pod: p.Name, Toleration: spec.Toleration(), Grace: spec.GraceSeconds(), End: res.Window.End()}
+		row := Row{Pod: p.Name, Toleration: spec.Toleration(), Grace: spec.GraceSeconds(), End: res.Window.End(), PDB: spec.PDB}
 		if pl.Skip != plan.SkipNone {
 			row.Note = "left alone: " + string(pl.Skip)
 		} else {
-			row.Planned = pl.EvictAt
+			row.Planned, row.ByDeadline = pl.EvictAt, pl.ByDeadline
 		}
 		res.Rows = append(res.Rows, row)
 	}
