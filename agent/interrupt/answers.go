@@ -75,12 +75,12 @@ func (a *answers) lastAnswers() map[string]time.Time {
 		return map[string]time.Time{a.provider: a.lastOK}
 	}
 	got := a.times.LastAnswers()
+	if a.reporter == nil {
+		return got // its sources are the ones it names
+	}
 	out := make(map[string]time.Time, len(got))
 	for src := range a.answered() {
 		out[src] = got[src]
-	}
-	if a.reporter == nil {
-		maps.Copy(out, got)
 	}
 	return out
 }
@@ -173,7 +173,7 @@ func match(n providers.Notice, ns []providers.Notice) int {
 
 // Stale lists, sorted, the sources whose last good answer (last, as LastAnswers gives it) is
 // older than bound at now, or that have not answered since start, each with how long it has
-// been silent ("never" for the latter). Empty when every source has answered within bound.
+// been silent ("no answer since start" for the latter). Empty when every source has answered within bound.
 func Stale(last map[string]time.Time, now time.Time, bound time.Duration) []string {
 	var out []string
 	for _, src := range slices.Sorted(maps.Keys(last)) {

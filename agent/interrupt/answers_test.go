@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/reprieve-dev/reprieve/providers"
+	"github.com/reprieve-dev/reprieve/providers/providertest"
 )
 
 var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
@@ -91,3 +92,39 @@ type testErr string
 func (e testErr) Error() string { return string(e) }
 
 const errTest = testErr("boom")
+
+// timesOnly is a provider that says when its sources last answered (providers.AnswerTimes)
+// but is no SourceReporter; timesAndSources is both.
+type timesOnly struct {
+	providers.Provider
+	last map[string]time.Time
+}
+
+func (p timesOnly) LastAnswers() map[string]time.Time { return p.last }
+
+type timesAndSources struct{ timesOnly }
+
+func (p timesAndSources) Answered() map[string]bool {
+	return map[string]bool{"a": !p.last["a"].IsZero(), "b": !p.last["b"].IsZero()}
+}
+
+// TestLastAnswers: a provider without AnswerTimes is one source, answered at its last report
+// without an error; one with AnswerTimes speaks for its sources, those of Answered when it has
+// a SourceReporter (no phantom source named after the provider).
+func TestLastAnswers(t *testing.T) {
+	plain := newAnswers(providertest.New("aws"))
+	plain.record(nil, errTest, t0)
+	plain.record(nil, nil, t0.Add(time.Second))
+	plain.record(nil, errTest, t0.Add(2*time.Second))
+	if got := plain.lastAnswers(); len(got) != 1 || !got["aws"].Equal(t0.Add(time.Second)) {
+		t.Errorf("one source: lastAnswers() = %v, want aws at its last good report", got)
+	}
+	last := map[string]time.Time{"a": t0, "b": {}, "extra": t0}
+	base := timesOnly{Provider: providertest.New("gcp"), last: last}
+	if got := newAnswers(base).lastAnswers(); len(got) != 3 || !got["a"].Equal(t0) || !got["b"].IsZero() {
+		t.Errorf("AnswerTimes alone: lastAnswers() = %v, want its own three sources", got)
+	}
+	if got := newAnswers(timesAndSources{base}).lastAnswers(); len(got) != 2 || !got["a"].Equal(t0) || !got["b"].IsZero() {
+		t.Errorf("with a SourceReporter: lastAnswers() = %v, want the sources of Answered, a and b", got)
+	}
+}
