@@ -56,6 +56,8 @@ type Options struct {
 	ResponseHeaderTimeout time.Duration
 	// Clock stamps notices that carry no time of their own.
 	Clock clock.PassiveClock
+	// Timers runs ResponseHeaderTimeout's timer; nil is the real clock (tests give a fake).
+	Timers clock.WithDelayedExecution
 }
 
 // Provider polls IMDSv2. It is safe for use by one poller at a time.
@@ -90,8 +92,11 @@ func New(opts Options) (*Provider, error) {
 	if opts.ResponseHeaderTimeout == 0 {
 		opts.ResponseHeaderTimeout = DefaultResponseHeaderTimeout
 	}
+	if opts.Timers == nil {
+		opts.Timers = clock.RealClock{}
+	}
 	if opts.HTTPClient != nil {
-		opts.HTTPClient = headerTimeoutClient{next: opts.HTTPClient, timeout: opts.ResponseHeaderTimeout}
+		opts.HTTPClient = headerTimeoutClient{next: opts.HTTPClient, timeout: opts.ResponseHeaderTimeout, timers: opts.Timers}
 	}
 	client := imds.New(imds.Options{
 		Endpoint:          strings.TrimRight(opts.Endpoint, "/"),
@@ -187,11 +192,12 @@ var ErrNoResponse = errors.New("no response headers")
 type headerTimeoutClient struct {
 	next    imds.HTTPClient
 	timeout time.Duration
+	timers  clock.WithDelayedExecution
 }
 
 func (c headerTimeoutClient) Do(req *http.Request) (*http.Response, error) {
 	ctx, cancel := context.WithCancelCause(req.Context())
-	t := time.AfterFunc(c.timeout, func() { cancel(ErrNoResponse) })
+	t := c.timers.AfterFunc(c.timeout, func() { cancel(ErrNoResponse) })
 	resp, err := c.next.Do(req.WithContext(ctx))
 	t.Stop()
 	if err != nil {

@@ -6,8 +6,12 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/reprieve-dev/reprieve/providers"
 )
@@ -109,15 +113,34 @@ func TestCustomClientBlackHoledTokenFailsFast(t *testing.T) {
 }
 
 // TestCustomClientSlowBodyIsNotCut: the bound is on the headers only; a body that takes
-// longer than it, once the headers came, is read in full.
+// longer than it, once the headers came, is read in full. The bound's timer runs on a fake
+// clock: the spot path's answer sends its headers, waits until the other paths are answered
+// and no bound's timer is left (each stopped at its headers), then the clock passes the bound
+// twice over before the body is sent.
 func TestCustomClientSlowBodyIsNotCut(t *testing.T) {
 	f := newFakeIMDS(t, nil)
 	f.setFile(PathSpotInstanceAction, "spot_terminate.json")
+	timers := clocktesting.NewFakeClock(t0)
+	var others atomic.Int32
 	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		f.serve(&slowWriter{ResponseWriter: w, delay: 3 * DefaultResponseHeaderTimeout / 2}, r)
+		if !strings.HasSuffix(r.URL.Path, PathSpotInstanceAction) {
+			f.serve(w, r)
+			if r.Method == http.MethodGet {
+				others.Add(1)
+			}
+			return
+		}
+		f.serve(&slowWriter{ResponseWriter: w, pause: func() {
+			if err := wait.PollUntilContextTimeout(r.Context(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+				return others.Load() == int32(len(sources)-1) && !timers.HasWaiters(), nil
+			}); err != nil {
+				t.Errorf("the other paths' answers or their timers' end never came: %v", err)
+			}
+			timers.Step(2 * DefaultResponseHeaderTimeout)
+		}}, r)
 	})
 	f.srv.Config.Handler = slow
-	p, err := New(Options{Endpoint: f.URL(), HTTPClient: &http.Client{}})
+	p, err := New(Options{Endpoint: f.URL(), HTTPClient: &http.Client{}, Timers: timers})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,10 +151,10 @@ func TestCustomClientSlowBodyIsNotCut(t *testing.T) {
 	}
 }
 
-// slowWriter sends the headers at once and the body after delay.
+// slowWriter sends the headers at once, then calls pause before the body.
 type slowWriter struct {
 	http.ResponseWriter
-	delay time.Duration
+	pause func()
 	wrote bool
 }
 
@@ -141,7 +164,7 @@ func (w *slowWriter) Write(b []byte) (int, error) {
 		if f, ok := w.ResponseWriter.(http.Flusher); ok {
 			f.Flush()
 		}
-		time.Sleep(w.delay) // the server's slowness, not the test's synchronisation
+		w.pause()
 	}
 	return w.ResponseWriter.Write(b)
 }
