@@ -54,7 +54,7 @@ type Deps struct {
 	// Provider reports the cloud's notices. Nil with --provider none: the agent then reads the
 	// deadline annotation of its own node.
 	Provider providers.Provider
-	Clock    clock.WithTicker
+	Clock    clock.WithTickerAndDelayedExecution
 	// Registerer and Gatherer are the agent's private metrics registry.
 	Registerer prometheus.Registerer
 	Gatherer   prometheus.Gatherer

@@ -22,6 +22,10 @@ import (
 	"k8s.io/klog/v2"
 )
 
+// minKill is the least time a pod takes to stop once its grace starts: the least grace reprieve
+// asks for.
+const minKill = plan.MinGrace
+
 // RequestTimeout bounds one eviction or delete request, so that a hanging API server holds a
 // worker for seconds, not for the whole window.
 const RequestTimeout = 5 * time.Second
@@ -68,7 +72,19 @@ type podState struct {
 	deleteFailures int
 	// marked is set once DisruptionTarget was patched onto the pod (markDisruptionTarget).
 	marked bool
+	// pending is the pod's request waiting in the gate (nil: none); sending is set while a
+	// granted request is out; dirty asks its answer to look at the pod again (a change came
+	// meanwhile).
+	pending        *waiter
+	sending, dirty bool
 }
+
+// The actuator: it carries out decide's actions (decide.go) and owns every pod's state, under
+// Executor.mu. A worker looks at one pod (the workqueue never hands one key to two workers at
+// once), decides, and hands a request to the gate without waiting for it: the gate calls back
+// when the request may go, and a goroutine of its own sends it and looks at the pod again
+// afterwards. A pod whose request waits in the gate holds no worker, so that the gate orders
+// every waiting pod by urgency, whenever it became due (docs/design.md, "The executor").
 
 func (e *Executor) worker(ctx context.Context) {
 	for {
@@ -76,10 +92,353 @@ func (e *Executor) worker(ctx context.Context) {
 		if shutdown {
 			return
 		}
-		after := e.syncPod(ctx, key)
+		after := e.sync(ctx, key, true)
 		e.queue.Done(key)
 		if after > 0 {
 			e.queue.AddAfter(key, after)
+		}
+	}
+}
+
+// syncPod does what is due for one pod now, waiting for the gate, and returns when to look at
+// it again (0: only on the next change).
+func (e *Executor) syncPod(ctx context.Context, key string) time.Duration {
+	return e.sync(ctx, key, false)
+}
+
+// facts is decide's view of st. Called with e.mu held.
+func (st *podState) facts() podFacts {
+	return podFacts{done: st.done, attempts: st.attempts, nextTry: st.nextTry, announced: st.announced, logged: st.logged,
+		shortenedTo: st.shortenedTo, throttled: st.throttled, deleteFailures: st.deleteFailures}
+}
+
+// update changes st under e.mu.
+func (e *Executor) update(st *podState, f func(st *podState)) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	f(st)
+}
+
+// sync looks at one pod: it decides, and carries the action out. With async (the workers), a
+// request goes to the gate and sync returns at once; without (SyncPod), it waits for its turn
+// and its answer.
+func (e *Executor) sync(ctx context.Context, key string, async bool) time.Duration {
+	logger := klog.FromContext(ctx)
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return 0
+	}
+	pod, err := e.o.Pods.Pods(ns).Get(name)
+	if err != nil {
+		e.forget(key)
+		return 0
+	}
+	st, view := e.stateFor(key, pod.UID)
+	if async && !e.takeTurn(st) {
+		return 0 // its request is on its way; its answer looks at the pod again
+	}
+	e.mu.Lock()
+	facts := st.facts()
+	e.mu.Unlock()
+	now := e.o.Clock.Now()
+	a := decide(decision{pod: pod, facts: facts, view: view, filter: e.o.Filter, cmpOps: e.o.ComparisonOperators,
+		margin: e.gate.sendMargin(), now: now, minKill: minKill})
+	if a.warn {
+		e.warn(pod, a.pl, view.Window)
+	}
+	switch a.kind {
+	case actNone:
+		if a.unblock {
+			e.setBlocked(st, false)
+		}
+		if a.logSkip {
+			e.update(st, func(st *podState) { st.logged = a.skip })
+			logger.Info("Leaving pod alone", "pod", klog.KObj(pod), "reason", a.skip, "deadline", a.w.Deadline)
+		}
+		return 0
+	case actWait:
+		if a.announce {
+			e.update(st, func(st *podState) { st.announced = a.pl.EvictAt })
+			e.podEvent(pod, v1.EventTypeNormal, events.ReasonEvictionScheduled, "Eviction planned at %s (in %s) with grace %s: %s",
+				a.pl.EvictAt.UTC().Format(time.RFC3339), a.pl.EvictAt.Sub(now).Round(time.Second), a.pl.Grace, why(a.pl, a.w))
+		}
+		return a.at.Sub(now)
+	}
+	return e.request(ctx, key, pod, st, view, a, async)
+}
+
+// takeTurn withdraws st's request from the gate when it is still waiting there (the pod is
+// decided afresh), and reports false when its request was already granted: the answer looks
+// at the pod again (dirty).
+func (e *Executor) takeTurn(st *podState) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if st.sending {
+		st.dirty = true
+		return false
+	}
+	if w := st.pending; w != nil {
+		if !e.gate.withdraw(w) {
+			st.dirty = true
+			return false
+		}
+		e.dropWaiter(st, w)
+	}
+	return true
+}
+
+// dropWaiter forgets w, withdrawn from the gate. Called with e.mu held.
+func (e *Executor) dropWaiter(st *podState, w *waiter) {
+	if st.pending == w {
+		st.pending = nil
+	}
+	if _, ok := e.waiters[w]; ok {
+		delete(e.waiters, w)
+		e.sends.Done()
+	}
+}
+
+// withdrawAll withdraws from the gate every request that still waits for its turn for a pod
+// of d (every drain's when d is nil). Called with e.mu held.
+func (e *Executor) withdrawAll(d *drain) {
+	for w, st := range e.waiters {
+		if (d == nil || st.drain == d) && e.gate.withdraw(w) {
+			e.dropWaiter(st, w)
+		}
+	}
+}
+
+// request hands a's request to the gate; when it may go, send carries it out.
+func (e *Executor) request(ctx context.Context, key string, pod *v1.Pod, st *podState, view View, a action, async bool) time.Duration {
+	if !async {
+		t, err := e.gate.acquire(ctx, a.gate.key, a.gate.mustGo, a.gate.lastChance, false)
+		if err != nil {
+			return 0 // stopping
+		}
+		return e.send(ctx, key, pod, st, view, a, t, false)
+	}
+	w := &waiter{key: a.gate.key, mustGo: a.gate.mustGo, lastChance: a.gate.lastChance}
+	w.grant = func(t *ticket) {
+		go func() {
+			defer e.sends.Done()
+			e.mu.Lock()
+			delete(e.waiters, w)
+			if st.pending == w {
+				st.pending = nil
+			}
+			st.sending = true
+			e.mu.Unlock()
+			after := e.send(ctx, key, pod, st, view, a, t, true)
+			e.mu.Lock()
+			st.sending = false
+			dirty := st.dirty
+			st.dirty = false
+			e.mu.Unlock()
+			switch {
+			case dirty:
+				e.queue.Add(key)
+			case after > 0:
+				e.queue.AddAfter(key, after)
+			}
+		}()
+	}
+	e.mu.Lock()
+	e.sends.Add(1)
+	e.waiters[w] = st
+	st.pending = w
+	e.mu.Unlock()
+	e.gate.submit(w)
+	return 0
+}
+
+// send carries out a's request with the slot t. It returns when to look at the pod again.
+func (e *Executor) send(ctx context.Context, key string, pod *v1.Pod, st *podState, view View, a action, t *ticket, async bool) time.Duration {
+	if !e.current(st, view) {
+		// The window or the taints changed while it waited: the new view re-plans the pod.
+		t.done(errNotSent)
+		return time.Nanosecond
+	}
+	switch a.kind {
+	case actShorten:
+		return e.sendShorten(ctx, key, pod, st, a, t)
+	case actForce:
+		return e.sendForce(ctx, key, pod, st, view, a, t)
+	}
+	now := e.o.Clock.Now()
+	e.mu.Lock()
+	f := st.facts()
+	e.mu.Unlock()
+	if a.w.HasDeadline() && f.attempts > 0 && !now.Before(a.forceAt) {
+		// Its force point came while it waited for its turn: the DELETE takes its own turn.
+		t.done(errNotSent)
+		a.kind = actForce
+		return e.request(ctx, key, pod, st, view, a, async)
+	}
+	// And it leaves the request the margin the server's queue takes now.
+	queue := e.gate.sendMargin()
+	s := sendGrace(actEvict, a, time.Time{}, now, queue)
+	pl, w := a.pl, a.w
+	klog.FromContext(ctx).Info("Evicting pod", "pod", klog.KObj(pod), "grace", s.grace, "podGrace", pl.Grace,
+		"planned", pl.EvictAt, "due", pl.Due, "latest", pl.Latest, "byDeadline", pl.ByDeadline, "queueMargin", queue, "attempt", f.attempts+f.throttled+1)
+	err := e.evict(ctx, pod, s.grace, s.bound)
+	t.done(gateResult(err, s.bound))
+	r := outcome(actEvict, a, err, f, now, e.o.Clock.Now(), e.gate.pauseLeft())
+	logger := klog.FromContext(ctx)
+	switch r.kind {
+	case resDone:
+		e.recordSent(st, true, s.grace, s.end)
+		e.setBlocked(st, false)
+		e.markActed(key)
+		e.observeLateness(ctx, pod, pl, view, now, s.grace, f.attempts+f.throttled)
+		e.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultEvicted).Inc()
+		e.podEvent(pod, v1.EventTypeNormal, events.ReasonEvicted, "Evicted with grace %s (planned %s: %s)",
+			s.grace, pl.EvictAt.UTC().Format(time.RFC3339), why(pl, w))
+		if s.grace < pl.Grace {
+			e.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultGraceShortened).Inc()
+			e.podEvent(pod, v1.EventTypeWarning, events.ReasonGraceShortened, "Grace shortened from %s to %s to end %s before the reclaim deadline %s",
+				pl.Grace, s.grace, w.SafetyMargin, w.Deadline.UTC().Format(time.RFC3339))
+		}
+		return 0
+	case resGone:
+		// Gone already, or a new pod of the same name (the UID precondition failed): done.
+		e.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultGone).Inc()
+		e.setBlocked(st, false)
+		e.recordSent(st, true, 0, time.Time{})
+		return 0
+	case resNoSeat:
+		e.update(st, func(st *podState) { st.throttled++ })
+		e.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultFailed).Inc()
+		logger.V(2).Info("The API server had no seat for the eviction; sending it again", "pod", klog.KObj(pod), "throttled", f.throttled+1, "err", err.Error())
+		return r.retry
+	case resStale:
+		return r.retry
+	}
+	attempts := f.attempts + 1
+	e.update(st, func(st *podState) { st.attempts++ })
+	if r.kind == resRefused {
+		e.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultPDBBlocked).Inc()
+		logger.Info("Eviction blocked by a PodDisruptionBudget; retrying", "pod", klog.KObj(pod), "attempt", attempts, "forceAt", pl.Latest, "err", err.Error())
+		e.mu.Lock()
+		wasBlocked := st.blocked
+		e.mu.Unlock()
+		if !wasBlocked {
+			then := "retrying with backoff"
+			if w.HasDeadline() {
+				then = fmt.Sprintf("retrying until %s, then deleting: the reclaim deadline %s leaves no later time",
+					pl.Latest.UTC().Format(time.RFC3339), w.Deadline.UTC().Format(time.RFC3339))
+			}
+			e.podEvent(pod, v1.EventTypeWarning, events.ReasonEvictionBlocked, "Eviction refused by a PodDisruptionBudget; %s", then)
+		}
+		e.setBlocked(st, true)
+	} else {
+		e.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultFailed).Inc()
+		logger.Error(err, "Evicting pod failed; retrying", "pod", klog.KObj(pod), "attempt", attempts)
+	}
+	if r.force {
+		a.kind = actForce
+		return e.request(ctx, key, pod, st, view, a, async)
+	}
+	e.update(st, func(st *podState) { st.nextTry = r.nextTry })
+	return r.retry
+}
+
+// sendForce deletes a pod whose eviction could not happen in time (a PodDisruptionBudget kept
+// refusing, or the API failed) once the deadline leaves no more room, as karpenter's eviction
+// queue does once now > deadline - grace.
+func (e *Executor) sendForce(ctx context.Context, key string, pod *v1.Pod, st *podState, view View, a action, t *ticket) time.Duration {
+	logger := klog.FromContext(ctx)
+	e.markDisruptionTarget(ctx, pod, st, a.w)
+	e.mu.Lock()
+	f := st.facts()
+	e.mu.Unlock()
+	// From the clock now, not from before the eviction that failed: that request may have
+	// hung for seconds, and a grace computed before it would end the pod past the window.
+	now := e.o.Clock.Now()
+	s := sendGrace(actForce, a, time.Time{}, now, e.gate.sendMargin())
+	logger.Info("Deleting pod: the reclaim deadline leaves no time for a blocked eviction", "pod", klog.KObj(pod), "grace", s.grace, "attempts", f.attempts)
+	err := e.deletePod(ctx, pod, s.grace, s.bound)
+	t.done(gateResult(err, s.bound))
+	r := outcome(actForce, a, err, f, now, e.o.Clock.Now(), 0)
+	switch r.kind {
+	case resDone:
+		e.recordSent(st, true, s.grace, s.end)
+		e.mu.Lock()
+		wasBlocked := st.blocked
+		e.mu.Unlock()
+		e.setBlocked(st, false)
+		e.markActed(key)
+		if !wasBlocked {
+			// Forced because the API failed, not because a PDB refused: that is lateness.
+			e.observeLateness(ctx, pod, a.pl, view, e.o.Clock.Now(), s.grace, f.attempts)
+		}
+		e.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultForcedDelete).Inc()
+		e.podEvent(pod, v1.EventTypeWarning, events.ReasonForceDeleted, "Deleted with grace %s after %d refused evictions: the machine is reclaimed at %s",
+			s.grace, f.attempts, a.pl.Latest.Add(a.pl.Grace).Add(e.o.SafetyMargin).UTC().Format(time.RFC3339))
+		return 0
+	case resGone:
+		e.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultGone).Inc()
+		e.setBlocked(st, false)
+		e.recordSent(st, true, 0, time.Time{})
+		return 0
+	case resStale:
+		return r.retry
+	}
+	e.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultFailed).Inc()
+	logger.Error(err, "Deleting pod failed; retrying", "pod", klog.KObj(pod), "attempt", f.attempts+1)
+	e.update(st, func(st *podState) { st.attempts++; st.deleteFailures++ })
+	return r.retry
+}
+
+// sendShorten brings a terminating pod's end forward: when its deletionTimestamp falls after
+// the window's end (for example, kube-controller-manager deleted it with its full grace), a
+// DELETE with the grace that is left.
+func (e *Executor) sendShorten(ctx context.Context, key string, pod *v1.Pod, st *podState, a action, t *ticket) time.Duration {
+	logger := klog.FromContext(ctx)
+	w := a.w
+	margin := e.gate.sendMargin()
+	s := sendGrace(actShorten, a, pod.DeletionTimestamp.Time, e.o.Clock.Now(), margin)
+	now := e.o.Clock.Now()
+	if e.markDisruptionTarget(ctx, pod, st, w) {
+		// The patch took time: the grace counts from when the DELETE leaves.
+		now = e.o.Clock.Now()
+		s = sendGrace(actShorten, a, pod.DeletionTimestamp.Time, now, margin)
+	}
+	logger.Info("Shortening the grace of a terminating pod to meet the reclaim deadline", "pod", klog.KObj(pod),
+		"deletionTimestamp", pod.DeletionTimestamp.Time, "grace", s.grace, "windowEnd", w.End())
+	err := e.deletePod(ctx, pod, s.grace, s.bound)
+	t.done(gateResult(err, s.bound))
+	e.mu.Lock()
+	f := st.facts()
+	e.mu.Unlock()
+	r := outcome(actShorten, a, err, f, now, e.o.Clock.Now(), 0)
+	switch r.kind {
+	case resDone:
+		e.recordSent(st, false, s.grace, s.end)
+		e.markActed(key)
+		e.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultGraceShortened).Inc()
+		e.podEvent(pod, v1.EventTypeWarning, events.ReasonGraceShortened, "Terminating pod would end at %s, after %s: grace shortened to %s",
+			pod.DeletionTimestamp.UTC().Format(time.RFC3339), w.End().UTC().Format(time.RFC3339), s.grace)
+		return 0
+	case resGone, resStale:
+		return r.retry
+	}
+	e.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultFailed).Inc()
+	logger.Error(err, "Shortening grace failed; retrying", "pod", klog.KObj(pod))
+	e.update(st, func(st *podState) { st.deleteFailures++ })
+	return r.retry
+}
+
+// forget drops what the loop remembers of a pod that is gone, its request waiting in the gate
+// too.
+func (e *Executor) forget(key string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for k, st := range e.drain.pods {
+		if k.key == key {
+			if w := st.pending; w != nil && e.gate.withdraw(w) {
+				e.dropWaiter(st, w)
+			}
+			e.drain.drop(k, st, e.o.Metrics.BlockedPods)
 		}
 	}
 }
@@ -124,188 +483,6 @@ func (e *Executor) recordSent(st *podState, done bool, grace time.Duration, end 
 			cur.pods[st.key] = &podState{key: st.key, uid: st.uid, drain: cur, done: true, lastGrace: st.lastGrace, shortenedTo: st.shortenedTo}
 		}
 	}
-}
-
-// forget drops what the loop remembers of a pod that is gone.
-func (e *Executor) forget(key string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for k, st := range e.drain.pods {
-		if k.key == key {
-			e.drain.drop(k, st, e.o.Metrics.BlockedPods)
-		}
-	}
-}
-
-// syncPod does what is due for one pod now and returns when to look at it again (0: only on
-// the next change).
-func (e *Executor) syncPod(ctx context.Context, key string) time.Duration {
-	logger := klog.FromContext(ctx)
-	ns, name, err := cache.SplitMetaNamespaceKey(key)
-	if err != nil {
-		return 0
-	}
-	pod, err := e.o.Pods.Pods(ns).Get(name)
-	if err != nil {
-		e.forget(key)
-		return 0
-	}
-	st, view := e.stateFor(key, pod.UID)
-	now := e.o.Clock.Now()
-	if pod.DeletionTimestamp != nil && view.Window.HasDeadline() && e.o.Filter.Skip(pod) == plan.SkipNone {
-		// A pod that is already leaving no longer tolerates anything: whatever its
-		// tolerations (forever included), its end must come before the window's.
-		return e.shorten(ctx, key, pod, st, view.Window, now)
-	}
-	pl := plan.PlanPod(pod, view.Taints, view.Window, e.o.Filter, e.o.ComparisonOperators)
-	// The window that binds this pod: none for one that tolerates the interruption forever.
-	w := pl.Bound(view.Window)
-	e.warn(pod, pl, view.Window)
-	if pl.Skip != plan.SkipNone {
-		// A blocked pod whose plan became a skip (the taint went, a toleration now covers it)
-		// is no longer waiting on a budget.
-		e.setBlocked(st, false)
-		if st.logged != pl.Skip && (w.HasDeadline() || pl.Skip == plan.SkipTolerateForever) {
-			st.logged = pl.Skip
-			logger.Info("Leaving pod alone", "pod", klog.KObj(pod), "reason", pl.Skip, "deadline", w.Deadline)
-		}
-		return 0
-	}
-	if pod.DeletionTimestamp != nil {
-		return e.shorten(ctx, key, pod, st, w, now)
-	}
-	if st.done {
-		return 0
-	}
-
-	// The measured queueing margin (gate.sendMargin): a deadline-bound pod leaves that much
-	// earlier, so that its request may wait in the server's queue and still keep its grace.
-	margin := e.gate.sendMargin()
-	fireAt := plan.SendAt(pl)
-	if pl.ByDeadline {
-		fireAt = fireAt.Add(-margin)
-	}
-	forceAt := pl.Latest.Add(-plan.EvictionLead - margin)
-	if st.nextTry.After(fireAt) {
-		fireAt = st.nextTry
-	}
-	if w.HasDeadline() && fireAt.After(forceAt) {
-		// No wait outlasts the pod's last safe moment.
-		fireAt = forceAt
-	}
-	if now.Before(fireAt) {
-		if st.attempts == 0 && !st.announced.Equal(pl.EvictAt) {
-			st.announced = pl.EvictAt
-			e.podEvent(pod, v1.EventTypeNormal, events.ReasonEvictionScheduled, "Eviction planned at %s (in %s) with grace %s: %s",
-				pl.EvictAt.UTC().Format(time.RFC3339), pl.EvictAt.Sub(now).Round(time.Second), pl.Grace, why(pl, w))
-		}
-		// A deadline-bound pod wakes RemeasureLead early: the margin is measured again then,
-		// and answers that slowed since the plan (the notice's own burst) move its send
-		// earlier instead of costing it a second of grace, which the send would cut to keep
-		// the window.
-		if d := fireAt.Sub(now); pl.ByDeadline && d > RemeasureLead {
-			return d - RemeasureLead
-		}
-		return fireAt.Sub(now)
-	}
-	// Wait for the agent's turn (gate.go): when the server has few seats, the pod whose last
-	// safe moment is nearest goes first, and none waits past its force point.
-	t, err := e.gate.acquire(ctx, gateKey(pl, w), mustGo(w, forceAt), lastChance(w, margin), false)
-	if err != nil {
-		return 0 // stopping
-	}
-	if !e.current(st, view) {
-		// The window or the taints changed while it waited: the new view re-plans the pod.
-		t.done(errNotSent)
-		return time.Nanosecond
-	}
-	// The grace counts from when the request leaves, not from when the pod became due: it
-	// may have waited for its turn. And from when it lands: leave it requestAllowance to get
-	// there, or a pod whose grace was cut to the window would end just past it.
-	now = e.o.Clock.Now()
-	// And it leaves the request the margin the server's queue takes now.
-	queue := e.gate.sendMargin()
-	grace := plan.GraceAt(pl.Grace, w, now.Add(plan.RequestAllowance+queue))
-	if w.HasDeadline() && st.attempts > 0 && !now.Before(forceAt) {
-		t.done(errNotSent)
-		return e.forceDelete(ctx, key, pod, st, pl, w)
-	}
-	bound := QueueBound(w, grace, now)
-	logger.Info("Evicting pod", "pod", klog.KObj(pod), "grace", grace, "podGrace", pl.Grace,
-		"planned", pl.EvictAt, "due", pl.Due, "latest", pl.Latest, "byDeadline", pl.ByDeadline, "queueMargin", queue, "attempt", st.attempts+st.throttled+1)
-	err = e.evict(ctx, pod, grace, bound)
-	t.done(gateResult(err, bound))
-	switch {
-	case err == nil:
-		e.recordSent(st, true, grace, now.Add(plan.RequestAllowance).Add(grace))
-		e.setBlocked(st, false)
-		e.markActed(key)
-		e.observeLateness(ctx, pod, pl, view, now, grace, st.attempts+st.throttled)
-		e.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultEvicted).Inc()
-		e.podEvent(pod, v1.EventTypeNormal, events.ReasonEvicted, "Evicted with grace %s (planned %s: %s)",
-			grace, pl.EvictAt.UTC().Format(time.RFC3339), why(pl, w))
-		if grace < pl.Grace {
-			e.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultGraceShortened).Inc()
-			e.podEvent(pod, v1.EventTypeWarning, events.ReasonGraceShortened, "Grace shortened from %s to %s to end %s before the reclaim deadline %s",
-				pl.Grace, grace, w.SafetyMargin, w.Deadline.UTC().Format(time.RFC3339))
-		}
-		return 0
-	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
-		// Gone already, or a new pod of the same name (the UID precondition failed): done.
-		e.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultGone).Inc()
-		e.setBlocked(st, false)
-		e.recordSent(st, true, 0, time.Time{})
-		return 0
-	case isThrottled(err) || waitedTooLong(err, bound):
-		// Not a refusal of this pod: the server had no seat for it (APF's 429, no
-		// DisruptionBudget cause), or the request waited in the server's queue for all the
-		// slack its grace left. The gate paces the agent (Retry-After, jitter); the pod goes
-		// again, an eviction still (its budgets hold), with the grace recomputed then.
-		st.throttled++
-		e.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultFailed).Inc()
-		logger.V(2).Info("The API server had no seat for the eviction; sending it again", "pod", klog.KObj(pod), "throttled", st.throttled, "err", err.Error())
-		if w.HasDeadline() && !e.o.Clock.Now().Before(forceAt) {
-			// Past its force point (and at its last chance past the gate's pause too), the
-			// pod spaces its own requests by the server's pause at least, or the retries of
-			// pods the server cannot reach take every seat the others need (6 seats: six
-			// requests per pod, most of them 429, before this).
-			return max(deleteRetryAfter(st.throttled), e.gate.pauseLeft())
-		}
-		return time.Nanosecond
-	}
-	st.attempts++
-	if isPDBRefusal(err) {
-		e.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultPDBBlocked).Inc()
-		logger.Info("Eviction blocked by a PodDisruptionBudget; retrying", "pod", klog.KObj(pod), "attempt", st.attempts, "forceAt", pl.Latest, "err", err.Error())
-		if !st.blocked {
-			then := "retrying with backoff"
-			if w.HasDeadline() {
-				then = fmt.Sprintf("retrying until %s, then deleting: the reclaim deadline %s leaves no later time",
-					pl.Latest.UTC().Format(time.RFC3339), w.Deadline.UTC().Format(time.RFC3339))
-			}
-			e.podEvent(pod, v1.EventTypeWarning, events.ReasonEvictionBlocked, "Eviction refused by a PodDisruptionBudget; %s", then)
-		}
-		e.setBlocked(st, true)
-	} else {
-		e.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultFailed).Inc()
-		logger.Error(err, "Evicting pod failed; retrying", "pod", klog.KObj(pod), "attempt", st.attempts)
-	}
-	if w.HasDeadline() && !now.Before(forceAt) {
-		// The machine is going away: a graceful delete now beats a hard stop at the deadline.
-		return e.forceDelete(ctx, key, pod, st, pl, w)
-	}
-	// A PDB refusal backs off to 10 s; any other failure (the API server unreachable, a
-	// timeout) only to 1 s, so that evictions resume within a second of the server's return.
-	limit := EvictionBackoffMax
-	if !isPDBRefusal(err) {
-		limit = FailureBackoffMax
-	}
-	backoff := min(evictionBackoffBase<<min(st.attempts-1, 10), limit)
-	st.nextTry = now.Add(backoff)
-	if w.HasDeadline() && st.nextTry.After(forceAt) {
-		st.nextTry = forceAt
-	}
-	return st.nextTry.Sub(now)
 }
 
 // observeLateness records how late an eviction took effect against its plan, and logs it when
@@ -403,11 +580,11 @@ func QueueBound(w plan.Window, grace time.Duration, sent time.Time) time.Duratio
 // lastChance is when a request waiting for its turn goes past everything, the gate's pause
 // too: the last moment at which a 1 s grace still ends the pod by the window's end, with the
 // request's lead and the measured margin; never without a deadline.
-func lastChance(w plan.Window, margin time.Duration) time.Time {
+func lastChance(w plan.Window, margin, minKill time.Duration) time.Time {
 	if !w.HasDeadline() {
 		return time.Time{}
 	}
-	return w.End().Add(-time.Second - plan.EvictionLead - margin)
+	return w.End().Add(-minKill - plan.EvictionLead - margin)
 }
 
 // gateResult is what the gate learns from a request's err: a request cut at its bound is
@@ -469,111 +646,10 @@ func (e *Executor) deletePod(ctx context.Context, pod *v1.Pod, grace, timeout ti
 	return nil
 }
 
-// forceDelete deletes a pod whose eviction could not happen in time (a PodDisruptionBudget
-// kept refusing, or the API failed) once the deadline leaves no more room, as karpenter's
-// eviction queue does once now > deadline - grace.
-func (e *Executor) forceDelete(ctx context.Context, key string, pod *v1.Pod, st *podState, pl plan.Plan, w plan.Window) time.Duration {
-	logger := klog.FromContext(ctx)
-	margin := e.gate.sendMargin()
-	t, err := e.gate.acquire(ctx, gateKey(pl, w), mustGo(w, pl.Latest.Add(-plan.EvictionLead-margin)), lastChance(w, margin), false)
-	if err != nil {
-		return 0 // stopping
-	}
-	e.markDisruptionTarget(ctx, pod, st, w)
-	// From the clock now, not from before the eviction that failed: that request may have
-	// hung for seconds, and a grace computed before it would end the pod past the window.
-	sent := e.o.Clock.Now()
-	grace := plan.GraceAt(pl.Grace, w, sent.Add(plan.RequestAllowance+e.gate.sendMargin()))
-	logger.Info("Deleting pod: the reclaim deadline leaves no time for a blocked eviction", "pod", klog.KObj(pod), "grace", grace, "attempts", st.attempts)
-	bound := QueueBound(w, grace, sent)
-	err = e.deletePod(ctx, pod, grace, bound)
-	t.done(gateResult(err, bound))
-	switch {
-	case err == nil:
-		e.recordSent(st, true, grace, sent.Add(plan.RequestAllowance).Add(grace))
-		wasBlocked := st.blocked
-		e.setBlocked(st, false)
-		e.markActed(key)
-		if !wasBlocked {
-			// Forced because the API failed, not because a PDB refused: that is lateness.
-			e.observeLateness(ctx, pod, pl, e.View(), e.o.Clock.Now(), grace, st.attempts)
-		}
-		e.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultForcedDelete).Inc()
-		e.podEvent(pod, v1.EventTypeWarning, events.ReasonForceDeleted, "Deleted with grace %s after %d refused evictions: the machine is reclaimed at %s",
-			grace, st.attempts, pl.Latest.Add(pl.Grace).Add(e.o.SafetyMargin).UTC().Format(time.RFC3339))
-		return 0
-	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
-		e.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultGone).Inc()
-		e.setBlocked(st, false)
-		e.recordSent(st, true, 0, time.Time{})
-		return 0
-	}
-	e.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultFailed).Inc()
-	logger.Error(err, "Deleting pod failed; retrying", "pod", klog.KObj(pod), "attempt", st.attempts+1)
-	st.attempts++
-	st.deleteFailures++
-	return deleteRetryAfter(st.deleteFailures)
-}
-
 // deleteRetryAfter is the wait before retrying a delete that failed n times in a row: 100 ms
 // doubling to deleteBackoffMax.
 func deleteRetryAfter(n int) time.Duration {
 	return min(evictionBackoffBase<<min(max(n-1, 0), 10), deleteBackoffMax)
-}
-
-// shorten handles a pod that is already terminating: when its deletionTimestamp falls after the
-// window's end (for example, kube-controller-manager deleted it with its full grace), a DELETE
-// with the grace that is left brings its end forward.
-func (e *Executor) shorten(ctx context.Context, key string, pod *v1.Pod, st *podState, w plan.Window, now time.Time) time.Duration {
-	if !plan.NeedsShortening(pod, w) {
-		return 0
-	}
-	grace := plan.GraceAt(pod.DeletionTimestamp.Sub(now), w, now.Add(plan.RequestAllowance))
-	end := now.Add(plan.RequestAllowance).Add(grace)
-	if !st.shortenedTo.IsZero() && end.After(st.shortenedTo.Add(-time.Second)) {
-		// Asked already in this window. deletionTimestamp is the API server's clock in whole
-		// seconds: compared with ours it can seem past the window's end by a skew or a
-		// rounding; shortening again for less than a second would only repeat the DELETE.
-		return 0
-	}
-	logger := klog.FromContext(ctx)
-	// A terminating pod's last safe moment is the last at which a 1 s grace still fits.
-	margin := e.gate.sendMargin()
-	last := w.End().Add(-time.Second)
-	t, err := e.gate.acquire(ctx, last, last.Add(-plan.EvictionLead-margin), lastChance(w, margin), false)
-	if err != nil {
-		return 0 // stopping
-	}
-	now = e.o.Clock.Now()
-	margin = e.gate.sendMargin()
-	grace = plan.GraceAt(pod.DeletionTimestamp.Sub(now), w, now.Add(plan.RequestAllowance+margin))
-	end = now.Add(plan.RequestAllowance + margin).Add(grace)
-	if e.markDisruptionTarget(ctx, pod, st, w) {
-		// The patch took time: the grace counts from when the DELETE leaves.
-		now = e.o.Clock.Now()
-		grace = plan.GraceAt(pod.DeletionTimestamp.Sub(now), w, now.Add(plan.RequestAllowance+margin))
-		end = now.Add(plan.RequestAllowance + margin).Add(grace)
-	}
-	logger.Info("Shortening the grace of a terminating pod to meet the reclaim deadline", "pod", klog.KObj(pod),
-		"deletionTimestamp", pod.DeletionTimestamp.Time, "grace", grace, "windowEnd", w.End())
-	bound := QueueBound(w, grace, now)
-	err = e.deletePod(ctx, pod, grace, bound)
-	t.done(gateResult(err, bound))
-	switch {
-	case err == nil:
-		e.recordSent(st, false, grace, end)
-		e.markActed(key)
-		e.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultGraceShortened).Inc()
-		e.podEvent(pod, v1.EventTypeWarning, events.ReasonGraceShortened, "Terminating pod would end at %s, after %s: grace shortened to %s",
-			pod.DeletionTimestamp.UTC().Format(time.RFC3339), w.End().UTC().Format(time.RFC3339), grace)
-		return 0
-	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
-		return 0
-	}
-	e.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultFailed).Inc()
-	logger.Error(err, "Shortening grace failed; retrying", "pod", klog.KObj(pod))
-	st.deleteFailures++
-	return deleteRetryAfter(st.deleteFailures)
 }
 
 // markBound is how long the DisruptionTarget patch before a DELETE sent at now may take: the
@@ -584,7 +660,7 @@ func markBound(w plan.Window, margin time.Duration, now time.Time) time.Duration
 	if !w.HasDeadline() {
 		return RequestTimeout
 	}
-	return min(RequestTimeout, max(lastChance(w, margin).Sub(now), plan.RequestAllowance))
+	return min(RequestTimeout, max(lastChance(w, margin, minKill).Sub(now), plan.RequestAllowance))
 }
 
 // Reason and message of the DisruptionTarget condition reprieve sets before it deletes a pod.

@@ -58,7 +58,7 @@ type Warner interface {
 type Options struct {
 	Client   kube.Interface
 	Pods     corelisters.PodLister
-	Clock    clock.WithTicker
+	Clock    clock.WithTickerAndDelayedExecution
 	Metrics  *metrics.Metrics
 	Recorder record.EventRecorder
 	// Notifier sends the window's summary; nil when webhooks are off.
@@ -86,18 +86,21 @@ type Options struct {
 // DefaultMaxInFlight is Options.MaxInFlight's default: the agent's default eviction workers.
 const DefaultMaxInFlight = 64
 
-// Executor carries out every eviction. Its view and drain are guarded by mu; each pod's state
-// belongs to the worker syncing it (the workqueue hands a key to one worker at a time), apart
-// from the fields a new drain carries over, which are written under mu (see drain).
+// Executor carries out every eviction: it is the actuator of decide's actions (evict.go). Its
+// view, its drain, every pod's state and the requests waiting in the gate are guarded by mu.
 type Executor struct {
 	o       Options
 	evictFn func(context.Context, *policyv1.Eviction) error
 	queue   workqueue.TypedDelayingInterface[string]
 	gate    *gate
+	// sends counts the requests handed to the gate and not yet answered or withdrawn.
+	sends sync.WaitGroup
 
 	mu    sync.Mutex
 	view  View
 	drain *drain // the current window's; never nil
+	// waiters holds the requests waiting in the gate, with their pod's state.
+	waiters map[*waiter]*podState
 }
 
 // New returns an executor with no deadline and no taints.
@@ -109,9 +112,10 @@ func New(o Options) *Executor {
 		o.MaxInFlight = DefaultMaxInFlight
 	}
 	e := &Executor{o: o, evictFn: o.Evict, gate: newGate(o.Clock, o.MaxInFlight, o.Rand),
-		queue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Clock: o.Clock}),
-		view:  View{Window: plan.Window{SafetyMargin: o.SafetyMargin}},
-		drain: newDrain(plan.Window{SafetyMargin: o.SafetyMargin}, nil)}
+		queue:   workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Clock: o.Clock}),
+		view:    View{Window: plan.Window{SafetyMargin: o.SafetyMargin}},
+		waiters: map[*waiter]*podState{},
+		drain:   newDrain(plan.Window{SafetyMargin: o.SafetyMargin}, nil)}
 	if e.evictFn == nil {
 		e.evictFn = postEviction(o.Client)
 	}
@@ -129,6 +133,8 @@ func (e *Executor) SetView(v View) bool {
 	if !e.drain.window.Equal(v.Window) {
 		old := e.drain
 		old.close(e.o.Metrics.BlockedPods)
+		// Its requests still waiting for their turn go: the new window decides afresh.
+		e.withdrawAll(old)
 		e.drain = newDrain(v.Window, v.Notice)
 		if v.Window.HasDeadline() {
 			// A notice: its burst starts cold (gate.go).
@@ -219,6 +225,10 @@ func (e *Executor) Run(ctx context.Context, workers int) {
 	<-ctx.Done()
 	e.queue.ShutDown()
 	wg.Wait()
+	e.mu.Lock()
+	e.withdrawAll(nil)
+	e.mu.Unlock()
+	e.sends.Wait()
 }
 
 // SyncPod does what is due for one pod now and returns when to look at it again (0: only on the

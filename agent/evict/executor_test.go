@@ -448,3 +448,78 @@ func TestSetViewStartsNoticeCold(t *testing.T) {
 		t.Fatalf("limit %d after a notice, want %d", l, gateRestartLimit)
 	}
 }
+
+// TestLateUrgentPodOvertakesWaitingPods (issue 38, case 1): a pod that becomes due later in
+// the window, but whose last safe moment is nearer than the waiting pods', goes before them;
+// the pods the gate holds hold no worker. Scaled down from the review: 2 workers, 20 pods with
+// a 10 s grace, 4 s per answer, and a 60 s pod that tolerates the taint 20 s (due T+20, last
+// safe moment T+55). With the workers blocked by the gate it was sent at T+80, with 30 s.
+func TestLateUrgentPodOvertakesWaitingPods(t *testing.T) {
+	var pods []*v1.Pod
+	for i := range 20 {
+		pods = append(pods, testPod(fmt.Sprintf("p%02d", i), 10))
+	}
+	late := testPod("late", 60)
+	tol := int64(20)
+	late.Spec.Tolerations = []v1.Toleration{{Key: spot.Key, Operator: v1.TolerationOpExists, Effect: spot.Effect, TolerationSeconds: &tol}}
+	pods = append(pods, late)
+	f := newFixture(t, pods...)
+	f.e.gate = newGate(f.clock, 2, func() float64 { return 0 })
+	// answers holds the fake-clock moment each request out is answered at, until its answer
+	// has been given.
+	answers := map[int]time.Time{}
+	got := f.recordEvictions(func(ctx context.Context, n int) error {
+		// Every answer takes 4 s on the fake clock.
+		f.mu.Lock()
+		at := f.clock.Now().Add(4 * time.Second)
+		answers[n] = at
+		ch := f.clock.After(4 * time.Second)
+		f.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+		f.mu.Lock()
+		delete(answers, n)
+		f.mu.Unlock()
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go f.e.Run(ctx, 2)
+	f.e.SetView(view(t0.Add(120 * time.Second))) // window end T+115: the 60 s pod's last safe moment T+55
+	quiet := func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		_, inflight, _, _ := f.e.gate.state()
+		// Every due pod was taken from the queue (a worker held by a waiting request leaves
+		// them there), and every request out waits for an answer still to come.
+		for _, at := range answers {
+			if !at.After(f.clock.Now()) {
+				return false
+			}
+		}
+		return f.e.queue.Len() == 0 && len(answers) == inflight
+	}
+	var sentLate *evictionAt
+	for step := 0; step < 1200 && sentLate == nil; step++ {
+		until(t, "the workers to take every due pod and each request out to wait for its answer", quiet)
+		f.clock.Step(100 * time.Millisecond)
+		for _, s := range f.sentSoFar(got) {
+			if s.pod == "late" {
+				s := s
+				sentLate = &s
+			}
+		}
+	}
+	if sentLate == nil {
+		t.Fatal("the late pod was never sent within 120 s")
+	}
+	// By its last safe moment; its grace recomputed then may lose a second or two to a
+	// queueing margin that grew while it waited (4 s answers), not half of it.
+	if last := t0.Add(55 * time.Second); sentLate.at.After(last) || sentLate.grace < 55 {
+		t.Fatalf("the pod due at T+20 with its last safe moment at T+55 was sent at T+%s with grace %d s; want by T+55 with at least 55 s of its 60 s",
+			sentLate.at.Sub(t0), sentLate.grace)
+	}
+	cancel()
+}

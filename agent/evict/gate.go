@@ -111,7 +111,7 @@ const (
 // gate orders and paces one agent's requests to the API server (see above). All its fields
 // are guarded by mu.
 type gate struct {
-	clock clock.Clock
+	clock clock.WithDelayedExecution
 	rand  func() float64 // [0, 1), for the jitter
 
 	mu       sync.Mutex
@@ -131,10 +131,12 @@ type gate struct {
 	// sendMargin; nRecent counts them since the margin was last seeded.
 	recent  [recentAnswers]time.Duration
 	nRecent int
-	// armedAt is the earliest moment a waiter's timer is armed for (zero: none). A dispatch
-	// by a release, which has no timer of its own, pokes a waiter when the gate's next moment
-	// comes before it: a held request's horizon moves with every answer.
-	armedAt time.Time
+	// timer fires at timerAt, the policy's next moment (zero: none armed); timerGen tells the
+	// current timer from one stopped too late. Every dispatch re-arms it: a held request's
+	// horizon moves with every answer.
+	timer    clock.Timer
+	timerAt  time.Time
+	timerGen uint64
 	// probing is set from a notice to the first answer: the server counts as congested
 	// meanwhile (see above). reseed makes the next measured answer the margin's first
 	// measurement.
@@ -203,7 +205,7 @@ func (g *gate) remember(d time.Duration) {
 }
 
 // newGate returns a gate allowing up to maxInFlight requests at once (at least 1).
-func newGate(clk clock.Clock, maxInFlight int, rnd func() float64) *gate {
+func newGate(clk clock.WithDelayedExecution, maxInFlight int, rnd func() float64) *gate {
 	if maxInFlight < 1 {
 		maxInFlight = 1
 	}
@@ -213,18 +215,17 @@ func newGate(clk clock.Clock, maxInFlight int, rnd func() float64) *gate {
 	return &gate{clock: clk, rand: rnd, max: maxInFlight, limit: min(gateInitialLimit, maxInFlight)}
 }
 
-// waiter is one request waiting for a slot.
+// waiter is one request waiting for a slot. It holds no goroutine: the gate calls grant once
+// it may go.
 type waiter struct {
 	key        time.Time // the pod's last safe moment: smaller goes first
 	mustGo     time.Time // from then on it goes past the limit; zero: never
 	lastChance time.Time // from then on it goes past the pause too; zero: never
 	background bool
 	seq        uint64 // arrival order among equal keys
-	granted    chan struct{}
-	// poke asks the waiter's goroutine to dispatch again and arm its timer for the gate's
-	// next moment (see armedAt); armed is when its timer fires (zero: none).
-	poke  chan struct{}
-	armed time.Time
+	// grant is called, with the gate's lock held, once the request may go; it must return at
+	// once (hand the ticket to a channel or a new goroutine) and must not call the gate.
+	grant func(*ticket)
 	out   bool // granted
 }
 
@@ -265,59 +266,51 @@ func (t *ticket) done(err error) {
 	t.once.Do(func() { t.g.release(t.background, err, t.g.clock.Since(t.at)) })
 }
 
-// acquire waits for a slot for a request with the given key (the pod's last safe moment) and
-// must-go moment (zero: none), or a background slot. It returns ctx's error when ctx ends
-// first.
-func (g *gate) acquire(ctx context.Context, key, mustGo, lastChance time.Time, background bool) (*ticket, error) {
+// submit queues w and grants it at once when it may go (w.grant is then called before submit
+// returns); otherwise the gate grants it later, on an answer or at the next moment the policy
+// names (its timer). Nothing waits on w's behalf: a held request holds no worker.
+func (g *gate) submit(w *waiter) {
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	g.seq++
-	w := &waiter{key: key, mustGo: mustGo, lastChance: lastChance, background: background, seq: g.seq,
-		granted: make(chan struct{}), poke: make(chan struct{}, 1)}
+	w.seq = g.seq
 	g.waiting = append(g.waiting, w)
-	wake := g.dispatch(w)
-	g.mu.Unlock()
-	for {
-		var timer <-chan time.Time
-		var t clock.Timer
-		if wake > 0 {
-			t = g.clock.NewTimer(wake)
-			timer = t.C()
-		}
-		select {
-		case <-w.granted:
-			stop(t)
-			return &ticket{g: g, background: background, at: g.clock.Now()}, nil
-		case <-ctx.Done():
-			stop(t)
-			g.mu.Lock()
-			select {
-			case <-w.granted:
-				// Granted while ctx ended: hand the slot back.
-				g.mu.Unlock()
-				g.release(background, errNotSent, 0)
-			default:
-				g.remove(w)
-				g.disarm(w)
-				g.dispatch(nil)
-				g.mu.Unlock()
-			}
-			return nil, ctx.Err()
-		case <-timer:
-			g.mu.Lock()
-			wake = g.dispatch(w)
-			g.mu.Unlock()
-		case <-w.poke:
-			stop(t)
-			g.mu.Lock()
-			wake = g.dispatch(w)
-			g.mu.Unlock()
-		}
-	}
+	g.dispatch()
 }
 
-func stop(t clock.Timer) {
-	if t != nil {
-		t.Stop()
+// withdraw takes w out of the gate if it was not granted yet, and reports whether it did; a
+// granted w has its ticket (w.grant was called) and must return it with done.
+func (g *gate) withdraw(w *waiter) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if w.out {
+		return false
+	}
+	if i := slices.Index(g.waiting, w); i >= 0 {
+		g.waiting = slices.Delete(g.waiting, i, i+1)
+	}
+	g.dispatch()
+	return true
+}
+
+// acquire waits for a slot for a request with the given key (the pod's last safe moment) and
+// must-go moment (zero: none), or a background slot. It returns ctx's error when ctx ends
+// first. It is submit for a caller that may block (the pressure loop, the pods' early
+// warning, a test); the executor's workers submit and move on.
+func (g *gate) acquire(ctx context.Context, key, mustGo, lastChance time.Time, background bool) (*ticket, error) {
+	ch := make(chan *ticket, 1)
+	w := &waiter{key: key, mustGo: mustGo, lastChance: lastChance, background: background,
+		grant: func(t *ticket) { ch <- t }}
+	g.submit(w)
+	select {
+	case t := <-ch:
+		return t, nil
+	case <-ctx.Done():
+		if !g.withdraw(w) {
+			// Granted while ctx ended: hand the slot back.
+			(<-ch).done(errNotSent)
+		}
+		return nil, ctx.Err()
 	}
 }
 
@@ -334,13 +327,6 @@ func (g *gate) notice() {
 	g.probing, g.reseed = true, true
 }
 
-// remove takes w out of the waiters. Called with mu held.
-func (g *gate) remove(w *waiter) {
-	if i := slices.Index(g.waiting, w); i >= 0 {
-		g.waiting = slices.Delete(g.waiting, i, i+1)
-	}
-}
-
 // congested reports whether the server looks saturated to the agent at now (see above).
 // Called with mu held.
 func (g *gate) congested(now time.Time) bool {
@@ -355,60 +341,66 @@ func (g *gate) horizon() time.Duration {
 	return max(horizonMin, 2*min(g.srtt+4*g.rttvar, queueMarginMax))
 }
 
-// held reports whether w waits, slot or not, at now: the server is congested and w's last
-// safe moment is further than the horizon, or already past (a lost budget). Only
-// deadline-bound evictions are held, and none while nothing is in flight: the most urgent
-// request goes, so that the agent keeps one request in the server's queue (a seat left idle
-// between two grace classes is a seat missing at the window's end), and its answer measures
-// the congestion again (the probe of a notice, a throttling answer whose pause has ended).
-// Called with mu held.
-func (g *gate) held(w *waiter, now time.Time, congested bool, horizon time.Duration) bool {
-	if g.inflight == 0 {
+// gateState is what the gate's policy decides from besides the waiters: a value, so that the
+// policy is a pure function of it (admit).
+type gateState struct {
+	now                 time.Time
+	pauseUntil          time.Time
+	congested           bool
+	horizon             time.Duration
+	limit, inflight, bg int // the in-flight limit, requests in flight, background ones of them
+}
+
+// snapshot is the gate's state for admit at now. Called with mu held.
+func (g *gate) snapshot(now time.Time) gateState {
+	return gateState{now: now, pauseUntil: g.pauseUntil, congested: g.congested(now), horizon: g.horizon(),
+		limit: g.limit, inflight: g.inflight, bg: g.bgFlight}
+}
+
+// held reports whether w waits, slot or not, in s (the rule "held past the horizon" and "one
+// always in flight", docs/design.md): the server is congested and w's last safe moment is
+// further than the horizon, or already past (a lost budget) and its last chance further than
+// the horizon. Only deadline-bound evictions are held, and none while nothing is in flight.
+func held(w *waiter, s gateState) bool {
+	if s.inflight == 0 {
 		// Only an answer shows the congestion, and only one in flight keeps the server's
 		// seats busy: the most urgent request goes.
 		return false
 	}
-	if !congested || w.background || w.lastChance.IsZero() {
+	if !s.congested || w.background || w.lastChance.IsZero() {
 		return false
 	}
 	// A lost budget's deadline is its last chance (to be gone in time at all).
-	if w.overdue(now) {
-		return w.lastChance.After(now.Add(horizon))
+	if w.overdue(s.now) {
+		return w.lastChance.After(s.now.Add(s.horizon))
 	}
-	return w.key.After(now.Add(horizon))
+	return w.key.After(s.now.Add(s.horizon))
 }
 
-// disarm forgets w's timer. Called with mu held.
-func (g *gate) disarm(w *waiter) {
-	if !w.armed.IsZero() && w.armed.Equal(g.armedAt) {
-		g.armedAt = time.Time{}
-	}
-	w.armed = time.Time{}
-}
-
-// dispatch grants slots to the waiters that may go now, most urgent first, and returns how
-// long until the next moment one more may go without a release (the pause's end, a waiter's
-// must-go moment or last chance, a held waiter's horizon; 0: only on a release). self is the
-// waiter whose goroutine calls and arms its timer for that moment; with none (a release), a
-// waiter is poked when no timer is armed for it. Called with mu held.
-func (g *gate) dispatch(self *waiter) time.Duration {
-	now := g.clock.Now()
-	paused := now.Before(g.pauseUntil)
-	congested := g.congested(now)
-	horizon := g.horizon()
-	// Those whose last chance has come go first and past everything; during no pause, those
-	// whose must-go moment has come go past the limit, unless their budget is lost already
-	// (past the limit it would take a seat from a budget that can still be kept).
-	var rest []*waiter
-	for _, w := range g.waiting {
+// admit is the gate's policy (docs/design.md, "The gate's rules"), a pure function: given the
+// gate's state and its waiters, it returns the waiters that go now (in the order they go), the
+// rest (most urgent first), and the next moment at which one more may go without an answer
+// (the pause's end, a must-go moment or last chance, a held waiter's horizon; zero: only on an
+// answer). It does not change waiting.
+func admit(s gateState, waiting []*waiter) (grant, rest []*waiter, next time.Time) {
+	now := s.now
+	paused := now.Before(s.pauseUntil)
+	// Last chance: past everything. Must-go: past the limit, during no pause, unless the
+	// budget is lost already (past the limit it would take a seat from a budget that can
+	// still be kept).
+	for _, w := range waiting {
 		if due(w.lastChance, now) || (!paused && due(w.mustGo, now) && !w.overdue(now)) {
-			g.grant(w)
+			grant = append(grant, w)
+			s.inflight++
+			if w.background {
+				s.bg++
+			}
 		} else {
 			rest = append(rest, w)
 		}
 	}
-	g.waiting = rest
-	slices.SortFunc(g.waiting, func(a, b *waiter) int {
+	// Urgency orders every waiter, whenever it arrived.
+	slices.SortFunc(rest, func(a, b *waiter) int {
 		switch {
 		case before(a, b, now):
 			return -1
@@ -417,72 +409,97 @@ func (g *gate) dispatch(self *waiter) time.Duration {
 		}
 		return 0
 	})
-	for !paused && len(g.waiting) > 0 && g.inflight < g.limit {
-		i := slices.IndexFunc(g.waiting, func(w *waiter) bool { return !g.held(w, now, congested, horizon) })
+	for !paused && len(rest) > 0 && s.inflight < s.limit {
+		i := slices.IndexFunc(rest, func(w *waiter) bool { return !held(w, s) })
 		if i < 0 {
 			break
 		}
-		w := g.waiting[i]
-		// Evictions sort first: a background write behind one (held) waits too.
-		if w.background && (i > 0 || g.bgFlight >= max(1, g.limit/2)) {
+		w := rest[i]
+		// Evictions sort first: a background write behind one (held) waits too, and
+		// background writes hold at most half the slots.
+		if w.background && (i > 0 || s.bg >= max(1, s.limit/2)) {
 			break
 		}
-		g.waiting = slices.Delete(g.waiting, i, i+1)
-		g.grant(w)
+		rest = slices.Delete(slices.Clone(rest), i, i+1)
+		grant = append(grant, w)
+		s.inflight++
+		if w.background {
+			s.bg++
+		}
 	}
-	var next time.Time
 	earlier := func(t time.Time) {
 		if !t.IsZero() && t.After(now) && (next.IsZero() || t.Before(next)) {
 			next = t
 		}
 	}
-	if paused && len(g.waiting) > 0 {
-		earlier(g.pauseUntil)
+	if paused && len(rest) > 0 {
+		earlier(s.pauseUntil)
 	}
-	for _, w := range g.waiting {
+	for _, w := range rest {
 		earlier(w.lastChance)
 		if !paused {
 			earlier(w.mustGo)
 		}
-		if g.held(w, now, congested, horizon) {
+		if held(w, s) {
 			if w.overdue(now) {
-				earlier(w.lastChance.Add(-horizon))
+				earlier(w.lastChance.Add(-s.horizon))
 			} else {
-				earlier(w.key.Add(-horizon))
+				earlier(w.key.Add(-s.horizon))
 			}
 		}
 	}
+	return grant, rest, next
+}
+
+// dispatch carries out admit: it grants what goes now and arms the gate's one timer for the
+// next moment. Called with mu held.
+func (g *gate) dispatch() {
+	now := g.clock.Now()
+	grant, rest, next := admit(g.snapshot(now), g.waiting)
+	g.waiting = rest
+	for _, w := range grant {
+		w.out = true
+		g.inflight++
+		if w.background {
+			g.bgFlight++
+		}
+		w.grant(&ticket{g: g, background: w.background, at: now})
+	}
+	g.arm(now, next)
+}
+
+// arm sets the gate's timer for next (zero: none). Called with mu held.
+func (g *gate) arm(now, next time.Time) {
+	if g.timer != nil && next.Equal(g.timerAt) {
+		return
+	}
+	if g.timer != nil {
+		g.timer.Stop()
+		g.timer = nil
+	}
+	g.timerAt = next
 	if next.IsZero() {
-		return 0
+		return
 	}
-	switch {
-	case self != nil && !self.out:
-		g.disarm(self)
-		self.armed = next
-		if g.armedAt.IsZero() || !g.armedAt.After(now) || next.Before(g.armedAt) {
-			g.armedAt = next
-		}
-	case len(g.waiting) > 0 && (g.armedAt.IsZero() || !g.armedAt.After(now) || next.Before(g.armedAt)):
-		select {
-		case g.waiting[0].poke <- struct{}{}:
-		default:
-		}
+	g.timerGen++
+	gen := g.timerGen
+	// In a goroutine: a fake clock runs AfterFunc's function with its own lock held, and
+	// dispatch reads the clock.
+	g.timer = g.clock.AfterFunc(max(next.Sub(now), time.Nanosecond), func() { go g.fire(gen) })
+}
+
+// fire is the gate's timer: the next moment has come.
+func (g *gate) fire(gen uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if gen == g.timerGen {
+		g.timer, g.timerAt = nil, time.Time{}
 	}
-	return max(next.Sub(now), time.Nanosecond)
+	g.dispatch()
 }
 
 // due reports whether t is set and has come.
 func due(t, now time.Time) bool { return !t.IsZero() && !now.Before(t) }
-
-func (g *gate) grant(w *waiter) {
-	g.disarm(w)
-	w.out = true
-	g.inflight++
-	if w.background {
-		g.bgFlight++
-	}
-	close(w.granted)
-}
 
 func (g *gate) release(background bool, err error, took time.Duration) {
 	g.mu.Lock()
@@ -516,7 +533,7 @@ func (g *gate) release(background bool, err error, took time.Duration) {
 		g.throttles = 0
 		g.limit = min(g.max, g.limit+1)
 	}
-	g.dispatch(nil)
+	g.dispatch()
 }
 
 // isThrottled reports whether err is the API server's own throttling: a 429 that is not a
