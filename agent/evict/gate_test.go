@@ -708,3 +708,75 @@ func TestGateProbesAfterThrottling(t *testing.T) {
 		t.Fatal("a second request beyond the horizon went before the probe's answer")
 	}
 }
+
+// TestAdmit: the gate's policy on sets of waiters, without channels or timers (docs/design.md,
+// "The gate's rules"). Waiters are named by their key's offset from now.
+func TestAdmit(t *testing.T) {
+	now := t0
+	at := func(d time.Duration) time.Time { return now.Add(d) }
+	// w is a deadline-bound eviction with its last safe moment at +key, its must-go moment 1 s
+	// before and its last chance at +30 s.
+	w := func(key time.Duration, seq uint64) *waiter {
+		return &waiter{key: at(key), mustGo: at(key - time.Second), lastChance: at(30 * time.Second), seq: seq}
+	}
+	idle := gateState{now: now, limit: 2, horizon: horizonMin}
+	cases := []struct {
+		name      string
+		state     gateState
+		waiting   []*waiter
+		wantGrant []time.Time // keys, in the order granted
+		wantNext  time.Time
+	}{
+		{name: "idle: the most urgent go, up to the limit, whatever their arrival",
+			state: idle, waiting: []*waiter{w(20*time.Second, 1), w(5*time.Second, 2), w(10*time.Second, 3)},
+			wantGrant: []time.Time{at(5 * time.Second), at(10 * time.Second)}, wantNext: at(19 * time.Second)},
+		{name: "a late arrival that is more urgent goes before earlier ones",
+			state: gateState{now: now, limit: 2, inflight: 1, horizon: horizonMin}, waiting: []*waiter{w(20*time.Second, 1), w(15*time.Second, 2), w(3*time.Second, 9)},
+			wantGrant: []time.Time{at(3 * time.Second)}, wantNext: at(14 * time.Second)},
+		{name: "limit reached: the must-go goes past it",
+			state: gateState{now: now, limit: 1, inflight: 1, horizon: horizonMin}, waiting: []*waiter{w(time.Second, 1), w(20*time.Second, 2)},
+			wantGrant: []time.Time{at(time.Second)}, wantNext: at(19 * time.Second)},
+		{name: "paused: nothing goes but a last chance; next is the pause's end",
+			state: gateState{now: now, limit: 4, pauseUntil: at(3 * time.Second), congested: true, horizon: horizonMin},
+			waiting:   []*waiter{w(time.Second, 1), {key: at(40 * time.Second), lastChance: now, seq: 2}},
+			wantGrant: []time.Time{at(40 * time.Second)}, wantNext: at(3 * time.Second)},
+		{name: "congested: past the horizon waits, slots free; next is its horizon",
+			state: gateState{now: now, limit: 8, inflight: 1, congested: true, horizon: 12 * time.Second}, waiting: []*waiter{w(20*time.Second, 1), w(5*time.Second, 2)},
+			wantGrant: []time.Time{at(5 * time.Second)}, wantNext: at(8 * time.Second)},
+		{name: "congested with nothing in flight: the most urgent goes, only it",
+			state: gateState{now: now, limit: 8, congested: true, horizon: 12 * time.Second}, waiting: []*waiter{w(25*time.Second, 1), w(20*time.Second, 2)},
+			wantGrant: []time.Time{at(20 * time.Second)}, wantNext: at(13 * time.Second)},
+		{name: "a lost budget goes after a kept one",
+			state: idle, waiting: []*waiter{w(-5*time.Second, 1), w(20*time.Second, 2)},
+			wantGrant: []time.Time{at(20 * time.Second), at(-5 * time.Second)}},
+		{name: "background behind a held eviction waits",
+			state:   gateState{now: now, limit: 8, inflight: 1, congested: true, horizon: 12 * time.Second},
+			waiting: []*waiter{w(20*time.Second, 1), {background: true, seq: 2}}, wantNext: at(8 * time.Second)},
+		{name: "background takes at most half the slots",
+			state:   gateState{now: now, limit: 4, inflight: 2, bg: 2, horizon: horizonMin},
+			waiting: []*waiter{{background: true, seq: 1}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			grant, rest, next := admit(c.state, c.waiting)
+			var got []time.Time
+			for _, g := range grant {
+				got = append(got, g.key)
+			}
+			if len(got) != len(c.wantGrant) {
+				t.Fatalf("granted %v, want %v", got, c.wantGrant)
+			}
+			for i := range got {
+				if !got[i].Equal(c.wantGrant[i]) {
+					t.Fatalf("granted %v, want %v", got, c.wantGrant)
+				}
+			}
+			if len(grant)+len(rest) != len(c.waiting) {
+				t.Fatalf("%d granted and %d left of %d", len(grant), len(rest), len(c.waiting))
+			}
+			if !next.Equal(c.wantNext) {
+				t.Fatalf("next %v, want %v", next, c.wantNext)
+			}
+		})
+	}
+}

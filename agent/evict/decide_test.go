@@ -1,0 +1,199 @@
+package evict
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/reprieve-dev/reprieve/agent/plan"
+)
+
+// TestDecide: what decide asks for one pod, at moments around its plan (a 40 s deadline and a
+// 5 s margin: the window ends at T+35; a 10 s pod that does not tolerate the taint is due at
+// once, with its last safe moment at T+25).
+func TestDecide(t *testing.T) {
+	v := view(t0.Add(40 * time.Second))
+	tolerating := func(secs int64) *v1.Pod {
+		p := testPod("p", 10)
+		p.Spec.Tolerations = []v1.Toleration{{Key: spot.Key, Operator: v1.TolerationOpExists, Effect: spot.Effect, TolerationSeconds: &secs}}
+		return p
+	}
+	forever := testPod("p", 10)
+	forever.Spec.Tolerations = []v1.Toleration{{Key: spot.Key, Operator: v1.TolerationOpExists, Effect: spot.Effect}}
+	terminating := func(end time.Time, grace int64) *v1.Pod {
+		p := testPod("p", grace)
+		p.DeletionTimestamp = &metav1.Time{Time: end}
+		return p
+	}
+	latest := t0.Add(25 * time.Second)
+	cases := []struct {
+		name   string
+		pod    *v1.Pod
+		facts  podFacts
+		view   View
+		now    time.Time
+		margin time.Duration
+		want   actionKind
+		check  func(t *testing.T, a action)
+	}{
+		{name: "due now: evict, ordered by its last safe moment", pod: testPod("p", 10), now: t0, want: actEvict,
+			check: func(t *testing.T, a action) {
+				if !a.gate.key.Equal(latest) || !a.gate.mustGo.Equal(latest.Add(-plan.EvictionLead)) ||
+					!a.gate.lastChance.Equal(t0.Add(35*time.Second-minKill-plan.EvictionLead)) {
+					t.Errorf("slot %+v", a.gate)
+				}
+			}},
+		{name: "due later by tolerationSeconds: wait, announced", pod: tolerating(8), now: t0, want: actWait,
+			check: func(t *testing.T, a action) {
+				if !a.at.Equal(t0.Add(8*time.Second)) || !a.announce {
+					t.Errorf("wait until %s announce %v, want T+8s announced", a.at, a.announce)
+				}
+			}},
+		{name: "announced already: wait without a second event", pod: tolerating(8), now: t0, facts: podFacts{announced: t0.Add(8 * time.Second)}, want: actWait,
+			check: func(t *testing.T, a action) {
+				if a.announce {
+					t.Error("announced twice")
+				}
+			}},
+		{name: "deadline-bound: wakes RemeasureLead before its send, less the margin", pod: tolerating(600), now: t0, margin: 300 * time.Millisecond, want: actWait,
+			check: func(t *testing.T, a action) {
+				send := latest.Add(-plan.EvictionLead - 300*time.Millisecond)
+				if want := send.Add(-RemeasureLead); !a.at.Equal(want) {
+					t.Errorf("wait until %s, want %s", a.at, want)
+				}
+			}},
+		{name: "backoff: waits for nextTry", pod: testPod("p", 10), now: t0, facts: podFacts{attempts: 1, nextTry: t0.Add(3 * time.Second)}, want: actWait,
+			check: func(t *testing.T, a action) {
+				if !a.at.Equal(t0.Add(3 * time.Second)) {
+					t.Errorf("wait until %s, want T+3s", a.at)
+				}
+			}},
+		{name: "backoff never outlasts the force point", pod: testPod("p", 10), now: t0.Add(20 * time.Second), facts: podFacts{attempts: 3, nextTry: t0.Add(30 * time.Second)}, want: actWait,
+			check: func(t *testing.T, a action) {
+				if !a.at.Equal(a.forceAt) {
+					t.Errorf("wait until %s, want the force point %s", a.at, a.forceAt)
+				}
+			}},
+		{name: "refused before and past the force point: force", pod: testPod("p", 10), now: latest, facts: podFacts{attempts: 2}, want: actForce},
+		{name: "past the force point at the first try: still an eviction", pod: testPod("p", 10), now: latest, want: actEvict},
+		{name: "sent already", pod: testPod("p", 10), now: t0, facts: podFacts{done: true}, want: actNone},
+		{name: "tolerates forever: left alone, logged once", pod: forever, now: t0, want: actNone,
+			check: func(t *testing.T, a action) {
+				if a.skip != plan.SkipTolerateForever || !a.logSkip || !a.unblock {
+					t.Errorf("skip %q log %v unblock %v", a.skip, a.logSkip, a.unblock)
+				}
+			}},
+		{name: "tolerates forever, logged already", pod: forever, now: t0, facts: podFacts{logged: plan.SkipTolerateForever}, want: actNone,
+			check: func(t *testing.T, a action) {
+				if a.logSkip {
+					t.Error("logged twice")
+				}
+			}},
+		{name: "terminating past the window: shorten", pod: terminating(t0.Add(100*time.Second), 100), now: t0, want: actShorten,
+			check: func(t *testing.T, a action) {
+				if a.warn {
+					t.Error("a pod leaving under a deadline is no longer warned")
+				}
+				if !a.gate.key.Equal(t0.Add(35*time.Second - minKill)) {
+					t.Errorf("key %s", a.gate.key)
+				}
+			}},
+		{name: "terminating within the window: nothing", pod: terminating(t0.Add(30*time.Second), 30), now: t0, want: actNone},
+		{name: "terminating, shortened already to that end", pod: terminating(t0.Add(100*time.Second), 100), now: t0,
+			facts: podFacts{shortenedTo: t0.Add(35 * time.Second)}, want: actNone},
+		{name: "no deadline, due now: evict with no must-go or last chance", pod: testPod("p", 10), now: t0,
+			view: View{Taints: v.Taints, Window: plan.Window{SafetyMargin: 5 * time.Second}}, want: actEvict,
+			check: func(t *testing.T, a action) {
+				if !a.gate.mustGo.IsZero() || !a.gate.lastChance.IsZero() || !a.gate.key.Equal(t0) {
+					t.Errorf("slot %+v", a.gate)
+				}
+			}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			vw := v
+			if c.view.Taints != nil {
+				vw = c.view
+			}
+			a := decide(decision{pod: c.pod, facts: c.facts, view: vw, margin: c.margin, now: c.now, minKill: minKill})
+			if a.kind != c.want {
+				t.Fatalf("decided %s, want %s (%+v)", a.kind, c.want, a)
+			}
+			if c.check != nil {
+				c.check(t, a)
+			}
+		})
+	}
+}
+
+// TestOutcome: what an answer means for the pod (the window and plan of TestDecide).
+func TestOutcome(t *testing.T) {
+	v := view(t0.Add(40 * time.Second))
+	a := decide(decision{pod: testPod("p", 10), view: v, now: t0, minKill: minKill})
+	gr := schema.GroupResource{Resource: "pods"}
+	pdb := apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 0)
+	pdb.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: policyv1.DisruptionBudgetCause}}
+	cases := []struct {
+		name      string
+		kind      actionKind
+		err       error
+		facts     podFacts
+		sent, now time.Time
+		pause     time.Duration
+		want      result
+	}{
+		{name: "accepted", kind: actEvict, sent: t0, now: t0, want: result{kind: resDone}},
+		{name: "gone", kind: actEvict, err: apierrors.NewNotFound(gr, "p"), sent: t0, now: t0, want: result{kind: resGone}},
+		{name: "replaced (UID precondition)", kind: actEvict, err: apierrors.NewConflict(gr, "p", fmt.Errorf("uid")), sent: t0, now: t0, want: result{kind: resGone}},
+		{name: "not sent", kind: actEvict, err: errNotSent, sent: t0, now: t0, want: result{kind: resStale, retry: time.Nanosecond}},
+		{name: "throttled: again at once (the gate paces)", kind: actEvict, err: throttled(2), sent: t0, now: t0, want: result{kind: resNoSeat, retry: time.Nanosecond}},
+		{name: "throttled past the force point: spaced by the pause", kind: actEvict, err: throttled(2), facts: podFacts{throttled: 1},
+			sent: t0.Add(25 * time.Second), now: t0.Add(25 * time.Second), pause: 2 * time.Second, want: result{kind: resNoSeat, retry: 2 * time.Second}},
+		{name: "refused by a budget: backoff", kind: actEvict, err: pdb, facts: podFacts{attempts: 2}, sent: t0, now: t0,
+			want: result{kind: resRefused, retry: 400 * time.Millisecond, nextTry: t0.Add(400 * time.Millisecond)}},
+		{name: "refused by a budget: backoff up to 10 s", kind: actEvict, err: pdb, facts: podFacts{attempts: 9}, sent: t0, now: t0,
+			want: result{kind: resRefused, retry: EvictionBackoffMax, nextTry: t0.Add(EvictionBackoffMax)}},
+		{name: "refused: backoff cut at the force point", kind: actEvict, err: pdb, facts: podFacts{attempts: 9}, sent: t0.Add(20 * time.Second), now: t0.Add(20 * time.Second),
+			want: result{kind: resRefused, retry: a.forceAt.Sub(t0.Add(20 * time.Second)), nextTry: a.forceAt}},
+		{name: "failed: backoff up to 1 s", kind: actEvict, err: apierrors.NewInternalError(fmt.Errorf("etcd")), facts: podFacts{attempts: 9}, sent: t0, now: t0,
+			want: result{kind: resFailed, retry: FailureBackoffMax, nextTry: t0.Add(FailureBackoffMax)}},
+		{name: "refused at the force point: force", kind: actEvict, err: pdb, sent: a.forceAt, now: a.forceAt, want: result{kind: resRefused, force: true}},
+		{name: "a failed delete: retried, capped", kind: actForce, err: apierrors.NewInternalError(fmt.Errorf("etcd")), facts: podFacts{deleteFailures: 9}, sent: t0, now: t0,
+			want: result{kind: resFailed, retry: deleteBackoffMax}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := outcome(c.kind, a, c.err, c.facts, c.sent, c.now, c.pause); got != c.want {
+				t.Fatalf("outcome %+v, want %+v", got, c.want)
+			}
+		})
+	}
+}
+
+// TestSendGrace: the grace a request asks for when it leaves: its own, cut to end by the
+// window's end from when it lands (the allowance and the measured queue), whole seconds.
+func TestSendGrace(t *testing.T) {
+	v := view(t0.Add(40 * time.Second)) // window end T+35
+	a := decide(decision{pod: testPod("p", 10), view: v, now: t0, minKill: minKill})
+	for _, c := range []struct {
+		at    time.Time
+		queue time.Duration
+		want  time.Duration
+	}{
+		{at: t0, want: 10 * time.Second},
+		{at: t0.Add(24500 * time.Millisecond), want: 10 * time.Second}, // 10.25 s left when it lands
+		{at: t0.Add(25 * time.Second), want: 9 * time.Second},
+		{at: t0.Add(24 * time.Second), queue: 2 * time.Second, want: 8 * time.Second},
+		{at: t0.Add(34 * time.Second), want: plan.MinGrace},
+	} {
+		if s := sendGrace(actEvict, a, time.Time{}, c.at, c.queue); s.grace != c.want {
+			t.Errorf("sent at T+%s with a %s queue: grace %s, want %s", c.at.Sub(t0), c.queue, s.grace, c.want)
+		}
+	}
+}
