@@ -737,7 +737,7 @@ func TestAdmit(t *testing.T) {
 			state: gateState{now: now, limit: 1, inflight: 1, horizon: horizonMin}, waiting: []*waiter{w(time.Second, 1), w(20*time.Second, 2)},
 			wantGrant: []time.Time{at(time.Second)}, wantNext: at(19 * time.Second)},
 		{name: "paused: nothing goes but a last chance; next is the pause's end",
-			state: gateState{now: now, limit: 4, pauseUntil: at(3 * time.Second), congested: true, horizon: horizonMin},
+			state:     gateState{now: now, limit: 4, pauseUntil: at(3 * time.Second), congested: true, horizon: horizonMin},
 			waiting:   []*waiter{w(time.Second, 1), {key: at(40 * time.Second), lastChance: now, seq: 2}},
 			wantGrant: []time.Time{at(40 * time.Second)}, wantNext: at(3 * time.Second)},
 		{name: "congested: past the horizon waits, slots free; next is its horizon",
