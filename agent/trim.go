@@ -171,6 +171,7 @@ func trimPod(p *v1.Pod) *v1.Pod {
 	out.Spec.TerminationGracePeriodSeconds = p.Spec.TerminationGracePeriodSeconds
 	out.Spec.Tolerations = noExecuteTolerations(p)
 	out.Spec.Containers = requestsContainer(p)
+	keepTail(p, out)
 	out.Spec.Resources = podLevelResources(p.Spec.Resources)
 	out.Spec.Overhead = onlyResources(p.Spec.Overhead, rankedResources)
 	out.Spec.Volumes = volumeKinds(p)

@@ -168,7 +168,7 @@ func PlanWhatIf(cfg Config, in WhatIf) NodePlan {
 		}
 		pp.SendAt, pp.ByDeadline = &send, pl.ByDeadline
 		pp.PodGraceSeconds = pl.Grace.Seconds()
-		pp.GraceSeconds = float64(int64(plan.GraceAt(pl.Grace, w, send.Add(plan.RequestAllowance)) / time.Second))
+		pp.GraceSeconds = float64(int64(plan.GraceAt(pl.Grace, w, send.Add(plan.RequestAllowance+pl.Tail)) / time.Second))
 		if pdbs := coveringPDBs(pod, in.PDBs); len(pdbs) > 0 {
 			pdb := pdbs[0]
 			pp.PDB = &PDBPlan{Name: pdb.Name, DisruptionsAllowed: pdb.Status.DisruptionsAllowed, Blocks: pdb.Status.DisruptionsAllowed < 1}

@@ -148,7 +148,9 @@ func decidePlanned(d decision) action {
 		}
 		return a
 	}
-	a.gate = slot{key: gateKey(pl, w), mustGo: mustGo(w, forceAt), lastChance: lastChance(w, d.margin, d.minKill)}
+	// The last chance leaves the least grace and the kubelet's tail (plan.Tail) before the
+	// window's end.
+	a.gate = slot{key: gateKey(pl, w), mustGo: mustGo(w, forceAt), lastChance: lastChance(w, d.margin, d.minKill+pl.Tail)}
 	a.kind = actEvict
 	if w.HasDeadline() && d.facts.attempts > 0 && !now.Before(forceAt) {
 		// Refused or failed before, and the force point has come: the machine is going
@@ -165,7 +167,7 @@ func decideShorten(d decision, w plan.Window) action {
 	if !plan.NeedsShortening(d.pod, w) {
 		return action{kind: actNone, w: w}
 	}
-	grace := plan.GraceAt(d.pod.DeletionTimestamp.Sub(d.now), w, d.now.Add(plan.RequestAllowance))
+	grace := plan.GraceAt(d.pod.DeletionTimestamp.Sub(d.now), w, d.now.Add(plan.RequestAllowance+plan.Tail(d.pod)))
 	end := d.now.Add(plan.RequestAllowance).Add(grace)
 	if !d.facts.shortenedTo.IsZero() && end.After(d.facts.shortenedTo.Add(-time.Second)) {
 		// Asked already in this window. deletionTimestamp is the API server's clock in whole
@@ -173,10 +175,12 @@ func decideShorten(d decision, w plan.Window) action {
 		// rounding; shortening again for less than a second would only repeat the DELETE.
 		return action{kind: actNone, w: w}
 	}
-	// A terminating pod's last safe moment is the last at which the least grace still fits.
-	last := w.End().Add(-d.minKill)
-	return action{kind: actShorten, w: w,
-		gate: slot{key: last, mustGo: last.Add(-plan.EvictionLead - d.margin), lastChance: lastChance(w, d.margin, d.minKill)}}
+	// A terminating pod's last safe moment is the last at which the least grace still fits,
+	// with the kubelet's tail.
+	tail := plan.Tail(d.pod)
+	last := w.End().Add(-d.minKill - tail)
+	return action{kind: actShorten, w: w, pl: plan.Plan{Tail: tail},
+		gate: slot{key: last, mustGo: last.Add(-plan.EvictionLead - d.margin), lastChance: lastChance(w, d.margin, d.minKill+tail)}}
 }
 
 // sent is what a request asks for when it leaves at now with the measured margin queue: its
@@ -193,13 +197,16 @@ type sent struct {
 
 // sendGrace is sent for a request of kind k for a pod planned as a (actEvict, actForce) or
 // terminating until deletion (actShorten).
+//
+// The grace also leaves the kubelet's tail (plan.Tail: a preStop hook or a native sidecar that
+// uses the whole grace adds 2 s each in the kubelet) before the window's end.
 func sendGrace(k actionKind, a action, deletion, at time.Time, queue time.Duration) sent {
 	lands := at.Add(plan.RequestAllowance + queue)
 	var grace time.Duration
 	if k == actShorten {
-		grace = plan.GraceAt(deletion.Sub(at), a.w, lands)
+		grace = plan.GraceAt(deletion.Sub(at), a.w, lands.Add(a.pl.Tail))
 	} else {
-		grace = plan.GraceAt(a.pl.Grace, a.w, lands)
+		grace = plan.GraceAt(a.pl.Grace, a.w, lands.Add(a.pl.Tail))
 	}
 	end := at.Add(plan.RequestAllowance).Add(grace)
 	if k == actShorten {

@@ -22,8 +22,8 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// minKill is the least time a pod takes to stop once its grace starts: the least grace reprieve
-// asks for.
+// minKill is the least time a pod takes to stop once its grace starts: the kubelet's floor,
+// which is the least grace reprieve asks for (plan.MinGrace).
 const minKill = plan.MinGrace
 
 // RequestTimeout bounds one eviction or delete request, so that a hanging API server holds a

@@ -342,7 +342,8 @@ func TestThrottledPastForcePointWaitsRetryAfter(t *testing.T) {
 	}
 }
 
-// TestLastChanceRequestNotCut: a pod sent at its last chance asks for the least grace (1 s),
+// TestLastChanceRequestNotCut: a pod sent at its last chance asks for the least grace (2 s, the
+// kubelet's floor: issue 38, case 2),
 // and a resend could ask for no less: the request may take the request timeout, not the 250 ms
 // allowance, which cut every resend in turn while the server answered more slowly than that.
 func TestLastChanceRequestNotCut(t *testing.T) {
@@ -357,10 +358,10 @@ func TestLastChanceRequestNotCut(t *testing.T) {
 		return nil
 	}
 	f.e.SetView(view(t0.Add(40 * time.Second)))       // window ends at t0+35s
-	f.clock.SetTime(t0.Add(33800 * time.Millisecond)) // 1.2 s before it: only the least grace fits
+	f.clock.SetTime(t0.Add(32200 * time.Millisecond)) // 2.8 s before it: only the least grace fits
 	f.e.SyncPod(context.Background(), "ns/a")
-	if n := f.evictions(); n != 1 || grace != 1 {
-		t.Fatalf("%d evictions, grace %d s; want one, with 1 s", n, grace)
+	if n := f.evictions(); n != 1 || grace != 2 {
+		t.Fatalf("%d evictions, grace %d s; want one, with 2 s", n, grace)
 	}
 	if bound < RequestTimeout-time.Second {
 		t.Errorf("the last-chance request may wait %s, want about %s (a resend could ask for no less grace)", bound, RequestTimeout)

@@ -317,8 +317,8 @@ func TestQueueBound(t *testing.T) {
 		{"a deadline-bound pod sent at its force point keeps the lead", 30 * time.Second, t0.Add(5*time.Second - 500*time.Millisecond), 500 * time.Millisecond},
 		{"a pod with slack waits at most the request timeout", 5 * time.Second, t0, RequestTimeout},
 		{"a cut grace leaves what rounding down left", 34 * time.Second, t0.Add(100 * time.Millisecond), 900 * time.Millisecond},
-		{"never less than the allowance to land", 2 * time.Second, t0.Add(32900 * time.Millisecond), 250 * time.Millisecond},
-		{"the least grace waits the request timeout: a resend could ask no less", time.Second, t0.Add(34800 * time.Millisecond), RequestTimeout},
+		{"never less than the allowance to land", 3 * time.Second, t0.Add(31900 * time.Millisecond), 250 * time.Millisecond},
+		{"the least grace waits the request timeout: a resend could ask no less", plan.MinGrace, t0.Add(34800 * time.Millisecond), RequestTimeout},
 	} {
 		if got := QueueBound(w, c.grace, c.sent); got != c.want {
 			t.Errorf("%s: QueueBound = %s, want %s", c.name, got, c.want)
@@ -330,16 +330,16 @@ func TestQueueBound(t *testing.T) {
 }
 
 // TestMarkBound: the DisruptionTarget patch before a DELETE may not hold it past the pod's last
-// chance (a 1 s grace with the lead and the margin before the window's end).
+// chance (the kubelet's 2 s least grace with the lead and the margin before the window's end).
 func TestMarkBound(t *testing.T) {
-	w := view(t0.Add(40 * time.Second)).Window // ends at t0+35s; last chance t0+33.5s less the margin
+	w := view(t0.Add(40 * time.Second)).Window // ends at t0+35s; last chance t0+32.5s less the margin
 	for _, c := range []struct {
 		name string
 		now  time.Time
 		want time.Duration
 	}{
 		{"far from the last chance: the request timeout", t0, RequestTimeout},
-		{"the time to the last chance", t0.Add(31 * time.Second), 2*time.Second + 300*time.Millisecond},
+		{"the time to the last chance", t0.Add(31 * time.Second), time.Second + 300*time.Millisecond},
 		{"at the last chance: the allowance to land", t0.Add(34 * time.Second), plan.RequestAllowance},
 	} {
 		if got := markBound(w, 200*time.Millisecond, c.now); got != c.want {

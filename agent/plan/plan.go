@@ -11,9 +11,39 @@ import (
 // DefaultGracePeriod is what the API server defaults terminationGracePeriodSeconds to.
 const DefaultGracePeriod = 30 * time.Second
 
-// MinGrace is the shortest grace reprieve ever asks for: 0 would force-remove a running pod
-// without the kubelet's confirmation, which is never what a graceful handler wants.
-const MinGrace = time.Second
+// MinGrace is the shortest grace reprieve ever asks for, and the least time a pod takes to stop
+// once its grace starts: the kubelet raises any grace below minimumGracePeriodInSeconds (2) to
+// 2 s when it stops a container, after the API's own value (killContainer,
+// pkg/kubelet/kuberuntime/kuberuntime_container.go, v1.37). Planned as 1 s, a pod sent at its
+// last chance outlived the window by up to a second (issue 38, case 2). 0 would force-remove a
+// running pod without the kubelet's confirmation, never what a graceful handler wants.
+const MinGrace = 2 * time.Second
+
+// HookTail is how long past its grace the kubelet may take per stage of a pod's stop that can
+// use the whole grace: killContainer runs a preStop hook within the grace, takes the time it
+// used off it and raises what is left to minimumGracePeriodInSeconds, so a hook that uses the
+// whole grace adds 2 s; a native sidecar (a restartable init container) is stopped after the
+// regular containers, with what is left, floored the same way.
+const HookTail = 2 * time.Second
+
+// Tail is how long past its grace the kubelet may take to stop pod: HookTail when a regular
+// container has a preStop hook, and HookTail more per native sidecar. It is a bound, not a
+// measure: a hook that ends early leaves that time to the containers, within the grace.
+func Tail(pod *v1.Pod) time.Duration {
+	var tail time.Duration
+	for _, c := range pod.Spec.Containers {
+		if c.Lifecycle != nil && c.Lifecycle.PreStop != nil {
+			tail = HookTail
+			break
+		}
+	}
+	for _, c := range pod.Spec.InitContainers {
+		if c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways {
+			tail += HookTail
+		}
+	}
+	return tail
+}
 
 // SkipReason says why a pod is left alone. The empty reason means the pod is planned.
 type SkipReason string
@@ -142,6 +172,9 @@ type Plan struct {
 	// Unbound is true when the window does not bind the pod: it tolerates the interruption
 	// taint forever, so only upstream's timing applies and its grace is its own (see Bound).
 	Unbound bool
+	// Tail is how long past its grace the kubelet may take to stop the pod (see Tail): its
+	// last safe moment leaves room for it, and a grace cut to the window leaves it too.
+	Tail time.Duration
 }
 
 // Bound is the window that binds the pod planned as p: w itself, or no deadline for a pod
@@ -176,7 +209,7 @@ func PlanPodAt(pod *v1.Pod, taints []v1.Taint, firstSeen time.Time, w Window, fi
 		// when the machine is going away (it chose to; DaemonSet-like agents rely on it).
 		return Plan{Skip: SkipTolerateForever}
 	}
-	p := Plan{Due: due, DueTaint: dueTaint, Grace: PodGrace(pod), EvictAt: due}
+	p := Plan{Due: due, DueTaint: dueTaint, Grace: PodGrace(pod), EvictAt: due, Tail: Tail(pod)}
 	if w.HasDeadline() && ToleratesForever(pod.Spec.Tolerations, w.Taint, comparisonOperators) {
 		// It stays until the machine goes; another NoExecute taint (the node lifecycle
 		// controller's not-ready, with everyone's default 300 s) evicts it on upstream's
@@ -185,9 +218,10 @@ func PlanPodAt(pod *v1.Pod, taints []v1.Taint, firstSeen time.Time, w Window, fi
 		return p
 	}
 	if w.HasDeadline() {
-		// Never less than the 1 s every request carries (GraceAt): a pod whose own grace is 0
-		// still takes that second, and must start it a second before the window's end.
-		p.Latest = w.End().Add(-max(p.Grace, MinGrace))
+		// Never less than the 2 s the kubelet gives every container (MinGrace): a pod whose
+		// own grace is 0 still takes them, and must start them before the window's end; and
+		// the kubelet's tail after the grace (a preStop hook, native sidecars).
+		p.Latest = w.End().Add(-max(p.Grace, MinGrace) - p.Tail)
 		if !w.kubeletCut().IsZero() && p.Latest.After(w.SoftOff) {
 			// From the soft-off the kubelet stops the pod itself, past any budget: the eviction
 			// goes before it.
@@ -331,5 +365,5 @@ func NeedsShortening(pod *v1.Pod, w Window) bool {
 	if pod.DeletionTimestamp == nil || !w.HasDeadline() {
 		return false
 	}
-	return pod.DeletionTimestamp.After(w.End())
+	return pod.DeletionTimestamp.Add(Tail(pod)).After(w.End())
 }

@@ -177,7 +177,7 @@ func TestPlanPod(t *testing.T) {
 			p := withGrace(pod(), 1)
 			p.OwnerReferences = []metav1.OwnerReference{{Kind: "DaemonSet", Name: "ds"}}
 			return p
-		}(), window: w, wantEvictAt: t0, wantLatest: deadline.Add(-6 * time.Second), wantGrace: time.Second},
+		}(), window: w, wantEvictAt: t0, wantLatest: deadline.Add(-7 * time.Second), wantGrace: time.Second}, // the kubelet's 2 s floor (issue 38, case 2)
 		{name: "reprieve's own pod", pod: func() *v1.Pod { p := pod(); p.Name = "reprieve-abc"; p.Namespace = "kube-system"; return p }(),
 			window: w, wantSkip: SkipSelf},
 	}
@@ -229,9 +229,10 @@ func TestGraceAt(t *testing.T) {
 		{"exactly fits", 55 * time.Second, w, t0, 55 * time.Second},
 		{"shortened to what is left", 300 * time.Second, w, t0.Add(10 * time.Second), 45 * time.Second},
 		{"rounded down, never up past the window", 300 * time.Second, w, t0.Add(10*time.Second + 300*time.Millisecond), 44 * time.Second},
-		{"at least one second", 30 * time.Second, w, t0.Add(55 * time.Second), time.Second},
-		{"past the deadline: still one second, never zero", 30 * time.Second, w, t0.Add(90 * time.Second), time.Second},
-		{"zero grace becomes one second", 0, w, t0, time.Second},
+		// The least grace is the kubelet's own floor, 2 s (issue 38, case 2: it was 1 s).
+		{"at least two seconds", 30 * time.Second, w, t0.Add(55 * time.Second), 2 * time.Second},
+		{"past the deadline: still two seconds, never zero", 30 * time.Second, w, t0.Add(90 * time.Second), 2 * time.Second},
+		{"zero grace becomes two seconds", 0, w, t0, 2 * time.Second},
 		{"no deadline: own grace", 300 * time.Second, Window{}, t0, 300 * time.Second},
 	}
 	for _, tc := range tests {
@@ -275,15 +276,16 @@ func TestPodGrace(t *testing.T) {
 
 func ptr[T any](v T) *T { return &v }
 
-// TestPlanPodZeroGrace: a pod whose terminationGracePeriodSeconds is 0 still gets the 1 s that
-// every request carries (GraceAt), so its latest start is a second before the window's end, not
-// at it (issue 20, case 8: it ran until 0.75 s past D - margin).
+// TestPlanPodZeroGrace: a pod whose terminationGracePeriodSeconds is 0 still gets the 2 s that
+// the kubelet gives every container (MinGrace), so its latest start is two seconds before the
+// window's end, not at it (issue 20, case 8: it ran until 0.75 s past D - margin; issue 38,
+// case 2: the floor is the kubelet's 2 s, not the 1 s of a request).
 func TestPlanPodZeroGrace(t *testing.T) {
 	spot := []v1.Taint{taint("cloud", "spot", v1.TaintEffectNoExecute, t0)}
 	w := Window{Deadline: t0.Add(120 * time.Second), SafetyMargin: 5 * time.Second}
 	p := PlanPod(withGrace(pod(tol("cloud", v1.TolerationOpExists, "", v1.TaintEffectNoExecute, secs(600))), 0), spot, w, PodFilter{}, false)
-	if want := w.End().Add(-time.Second); !p.Latest.Equal(want) || !p.EvictAt.Equal(want) || !p.ByDeadline {
-		t.Fatalf("plan %+v: want latest = evictAt = %v (window end less the 1 s minimum grace), by deadline", p, want)
+	if want := w.End().Add(-MinGrace); !p.Latest.Equal(want) || !p.EvictAt.Equal(want) || !p.ByDeadline {
+		t.Fatalf("plan %+v: want latest = evictAt = %v (window end less the kubelet's 2 s minimum grace), by deadline", p, want)
 	}
 	// Sent EvictionLead before Latest, the 1 s grace it carries ends before the window's end.
 	send := SendAt(p)
@@ -362,5 +364,73 @@ func TestPlanPodBeforeTheKubeletsShutdown(t *testing.T) {
 	w.ShutdownCut = 0
 	if !w.End().Equal(t0.Add(145 * time.Second)) {
 		t.Errorf("window end %v without the kubelet's shutdown, want deadline - margin", w.End())
+	}
+}
+
+// kubeletEnd is when the kubelet has stopped a pod whose eviction asked for asked and landed at
+// lands, at the latest: killContainer (pkg/kubelet/kuberuntime/kuberuntime_container.go, v1.37)
+// runs a preStop hook within the grace, takes the time it used off the grace and raises what is
+// left below minimumGracePeriodInSeconds (2) to 2 s; the containers then get that long. A
+// native sidecar is stopped after the regular containers, the same way.
+func kubeletEnd(lands time.Time, asked time.Duration, hooks int) time.Time {
+	if hooks == 0 {
+		return lands.Add(max(asked, 2*time.Second))
+	}
+	// Each stage that may use its whole grace (the hook of the regular containers, then each
+	// sidecar) leaves the next one the 2 s floor.
+	return lands.Add(asked + time.Duration(hooks)*2*time.Second)
+}
+
+// TestPlanPodKubeletMinimum (issue 38, case 2): the kubelet never stops a container in under
+// 2 s, and a preStop hook or a native sidecar that uses the whole grace adds 2 s each. A pod
+// whose grace is 0 or 1 s, and one with a hook, sent at its plan's send time, is stopped by the
+// window's end, with a 1 s margin too.
+func TestPlanPodKubeletMinimum(t *testing.T) {
+	spot := []v1.Taint{taint("cloud", "spot", v1.TaintEffectNoExecute, t0)}
+	w := Window{Deadline: t0.Add(120 * time.Second), SafetyMargin: time.Second}
+	hook := &v1.Lifecycle{PreStop: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"sleep", "30"}}}}
+	always := v1.ContainerRestartPolicyAlways
+	for _, c := range []struct {
+		name  string
+		grace int64
+		edit  func(*v1.Pod)
+		hooks int
+	}{
+		{name: "grace 0", grace: 0},
+		{name: "grace 1", grace: 1},
+		{name: "grace 10, preStop hook", grace: 10, hooks: 1,
+			edit: func(p *v1.Pod) { p.Spec.Containers = []v1.Container{{Name: "app", Lifecycle: hook}} }},
+		{name: "grace 10, native sidecar", grace: 10, hooks: 1,
+			edit: func(p *v1.Pod) {
+				p.Spec.Containers = []v1.Container{{Name: "app"}}
+				p.Spec.InitContainers = []v1.Container{{Name: "proxy", RestartPolicy: &always}}
+			}},
+		{name: "grace 10, preStop hook and a native sidecar", grace: 10, hooks: 2,
+			edit: func(p *v1.Pod) {
+				p.Spec.Containers = []v1.Container{{Name: "app", Lifecycle: hook}}
+				p.Spec.InitContainers = []v1.Container{{Name: "proxy", RestartPolicy: &always}, {Name: "setup"}}
+			}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := withGrace(pod(tol("cloud", v1.TolerationOpExists, "", v1.TaintEffectNoExecute, secs(600))), c.grace)
+			if c.edit != nil {
+				c.edit(p)
+			}
+			pl := PlanPod(p, spot, w, PodFilter{}, false)
+			send := SendAt(pl)
+			lands := send.Add(RequestAllowance)
+			asked := GraceAt(pl.Grace, w, lands.Add(pl.Tail))
+			if end := kubeletEnd(lands, asked, c.hooks); end.After(w.End()) {
+				t.Fatalf("plan %+v: sent at %v with %v, the kubelet stops it by %v, after the window's end %v", pl, send, asked, end, w.End())
+			}
+			if asked < time.Duration(min(max(c.grace, 2), 10))*time.Second {
+				t.Fatalf("asked %v for a pod whose own grace is %d s and whose plan leaves room for it", asked, c.grace)
+			}
+			// At its last moment, the least grace it can ask still ends in time.
+			late := w.End().Add(-MinGrace - pl.Tail - RequestAllowance)
+			if end := kubeletEnd(late.Add(RequestAllowance), GraceAt(pl.Grace, w, late.Add(RequestAllowance+pl.Tail)), c.hooks); end.After(w.End()) {
+				t.Fatalf("sent at its last moment %v, the kubelet stops it by %v, after the window's end %v", late, end, w.End())
+			}
+		})
 	}
 }
