@@ -445,6 +445,12 @@ func (e *Executor) Drained() (n providers.Notice, approved func(), ok bool) {
 		if pl := plan.PlanPod(p, view.Taints, view.Window, e.o.Filter, e.o.ComparisonOperators); pl.Skip == plan.SkipNone && !pl.Unbound {
 			return providers.Notice{}, nil, false // still to go
 		}
+		if p.DeletionTimestamp != nil && e.o.Filter.Skip(p) == plan.SkipNone {
+			// Still terminating, whatever its tolerations (reprieve may have just shortened
+			// it to end by the window's end): the cloud's event, once approved, starts at
+			// once and cuts the grace the pod was given (issue 38, case 4).
+			return providers.Notice{}, nil, false
+		}
 	}
 	return *h.notice, func() {
 		e.mu.Lock()

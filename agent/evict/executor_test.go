@@ -524,3 +524,28 @@ func TestLateUrgentPodOvertakesWaitingPods(t *testing.T) {
 	}
 	cancel()
 }
+
+// TestDrainedWaitsForShortenedPods (issue 38, case 4): a pod that tolerates the interruption
+// forever but was deleted by someone else with 600 s is shortened by reprieve to end by the
+// window's end; the node is not drained (Azure's event is not approved) while it still runs:
+// approving at once started the event and cut the grace reprieve had just given it.
+func TestDrainedWaitsForShortenedPods(t *testing.T) {
+	p := testPod("leaving", 600)
+	p.Spec.Tolerations = []v1.Toleration{{Key: spot.Key, Operator: v1.TolerationOpExists, Effect: spot.Effect}}
+	p.DeletionTimestamp = &metav1.Time{Time: t0.Add(600 * time.Second)}
+	f := newFixture(t, p)
+	f.e.SetView(view(t0.Add(60 * time.Second)))
+	f.e.SyncPod(context.Background(), "ns/leaving")
+	if d := f.client.Actions(); len(d) == 0 {
+		t.Fatal("the terminating pod was not shortened")
+	}
+	if _, _, ok := f.e.Drained(); ok {
+		t.Fatal("drained while a pod reprieve just shortened still runs: the approval would cut its grace")
+	}
+	if err := f.store.Delete(p); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok := f.e.Drained(); !ok {
+		t.Fatal("not drained once the shortened pod is gone")
+	}
+}
