@@ -121,8 +121,12 @@ func InForce(reported []providers.Notice, answered map[string]bool, recorded []p
 			// already Started: due at once) is this process's clock too: the record's earlier
 			// one stands.
 			atFirstSight := !n.Deadline.IsZero() && !n.NoticeTime.IsZero() && !n.Deadline.After(n.NoticeTime.Add(time.Second))
+			// A notice restored from the taint and the deadline annotation (the record did not
+			// decode) bounds a deadline this process counts from its own first sight: that
+			// deadline was first seen by an earlier process (issue 38, case 3).
+			restored := r.ID == restoredID && n.FromFirstSeen
 			n = n.Reanchor(r.NoticeTime)
-			if atFirstSight && !r.Deadline.IsZero() && r.Deadline.Before(n.Deadline) {
+			if (atFirstSight || restored) && !r.Deadline.IsZero() && r.Deadline.Before(n.Deadline) {
 				n.Deadline = r.Deadline
 			}
 			if r.Source != "" {
@@ -165,6 +169,14 @@ func match(n providers.Notice, ns []providers.Notice) int {
 	// annotation): the same kind.
 	for i, r := range ns {
 		if (r.Source == "" || n.Source == "") && r.Kind == n.Kind {
+			return i
+		}
+	}
+	// A notice restored from the interruption taint when the record does not decode: its kind
+	// is not known (the fallback calls it a spot interruption), so it is any notice that
+	// interrupts, or a GPU VM's maintenance would never pair with it.
+	for i, r := range ns {
+		if r.ID == restoredID && r.Source == "" && r.Interrupts() && n.Interrupts() {
 			return i
 		}
 	}

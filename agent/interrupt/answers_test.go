@@ -50,6 +50,17 @@ func TestInForce(t *testing.T) {
 		{name: "a record of no source goes once all answered", reported: nil,
 			answered: map[string]bool{"spot": true, "rebalance": true}, recorded: []providers.Notice{legacy}, want: nil},
 		{name: "nothing recorded, nothing answered", answered: map[string]bool{"spot": false}, want: nil},
+		// Issue 38, case 3: the record does not decode (a hand edit, a rollback) and the agent
+		// restarts 56 minutes into a GPU VM's maintenance, counted from first sight (GCP's
+		// maintenance-event). What the taint and the deadline annotation say pairs with it,
+		// whatever its kind: its deadline is not moved to an hour from the restart.
+		{name: "a notice restored from the taint keeps a first-seen deadline", answered: map[string]bool{"maintenance": true},
+			reported: []providers.Notice{notice("maintenance", "maint", providers.KindScheduledMaintenance, t0.Add(56*time.Minute), time.Hour, true)},
+			recorded: []providers.Notice{{Provider: "p", Kind: providers.KindSpotInterruption, ID: restoredID, NoticeTime: t0, Deadline: t0.Add(time.Hour)}},
+			want:     []string{"maint@13:00:00"}},
+		{name: "a restored notice with no countdown anchor still bounds a first-seen deadline", answered: map[string]bool{"maintenance": true},
+			reported: []providers.Notice{notice("maintenance", "maint", providers.KindScheduledMaintenance, t0.Add(56*time.Minute), time.Hour, true)},
+			recorded: []providers.Notice{legacy}, want: []string{"maint@12:01:00"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := InForce(tc.reported, tc.answered, tc.recorded)

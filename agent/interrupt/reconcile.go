@@ -85,8 +85,16 @@ func (l *Loop) recorded(node *v1.Node) []providers.Notice {
 	if record.Owns(node, l.o.Taints.Interruption) {
 		if v, ok := node.Annotations[record.AnnotationReclaimDeadline]; ok {
 			if d, err := time.Parse(time.RFC3339, v); err == nil {
-				out = append(out, providers.Notice{Provider: name, Kind: providers.KindSpotInterruption, ID: restoredID, Deadline: d,
-					Description: "restored from the node's " + record.AnnotationReclaimDeadline + " annotation"})
+				n := providers.Notice{Provider: name, Kind: providers.KindSpotInterruption, ID: restoredID, Deadline: d,
+					Description: "restored from the node's " + record.AnnotationReclaimDeadline + " annotation"}
+				// The taint's timeAdded is when the countdown started: a notice counted from
+				// first sight is re-anchored on it (InForce), never on this process's clock.
+				for _, t := range node.Spec.Taints {
+					if t.Key == l.o.Taints.Interruption.Key && t.Effect == l.o.Taints.Interruption.Effect && t.TimeAdded != nil {
+						n.NoticeTime = t.TimeAdded.Time
+					}
+				}
+				out = append(out, n)
 			}
 		}
 	}
