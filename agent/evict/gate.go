@@ -14,76 +14,13 @@ import (
 
 // The agent's share of the API server under pressure. A reclaimed pool sends every agent's
 // evictions in the same second, and API Priority and Fairness (APF) queues or refuses (429)
-// what exceeds the seats of the agents' priority level. Retrying each refused pod on its own
-// timer spent the seats on retries (more than five requests per pod, most of them 429). The
-// gate instead decides which of the agent's requests goes next, one decision for the agent:
-//
-//   - the request whose pod's last safe moment is nearest goes first (its key), whatever
-//     became due first;
-//   - at most limit requests are in flight; the limit halves on every throttling answer and
-//     grows by one on every accepted request (additive increase, multiplicative decrease, as
-//     TCP's congestion control), between 1 and the configured maximum;
-//   - a throttling answer pauses the agent's requests for at least its Retry-After, with
-//     jitter, so that a fleet of agents throttled in the same second does not come back in
-//     the same second;
-//   - a request whose must-go moment has come (the pod's force point: a later send cuts its
-//     grace) goes past the limit, but still waits out a pause: the server asked for it, and
-//     the grace is recomputed when it leaves, so the pod still ends in time, with less grace;
-//   - a request whose last chance has come (a 1 s grace barely fits) goes at once, past the
-//     pause too: waiting longer makes the pod late for certain, a refusal only possibly;
-//   - the server's queueing is measured, not guessed: the time its answers take (a smoothed
-//     mean plus four deviations, as TCP's retransmission timeout, RFC 6298, queueMargin) sets
-//     the horizon, and, bounded by the longest recent answer (sendMargin), is the margin a
-//     grace leaves for the request to wait in APF's queue;
-//   - background writes (the pods' early warning) go only when no eviction waits, not even
-//     one held by the horizon below, and hold at most half the slots;
-//   - a request whose pod is past its last safe moment (its budget is lost: every second costs
-//     it a second of grace, and no order can give it back) goes after every request whose
-//     budget can still be kept, and no longer past the limit at its force point: only at its
-//     last chance. While the server is congested (below) its deadline for the horizon is
-//     that last chance: it waits, slot or not, until the last chance is within the horizon;
-//     sent earlier it would sit in the server's queue ahead of other agents' pods whose
-//     budget can still be kept. With too few seats for the fleet, the pods lost
-//     are then the ones whose budget the window could never have met, not the ones whose
-//     turn came last;
-//   - while the server is congested (a throttling answer since the last accepted request, a
-//     pause, or answers that take congestedRTT), a request whose last safe moment is further
-//     than the horizon (twice the measured margin, at least horizonMin) waits, slot or not:
-//     sent now it would sit in the server's queue, first in first out, ahead of other agents'
-//     pods whose moment is nearer. The agents of a pool share the notice's clock, so the last
-//     safe moment is an ordering key across the fleet that needs no coordination: each agent
-//     keeps in the queue only what is due within the horizon, and the seats go to the nearest
-//     moments fleet-wide. A held request goes at the horizon, and at its force point at the
-//     latest, as before;
-//   - a notice starts cold: at a new window with a deadline, with nothing in flight, the
-//     limit falls back to gateRestartLimit (as TCP restarts an idle connection, RFC 5681
-//     section 4.1, with its slow start: one more per accepted request doubles the limit every
-//     round trip), and the server counts as congested until the first answer comes back (the
-//     probe). Only at the notice: pods that become due one by one later in the window keep
-//     the limit the answers gave (restarting after every second of quiet cost a 200 ms
-//     server three round trips for a handful of pods due together). While probing, the
-//     most urgent request goes when nothing is in flight, and the others wait as under
-//     congestion: within the limit, and only when due within the horizon. The first answer re-seeds the measured margin (RFC 6298, 2.2: a first
-//     measurement) and ends the probe: a quick accepted answer lifts the congestion and the
-//     limit grows from there, a slow one or a 429 keeps it. Without this, every agent of a
-//     pool sent its whole node (38 requests in 1.5 s) before any answer could show the
-//     congestion, the server's queues held all the fleet's pods in arrival order, and the
-//     horizon applied to the resends only;
-//   - one request always in flight: with nothing in flight the most urgent request goes,
-//     whatever the horizon, and only that one. Only an answer can show that the congestion
-//     is over (after the probe, after a throttling answer's pause), and one request per agent
-//     in the server's queue keeps its seats busy: holding every pod to its horizon left the
-//     server idle between a pool's grace classes, whose last safe moments bunch, and those
-//     seats were missing at the window's end (docs/benchmarks.md).
-//
-// Why the fleet needs this: APF classifies the agents' requests by FlowSchema and flow
-// distinguisher; the agents share one ServiceAccount in kube-system, which the default
-// kube-system-service-accounts schema (workload-high, distinguisher ByNamespace; k8s.io/apiserver
-// pkg/apis/flowcontrol/bootstrap/default.go) and the chart's (ByUser) put in one flow per pod
-// namespace or one in all. A flow's requests go to the shortest of its hand of queues (6 of
-// workload-high's 128), each queue first in, first out (queueset.go, shuffleShardLocked and
-// findDispatchQueueToBoundLocked): across agents the server serves in arrival order, and the
-// only order the fleet can impose is what it sends when.
+// what exceeds the seats of the agents' priority level. The gate decides which of the agent's
+// requests goes next, one decision for the agent. Its rules are written once, in
+// docs/design.md ("The order of requests under pressure"), and named where the code applies
+// them: urgency, limit, pause, must-go, last chance, background, lost budget, horizon, cold
+// start, one in flight. The policy is admit, a pure function of the gate's state and its
+// waiters; the gate around it keeps the state, grants through each waiter's callback and arms
+// one timer for the policy's next moment.
 const (
 	// gateInitialLimit is the in-flight limit of a new gate, for requests that are not
 	// deadline-bound (a notice restarts at gateRestartLimit).
@@ -314,7 +251,7 @@ func (g *gate) acquire(ctx context.Context, key, mustGo, lastChance time.Time, b
 	}
 }
 
-// notice starts a notice cold (see above): with nothing in flight, the limit falls back to at
+// notice starts a notice cold (rule cold start): with nothing in flight, the limit falls back to at
 // most gateRestartLimit and the gate probes; with requests in flight, their answers measure
 // the server already. SetView calls it for every new window with a deadline.
 func (g *gate) notice() {
@@ -357,8 +294,8 @@ func (g *gate) snapshot(now time.Time) gateState {
 		limit: g.limit, inflight: g.inflight, bg: g.bgFlight}
 }
 
-// held reports whether w waits, slot or not, in s (the rule "held past the horizon" and "one
-// always in flight", docs/design.md): the server is congested and w's last safe moment is
+// held reports whether w waits, slot or not, in s (rules horizon and one in flight,
+// docs/design.md): the server is congested and w's last safe moment is
 // further than the horizon, or already past (a lost budget) and its last chance further than
 // the horizon. Only deadline-bound evictions are held, and none while nothing is in flight.
 func held(w *waiter, s gateState) bool {
@@ -385,9 +322,9 @@ func held(w *waiter, s gateState) bool {
 func admit(s gateState, waiting []*waiter) (grant, rest []*waiter, next time.Time) {
 	now := s.now
 	paused := now.Before(s.pauseUntil)
-	// Last chance: past everything. Must-go: past the limit, during no pause, unless the
-	// budget is lost already (past the limit it would take a seat from a budget that can
-	// still be kept).
+	// Rules last chance (past everything) and must-go (past the limit, during no pause),
+	// unless the budget is lost already (rule lost budget: past the limit it would take a
+	// seat from a budget that can still be kept).
 	for _, w := range waiting {
 		if due(w.lastChance, now) || (!paused && due(w.mustGo, now) && !w.overdue(now)) {
 			grant = append(grant, w)
@@ -399,7 +336,8 @@ func admit(s gateState, waiting []*waiter) (grant, rest []*waiter, next time.Tim
 			rest = append(rest, w)
 		}
 	}
-	// Urgency orders every waiter, whenever it arrived.
+	// Rule urgency: it orders every waiter, whenever it arrived (lost budgets last, rule lost
+	// budget; background writes after evictions, rule background).
 	slices.SortFunc(rest, func(a, b *waiter) int {
 		switch {
 		case before(a, b, now):
@@ -409,6 +347,7 @@ func admit(s gateState, waiting []*waiter) (grant, rest []*waiter, next time.Tim
 		}
 		return 0
 	})
+	// Rules pause and limit.
 	for !paused && len(rest) > 0 && s.inflight < s.limit {
 		i := slices.IndexFunc(rest, func(w *waiter) bool { return !held(w, s) })
 		if i < 0 {
