@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"sync"
 	"time"
 
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -50,6 +52,14 @@ func (b *bench) burst(ctx context.Context, rep *report) error {
 				return err
 			}
 			b.o.Logf("burst: reprieve, %d pods, run %d: spread %s, p99 %s", n, i+1, r.Spread, r.P99)
+			rep.Burst = append(rep.Burst, r)
+		}
+		for i := 0; i < b.o.Runs; i++ {
+			r, err := b.limitBurst(ctx, n)
+			if err != nil {
+				return err
+			}
+			b.o.Logf("burst: machine limit, %d pods, run %d: spread %s, p99 %s", n, i+1, r.Spread, r.P99)
 			rep.Burst = append(rep.Burst, r)
 		}
 		for i := 0; i < b.o.DrainRuns; i++ {
@@ -112,6 +122,52 @@ func (b *bench) reprieveBurst(ctx context.Context, n int) (*burstRun, error) {
 	if st, err := readProc(p.Pid()); err == nil {
 		r.PeakRSS = st.HWM
 	}
+	return r, deleteAll(ctx, b.env.Client, ns)
+}
+
+// limitWho names the machine-limit rows: the fastest this API server, on this machine, accepts
+// evictions of the same pods.
+const limitWho = "machine limit (a minimal client, every eviction in flight at once)"
+
+// limitBurst evicts n pods, each with a 1 s grace as in reprieveBurst, from one instant with a
+// minimal client: no rate limit (QPS -1), one goroutine per pod, every request in flight at
+// once, the Eviction API as reprieve posts it (no retries). It is the fastest the API server
+// on the same machine accepts these evictions; reprieve's burst is reported against it.
+func (b *bench) limitBurst(ctx context.Context, n int) (*burstRun, error) {
+	ns := b.name(fmt.Sprintf("limit-%d", n))
+	grace := int64(1)
+	pods := make([]scenario.Pod, n)
+	for i := range pods {
+		pods[i] = scenario.Pod{Name: fmt.Sprintf("p%03d", i), Kind: scenario.Plain, Grace: &grace}
+	}
+	obs, err := b.nodeWithPods(ctx, ns, ns, pods)
+	if err != nil {
+		return nil, err
+	}
+	defer obs.Stop()
+	cfg := rest.CopyConfig(b.env.Config)
+	cfg.QPS = -1 // no client-side rate limit
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating the minimal client: %w", err)
+	}
+	planned := time.Now()
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i, p := range pods {
+		wg.Go(func() {
+			ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: ns},
+				DeleteOptions: &metav1.DeleteOptions{GracePeriodSeconds: &grace}}
+			errs[i] = client.CoreV1().RESTClient().Post().Namespace(ns).Resource("pods").Name(p.Name).
+				SubResource("eviction").MaxRetries(0).Body(ev).Do(ctx).Error()
+		})
+	}
+	r, err := waitEvicted(ctx, obs, n, planned)
+	wg.Wait()
+	if err != nil {
+		return nil, fmt.Errorf("machine limit, %d pods: %w (first request error: %v)", n, err, errors.Join(errs...))
+	}
+	r.Who = limitWho
 	return r, deleteAll(ctx, b.env.Client, ns)
 }
 

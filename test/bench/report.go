@@ -161,7 +161,24 @@ func (r *report) burstMD(p printer, o options) {
 			fmt.Sprintf("%.0f/%d", medianOf(g, func(b *burstRun) float64 { return float64(b.Within1s) }), k.n),
 			mdRange(g, func(b *burstRun) time.Duration { return b.LastGone }))
 	}
-	p("\nThe agent's own record (`reprieve_evictions_lateness_seconds`, request sent minus plan), median over\nthe runs:\n\n")
+	// reprieve against the machine's limit, size by size: the ratio of the medians of the
+	// spread (first to last eviction) and of the last eviction's lateness (the burst's length).
+	for _, k := range keys {
+		if k.who != "reprieve" {
+			continue
+		}
+		lim := groups[key{limitWho, k.n}]
+		if len(lim) == 0 {
+			continue
+		}
+		g := groups[k]
+		rs := medianOf(g, func(b *burstRun) float64 { return ms(b.Spread) })
+		ls := medianOf(lim, func(b *burstRun) float64 { return ms(b.Spread) })
+		rm := medianOf(g, func(b *burstRun) float64 { return ms(b.Max) })
+		lm := medianOf(lim, func(b *burstRun) float64 { return ms(b.Max) })
+		p("\n- %d pods against the machine's limit (the same pods, a minimal client with every eviction in flight at once, in the same run): spread %.0f ms against %.0f ms (%.2fx), last eviction %.0f ms after its plan against %.0f ms (%.2fx).", k.n, rs, ls, ratio(rs, ls), rm, lm, ratio(rm, lm))
+	}
+	p("\n\nThe agent's own record (`reprieve_evictions_lateness_seconds`, request sent minus plan), median over\nthe runs:\n\n")
 	p("| pods | within 10 ms | within 100 ms | within 250 ms | within 1 s |\n|---|---|---|---|---|\n")
 	for _, k := range keys {
 		if k.who != "reprieve" {
@@ -341,4 +358,12 @@ func requestList(d map[string]int) string {
 		parts[i] = fmt.Sprintf("`%s` %d", k, d[k])
 	}
 	return strings.Join(parts, ", ")
+}
+
+// ratio is a / b, 0 when b is not positive.
+func ratio(a, b float64) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return a / b
 }
