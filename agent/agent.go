@@ -205,7 +205,7 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	intrOpts := interrupt.Options{NodeName: cfg.NodeName, Provider: a.provider, Clock: deps.Clock, Metrics: a.metrics,
 		Recorder: a.recorder, Notifier: a.notifier, Taints: a.taints, MaintenanceLead: cfg.MaintenanceLead,
 		SafetyMargin: cfg.SafetyMargin, PollInterval: cfg.PollInterval, DryRun: cfg.DryRun, ApproveEvents: cfg.ApproveEvents,
-		ShutdownCut: shutdownCut(cfg),
+		ShutdownCut: shutdownCut(cfg), VolumeRelease: volumeRelease(cfg),
 		Node:        a.cachedNode, Executor: a.exec}
 	var intr *interrupt.Loop
 	a.writer = record.NewWriter(record.WriterOptions{Client: deps.Client, NodeName: cfg.NodeName, DryRun: cfg.DryRun,
@@ -225,6 +225,13 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 		return nil, err
 	}
 	return a, nil
+}
+
+// volumeRelease is VolumeReleaseOf's figure, logged once with where it comes from.
+func volumeRelease(cfg Config) time.Duration {
+	d, from := VolumeReleaseOf(cfg)
+	klog.Background().Info("Pods with a volume that needs attaching are planned to be gone before the deadline by", "volumeRelease", d, "from", from)
+	return d
 }
 
 // shutdownCut is how long the kubelet's graceful node shutdown gives the ordinary pods, from the

@@ -60,6 +60,10 @@ type Config struct {
 	RebalanceTaint    string
 	MaintenanceTaint  string
 	SafetyMargin      time.Duration
+	// VolumeRelease is how long before the deadline a pod with a volume that needs attaching
+	// must be gone (plan.Window.VolumeRelease): "auto" (from the kubelet's
+	// nodeStatusUpdateFrequency, VolumeReleaseOf), "off", or a duration.
+	VolumeRelease string
 
 	// ApproveEvents lets a cloud that supports it (Azure) start its event early once the node
 	// is drained.
@@ -183,6 +187,7 @@ func DefaultConfig() Config {
 		RebalanceTaint:          "reprieve.io/rebalance-recommended=true:PreferNoSchedule",
 		MaintenanceTaint:        "reprieve.io/scheduled-maintenance=true:NoSchedule",
 		SafetyMargin:            5 * time.Second,
+		VolumeRelease:           VolumeReleaseAuto,
 		EvictionWorkers:         64,
 		PodNotice:               true,
 		NodeConditions:          true,
@@ -241,6 +246,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.RebalanceTaint, "rebalance-taint", c.RebalanceTaint, "Soft taint for a rebalance recommendation, key=value:Effect; its key must be in reprieve.io/.")
 	fs.StringVar(&c.MaintenanceTaint, "maintenance-taint", c.MaintenanceTaint, "Taint for scheduled maintenance further away than --maintenance-lead, key=value:Effect; its key must be in reprieve.io/.")
 	fs.DurationVar(&c.SafetyMargin, "safety-margin", c.SafetyMargin, "Every evicted pod must have finished terminating this long before the reclaim deadline.")
+	fs.StringVar(&c.VolumeRelease, "volume-release", c.VolumeRelease, "How long before the reclaim deadline a pod with a volume that needs attaching (a claim, a generic ephemeral volume, an in-tree disk) must be gone, so that the kubelet unmounts it and publishes volumesInUse without it before the machine goes and its detach does not wait six minutes: auto (an unmount allowance of "+volumeUnmountAllowance.String()+" plus the kubelet's nodeStatusUpdateFrequency with its 4% jitter, from --kubelet-config; 10s when unknown), off, or a duration.")
 	fs.StringVar(&c.PressureSource, "pressure-source", c.PressureSource, "Where to read memory, disk and PID pressure: host (files under --host-root, as the kubelet computes them), summary (the kubelet's Summary API, RBAC nodes/stats; adds per-pod usage for ranking) or off.")
 	fs.StringVar(&c.KubeletConfig, "kubelet-config", c.KubeletConfig, "The kubelet's config file, under --host-root, for its eviction thresholds and graceful node shutdown. Empty: the first found of "+kubeletLocations()+". When no file is found (or the one given is missing) they are unknown: reprieve assumes the kubelet's defaults and says so (doctor, the KubeletConfigUnknown event, reprieve_kubelet_config_known 0).")
 	fs.StringVar(&c.KubeletConfigDir, "kubelet-config-dir", c.KubeletConfigDir, "The kubelet's drop-in directory (its --config-dir), under --host-root: the *.conf files in it are merged over the config file in lexical order, as the kubelet does. Empty: the known one of the file found (EKS AL2023's config.json.d, if present), else none.")
@@ -411,6 +417,9 @@ func (c *Config) Validate() error {
 	}
 	if c.SafetyMargin < 0 {
 		errs = append(errs, fmt.Errorf("--safety-margin %s: must not be negative", c.SafetyMargin))
+	}
+	if _, _, err := parseVolumeRelease(c.VolumeRelease); err != nil {
+		errs = append(errs, err)
 	}
 	if t, err := ParseTaint(c.InterruptionTaint); err != nil {
 		errs = append(errs, fmt.Errorf("--interruption-taint: %w", err))

@@ -133,6 +133,9 @@ func PlanWhatIf(cfg Config, in WhatIf) NodePlan {
 	}
 	w := plan.Window{SafetyMargin: cfg.SafetyMargin}
 	if intent.Interrupting() {
+		w.VolumeRelease, _ = VolumeReleaseOf(cfg)
+	}
+	if intent.Interrupting() {
 		w.Deadline = intent.Deadline
 		d, end := w.Deadline, w.End()
 		out.Deadline, out.WindowEnd = &d, &end

@@ -25,11 +25,14 @@ const (
 	ReasonEvictionScheduled   = "EvictionScheduled"
 	// ReasonEvicted is reprieve's own, not the kubelet's "Evicted": an alert or a query on the
 	// kubelet's node-pressure evictions must not count reprieve's graceful ones.
-	ReasonEvicted          = "InterruptionEviction"
-	ReasonEvictionBlocked  = "EvictionBlocked"
-	ReasonForceDeleted     = "ForceDeleted"
-	ReasonGraceShortened   = "GraceShortened"
-	ReasonMissedDeadline   = "MissedDeadline"
+	ReasonEvicted         = "InterruptionEviction"
+	ReasonEvictionBlocked = "EvictionBlocked"
+	ReasonForceDeleted    = "ForceDeleted"
+	ReasonGraceShortened  = "GraceShortened"
+	ReasonMissedDeadline  = "MissedDeadline"
+	// ReasonVolumeAtRisk: a pod with a volume that needs attaching cannot be gone in time for
+	// the kubelet to release the volume before the machine goes (issue 40).
+	ReasonVolumeAtRisk     = "VolumeAtRisk"
 	ReasonPressureDetected = "PressureDetected"
 	ReasonPressureCleared  = "PressureCleared"
 	ReasonPressureEviction = "PressureEviction"

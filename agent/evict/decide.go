@@ -58,6 +58,10 @@ type action struct {
 	unblock bool
 	// warn says the pods' early warning is told the plan.
 	warn bool
+	// volumeAtRisk says, once per pod and window, that the pod's volume cannot be released in
+	// time: it has a volume that needs attaching and its last safe moment (before the
+	// release) has passed (issue 40).
+	volumeAtRisk bool
 	// pl and w are the plan and the window that binds the pod; forceAt its force point.
 	pl      plan.Plan
 	w       plan.Window
@@ -75,6 +79,8 @@ type podFacts struct {
 	shortenedTo time.Time
 	// throttled and deleteFailures count the requests without a seat and the failed deletes.
 	throttled, deleteFailures int
+	// atRisk is set once the pod's volume was reported at risk in this window.
+	atRisk bool
 }
 
 // decision is decide's input: the pod, its state, the view, the executor's settings, the
@@ -100,6 +106,9 @@ func decide(d decision) action {
 	}
 	a := decidePlanned(d)
 	a.warn = true // the pods' early warning hears every planned pod's plan
+	// A volume that needs attaching is at risk once the pod's last safe moment has passed
+	// before it is gone: its grace no longer fits before the release (plan.Window.VolumeRelease).
+	a.volumeAtRisk = a.pl.Volume && a.pl.Skip == plan.SkipNone && !d.facts.atRisk && !d.facts.done && d.now.After(a.pl.Latest)
 	return a
 }
 

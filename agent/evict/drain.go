@@ -32,6 +32,8 @@ type drain struct {
 	notice *providers.Notice // the notice that set the deadline; nil without one
 	pods   map[podKey]*podState
 	acted  map[string]bool // namespace/name of the pods evicted, deleted or shortened
+	// atRisk holds namespace/name of the pods whose volume was reported at risk.
+	atRisk map[string]bool
 	// summarized and approved are set once each: the window summary was given, the cloud
 	// was told the node is drained.
 	summarized, approved bool
@@ -42,7 +44,7 @@ type drain struct {
 }
 
 func newDrain(w plan.Window, n *providers.Notice) *drain {
-	return &drain{window: w, notice: n, pods: map[podKey]*podState{}, acted: map[string]bool{}}
+	return &drain{window: w, notice: n, pods: map[podKey]*podState{}, acted: map[string]bool{}, atRisk: map[string]bool{}}
 }
 
 // close ends d; blocked (the blocked-pods gauge) forgets its pods. Called with Executor.mu held.
@@ -77,5 +79,8 @@ func (d *drain) carryDone(prev *drain) {
 	}
 	for key := range prev.acted {
 		d.acted[key] = true
+	}
+	for key := range prev.atRisk {
+		d.atRisk[key] = true
 	}
 }

@@ -72,6 +72,8 @@ type podState struct {
 	deleteFailures int
 	// marked is set once DisruptionTarget was patched onto the pod (markDisruptionTarget).
 	marked bool
+	// atRisk is set once the pod's volume was reported at risk (volumeAtRisk).
+	atRisk bool
 	// pending is the pod's request waiting in the gate (nil: none); sending is set while a
 	// granted request is out; dirty asks its answer to look at the pod again (a change came
 	// meanwhile).
@@ -109,7 +111,7 @@ func (e *Executor) syncPod(ctx context.Context, key string) time.Duration {
 // facts is decide's view of st. Called with e.mu held.
 func (st *podState) facts() podFacts {
 	return podFacts{done: st.done, attempts: st.attempts, nextTry: st.nextTry, announced: st.announced, logged: st.logged,
-		shortenedTo: st.shortenedTo, throttled: st.throttled, deleteFailures: st.deleteFailures}
+		shortenedTo: st.shortenedTo, throttled: st.throttled, deleteFailures: st.deleteFailures, atRisk: st.atRisk}
 }
 
 // update changes st under e.mu.
@@ -146,6 +148,9 @@ func (e *Executor) sync(ctx context.Context, key string, async bool) time.Durati
 	if a.warn {
 		e.warn(pod, a.pl, view.Window)
 	}
+	if a.volumeAtRisk {
+		e.volumeAtRisk(ctx, key, pod, st, a)
+	}
 	switch a.kind {
 	case actNone:
 		if a.unblock {
@@ -165,6 +170,27 @@ func (e *Executor) sync(ctx context.Context, key string, async bool) time.Durati
 		return a.at.Sub(now)
 	}
 	return e.request(ctx, key, pod, st, view, a, async)
+}
+
+// volumeAtRisk reports, once per pod and window, a pod whose volume cannot be released before
+// the machine goes (decide's volumeAtRisk): an event on the pod, the metric, and the window's
+// summary, which never counts it as handled.
+func (e *Executor) volumeAtRisk(ctx context.Context, key string, pod *v1.Pod, st *podState, a action) {
+	e.mu.Lock()
+	st.atRisk = true
+	if st.drain != nil {
+		st.drain.atRisk[key] = true
+	}
+	e.mu.Unlock()
+	release := a.w.Deadline.Add(-a.w.VolumeRelease)
+	klog.FromContext(ctx).Info("A volume of the pod may not be released before the machine goes", "pod", klog.KObj(pod),
+		"latest", a.pl.Latest, "releaseBy", release, "grace", a.pl.Grace)
+	if !e.o.DryRun {
+		e.o.Metrics.VolumeAtRiskTotal.Inc()
+	}
+	e.podEvent(pod, v1.EventTypeWarning, events.ReasonVolumeAtRisk,
+		"A volume that needs attaching must be released by %s (%s before the reclaim deadline %s) for its detach not to wait six minutes; the pod's last safe moment %s has passed",
+		release.UTC().Format(time.RFC3339), a.w.VolumeRelease, a.w.Deadline.UTC().Format(time.RFC3339), a.pl.Latest.UTC().Format(time.RFC3339))
 }
 
 // takeTurn withdraws st's request from the gate when it is still waiting there (the pod is

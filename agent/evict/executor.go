@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -343,6 +344,7 @@ func (e *Executor) Summarize(ctx context.Context, now time.Time) bool {
 	// The workers keep adding to h.acted: take a copy while the lock is held.
 	actedKeys := slices.Collect(maps.Keys(h.acted))
 	acted := len(actedKeys)
+	atRisk := maps.Clone(h.atRisk)
 	view := e.view
 	e.mu.Unlock()
 
@@ -359,6 +361,9 @@ func (e *Executor) Summarize(ctx context.Context, now time.Time) bool {
 	}
 	inTime := 0
 	for _, key := range actedKeys {
+		if atRisk[key] {
+			continue // gone, but its volume perhaps not released: never counted as handled
+		}
 		if ns, name, err := cache.SplitMetaNamespaceKey(key); err == nil {
 			if p, err := e.o.Pods.Pods(ns).Get(name); err != nil || !there(p) {
 				inTime++
@@ -369,11 +374,15 @@ func (e *Executor) Summarize(ctx context.Context, now time.Time) bool {
 	end := h.window.End().UTC().Format(time.RFC3339)
 	logger.Info("Interruption window ended", "evicted", acted, "goneInTime", inTime, "stillPresent", len(missed), "windowEnd", end)
 	typ := v1.EventTypeNormal
-	if len(missed) > 0 {
+	if len(missed) > 0 || len(atRisk) > 0 {
 		typ = v1.EventTypeWarning
 	}
 	summary := fmt.Sprintf("Interruption handled: %d pods evicted, %d gone before %s (deadline %s less %s margin), %d still present",
 		acted, inTime, end, h.window.Deadline.UTC().Format(time.RFC3339), h.window.SafetyMargin, len(missed))
+	if len(atRisk) > 0 {
+		summary += fmt.Sprintf(", %d with a volume at risk (not gone %s before the deadline: %s)", len(atRisk), h.window.VolumeRelease,
+			strings.Join(slices.Sorted(maps.Keys(atRisk)), ", "))
+	}
 	e.o.Recorder.Eventf(events.NodeRef(e.o.NodeName), typ, events.ReasonInterruptionHandled, "%s", summary)
 	msg := notify.Message{Kind: notify.KindHandled, Node: e.o.NodeName, Deadline: h.window.Deadline,
 		Pods: acted, PodsInTime: inTime, PodsMissed: len(missed), Text: fmt.Sprintf("Node %s: %s", e.o.NodeName, summary)}

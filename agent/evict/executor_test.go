@@ -21,6 +21,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/reprieve-dev/reprieve/agent/kube/kubetest"
 	"github.com/reprieve-dev/reprieve/agent/metrics"
@@ -547,5 +548,52 @@ func TestDrainedWaitsForShortenedPods(t *testing.T) {
 	}
 	if _, _, ok := f.e.Drained(); !ok {
 		t.Fatal("not drained once the shortened pod is gone")
+	}
+}
+
+// TestVolumeAtRisk (issue 40, item 1): a pod with a claim whose grace no longer fits before its
+// volume must be released (16 s before a deadline 40 s away, a 30 s grace) is reported at
+// risk once (an event, the metric) and the window's summary names it, never as handled; a
+// pod without a volume, evicted in time, counts as handled.
+func TestVolumeAtRisk(t *testing.T) {
+	vol := testPod("db-0", 30)
+	vol.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "data-db-0"}}}}
+	f := newFixture(t, vol, testPod("web", 5))
+	vw := view(t0.Add(40 * time.Second))
+	vw.Window.VolumeRelease = 16 * time.Second
+	f.e.SetView(vw)
+	f.e.SyncPod(context.Background(), "ns/db-0")
+	f.e.SyncPod(context.Background(), "ns/db-0")
+	f.e.SyncPod(context.Background(), "ns/web")
+	if got := testutil.ToFloat64(f.e.o.Metrics.VolumeAtRiskTotal); got != 1 {
+		t.Fatalf("reprieve_evictions_volume_at_risk_total = %v, want 1 (once per pod and window)", got)
+	}
+	var atRisk int
+	for len(f.events.Events) > 0 {
+		if e := <-f.events.Events; strings.HasPrefix(e, "Warning VolumeAtRisk") {
+			atRisk++
+		}
+	}
+	if atRisk != 1 {
+		t.Fatalf("%d VolumeAtRisk events, want 1", atRisk)
+	}
+	for _, p := range []string{"db-0", "web"} {
+		obj, _, _ := f.store.GetByKey("ns/" + p)
+		if err := f.store.Delete(obj); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.client.CoreV1().Pods("ns").Delete(context.Background(), p, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.e.Summarize(context.Background(), t0.Add(35*time.Second))
+	var summary string
+	for len(f.events.Events) > 0 {
+		if e := <-f.events.Events; strings.Contains(e, "InterruptionHandled") {
+			summary = e
+		}
+	}
+	if !strings.HasPrefix(summary, "Warning") || !strings.Contains(summary, "1 gone before") || !strings.Contains(summary, "1 with a volume at risk") || !strings.Contains(summary, "ns/db-0") {
+		t.Fatalf("summary %q: want a warning, 1 handled (web), 1 volume at risk naming ns/db-0", summary)
 	}
 }

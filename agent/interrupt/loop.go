@@ -49,6 +49,9 @@ type Options struct {
 	// ShutdownCut is how long the kubelet's graceful node shutdown gives the ordinary pods
 	// still running at the soft-off (zero: off or unknown); see plan.Window.
 	ShutdownCut time.Duration
+	// VolumeRelease is how long before the deadline a pod with a volume that needs attaching
+	// must be gone (plan.Window.VolumeRelease; zero: off).
+	VolumeRelease time.Duration
 	// Node returns the informer's copy of the node, nil when not known.
 	Node     func() *v1.Node
 	Writer   *record.Writer

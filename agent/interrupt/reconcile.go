@@ -59,6 +59,7 @@ func (l *Loop) Reconcile(ctx context.Context) {
 		Notice: intent.Interruption}
 	if intent.Interrupting() {
 		view.Window.Deadline = intent.Deadline
+		view.Window.VolumeRelease = l.o.VolumeRelease
 		if in := intent.Interruption; in != nil && !in.SoftOff.IsZero() && in.SoftOff.Before(intent.Deadline) && l.o.ShutdownCut > 0 {
 			// The kubelet stops what is still running at the soft-off (GKE's graceful node
 			// shutdown): plan every pod to go before it.

@@ -42,6 +42,7 @@ type Metrics struct {
 	EvictionLateness      prometheus.Histogram
 	BlockedPods           prometheus.Gauge
 	MissedDeadlineTotal   prometheus.Counter
+	VolumeAtRiskTotal     prometheus.Counter
 	BuildInfo             *prometheus.GaugeVec
 	// NodeWritesRefused and NodeWriteRefusalsInARow count writes of the agent's own node that
 	// the API server refused (403): without them a token the policy binds to no node fails
@@ -104,6 +105,10 @@ func New(reg prometheus.Registerer, provider string) (*Metrics, error) {
 			Namespace: Namespace, Subsystem: "evictions", Name: "missed_deadline_total",
 			Help: "Pods reprieve planned to evict that were still present at the end of the window (deadline - safety margin). Must stay 0.",
 		}),
+		VolumeAtRiskTotal: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Subsystem: "evictions", Name: "volume_at_risk_total",
+			Help: "Pods with a volume that needs attaching that could not be gone --volume-release before the deadline (the window too short for their grace, or the eviction late): the attach/detach controller may wait six minutes to detach it.",
+		}),
 		BuildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "build_info",
 			Help: "Always 1; the labels say which build is running.",
@@ -158,7 +163,7 @@ func New(reg prometheus.Registerer, provider string) (*Metrics, error) {
 		m.EvictionRequestsTotal.WithLabelValues(r)
 	}
 	for _, c := range []prometheus.Collector{m.NoticesTotal, m.ReclaimDeadline, m.NoticeToTaint, m.PollsTotal, m.TaintActive,
-		m.EvictionRequestsTotal, m.EvictionLateness, m.BlockedPods, m.MissedDeadlineTotal, m.BuildInfo,
+		m.EvictionRequestsTotal, m.EvictionLateness, m.BlockedPods, m.MissedDeadlineTotal, m.VolumeAtRiskTotal, m.BuildInfo,
 		m.NodeWritesRefused, m.NodeWriteRefusalsInARow, m.PodWarningWrites,
 		m.PressureAvailable.bytes, m.PressureAvailable.inodes, m.PressureAvailable.pids,
 		m.PressureThreshold.bytes, m.PressureThreshold.inodes, m.PressureThreshold.pids, m.PressureActive, m.PressureTimeToHard, m.PressureEvictionsTotal, m.PressureReadErrors} {

@@ -118,6 +118,14 @@ type Window struct {
 	// by SoftOff + ShutdownCut, before the kubelet would stop it itself with a shorter grace.
 	SoftOff     time.Time
 	ShutdownCut time.Duration
+	// VolumeRelease is how long before Deadline a pod with a volume that the attach/detach
+	// controller attaches (Attaches) must be gone, so that the kubelet unmounts it and
+	// publishes status.volumesInUse without it before the machine goes: the controller does
+	// not detach a volume the node lists in use until six minutes have passed
+	// (ReconcilerMaxWaitForUnmountDuration), and a StatefulSet's replacement waits that long
+	// with a Multi-Attach error. Zero: the rule is off. When it is shorter than the safety
+	// margin, the margin decides.
+	VolumeRelease time.Duration
 }
 
 // kubeletCut is when the kubelet's graceful node shutdown stops the pods still running; zero
@@ -142,7 +150,7 @@ func (w Window) End() time.Time {
 
 // Equal reports whether two windows are the same instant and margin.
 func (w Window) Equal(o Window) bool {
-	return w.Deadline.Equal(o.Deadline) && w.SafetyMargin == o.SafetyMargin &&
+	return w.Deadline.Equal(o.Deadline) && w.SafetyMargin == o.SafetyMargin && w.VolumeRelease == o.VolumeRelease &&
 		w.Taint.Key == o.Taint.Key && w.Taint.Value == o.Taint.Value && w.Taint.Effect == o.Taint.Effect &&
 		w.SoftOff.Equal(o.SoftOff) && w.ShutdownCut == o.ShutdownCut
 }
@@ -175,15 +183,43 @@ type Plan struct {
 	// Tail is how long past its grace the kubelet may take to stop the pod (see Tail): its
 	// last safe moment leaves room for it, and a grace cut to the window leaves it too.
 	Tail time.Duration
+	// Volume is set when the pod has a volume that needs attaching and the window's
+	// VolumeRelease binds it: it must be gone VolumeRelease before the deadline (see Bound).
+	Volume bool
 }
 
-// Bound is the window that binds the pod planned as p: w itself, or no deadline for a pod
-// that tolerates the interruption forever (Plan.Unbound).
+// Bound is the window that binds the pod planned as p: w itself; for a pod with a volume that
+// needs attaching (Plan.Volume), w with its margin grown to VolumeRelease, so that the pod is
+// gone in time for the kubelet to release the volume; or no deadline for a pod that tolerates
+// the interruption forever (Plan.Unbound).
 func (p Plan) Bound(w Window) Window {
 	if p.Unbound {
 		return Window{SafetyMargin: w.SafetyMargin}
 	}
+	if p.Volume {
+		w.SafetyMargin = max(w.SafetyMargin, w.VolumeRelease)
+	}
 	return w
+}
+
+// Attaches reports whether pod has a volume that the attach/detach controller attaches to the
+// node, and so must release before the machine goes: a PersistentVolumeClaim or a generic
+// ephemeral volume (which is one), or an in-tree disk that is attached (EBS, GCE PD, Azure
+// Disk, Cinder, vSphere, Portworx, RBD, iSCSI, FC). An inline CSI volume is not (CSI
+// ephemeral volumes skip attach). A claim bound to a volume that needs no attaching (NFS,
+// EFS, a local volume) counts all the same: telling them apart needs the PersistentVolume and
+// its CSIDriver, which the agent does not read; the rule then costs that pod only the
+// seconds between the margin and VolumeRelease.
+func Attaches(pod *v1.Pod) bool {
+	for _, v := range pod.Spec.Volumes {
+		s := v.VolumeSource
+		if s.PersistentVolumeClaim != nil || s.Ephemeral != nil || s.AWSElasticBlockStore != nil || s.GCEPersistentDisk != nil ||
+			s.AzureDisk != nil || s.Cinder != nil || s.VsphereVolume != nil || s.PortworxVolume != nil || s.RBD != nil ||
+			s.ISCSI != nil || s.FC != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // PlanPod is PlanPodAt for taints that already carry their anchors in TimeAdded, as the
@@ -218,6 +254,9 @@ func PlanPodAt(pod *v1.Pod, taints []v1.Taint, firstSeen time.Time, w Window, fi
 		return p
 	}
 	if w.HasDeadline() {
+		// A volume that needs attaching must be released before the machine goes (Bound).
+		p.Volume = w.VolumeRelease > w.SafetyMargin && Attaches(pod)
+		w = p.Bound(w)
 		// Never less than the 2 s the kubelet gives every container (MinGrace): a pod whose
 		// own grace is 0 still takes them, and must start them before the window's end; and
 		// the kubelet's tail after the grace (a preStop hook, native sidecars).

@@ -434,3 +434,60 @@ func TestPlanPodKubeletMinimum(t *testing.T) {
 		})
 	}
 }
+
+// TestPlanPodVolumeRelease (issue 40, item 1): a pod with a volume that the attach/detach
+// controller attaches must be gone VolumeRelease before the deadline, not only the safety
+// margin: the kubelet still has to unmount it and publish volumesInUse without it, or the
+// controller waits six minutes before it detaches. Its last safe moment moves earlier by the
+// difference; a pod without such a volume keeps its plan.
+func TestPlanPodVolumeRelease(t *testing.T) {
+	spot := []v1.Taint{taint("cloud", "spot", v1.TaintEffectNoExecute, t0)}
+	w := Window{Deadline: t0.Add(120 * time.Second), SafetyMargin: 5 * time.Second, VolumeRelease: 16 * time.Second}
+	claim := func(p *v1.Pod) *v1.Pod {
+		p.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "data-0"}}}}
+		return p
+	}
+	tolerating := tol("cloud", v1.TolerationOpExists, "", v1.TaintEffectNoExecute, secs(600))
+	plain := PlanPod(withGrace(pod(tolerating), 30), spot, w, PodFilter{}, false)
+	if want := t0.Add(120*time.Second - 5*time.Second - 30*time.Second); !plain.Latest.Equal(want) || plain.Volume {
+		t.Fatalf("a pod without a volume: latest %v volume %v, want %v and no volume rule", plain.Latest, plain.Volume, want)
+	}
+	vol := PlanPod(claim(withGrace(pod(tolerating), 30)), spot, w, PodFilter{}, false)
+	if want := t0.Add(120*time.Second - 16*time.Second - 30*time.Second); !vol.Latest.Equal(want) || !vol.Volume {
+		t.Fatalf("a pod with a claim: latest %v volume %v, want %v (released 16 s before the deadline)", vol.Latest, vol.Volume, want)
+	}
+	// Its window ends at the release: a grace cut for it ends there.
+	if end := vol.Bound(w).End(); !end.Equal(t0.Add(104 * time.Second)) {
+		t.Fatalf("the volume pod's window ends at %v, want T+104s", end)
+	}
+	if g := GraceAt(vol.Grace, vol.Bound(w), t0.Add(90*time.Second)); g != 14*time.Second {
+		t.Fatalf("grace at T+90s: %v, want 14s (to the release, not to D - margin)", g)
+	}
+	// Rule off (VolumeRelease 0), or shorter than the margin: the margin decides.
+	off := w
+	off.VolumeRelease = 0
+	if p := PlanPod(claim(withGrace(pod(tolerating), 30)), spot, off, PodFilter{}, false); p.Volume || !p.Latest.Equal(plain.Latest) {
+		t.Fatalf("rule off: latest %v volume %v, want the plain plan", p.Latest, p.Volume)
+	}
+	// Which volumes need attaching: claims, generic ephemeral volumes, in-tree disks; not an
+	// emptyDir, a configMap or an inline CSI volume (CSI ephemeral volumes skip attach).
+	for _, c := range []struct {
+		src  v1.VolumeSource
+		want bool
+	}{
+		{v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{}}, true},
+		{v1.VolumeSource{Ephemeral: &v1.EphemeralVolumeSource{}}, true},
+		{v1.VolumeSource{AWSElasticBlockStore: &v1.AWSElasticBlockStoreVolumeSource{}}, true},
+		{v1.VolumeSource{GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{}}, true},
+		{v1.VolumeSource{AzureDisk: &v1.AzureDiskVolumeSource{}}, true},
+		{v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}, false},
+		{v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{}}, false},
+		{v1.VolumeSource{CSI: &v1.CSIVolumeSource{}}, false},
+	} {
+		p := pod()
+		p.Spec.Volumes = []v1.Volume{{Name: "v", VolumeSource: c.src}}
+		if got := Attaches(p); got != c.want {
+			t.Errorf("Attaches(%+v) = %v, want %v", c.src, got, c.want)
+		}
+	}
+}
