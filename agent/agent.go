@@ -206,7 +206,7 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 		Recorder: a.recorder, Notifier: a.notifier, Taints: a.taints, MaintenanceLead: cfg.MaintenanceLead,
 		SafetyMargin: cfg.SafetyMargin, PollInterval: cfg.PollInterval, DryRun: cfg.DryRun, ApproveEvents: cfg.ApproveEvents,
 		ShutdownCut: shutdownCut(cfg), VolumeRelease: volumeRelease(cfg),
-		Node:        a.cachedNode, Executor: a.exec}
+		Node: a.cachedNode, Executor: a.exec}
 	var intr *interrupt.Loop
 	a.writer = record.NewWriter(record.WriterOptions{Client: deps.Client, NodeName: cfg.NodeName, DryRun: cfg.DryRun,
 		Taints: a.taints, Clock: deps.Clock, Cached: a.cachedNode, Observe: a.refusals.Observe,
