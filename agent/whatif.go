@@ -80,6 +80,11 @@ type PodPlan struct {
 	GraceSeconds    float64 `json:"graceSeconds,omitempty"`
 	// PDB is the PodDisruptionBudget that covers the pod, if any.
 	PDB *PDBPlan `json:"pdb,omitempty"`
+	// VolumeReleaseBy is when a pod with a volume that needs attaching must be gone for the
+	// kubelet to release it before the machine goes (--volume-release before the deadline);
+	// VolumeAtRisk is set when even the least grace sent at SendAt ends after it.
+	VolumeReleaseBy *time.Time `json:"volumeReleaseBy,omitempty"`
+	VolumeAtRisk    bool       `json:"volumeAtRisk,omitempty"`
 }
 
 // PDBPlan says whether a PodDisruptionBudget would refuse the eviction, and what then happens.
@@ -171,7 +176,13 @@ func PlanWhatIf(cfg Config, in WhatIf) NodePlan {
 		}
 		pp.SendAt, pp.ByDeadline = &send, pl.ByDeadline
 		pp.PodGraceSeconds = pl.Grace.Seconds()
-		pp.GraceSeconds = float64(int64(plan.GraceAt(pl.Grace, w, send.Add(plan.RequestAllowance+pl.Tail)) / time.Second))
+		bw := pl.Bound(w) // a volume's release, when it binds the pod
+		pp.GraceSeconds = float64(int64(plan.GraceAt(pl.Grace, bw, send.Add(plan.RequestAllowance+pl.Tail)) / time.Second))
+		if pl.Volume {
+			by := bw.End()
+			pp.VolumeReleaseBy = &by
+			pp.VolumeAtRisk = send.Add(plan.RequestAllowance + plan.MinGrace + pl.Tail).After(by)
+		}
 		if pdbs := coveringPDBs(pod, in.PDBs); len(pdbs) > 0 {
 			pdb := pdbs[0]
 			pp.PDB = &PDBPlan{Name: pdb.Name, DisruptionsAllowed: pdb.Status.DisruptionsAllowed, Blocks: pdb.Status.DisruptionsAllowed < 1}

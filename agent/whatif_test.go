@@ -106,3 +106,35 @@ func TestPlanWhatIf(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanWhatIfVolumeRelease (issue 40, item 1): `reprieve plan` says when a pod with a claim
+// must be gone for its volume's release (15.4 s before the deadline with the kubelet's
+// defaults), cuts its grace to that, and marks the volume at risk when even the least grace
+// cannot end by then.
+func TestPlanWhatIfVolumeRelease(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.NodeName, cfg.HostRoot = nodeName, t.TempDir() // no kubelet configuration: its defaults
+	claimed := func(name string) *v1.Pod {
+		p := testPod(name, 30)
+		p.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: name}}}}
+		return p
+	}
+	for _, c := range []struct {
+		window time.Duration
+		grace  float64
+		risk   bool
+	}{
+		{window: 120 * time.Second, grace: 30},
+		{window: 30 * time.Second, grace: 14},            // released by T+14.6
+		{window: 15 * time.Second, grace: 2, risk: true}, // released by T-0.4
+	} {
+		np := PlanWhatIf(cfg, WhatIf{Node: testNode(), Pods: []*v1.Pod{claimed("db-0")}, Now: t0, NoticeTime: t0, Deadline: t0.Add(c.window)})
+		pp := np.Pods[0]
+		if pp.VolumeReleaseBy == nil || !pp.VolumeReleaseBy.Equal(t0.Add(c.window-15400*time.Millisecond)) {
+			t.Fatalf("window %s: volume release by %v, want T+%s", c.window, pp.VolumeReleaseBy, c.window-15400*time.Millisecond)
+		}
+		if pp.GraceSeconds != c.grace || pp.VolumeAtRisk != c.risk {
+			t.Errorf("window %s: grace %gs, at risk %v; want %gs, %v", c.window, pp.GraceSeconds, pp.VolumeAtRisk, c.grace, c.risk)
+		}
+	}
+}

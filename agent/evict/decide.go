@@ -106,9 +106,12 @@ func decide(d decision) action {
 	}
 	a := decidePlanned(d)
 	a.warn = true // the pods' early warning hears every planned pod's plan
-	// A volume that needs attaching is at risk once the pod's last safe moment has passed
-	// before it is gone: its grace no longer fits before the release (plan.Window.VolumeRelease).
-	a.volumeAtRisk = a.pl.Volume && a.pl.Skip == plan.SkipNone && !d.facts.atRisk && !d.facts.done && d.now.After(a.pl.Latest)
+	// A volume that needs attaching is at risk once the pod's last chance before the release
+	// has passed before it was sent: even the least grace no longer ends before the kubelet
+	// must publish the release (plan.Window.VolumeRelease). Before that, a grace too long for
+	// the window is cut to end at the release (GraceShortened), and the volume is released.
+	a.volumeAtRisk = a.pl.Volume && a.pl.Skip == plan.SkipNone && !d.facts.atRisk && !d.facts.done &&
+		d.now.After(lastChance(a.w, d.margin, d.minKill+a.pl.Tail))
 	return a
 }
 

@@ -189,8 +189,8 @@ func (e *Executor) volumeAtRisk(ctx context.Context, key string, pod *v1.Pod, st
 		e.o.Metrics.VolumeAtRiskTotal.Inc()
 	}
 	e.podEvent(pod, v1.EventTypeWarning, events.ReasonVolumeAtRisk,
-		"A volume that needs attaching must be released by %s (%s before the reclaim deadline %s) for its detach not to wait six minutes; the pod's last safe moment %s has passed",
-		release.UTC().Format(time.RFC3339), a.w.VolumeRelease, a.w.Deadline.UTC().Format(time.RFC3339), a.pl.Latest.UTC().Format(time.RFC3339))
+		"A volume that needs attaching must be released by %s (%s before the reclaim deadline %s) for its detach not to wait six minutes; not evicted yet, the pod can no longer end before then",
+		release.UTC().Format(time.RFC3339), a.w.VolumeRelease, a.w.Deadline.UTC().Format(time.RFC3339))
 }
 
 // takeTurn withdraws st's request from the gate when it is still waiting there (the pod is

@@ -551,10 +551,11 @@ func TestDrainedWaitsForShortenedPods(t *testing.T) {
 	}
 }
 
-// TestVolumeAtRisk (issue 40, item 1): a pod with a claim whose grace no longer fits before its
-// volume must be released (16 s before a deadline 40 s away, a 30 s grace) is reported at
-// risk once (an event, the metric) and the window's summary names it, never as handled; a
-// pod without a volume, evicted in time, counts as handled.
+// TestVolumeAtRisk (issue 40, item 1): a pod with a claim must be gone 16 s before a deadline
+// 40 s away (T+24). At the notice its 30 s grace is cut to end there, and its volume is not at
+// risk; looked at only at T+23 (the agent late), even the least grace no longer ends by T+24:
+// it is reported at risk once (an event, the metric) and the window's summary names it, never
+// as handled. A pod without a volume, evicted in time, counts as handled.
 func TestVolumeAtRisk(t *testing.T) {
 	vol := testPod("db-0", 30)
 	vol.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "data-db-0"}}}}
@@ -562,6 +563,14 @@ func TestVolumeAtRisk(t *testing.T) {
 	vw := view(t0.Add(40 * time.Second))
 	vw.Window.VolumeRelease = 16 * time.Second
 	f.e.SetView(vw)
+	a := decide(decision{pod: vol, view: vw, now: t0, minKill: minKill})
+	if a.volumeAtRisk || !a.pl.Volume {
+		t.Fatalf("at the notice: volume rule %v, at risk %v; want the rule, not at risk (its grace is cut to the release)", a.pl.Volume, a.volumeAtRisk)
+	}
+	if s := sendGrace(actEvict, a, time.Time{}, t0, 0); s.grace != 23*time.Second {
+		t.Fatalf("at the notice the grace is %s, want 23s (to end by the release at T+24)", s.grace)
+	}
+	f.clock.SetTime(t0.Add(23 * time.Second))
 	f.e.SyncPod(context.Background(), "ns/db-0")
 	f.e.SyncPod(context.Background(), "ns/db-0")
 	f.e.SyncPod(context.Background(), "ns/web")

@@ -89,6 +89,9 @@ type AuditOutcome struct {
 	PDBForced int `json:"pdbForced"`
 	// DiesWithMachine pods tolerate the interruption taint forever: nothing evicts them.
 	DiesWithMachine int `json:"diesWithMachine"`
+	// VolumeAtRisk pods have a volume that needs attaching and cannot be gone --volume-release
+	// before the deadline: the replacement waits six minutes for the volume's detach.
+	VolumeAtRisk int `json:"volumeAtRisk,omitempty"`
 }
 
 // runAudit implements `reprieve audit`: the cluster-wide counterpart of `reprieve plan`. For
@@ -360,6 +363,9 @@ func buildAudit(cfg agent.Config, in auditInput, windows []AuditWindow, now time
 					wl.PodsOnSpot++
 				}
 				o := &wl.Outcomes[wi]
+				if pp.VolumeAtRisk {
+					o.VolumeAtRisk++
+				}
 				switch {
 				case pp.Action == "skip":
 					o.DiesWithMachine++
