@@ -1,7 +1,10 @@
 package evict
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
 	"github.com/reprieve-dev/reprieve/agent/plan"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -34,6 +37,9 @@ type drain struct {
 	acted  map[string]bool // namespace/name of the pods evicted, deleted or shortened
 	// atRisk holds namespace/name of the pods whose volume was reported at risk.
 	atRisk map[string]bool
+	// volumes holds the node's status.volumesInUse seen during the window, each with when it
+	// was first seen gone from the list (zero: still in use); see Executor.ObserveVolumes.
+	volumes map[v1.UniqueVolumeName]time.Time
 	// summarized and approved are set once each: the window summary was given, the cloud
 	// was told the node is drained.
 	summarized, approved bool
@@ -44,7 +50,8 @@ type drain struct {
 }
 
 func newDrain(w plan.Window, n *providers.Notice) *drain {
-	return &drain{window: w, notice: n, pods: map[podKey]*podState{}, acted: map[string]bool{}, atRisk: map[string]bool{}}
+	return &drain{window: w, notice: n, pods: map[podKey]*podState{}, acted: map[string]bool{}, atRisk: map[string]bool{},
+		volumes: map[v1.UniqueVolumeName]time.Time{}}
 }
 
 // close ends d; blocked (the blocked-pods gauge) forgets its pods. Called with Executor.mu held.
@@ -82,5 +89,8 @@ func (d *drain) carryDone(prev *drain) {
 	}
 	for key := range prev.atRisk {
 		d.atRisk[key] = true
+	}
+	for name, at := range prev.volumes {
+		d.volumes[name] = at
 	}
 }

@@ -325,6 +325,46 @@ func (e *Executor) stateFor(key string, uid types.UID) (*podState, View) {
 	return st, e.view
 }
 
+// ObserveVolumes records, during a window with a deadline, the node's status.volumesInUse at
+// now (issue 40, item 2): every volume seen in use, and when each was first seen gone from the
+// list, which is when the kubelet published its release and the attach/detach controller may
+// detach it at once. The window's summary says which were released before its end. It reads
+// the agent's own node, which it watches anyway: no other watch.
+func (e *Executor) ObserveVolumes(inUse []v1.UniqueVolumeName, now time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	d := e.drain
+	if !d.window.HasDeadline() || d.summarized {
+		return
+	}
+	listed := make(map[v1.UniqueVolumeName]bool, len(inUse))
+	for _, name := range inUse {
+		listed[name] = true
+		if _, ok := d.volumes[name]; !ok || !d.volumes[name].IsZero() {
+			d.volumes[name] = time.Time{} // in use (again)
+		}
+	}
+	for name, at := range d.volumes {
+		if !listed[name] && at.IsZero() {
+			d.volumes[name] = now
+		}
+	}
+}
+
+// volumeSummary says which volumes in use during the window were released by end, and which
+// not (sorted), for the window's summary.
+func volumeSummary(volumes map[v1.UniqueVolumeName]time.Time, end time.Time) (released int, held []string) {
+	for name, at := range volumes {
+		if !at.IsZero() && !at.After(end) {
+			released++
+		} else {
+			held = append(held, string(name))
+		}
+	}
+	slices.Sort(held)
+	return released, held
+}
+
 // Summarize runs once the pending interruption's window has ended (deadline - safety margin):
 // every pod reprieve would still evict is one that missed the deadline. It records them, and one
 // event on the node (and the "handled" webhook) says how the interruption went. It reports
@@ -345,6 +385,7 @@ func (e *Executor) Summarize(ctx context.Context, now time.Time) bool {
 	actedKeys := slices.Collect(maps.Keys(h.acted))
 	acted := len(actedKeys)
 	atRisk := maps.Clone(h.atRisk)
+	released, held := volumeSummary(h.volumes, h.window.End())
 	view := e.view
 	e.mu.Unlock()
 
@@ -382,6 +423,13 @@ func (e *Executor) Summarize(ctx context.Context, now time.Time) bool {
 	if len(atRisk) > 0 {
 		summary += fmt.Sprintf(", %d with a volume at risk (not gone %s before the deadline: %s)", len(atRisk), h.window.VolumeRelease,
 			strings.Join(slices.Sorted(maps.Keys(atRisk)), ", "))
+	}
+	if released+len(held) > 0 {
+		summary += fmt.Sprintf("; volumes in use during the window: %d released (gone from the node's volumesInUse) by %s", released, end)
+		if len(held) > 0 {
+			typ = v1.EventTypeWarning
+			summary += fmt.Sprintf(", %d still in use (their detach may wait six minutes): %s", len(held), strings.Join(held, ", "))
+		}
 	}
 	e.o.Recorder.Eventf(events.NodeRef(e.o.NodeName), typ, events.ReasonInterruptionHandled, "%s", summary)
 	msg := notify.Message{Kind: notify.KindHandled, Node: e.o.NodeName, Deadline: h.window.Deadline,

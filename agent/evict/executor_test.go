@@ -606,3 +606,27 @@ func TestVolumeAtRisk(t *testing.T) {
 		t.Fatalf("summary %q: want a warning, 1 handled (web), 1 volume at risk naming ns/db-0", summary)
 	}
 }
+
+// TestVolumesReleasedInTheSummary (issue 40, item 2): the window's summary says which of the
+// volumes the node listed in status.volumesInUse during the window were released (gone from
+// the list) by its end, and which were still in use, by name; nothing is tracked outside a
+// window with a deadline.
+func TestVolumesReleasedInTheSummary(t *testing.T) {
+	f := newFixture(t)
+	f.e.ObserveVolumes([]v1.UniqueVolumeName{"pre-window-volume"}, t0) // no deadline yet: not tracked
+	f.e.SetView(view(t0.Add(40 * time.Second)))
+	a, b := v1.UniqueVolumeName("kubernetes.io/csi/ebs.csi.aws.com^vol-a"), v1.UniqueVolumeName("kubernetes.io/csi/ebs.csi.aws.com^vol-b")
+	f.e.ObserveVolumes([]v1.UniqueVolumeName{a, b}, t0.Add(time.Second))
+	f.e.ObserveVolumes([]v1.UniqueVolumeName{b}, t0.Add(20*time.Second))
+	f.e.Summarize(context.Background(), t0.Add(35*time.Second))
+	var summary string
+	for len(f.events.Events) > 0 {
+		if e := <-f.events.Events; strings.Contains(e, "InterruptionHandled") {
+			summary = e
+		}
+	}
+	if !strings.HasPrefix(summary, "Warning") || !strings.Contains(summary, "1 released") || !strings.Contains(summary, "1 still in use") ||
+		!strings.Contains(summary, string(b)) || strings.Contains(summary, "pre-window-volume") {
+		t.Fatalf("summary %q: want a warning, %s released, %s still in use, nothing from before the window", summary, a, b)
+	}
+}

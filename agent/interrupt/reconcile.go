@@ -71,6 +71,9 @@ func (l *Loop) Reconcile(ctx context.Context) {
 	if l.o.Executor.SetView(view) {
 		logger.V(2).Info("Re-planning every pod", "deadline", view.Window.Deadline, "noExecuteTaints", len(view.Taints))
 	}
+	if node != nil {
+		l.o.Executor.ObserveVolumes(node.Status.VolumesInUse, now)
+	}
 	l.o.Executor.Summarize(ctx, now)
 }
 
