@@ -298,6 +298,15 @@ func TestTrimKeepsWhatEveryUnitReads(t *testing.T) {
 		}
 	})
 	add("host-network", func(p *v1.Pod) { p.Spec.HostNetwork = true })
+	add("csi-node-plugin", func(p *v1.Pod) {
+		p.Spec.Volumes = []v1.Volume{
+			{Name: "registration-dir", VolumeSource: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: "/var/lib/kubelet/plugins_registry/"}}},
+			{Name: "plugin-dir", VolumeSource: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: "/var/lib/kubelet/plugins/ebs.csi.aws.com/"}}},
+		}
+	})
+	add("prestop-hook", func(p *v1.Pod) {
+		p.Spec.Containers[0].Lifecycle = &v1.Lifecycle{PreStop: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"sleep", "5"}}}}
+	})
 	add("shared-ip", func(p *v1.Pod) { p.Status.PodIP, p.Status.PodIPs = "10.0.0.1", []v1.PodIP{{IP: "10.0.0.1"}} })
 	add("dual-stack", func(p *v1.Pod) { p.Status.PodIPs = append(p.Status.PodIPs, v1.PodIP{IP: "fd00::7"}) })
 	add("succeeded", func(p *v1.Pod) { p.Status.Phase = v1.PodSucceeded })

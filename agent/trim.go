@@ -171,10 +171,10 @@ func trimPod(p *v1.Pod) *v1.Pod {
 	out.Spec.TerminationGracePeriodSeconds = p.Spec.TerminationGracePeriodSeconds
 	out.Spec.Tolerations = noExecuteTolerations(p)
 	out.Spec.Containers = requestsContainer(p)
-	keepTail(p, out)
 	out.Spec.Resources = podLevelResources(p.Spec.Resources)
 	out.Spec.Overhead = onlyResources(p.Spec.Overhead, rankedResources)
 	out.Spec.Volumes = volumeKinds(p)
+	keepTail(p, out)
 	out.Status.PodIP = p.Status.PodIP
 	if len(p.Status.PodIPs) > 0 {
 		// The kubelet's, one per family; bounded all the same.

@@ -1,14 +1,18 @@
 package agent
 
 import (
+	"strings"
+
 	v1 "k8s.io/api/core/v1"
 )
 
 // keepTail keeps in the trimmed pod out what plan.Tail reads of p: whether a regular container
 // has a preStop hook (an empty handler marks it) and each native sidecar (a restartable init
 // container, its name and restart policy alone), so that the plan leaves room for the time the
-// kubelet may take past the grace (issue 38, case 2).
+// kubelet may take past the grace (issue 38, case 2). It also keeps what makes a pod a CSI node
+// plugin (keepVolumePlugin).
 func keepTail(p, out *v1.Pod) {
+	keepVolumePlugin(p, out)
 	for _, c := range p.Spec.Containers {
 		if c.Lifecycle != nil && c.Lifecycle.PreStop != nil {
 			if len(out.Spec.Containers) == 0 {
@@ -24,6 +28,22 @@ func keepTail(p, out *v1.Pod) {
 			// No resources: the requests the pressure loop ranks by are in the requests
 			// container already, sidecars' included.
 			out.Spec.InitContainers = append(out.Spec.InitContainers, v1.Container{Name: "sidecar", RestartPolicy: &always})
+		}
+	}
+}
+
+// keepVolumePlugin keeps in the trimmed pod out what plan.IsVolumePlugin reads of p: the path
+// of its hostPath volume of the kubelet's plugin registration directory (the trim keeps each
+// volume's kind alone), so that a CSI node plugin is never evicted (issue 40, item 3).
+func keepVolumePlugin(p, out *v1.Pod) {
+	for i, v := range p.Spec.Volumes {
+		if v.HostPath == nil || !strings.HasSuffix(strings.TrimRight(v.HostPath.Path, "/"), "/plugins_registry") {
+			continue
+		}
+		for j := range out.Spec.Volumes {
+			if out.Spec.Volumes[j].Name == v.Name && out.Spec.Volumes[j].HostPath != nil && i < len(p.Spec.Volumes) {
+				out.Spec.Volumes[j].HostPath.Path = "/var/lib/kubelet/plugins_registry"
+			}
 		}
 	}
 }

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"math"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -57,6 +58,7 @@ const (
 	SkipSelf             SkipReason = "reprieve-itself"
 	SkipTolerateForever  SkipReason = "tolerates-forever"
 	SkipNoNoExecuteTaint SkipReason = "no-noexecute-taint"
+	SkipVolumePlugin     SkipReason = "volume-plugin"
 )
 
 // PodFilter says which pods the eviction loop leaves alone whatever the taints.
@@ -77,12 +79,30 @@ func (f PodFilter) Skip(pod *v1.Pod) SkipReason {
 	case isMirrorPod(pod):
 		// Deleting a mirror pod does not stop its static pod: the kubelet recreates it.
 		return SkipMirror
+	case IsVolumePlugin(pod):
+		// A CSI node plugin unstages the volumes of the pods being evicted: it must outlive
+		// them, or their volumes are never released (issue 40), also with
+		// EvictDaemonSetPods.
+		return SkipVolumePlugin
 	case !f.EvictDaemonSetPods && isDaemonSetPod(pod):
 		return SkipDaemonSet
 	case f.SelfName != "" && pod.Name == f.SelfName && pod.Namespace == f.SelfNamespace:
 		return SkipSelf
 	}
 	return SkipNone
+}
+
+// IsVolumePlugin reports whether pod is a CSI node plugin: it mounts the kubelet's plugin
+// registration directory (plugins_registry, where node-driver-registrar registers the driver
+// with the kubelet), as the node plugins of the EBS, GCE PD and Azure Disk drivers and every
+// driver registered through node-driver-registrar do.
+func IsVolumePlugin(pod *v1.Pod) bool {
+	for _, v := range pod.Spec.Volumes {
+		if v.HostPath != nil && strings.HasSuffix(strings.TrimRight(v.HostPath.Path, "/"), "/plugins_registry") {
+			return true
+		}
+	}
+	return false
 }
 
 func isMirrorPod(pod *v1.Pod) bool {

@@ -491,3 +491,20 @@ func TestPlanPodVolumeRelease(t *testing.T) {
 		}
 	}
 }
+
+// TestCSINodePluginNeverEvicted (issue 40, item 3): a CSI node plugin (it mounts the kubelet's
+// plugin registration directory) unstages the volumes of the pods being evicted, so it is never
+// evicted, also when DaemonSet pods are.
+func TestCSINodePluginNeverEvicted(t *testing.T) {
+	p := pod()
+	p.Spec.Volumes = []v1.Volume{{Name: "registration-dir", VolumeSource: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: "/var/lib/kubelet/plugins_registry/"}}}}
+	p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "ebs-csi-node", Controller: ptr(true)}}
+	if r := (PodFilter{EvictDaemonSetPods: true}).Skip(p); r != SkipVolumePlugin {
+		t.Fatalf("a CSI node plugin: skip %q, want %q", r, SkipVolumePlugin)
+	}
+	other := pod()
+	other.Spec.Volumes = []v1.Volume{{Name: "logs", VolumeSource: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: "/var/log"}}}}
+	if IsVolumePlugin(other) {
+		t.Fatal("a pod mounting /var/log is no volume plugin")
+	}
+}

@@ -50,6 +50,18 @@ type AuditReport struct {
 	// Workloads are those with at least one pod on a matching node, sorted by namespace, kind
 	// and name.
 	Workloads []WorkloadAudit `json:"workloads"`
+	// VolumePlugins are the CSI node plugin pods on matching nodes that do not tolerate the
+	// interruption taint forever: kube-controller-manager's taint eviction deletes them at the
+	// notice, and the volumes of the pods evicted after them are never unstaged, so their
+	// detach waits six minutes (issue 40). reprieve itself never evicts them.
+	VolumePlugins []AuditPod `json:"volumePlugins,omitempty"`
+}
+
+// AuditPod names one pod of a finding.
+type AuditPod struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Node      string `json:"node"`
 }
 
 // AuditWindow is one imagined notice: a reclaim window and the clouds that give it (none when
@@ -389,6 +401,18 @@ func buildAudit(cfg agent.Config, in auditInput, windows []AuditWindow, now time
 		wl.AllOnSpot = wl.Pods == wl.PodsOnSpot
 		report.Workloads = append(report.Workloads, *wl)
 	}
+	if it, err := agent.ParseTaint(cfg.InterruptionTaint); err == nil {
+		for _, name := range report.Nodes {
+			for _, p := range byNode[name] {
+				if plan.IsVolumePlugin(p) && !plan.ToleratesForever(p.Spec.Tolerations, it, cfg.TolerationComparisonOperators) {
+					report.VolumePlugins = append(report.VolumePlugins, AuditPod{Namespace: p.Namespace, Name: p.Name, Node: name})
+				}
+			}
+		}
+		slices.SortFunc(report.VolumePlugins, func(a, b AuditPod) int {
+			return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+		})
+	}
 	slices.SortFunc(report.Workloads, func(a, b WorkloadAudit) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Name, b.Name))
 	})
@@ -425,8 +449,19 @@ func writeAuditTable(w io.Writer, r AuditReport) error {
 		return err
 	}
 	if len(r.Workloads) == 0 {
-		_, err := fmt.Fprintln(w, "(no workload has a pod on these nodes)")
-		return err
+		if _, err := fmt.Fprintln(w, "(no workload has a pod on these nodes)"); err != nil {
+			return err
+		}
+	}
+	if len(r.VolumePlugins) > 0 {
+		fmt.Fprintf(w, "\nCSI node plugins that do not tolerate the interruption taint forever: kube-controller-manager deletes them at the\n"+
+			"notice, and the volumes of the pods evicted after them are not released (their detach waits six minutes).\n"+
+			"Give them a toleration of the interruption taint without tolerationSeconds (or operator: Exists):\n")
+		for _, p := range r.VolumePlugins {
+			if _, err := fmt.Fprintf(w, "  %s/%s on %s\n", p.Namespace, p.Name, p.Node); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

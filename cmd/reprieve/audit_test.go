@@ -47,6 +47,14 @@ func auditClient(t *testing.T) (*fake.Clientset, func(agent.Config) (kube.Interf
 	for60.TolerationSeconds = sec(60)
 	lonely := pod("lonely", "od", 30, nil)
 	lonely.Namespace = "other"
+	// CSI node plugins (issue 40): one tolerating everything, as the EBS driver's chart
+	// does by default, one tolerating only its own taints.
+	csi := func(name string, tol ...v1.Toleration) *v1.Pod {
+		p := pod(name, "spot-a", 30, ctrl("DaemonSet", "csi-node", "ds-csi"), tol...)
+		p.Namespace = "kube-system"
+		p.Spec.Volumes = []v1.Volume{{Name: "registration-dir", VolumeSource: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: "/var/lib/kubelet/plugins_registry/"}}}}
+		return p
+	}
 	objs := []runtime.Object{
 		&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "spot-a", Labels: map[string]string{"karpenter.sh/capacity-type": "spot"}}},
 		&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "spot-b", Labels: map[string]string{"cloud.google.com/gke-spot": "true"}}},
@@ -65,6 +73,8 @@ func auditClient(t *testing.T) (*fake.Clientset, func(agent.Config) (kube.Interf
 		pod("solo", "spot-b", 10, nil, for60),
 		pod("bare-x", "spot-a", 600, ctrl("ReplicaSet", "bare", "rs-bare")),
 		pod("agent-x", "spot-a", 30, ctrl("DaemonSet", "agent", "ds-agent")),
+		csi("ebs-csi-node-all", v1.Toleration{Operator: v1.TolerationOpExists}),
+		csi("disk-csi-node-own", v1.Toleration{Key: "node.kubernetes.io/not-ready", Operator: v1.TolerationOpExists, Effect: v1.TaintEffectNoExecute}),
 		pod("offspot", "od", 600, nil, spot),
 		lonely,
 	}
@@ -90,6 +100,11 @@ shop/ReplicaSet/bare  120s aws       1/1 all  0           1 (by up to 486s)  0  
 shop/ReplicaSet/bare  30s gcp,azure  1/1 all  0           1 (by up to 576s)  0                0
 shop/StatefulSet/db   120s aws       2/2 all  0           0                  2                0
 shop/StatefulSet/db   30s gcp,azure  2/2 all  0           0                  2                0
+
+CSI node plugins that do not tolerate the interruption taint forever: kube-controller-manager deletes them at the
+notice, and the volumes of the pods evicted after them are not released (their detach waits six minutes).
+Give them a toleration of the interruption taint without tolerationSeconds (or operator: Exists):
+  kube-system/disk-csi-node-own on spot-a
 `
 
 func TestAuditTable(t *testing.T) {
