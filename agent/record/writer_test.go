@@ -281,21 +281,23 @@ func TestWishCarriesDrained(t *testing.T) {
 	deadline := t0.Add(time.Minute)
 	spot := Wish{Intent: plan.Intent{Deadline: deadline, Interruption: &providers.Notice{Kind: providers.KindSpotInterruption, Deadline: deadline}}, Drained: true}
 	for _, c := range []struct {
-		name            string
-		conds, lifecyle bool
-		wish            Wish
-		want            bool
+		name             string
+		conds, lifecycle bool
+		wish             Wish
+		want             bool
 	}{
 		{"lifecycle, drained", true, true, spot, true},
 		{"lifecycle, not drained", true, true, Wish{Intent: spot.Intent}, false},
 		{"not interrupting", true, true, Wish{Drained: true}, false},
 		{"no lifecycle conditions", true, false, spot, false},
 	} {
-		f := newWriterFixture(t, func(o *WriterOptions) { o.NodeConditions, o.LifecycleConditions = c.conds, c.lifecyle })
-		f.w.SetInterruption(c.wish)
-		if got := f.w.Desire().Drained; got != c.want {
-			t.Errorf("%s: Desire().Drained = %v; want %v", c.name, got, c.want)
-		}
+		t.Run(c.name, func(t *testing.T) {
+			f := newWriterFixture(t, func(o *WriterOptions) { o.NodeConditions, o.LifecycleConditions = c.conds, c.lifecycle })
+			f.w.SetInterruption(c.wish)
+			if got := f.w.Desire().Drained; got != c.want {
+				t.Errorf("Desire().Drained = %v; want %v", got, c.want)
+			}
+		})
 	}
 }
 
