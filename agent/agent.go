@@ -202,25 +202,22 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	if a.podNotice != nil {
 		a.podNotice.turn = a.exec.Background
 	}
+	// The writer is a sink (record.Writer): it reads the node from the lister, counts its own
+	// refusals and says its own events; the interruption loop hands it the executor's drained
+	// state in its wish, and selects on its PressureChanged.
+	a.writer = record.NewWriter(record.WriterOptions{Client: deps.Client, NodeName: cfg.NodeName, DryRun: cfg.DryRun,
+		Taints: a.taints, Clock: deps.Clock, Nodes: a.nodeLister, Refusals: a.refusals, Recorder: a.recorder, Metrics: a.metrics,
+		NodeConditions: cfg.NodeConditions, LifecycleConditions: cfg.LifecycleConditions})
 	intrOpts := interrupt.Options{NodeName: cfg.NodeName, Provider: a.provider, Clock: deps.Clock, Metrics: a.metrics,
 		Recorder: a.recorder, Notifier: a.notifier, Taints: a.taints, MaintenanceLead: cfg.MaintenanceLead,
 		SafetyMargin: cfg.SafetyMargin, PollInterval: cfg.PollInterval, DryRun: cfg.DryRun, ApproveEvents: cfg.ApproveEvents,
-		ShutdownCut: shutdownCut(cfg), VolumeRelease: volumeRelease(cfg),
-		Node: a.cachedNode, Executor: a.exec}
-	var intr *interrupt.Loop
-	a.writer = record.NewWriter(record.WriterOptions{Client: deps.Client, NodeName: cfg.NodeName, DryRun: cfg.DryRun,
-		Taints: a.taints, Clock: deps.Clock, Cached: a.cachedNode, Observe: a.refusals.Observe,
-		OnWrite: func(ctx context.Context, ch record.NodeChange, d record.NodeDesire) { intr.OnWrite(ctx, ch, d) },
-		OnWish:  func() { intr.Poke() }, NodeConditions: cfg.NodeConditions, LifecycleConditions: cfg.LifecycleConditions,
-		Drained: func() bool { _, _, ok := a.exec.Drained(); return ok }})
-	intrOpts.Writer = a.writer
+		ShutdownCut: shutdownCut(cfg), VolumeRelease: volumeRelease(cfg), Node: a.cachedNode, Writer: a.writer, Executor: a.exec}
 	if cfg.PressureSource != PressureSourceOff {
 		for _, r := range pressure.Resources {
 			intrOpts.PressureTaints = append(intrOpts.PressureTaints, pressureTaint(cfg, r))
 		}
 	}
-	intr = interrupt.New(intrOpts)
-	a.intr = intr
+	a.intr = interrupt.New(intrOpts)
 	if err := a.newPressure(); err != nil {
 		return nil, err
 	}

@@ -131,7 +131,7 @@ func TestNodeWriteCheck(t *testing.T) {
 	// on that clock, counting into the agent's refusals.
 	clk := clocktesting.NewFakeClock(t0)
 	checker := record.NewWriter(record.WriterOptions{Client: kubetest.Wrap(h.client), NodeName: nodeName, Taints: h.a.taints, Clock: clk,
-		Cached: h.a.cachedNode})
+		Nodes: h.a.nodeLister})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan struct{})

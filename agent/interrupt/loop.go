@@ -97,7 +97,7 @@ func New(o Options) *Loop {
 		signalSeen: map[string]time.Time{}, badLogged: map[string]string{}}
 }
 
-// Poke asks for a reconcile: the node changed, or a wish did.
+// Poke asks for a reconcile: the node changed, or an answer came.
 func (l *Loop) Poke() {
 	select {
 	case l.poke <- struct{}{}:
@@ -134,16 +134,20 @@ func (l *Loop) Run(ctx context.Context) {
 	wg.Wait()
 }
 
-// reconcileLoop reconciles at every poke (a new answer, a node change) and every poll interval
-// (time-based decisions: the maintenance lead, the window's end), and summarizes and approves.
+// reconcileLoop reconciles at every poke (a new answer, a node change), at every change of the
+// pressure loop's wish (the writer's PressureChanged: a pressure taint may be NoExecute, and the
+// pods are planned on the node as it is about to be) and every poll interval (time-based
+// decisions: the maintenance lead, the window's end), and summarizes and approves.
 func (l *Loop) reconcileLoop(ctx context.Context) {
 	ticker := l.o.Clock.NewTicker(l.o.PollInterval)
 	defer ticker.Stop()
+	pressure := l.o.Writer.PressureChanged()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-l.poke:
+		case <-pressure:
 		case <-ticker.C():
 		}
 		l.Reconcile(ctx)

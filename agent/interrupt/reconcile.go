@@ -37,7 +37,7 @@ func (l *Loop) Reconcile(ctx context.Context) {
 				"provider", n.Provider, "kind", n.Kind, "id", n.ID, "deadline", n.Deadline, "interruptsAt", n.Deadline.Add(-l.o.MaintenanceLead))
 		}
 	}
-	wish := record.Wish{Intent: intent, WriteDeadline: l.o.Provider.Name() != none.Name}
+	wish := record.Wish{Intent: intent, WriteDeadline: l.o.Provider.Name() != none.Name, Drained: l.drained(intent)}
 	if wish.WriteDeadline {
 		rec := record.RecordOf(notices)
 		wish.Record = &rec
@@ -70,6 +70,13 @@ func (l *Loop) Reconcile(ctx context.Context) {
 	}
 	if l.o.Executor.SetView(view) {
 		logger.V(2).Info("Re-planning every pod", "deadline", view.Window.Deadline, "noExecuteTaints", len(view.Taints))
+	}
+	// The drained state above was the executor's under the view before this one; under the new
+	// view it may differ (a notice with no pod to evict is drained at once). Hand the writer the
+	// current one, so that the Drained condition waits for no further reconcile.
+	if d := l.drained(intent); d != wish.Drained {
+		wish.Drained = d
+		l.o.Writer.SetInterruption(wish)
 	}
 	if node != nil {
 		l.o.Executor.ObserveVolumes(node.Status.VolumesInUse, now)
@@ -114,23 +121,14 @@ func (l *Loop) recorded(node *v1.Node) []providers.Notice {
 // restoredID is the ID of a notice read back from a node that carries no record.
 const restoredID = "restored-from-node"
 
-// OnWrite emits an event for every taint the writer added or removed, and measures how long the
-// interruption taint took from the notice. The writer calls it after each write.
-func (l *Loop) OnWrite(_ context.Context, ch record.NodeChange, d record.NodeDesire) {
-	now := l.o.Clock.Now()
-	verb := ""
-	if l.o.DryRun {
-		verb = "Dry run: would have "
+// drained says whether every pod reprieve evicts for the interruption is gone (the executor's
+// Drained), for the writer's Drained lifecycle condition; false while not interrupting.
+func (l *Loop) drained(intent plan.Intent) bool {
+	if !intent.Interrupting() {
+		return false
 	}
-	for _, t := range ch.Added {
-		l.o.Recorder.Eventf(events.NodeRef(l.o.NodeName), v1.EventTypeNormal, events.ReasonTaintApplied, "%sadded taint %s", verb, evict.TaintString(t))
-		if in := d.Intent.Interruption; t.Key == d.Taints.Interruption.Key && t.Effect == d.Taints.Interruption.Effect && in != nil && !in.NoticeTime.IsZero() {
-			l.o.Metrics.NoticeToTaint.Observe(max(0, now.Sub(in.NoticeTime).Seconds()))
-		}
-	}
-	for _, t := range ch.Removed {
-		l.o.Recorder.Eventf(events.NodeRef(l.o.NodeName), v1.EventTypeNormal, events.ReasonTaintRemoved, "%sremoved taint %s", verb, evict.TaintString(t))
-	}
+	_, _, ok := l.o.Executor.Drained()
+	return ok
 }
 
 // noExecuteTaints returns the NoExecute taints with TimeAdded set to the countdown's anchor:

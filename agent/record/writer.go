@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -11,11 +13,15 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	k8srecord "k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/reprieve-dev/reprieve/agent/events"
 	"github.com/reprieve-dev/reprieve/agent/kube"
+	"github.com/reprieve-dev/reprieve/agent/metrics"
 	"github.com/reprieve-dev/reprieve/agent/plan"
 )
 
@@ -33,11 +39,13 @@ const (
 
 // Wish is what the interruption loop wants on the node: its intent (the interruption, the
 // notices' soft taints), whether the deadline annotation and the record are reprieve's to
-// write, and the record itself.
+// write, the record itself, and whether every pod reprieve evicts for the interruption is gone
+// (the executor's Drained, for the Drained lifecycle condition).
 type Wish struct {
 	Intent        plan.Intent
 	WriteDeadline bool
 	Record        *Record
+	Drained       bool
 }
 
 // Writer is the node's one writer. The interruption loop (SetInterruption) and the pressure loop
@@ -47,6 +55,15 @@ type Wish struct {
 // reprieve first wanted it, in whole seconds, kept until the taint is no longer wanted, so that
 // the plan made from Desire before the write equals the plan made from the written taint.
 //
+// It is a sink: it calls back into no other unit. What it needs crosses as values or data
+// sources: each producer's wish (the interruption loop's carries the executor's drained state,
+// which that loop reads at each reconcile), and the node from the informer's lister. The taints'
+// timeAdded are stamped in the Set call that first wants a taint and handed back to its caller,
+// so that Desire is a pure read. What a write did, the writer says itself: the refusals of its
+// patches (its Refusals), the TaintApplied and TaintRemoved events, the notice-to-taint
+// histogram. A change of the pressure wish is signalled on PressureChanged, which the
+// interruption loop selects on to re-plan (a pressure taint may be NoExecute).
+//
 // Fields under mu are shared with the producers; the rest belong to the Run goroutine (or to the
 // caller of Sync, which must not run beside it).
 type Writer struct {
@@ -55,26 +72,25 @@ type Writer struct {
 	dryRun   bool
 	taints   plan.TaintSet
 	clock    clock.WithTicker
-	// cached returns the informer's copy of the node (nil when not known); a conflict falls
+	// nodes is the informer's lister of the node (nil: always a live GET); a conflict falls
 	// back to a live GET.
-	cached func() *v1.Node
-	// observe, when set, is told the outcome of every patch sent (the refusal count).
-	observe func(error)
-	// onWrite, when set, is told every change a write made, with the desire it carried.
-	onWrite func(context.Context, NodeChange, NodeDesire)
-	// onWish, when set, is called after a producer's wish changed (the interruption loop
-	// re-plans: a pressure taint may be NoExecute).
-	onWish func()
-	// conditions and lifecycle say which node conditions the writer keeps (NodeDesire); drained,
-	// when set, says whether every pod reprieve evicts is gone.
+	nodes corelisters.NodeLister
+	// refusals counts the refused patches (nil: none); recorder and metrics, when set, receive
+	// the taints' events and the notice-to-taint latency.
+	refusals *Refusals
+	recorder k8srecord.EventRecorder
+	metrics  *metrics.Metrics
+	// conditions and lifecycle say which node conditions the writer keeps (NodeDesire).
 	conditions, lifecycle bool
-	drained               func() bool
 
 	mu           sync.Mutex
 	interruption Wish
 	pressure     []v1.Taint
 	addedAt      map[string]time.Time
 	wake         chan struct{}
+	// pressureChanged is signalled (without blocking: one pending signal is enough) when
+	// SetPressure changed the pressure wish.
+	pressureChanged chan struct{}
 
 	// lastDryRun and lastDryRunStatus are the last changes a dry run logged.
 	lastDryRun, lastDryRunStatus string
@@ -96,21 +112,18 @@ type WriterOptions struct {
 	DryRun   bool
 	Taints   plan.TaintSet
 	Clock    clock.WithTicker
-	// Cached returns the informer's copy of the node, nil when it is not known.
-	Cached func() *v1.Node
-	// Observe is told the outcome of every patch sent.
-	Observe func(error)
-	// OnWrite is told every change a write made, from the writer's goroutine.
-	OnWrite func(context.Context, NodeChange, NodeDesire)
-	// OnWish is called when a producer's wish changed.
-	OnWish func()
+	// Nodes lists the informer's copy of the node; nil reads it from the API server each time.
+	Nodes corelisters.NodeLister
+	// Refusals counts the patches the API server refused; nil counts nothing.
+	Refusals *Refusals
+	// Recorder receives the TaintApplied and TaintRemoved events; nil records none.
+	Recorder k8srecord.EventRecorder
+	// Metrics receives the notice-to-taint latency; nil observes nothing.
+	Metrics *metrics.Metrics
 	// NodeConditions keeps ConditionInterruption on the node's status (--node-conditions), and
 	// LifecycleConditions also KEP-5683's (--lifecycle-conditions); both need patch on
 	// nodes/status.
 	NodeConditions, LifecycleConditions bool
-	// Drained reports whether every pod reprieve evicts for the interruption is gone (the
-	// executor's Drained); called from the writer's goroutine while an interruption is wanted.
-	Drained func() bool
 }
 
 // NewWriter returns a writer that wants nothing yet.
@@ -119,30 +132,91 @@ func NewWriter(o WriterOptions) *Writer {
 		o.Clock = clock.RealClock{}
 	}
 	return &Writer{client: o.Client, nodeName: o.NodeName, dryRun: o.DryRun, taints: o.Taints, clock: o.Clock,
-		cached: o.Cached, observe: o.Observe, onWrite: o.OnWrite, onWish: o.OnWish,
-		conditions: o.NodeConditions, lifecycle: o.NodeConditions && o.LifecycleConditions, drained: o.Drained,
-		addedAt: map[string]time.Time{}, wake: make(chan struct{}, 1)}
+		nodes: o.Nodes, refusals: o.Refusals, recorder: o.Recorder, metrics: o.Metrics,
+		conditions: o.NodeConditions, lifecycle: o.NodeConditions && o.LifecycleConditions,
+		addedAt: map[string]time.Time{}, wake: make(chan struct{}, 1), pressureChanged: make(chan struct{}, 1)}
 }
 
 // SetInterruption replaces the interruption loop's wish and wakes the writer. It never waits
-// on the API server.
-func (w *Writer) SetInterruption(wish Wish) {
+// on the API server. It returns the taints the wish wants (the interruption taint while
+// interrupting, then the soft taints) with their timeAdded: stamped now for a taint not wanted
+// before, kept for one that was.
+func (w *Writer) SetInterruption(wish Wish) []v1.Taint {
 	w.mu.Lock()
 	w.interruption = wish
+	w.stampLocked()
+	var want []v1.Taint
+	if wish.Intent.Interrupting() {
+		want = append(want, w.taints.Interruption)
+	}
+	out := w.withAddedLocked(append(want, wish.Intent.SoftTaints...))
 	w.mu.Unlock()
 	w.Poke()
+	return out
 }
 
 // SetPressure replaces the pressure loop's wish, the pressure taints wanted on the node, and
-// wakes the writer. It never waits on the API server.
-func (w *Writer) SetPressure(taints []v1.Taint) {
+// wakes the writer. It never waits on the API server. It returns those taints with their
+// timeAdded (as SetInterruption does), and when the wish changed it signals PressureChanged.
+func (w *Writer) SetPressure(taints []v1.Taint) []v1.Taint {
 	w.mu.Lock()
+	changed := !slices.EqualFunc(w.pressure, taints, func(a, b v1.Taint) bool { return a.MatchTaint(&b) && a.Value == b.Value })
 	w.pressure = append([]v1.Taint(nil), taints...)
+	w.stampLocked()
+	out := w.withAddedLocked(w.pressure)
 	w.mu.Unlock()
 	w.Poke()
-	if w.onWish != nil {
-		w.onWish()
+	if changed {
+		select {
+		case w.pressureChanged <- struct{}{}:
+		default:
+		}
 	}
+	return out
+}
+
+// PressureChanged is signalled when the pressure wish changed: the interruption loop re-plans
+// the pods on the node as it is about to be (a pressure taint may be NoExecute).
+func (w *Writer) PressureChanged() <-chan struct{} { return w.pressureChanged }
+
+// stampLocked makes addedAt hold exactly the taints the wishes want now: a taint wanted for the
+// first time is stamped with the clock's time in whole seconds (the API server stores timeAdded
+// at that precision), one still wanted keeps its stamp, and one no longer wanted is forgotten,
+// so that wanting it again later makes a new taint. w.mu is held.
+func (w *Writer) stampLocked() {
+	want := map[string]bool{}
+	if w.interruption.Intent.Interrupting() {
+		want[TaintID(w.taints.Interruption)] = true
+	}
+	for _, t := range w.interruption.Intent.SoftTaints {
+		want[TaintID(t)] = true
+	}
+	for _, t := range w.pressure {
+		want[TaintID(t)] = true
+	}
+	for id := range w.addedAt {
+		if !want[id] {
+			delete(w.addedAt, id)
+		}
+	}
+	now := w.clock.Now().Truncate(time.Second)
+	for id := range want {
+		if _, ok := w.addedAt[id]; !ok {
+			w.addedAt[id] = now
+		}
+	}
+}
+
+// withAddedLocked returns copies of taints carrying their stamped timeAdded. w.mu is held.
+func (w *Writer) withAddedLocked(taints []v1.Taint) []v1.Taint {
+	out := make([]v1.Taint, 0, len(taints))
+	for _, t := range taints {
+		if at, ok := w.addedAt[TaintID(t)]; ok {
+			t.TimeAdded = &metav1.Time{Time: at}
+		}
+		out = append(out, t)
+	}
+	return out
 }
 
 // Poke asks for a write of the current wishes: after a wish changed, or when the node changed
@@ -156,44 +230,26 @@ func (w *Writer) Poke() {
 
 // Desire is the combination of every wish, as the next write will carry it. The interruption
 // loop plans the pods on ComputeNodeChange(node, Desire()).Taints: the node as it is about to
-// be, so that an API outage delays the write but not the countdowns.
+// be, so that an API outage delays the write but not the countdowns. It is a pure read: the
+// taints' timeAdded were stamped by the Set calls that wanted them.
 func (w *Writer) Desire() NodeDesire {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	in := w.interruption.Intent
 	in.SoftTaints = append(append([]v1.Taint(nil), in.SoftTaints...), w.pressure...)
-	now := w.clock.Now()
+	addedAt := maps.Clone(w.addedAt)
 	return NodeDesire{
 		Intent: in, Taints: w.taints, WriteDeadline: w.interruption.WriteDeadline, Record: w.interruption.Record,
 		Conditions: w.conditions, Lifecycle: w.lifecycle,
+		Drained: w.lifecycle && in.Interrupting() && w.interruption.Drained,
 		AddedAt: func(id string) time.Time {
-			w.mu.Lock()
-			defer w.mu.Unlock()
-			t, ok := w.addedAt[id]
-			if !ok {
-				t = now.Truncate(time.Second)
-				w.addedAt[id] = t
+			if t, ok := addedAt[id]; ok {
+				return t
 			}
-			return t
+			// Every taint the wishes want was stamped when it was set (stampLocked), and
+			// ComputeNodeChange adds no other. Read the clock; store nothing.
+			return w.clock.Now().Truncate(time.Second)
 		},
-	}
-}
-
-// prune forgets the timeAdded of the taints d no longer wants.
-func (w *Writer) prune(d NodeDesire) {
-	want := map[string]bool{}
-	if d.Intent.Interrupting() {
-		want[TaintID(d.Taints.Interruption)] = true
-	}
-	for _, t := range d.Intent.SoftTaints {
-		want[TaintID(t)] = true
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for id := range w.addedAt {
-		if !want[id] {
-			delete(w.addedAt, id)
-		}
 	}
 }
 
@@ -235,22 +291,39 @@ func (w *Writer) Run(ctx context.Context) {
 // only Run does.
 func (w *Writer) Sync(ctx context.Context) error {
 	d := w.Desire()
-	if w.lifecycle && w.drained != nil && d.Intent.Interrupting() {
-		d.Drained = w.drained()
-	}
 	rctx, cancel := context.WithTimeout(ctx, WriteTimeout)
 	defer cancel()
 	done, err := w.ensure(rctx, d)
-	w.prune(d)
-	if w.onWrite != nil && !done.Empty() {
-		w.onWrite(ctx, done, d)
-	}
+	w.announce(done, d)
 	if err != nil {
 		return err
 	}
 	// The conditions follow the taints: never True before the taint is written, and turned
 	// False only once it is removed. Within the same WriteTimeout.
 	return w.ensureConditions(rctx, d)
+}
+
+// announce emits an event for every taint a write added or removed (in a dry run, every one it
+// would have), and measures how long the interruption taint took from the notice.
+func (w *Writer) announce(ch NodeChange, d NodeDesire) {
+	now := w.clock.Now()
+	verb := ""
+	if w.dryRun {
+		verb = "Dry run: would have "
+	}
+	for _, t := range ch.Added {
+		if w.recorder != nil {
+			w.recorder.Eventf(events.NodeRef(w.nodeName), v1.EventTypeNormal, events.ReasonTaintApplied, "%sadded taint %s", verb, t.ToString())
+		}
+		if in := d.Intent.Interruption; w.metrics != nil && t.MatchTaint(&d.Taints.Interruption) && in != nil && !in.NoticeTime.IsZero() {
+			w.metrics.NoticeToTaint.Observe(max(0, now.Sub(in.NoticeTime).Seconds()))
+		}
+	}
+	for _, t := range ch.Removed {
+		if w.recorder != nil {
+			w.recorder.Eventf(events.NodeRef(w.nodeName), v1.EventTypeNormal, events.ReasonTaintRemoved, "%sremoved taint %s", verb, t.ToString())
+		}
+	}
 }
 
 // ensureConditions makes the node's status carry reprieve's conditions for d, with one strategic
@@ -293,8 +366,8 @@ func (w *Writer) ensureConditions(ctx context.Context, d NodeDesire) error {
 	logger.V(2).Info("Patching node status", "node", klog.KObj(node), "patch", string(patch))
 	out, err := w.client.CoreV1().Nodes().Patch(ctx, w.nodeName, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 	if err != nil {
-		if w.observe != nil && IsRefusal(err) {
-			w.observe(err)
+		if w.refusals != nil && IsRefusal(err) {
+			w.refusals.Observe(err)
 		}
 		return fmt.Errorf("patching the conditions of node %s: %w", w.nodeName, err)
 	}
@@ -305,12 +378,12 @@ func (w *Writer) ensureConditions(ctx context.Context, d NodeDesire) error {
 // base returns the node to compute a change from: the informer's copy, unless it has not yet
 // caught up with reprieve's own last write.
 func (w *Writer) base() *v1.Node {
-	if w.cached == nil {
+	if w.nodes == nil {
 		return nil
 	}
-	node := w.cached()
-	if node == nil {
-		return nil
+	node, err := w.nodes.Get(w.nodeName)
+	if err != nil {
+		return nil // not in the cache (yet): a live GET
 	}
 	w.cachedRV = node.ResourceVersion
 	if w.written != nil && node.ResourceVersion == w.writtenFrom {
@@ -365,8 +438,8 @@ func (w *Writer) ensure(ctx context.Context, d NodeDesire) (NodeChange, error) {
 		}
 		logger.V(2).Info("Patching node", "node", klog.KObj(node), "patch", string(patch))
 		out, err := w.client.CoreV1().Nodes().Patch(ctx, w.nodeName, types.MergePatchType, patch, metav1.PatchOptions{})
-		if w.observe != nil {
-			w.observe(err)
+		if w.refusals != nil {
+			w.refusals.Observe(err)
 		}
 		if err != nil {
 			return fmt.Errorf("patching node %s: %w", w.nodeName, err)

@@ -1,0 +1,126 @@
+package interrupt
+
+import (
+	"context"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	k8srecord "k8s.io/client-go/tools/record"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/reprieve-dev/reprieve/agent/evict"
+	"github.com/reprieve-dev/reprieve/agent/kube/kubetest"
+	"github.com/reprieve-dev/reprieve/agent/metrics"
+	"github.com/reprieve-dev/reprieve/agent/plan"
+	"github.com/reprieve-dev/reprieve/agent/record"
+	"github.com/reprieve-dev/reprieve/providers"
+	"github.com/reprieve-dev/reprieve/providers/providertest"
+)
+
+// loopFixture is an interruption loop with its writer and executor on a fake clientset and a
+// fake clock, with no pods; the writer and the executor do not run.
+type loopFixture struct {
+	l    *Loop
+	w    *record.Writer
+	exec *evict.Executor
+	cs   *fake.Clientset
+	clk  *clocktesting.FakeClock
+	prov *providertest.Fake
+}
+
+func newLoopFixture(t *testing.T, wo record.WriterOptions, pressure ...v1.Taint) *loopFixture {
+	t.Helper()
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+	f := &loopFixture{cs: fake.NewClientset(node), clk: clocktesting.NewFakeClock(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)),
+		prov: providertest.New("aws")}
+	client := kubetest.Wrap(f.cs)
+	m, err := metrics.New(prometheus.NewRegistry(), "aws")
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := k8srecord.NewFakeRecorder(100)
+	taints := plan.TaintSet{Interruption: v1.Taint{Key: "cloud", Value: "spot", Effect: v1.TaintEffectNoExecute}}
+	wo.Client, wo.NodeName, wo.Taints, wo.Clock = client, "n1", taints, f.clk
+	f.w = record.NewWriter(wo)
+	f.exec = evict.New(evict.Options{Client: client, Pods: corelisters.NewPodLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})),
+		Clock: f.clk, Metrics: m, Recorder: events, NodeName: "n1"})
+	f.l = New(Options{NodeName: "n1", Provider: f.prov, Clock: f.clk, Metrics: m, Recorder: events, Taints: taints,
+		PressureTaints: pressure, PollInterval: time.Second, MaintenanceLead: 10 * time.Minute, Node: func() *v1.Node { return node }, Writer: f.w, Executor: f.exec})
+	return f
+}
+
+// TestPressureWishReplans (issue 38): when the pressure loop's wish changes, the interruption
+// loop re-plans the pods on the node as it is about to be, a NoExecute pressure taint included,
+// before the taint is written and with no wiring beyond the writer both loops share. The clock
+// never moves: neither the poll nor the loop's tick is what re-plans.
+func TestPressureWishReplans(t *testing.T) {
+	pressure := v1.Taint{Key: "reprieve.io/memory-pressure", Value: "true", Effect: v1.TaintEffectNoExecute}
+	f := newLoopFixture(t, record.WriterOptions{}, pressure)
+	l, w, exec, cs, clk := f.l, f.w, f.exec, f.cs, f.clk
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	defer func() { cancel(); <-done }()
+	l.Reconcile(ctx)
+	if v := exec.View(); len(v.Taints) != 0 {
+		t.Fatalf("view before any pressure = %+v; want no NoExecute taint", v)
+	}
+	go func() { defer close(done); l.Run(ctx) }()
+
+	w.SetPressure([]v1.Taint{pressure})
+	// The loop runs on its own goroutine: wait for its re-plan, yielding, with a bound in
+	// real time only to fail rather than hang.
+	limit := time.Now().Add(10 * time.Second)
+	for !hasTaint(exec.View().Taints, pressure) {
+		if time.Now().After(limit) {
+			t.Fatalf("the pods were not re-planned on the pressure taint: view %+v", exec.View())
+		}
+		runtime.Gosched()
+	}
+	got := exec.View().Taints
+	if at := got[0].TimeAdded; at == nil || !at.Time.Equal(clk.Now().Truncate(time.Second)) {
+		t.Errorf("pressure taint planned with timeAdded %v; want %v (stamped when wanted)", at, clk.Now())
+	}
+	if n, err := cs.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{}); err != nil || len(n.Spec.Taints) != 0 {
+		t.Errorf("node %v (%v); want it untouched: the writer is not running, the plan is made on its wish", n, err)
+	}
+}
+
+func hasTaint(taints []v1.Taint, t v1.Taint) bool {
+	for _, x := range taints {
+		if x.MatchTaint(&t) && x.Value == t.Value {
+			return true
+		}
+	}
+	return false
+}
+
+// TestReconcileHandsTheWriterDrained (issue 38): the interruption loop reads the executor's
+// drained state at each reconcile and hands it to the writer in its wish; with no pod to evict
+// the node is drained at the notice, in the same reconcile.
+func TestReconcileHandsTheWriterDrained(t *testing.T) {
+	f := newLoopFixture(t, record.WriterOptions{NodeConditions: true, LifecycleConditions: true})
+	ctx := context.Background()
+	f.l.Reconcile(ctx)
+	if f.w.Desire().Drained {
+		t.Error("drained with no interruption")
+	}
+	f.prov.Set(providers.Notice{Provider: "aws", Kind: providers.KindSpotInterruption, ID: "spot-1", Deadline: f.clk.Now().Add(2 * time.Minute)})
+	f.l.PollOnce(ctx)
+	f.l.Reconcile(ctx)
+	if d := f.w.Desire(); !d.Intent.Interrupting() || !d.Drained {
+		t.Errorf("after the notice's reconcile: interrupting %v, drained %v; want both (no pod to evict)", d.Intent.Interrupting(), d.Drained)
+	}
+	f.prov.Set()
+	f.l.PollOnce(ctx)
+	f.l.Reconcile(ctx)
+	if f.w.Desire().Drained {
+		t.Error("drained after the notice was withdrawn")
+	}
+}
