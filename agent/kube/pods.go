@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 
@@ -74,4 +75,34 @@ func discard(body io.ReadCloser) error {
 		err = cerr
 	}
 	return err
+}
+
+// metadataListOnly is the Accept of a list of pods whose metadata alone is read.
+const metadataListOnly = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+
+// ListPodMetadata lists the metadata of the pods in namespace ("" for all) that opts selects, as
+// client-go's metadata client does (k8s.io/client-go/metadata, List): the API server sends no
+// spec nor status, a tenant's env and args among them. A pod's metadata may still hold 256 KiB
+// of annotations and its labels: page with opts.Limit. A field selector on status.phase keeps
+// finished pods out (a field the API server indexes for pods: pods' GetAttrs).
+func ListPodMetadata(ctx context.Context, c Interface, namespace string, opts metav1.ListOptions) (*metav1.PartialObjectMetadataList, error) {
+	rc := c.CoreV1().RESTClient()
+	if rc == nil {
+		return nil, fmt.Errorf("listing the metadata of pods: the client has no REST client")
+	}
+	raw, err := rc.Get().
+		NamespaceIfScoped(namespace, namespace != "").
+		Resource("pods").
+		VersionedParams(&opts, ParameterCodec).
+		SetHeader("Accept", metadataListOnly).
+		Do(ctx).
+		Raw()
+	if err != nil {
+		return nil, err
+	}
+	list := &metav1.PartialObjectMetadataList{}
+	if err := json.Unmarshal(raw, list); err != nil {
+		return nil, fmt.Errorf("decoding the list of pods' metadata: %w", err)
+	}
+	return list, nil
 }

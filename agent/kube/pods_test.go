@@ -73,3 +73,39 @@ func TestPodWritesDiscardTheAnswer(t *testing.T) {
 		}
 	}
 }
+
+// TestListPodMetadata lists pods' metadata: the request asks for a PartialObjectMetadataList
+// with the caller's selectors and page, and the answer's items keep their UIDs. A server that
+// sends whole pods anyway is read the same.
+func TestListPodMetadata(t *testing.T) {
+	answers := map[string]string{
+		"converted": `{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{"continue":"next"},"items":[{"metadata":{"name":"a","namespace":"ns","uid":"u-a"}}]}`,
+		"whole":     `{"kind":"PodList","apiVersion":"v1","metadata":{"continue":"next"},"items":[{"metadata":{"name":"a","namespace":"ns","uid":"u-a"},"spec":{"nodeName":"n1","containers":[{"name":"c","args":["x"]}]},"status":{"phase":"Running"}}]}`,
+	}
+	for name, answer := range answers {
+		t.Run(name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if got := r.Header.Get("Accept"); got != metadataListOnly {
+					t.Errorf("Accept %q; want %q", got, metadataListOnly)
+				}
+				if r.URL.Path != "/api/v1/pods" || r.URL.Query().Get("fieldSelector") != "spec.nodeName=n1,status.phase!=Failed" || r.URL.Query().Get("limit") != "4" {
+					t.Errorf("request %s?%s; want every namespace's pods with the caller's selector and limit", r.URL.Path, r.URL.RawQuery)
+				}
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = w.Write([]byte(answer))
+			}))
+			defer srv.Close()
+			c, err := NewForConfig(&rest.Config{Host: srv.URL})
+			if err != nil {
+				t.Fatal(err)
+			}
+			list, err := ListPodMetadata(context.Background(), c, "", metav1.ListOptions{FieldSelector: "spec.nodeName=n1,status.phase!=Failed", Limit: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(list.Items) != 1 || list.Items[0].UID != "u-a" || list.Continue != "next" {
+				t.Errorf("listed %+v; want pod a's UID and the next page's token", list)
+			}
+		})
+	}
+}
