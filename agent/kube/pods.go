@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 )
 
 // metadataOnly is the Accept of a pod write whose answer the agent does not read: the API server
@@ -87,7 +88,8 @@ const metadataListOnly = "application/json;as=PartialObjectMetadataList;g=meta.k
 // finished pods out (a field the API server indexes for pods: pods' GetAttrs).
 func ListPodMetadata(ctx context.Context, c Interface, namespace string, opts metav1.ListOptions) (*metav1.PartialObjectMetadataList, error) {
 	rc := c.CoreV1().RESTClient()
-	if rc == nil {
+	// client-go's fake clientset (kubetest) returns a nil *rest.RESTClient: an error, not a panic.
+	if r, ok := rc.(*rest.RESTClient); rc == nil || (ok && r == nil) {
 		return nil, fmt.Errorf("listing the metadata of pods: the client has no REST client")
 	}
 	raw, err := rc.Get().
