@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -139,5 +141,93 @@ func TestLimiterKeepsTheReserveForLightSources(t *testing.T) {
 	// The heavy ones got the rest: the budget is not left idle.
 	if float64(reads) < 0.9*2*float64(l.PodReadsPerSecond)*time.Minute.Seconds() {
 		t.Errorf("only %d reads in a minute; want about the shared budget used", reads)
+	}
+}
+
+// TestConnLimitListenerKeepsAReserve fills the connections that sources holding all they may
+// can take (issue 39 item 1: slow bodies from many addresses): the last quarter stays for
+// sources that hold few, one each here, so that a newcomer such as the API server still gets in;
+// a source past the reserve's share, or one that holds many, does not.
+func TestConnLimitListenerKeepsAReserve(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 8 in all, 4 per source: 6 for anyone, the last 2 for sources holding fewer than 1.
+	ln := connLimitListener(inner, 8, 4, nil)
+	defer ln.Close()
+	accepted := make(chan net.Conn, 20)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	var open []net.Conn
+	defer func() {
+		for _, c := range open {
+			_ = c.Close()
+		}
+	}()
+	// kept dials from src and says whether the guard kept the connection: a kept one comes out
+	// of Accept, a refused one is reset at once.
+	kept := func(src string) bool {
+		t.Helper()
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 5 * time.Second}
+		c, err := d.Dial("tcp", inner.Addr().String())
+		if errors.Is(err, syscall.ECONNRESET) {
+			return false // reset before the dial returned
+		}
+		if err != nil {
+			t.Skipf("dialing from %s: %v (a loopback address other than 127.0.0.1 is needed)", src, err)
+		}
+		open = append(open, c)
+		reset := make(chan struct{})
+		go func() {
+			_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if _, err := c.Read(make([]byte, 1)); err != nil {
+				if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
+					close(reset)
+				}
+			}
+		}()
+		select {
+		case s := <-accepted:
+			open = append(open, s)
+			return true
+		case <-reset:
+			return false
+		case <-time.After(5 * time.Second):
+			t.Fatalf("a connection from %s neither accepted nor reset", src)
+			return false
+		}
+	}
+	for i := range 4 {
+		if !kept("127.0.0.2") {
+			t.Fatalf("connection %d of 127.0.0.2 refused; want four", i+1)
+		}
+	}
+	for i := range 2 {
+		if !kept("127.0.0.3") {
+			t.Fatalf("connection %d of 127.0.0.3 refused; want two (six in all)", i+1)
+		}
+	}
+	if kept("127.0.0.3") {
+		t.Error("127.0.0.3's third connection kept with six open: it holds two, more than the reserve's one a source")
+	}
+	if !kept("127.0.0.4") {
+		t.Error("a newcomer refused with six of eight open; want the reserve for it")
+	}
+	if kept("127.0.0.4") {
+		t.Error("the newcomer's second connection kept: the reserve gives one a source")
+	}
+	if !kept("127.0.0.5") {
+		t.Error("a second newcomer refused with seven of eight open")
+	}
+	if kept("127.0.0.6") {
+		t.Error("a ninth connection kept; want the cap in all")
 	}
 }
