@@ -156,24 +156,6 @@ func TestSecurityStolenTokenFloodsAPF(t *testing.T) {
 			_ = dyn.Resource(res).Delete(context.WithoutCancel(ctx), created.GetName(), metav1.DeleteOptions{})
 		})
 	}
-	// In force once node C's eviction says it ran on the chart's level: wait for APF's
-	// configuration controller by the schema's status.
-	waitFor(ctx, t, "the chart's FlowSchema in force", func() bool {
-		fs, err := dyn.Resource(fsRes).Get(ctx, fsName, metav1.GetOptions{})
-		if err != nil {
-			return false
-		}
-		conds, _, _ := unstructured.NestedSlice(fs.Object, "status", "conditions")
-		for _, cd := range conds {
-			m := cd.(map[string]any)
-			if m["type"] == "Dangling" && m["status"] == "False" {
-				return true
-			}
-		}
-		return false
-	})
-	time.Sleep(2 * time.Second) // the filter's configuration follows the objects' status by a moment
-
 	metrics := func() (rejected, waited, dispatched float64) {
 		b, err := apf.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 		if err != nil {
@@ -183,6 +165,14 @@ func TestSecurityStolenTokenFloodsAPF(t *testing.T) {
 			sumMetric(string(b), `apiserver_flowcontrol_request_wait_duration_seconds_sum{execute="true",flow_schema="`+fsName+`"`),
 			sumMetric(string(b), `apiserver_flowcontrol_dispatched_requests_total{flow_schema="`+fsName+`"`)
 	}
+	// In force once node C's eviction is dispatched under the chart's FlowSchema (APF's
+	// configuration controller reads the objects a moment after they are created).
+	waitFor(ctx, t, "node C's evictions on the chart's FlowSchema", func() bool {
+		_, _, before := metrics()
+		_ = evict(ctx, clientC, ns, onC.Name, ptr64(1), &onC.UID, true)
+		_, _, after := metrics()
+		return after > before
+	})
 	// phase measures node C's evictions for d while flood (if any) runs.
 	phase := func(name string, d time.Duration, workers int, floodNamespaces []string) apfPhase {
 		p := apfPhase{name: name}
@@ -268,7 +258,9 @@ func TestSecurityStolenTokenFloodsAPF(t *testing.T) {
 		if err != nil {
 			t.Fatalf("setting the FlowSchema's distinguisher to %s: %v", method, err)
 		}
-		time.Sleep(2 * time.Second) // APF's configuration controller reads it
+		// No answer names the distinguisher: give APF's configuration controller, which reads
+		// the update from its watch, a moment.
+		time.Sleep(2 * time.Second)
 	}
 
 	others := []string{"secapf-f0", "secapf-f1", "secapf-f2", "secapf-f3"}
