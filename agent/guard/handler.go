@@ -38,6 +38,10 @@ const maxReviewBytes = 64 << 10
 // podReadTimeout bounds a review's pod read: less than the chart's timeoutSeconds (3 s).
 const podReadTimeout = 2 * time.Second
 
+// bodyReadTimeout bounds the wait for a review's body once its headers are in: the API server
+// writes the whole review at once, and a caller that trickles it holds a connection, not a slot.
+const bodyReadTimeout = 2 * time.Second
+
 // errReadBudget is the refusal of a pod read past the source's budget (Limiter.AllowRead).
 var errReadBudget = errors.New("the source's budget of pod reads is spent")
 
@@ -167,16 +171,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if h.Limits != nil {
-		release, ok := h.Limits.Acquire(src)
-		if !ok {
-			h.reject(w, r, src, http.StatusTooManyRequests, errors.New("too many reviews in flight from this source, or in all"))
-			return
-		}
-		defer release()
-	}
 	if r.Method != http.MethodPost {
 		h.reject(w, r, src, http.StatusMethodNotAllowed, fmt.Errorf("method %s; want POST", r.Method))
+		return
+	}
+	// The body first, within bodyReadTimeout, and only then a review slot: a caller that sends
+	// headers and no body (issue 39: 64 connections from each of four pods held all 256 slots
+	// for the server's 10 s read timeout) holds a connection of its source's, never a slot. The
+	// API server sends its review at once, a few KiB.
+	if err := http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyReadTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		h.reject(w, r, src, http.StatusInternalServerError, fmt.Errorf("setting the body's read deadline: %w", err))
 		return
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxReviewBytes+1))
@@ -187,6 +191,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case len(body) > maxReviewBytes:
 		h.reject(w, r, src, http.StatusRequestEntityTooLarge, fmt.Errorf("a body of more than %d bytes", maxReviewBytes))
 		return
+	}
+	if h.Limits != nil {
+		release, ok := h.Limits.Acquire(src)
+		if !ok {
+			h.reject(w, r, src, http.StatusTooManyRequests, errors.New("too many reviews in flight from this source, or in all"))
+			return
+		}
+		defer release()
 	}
 	var review admissionv1.AdmissionReview
 	if err := json.Unmarshal(body, &review); err != nil || review.Request == nil {

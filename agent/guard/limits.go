@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/client-go/util/flowcontrol"
+	"golang.org/x/time/rate"
 	"k8s.io/utils/clock"
 )
 
@@ -18,6 +18,13 @@ import (
 // a failed call) instead of waiting in a queue that other sources' reviews wait in too. A flood
 // from one address then delays only that address. The API server's calls come from its own
 // addresses (its node, or the konnectivity agent's pod where the control plane is remote).
+//
+// All sources together read at most twice one source's budget, the guard's client's own limit
+// (cmd/reprieve/guard.go), so that a read never waits in the client's queue behind another
+// source's: a source past the shared budget is refused at once instead. The last half of the
+// shared budget is kept for the sources that read less than their fair share (the shared rate
+// over the sources reading lately), so that several sources each reading all they may cannot
+// spend it on the API server's reviews: a source that floods is refused first.
 type Limits struct {
 	// InFlightPerSource is how many reviews one source may have in flight at once.
 	InFlightPerSource int
@@ -79,14 +86,47 @@ type Limiter struct {
 	inFlight  int
 	sources   map[string]*source
 	lastSweep time.Time
+	// shared is every source's reads together; reserve its tokens kept for light sources.
+	shared  *rate.Limiter
+	reserve float64
+	// active is how many sources read within the last two windows, counted at activeAt.
+	active   int
+	activeAt time.Time
 }
+
+// rateWindow is the window over which a source's rate of reads is measured.
+const rateWindow = time.Second
 
 type source struct {
 	inFlight int
-	reads    flowcontrol.PassiveRateLimiter
+	reads    *rate.Limiter
 	// lastRead is when the bucket last gave a token (or was made).
 	lastRead time.Time
 	lastLog  time.Time
+	// The reads of the current window, which began at winStart, and of the one before.
+	winStart  time.Time
+	cur, prev int
+}
+
+// roll moves s's windows up to now.
+func (s *source) roll(now time.Time) {
+	switch n := now.Sub(s.winStart); {
+	case n < rateWindow:
+	case n < 2*rateWindow:
+		s.prev, s.cur = s.cur, 0
+		s.winStart = s.winStart.Add(rateWindow)
+	default:
+		s.prev, s.cur = 0, 0
+		s.winStart = now
+	}
+}
+
+// rate is s's reads a second lately: the current window's and the part of the previous one that
+// the sliding window still covers (the estimate of a sliding-window rate limiter).
+func (s *source) rate(now time.Time) float64 {
+	s.roll(now)
+	left := 1 - float64(now.Sub(s.winStart))/float64(rateWindow)
+	return (float64(s.prev)*left + float64(s.cur)) / rateWindow.Seconds()
 }
 
 // NewLimiter keeps limits on the clock c.
@@ -95,7 +135,9 @@ func NewLimiter(limits Limits, c clock.PassiveClock) (*Limiter, error) {
 		return nil, fmt.Errorf("the eviction guard's limits: %w", err)
 	}
 	refill := time.Duration(float64(limits.PodReadBurst) / float64(limits.PodReadsPerSecond) * float64(time.Second))
-	return &Limiter{limits: limits, clock: c, refill: refill, sources: map[string]*source{}, lastSweep: c.Now()}, nil
+	return &Limiter{limits: limits, clock: c, refill: refill, sources: map[string]*source{}, lastSweep: c.Now(),
+		shared:  rate.NewLimiter(rate.Limit(2*limits.PodReadsPerSecond), 2*limits.PodReadBurst),
+		reserve: float64(limits.PodReadBurst)}, nil
 }
 
 // SourceKey names the source of a connection from its remote address: the IPv4 address, or the
@@ -147,16 +189,44 @@ func (l *Limiter) Acquire(key string) (release func(), ok bool) {
 	}, true
 }
 
-// AllowRead takes one pod read from key's budget, or says that it is spent.
+// AllowRead takes one pod read from key's budget and from the shared one, or says that either
+// is spent. The shared budget's reserve (its last PodReadBurst tokens) goes only to a source
+// whose rate of reads is below its fair share.
 func (l *Limiter) AllowRead(key string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	_, s := l.source(key)
-	if !s.reads.TryAccept() {
+	now := l.clock.Now()
+	if s.reads.TokensAt(now) < 1 {
 		return false
 	}
-	s.lastRead = l.clock.Now()
+	shared := l.shared.TokensAt(now)
+	if shared < 1 {
+		return false
+	}
+	if shared-1 < l.reserve && s.rate(now) >= l.fairShare(now) {
+		return false
+	}
+	s.reads.AllowN(now, 1)
+	l.shared.AllowN(now, 1)
+	s.roll(now)
+	s.cur++
+	s.lastRead = now
 	return true
+}
+
+// fairShare is the shared rate over the sources that read within the last two windows (at
+// least one). Called with mu held; the count is refreshed at most once per tenth of a window.
+func (l *Limiter) fairShare(now time.Time) float64 {
+	if l.activeAt.IsZero() || now.Sub(l.activeAt) >= rateWindow/10 || now.Before(l.activeAt) {
+		l.active, l.activeAt = 0, now
+		for _, s := range l.sources {
+			if now.Sub(s.lastRead) < 2*rateWindow && (s.cur > 0 || s.prev > 0) {
+				l.active++
+			}
+		}
+	}
+	return float64(l.shared.Limit()) / float64(max(1, l.active))
 }
 
 // ShouldLog says whether a refusal of key's review is worth a log line: one a minute per source,
@@ -188,7 +258,7 @@ func (l *Limiter) source(key string) (string, *source) {
 			return key, s
 		}
 	}
-	s := &source{reads: flowcontrol.NewTokenBucketPassiveRateLimiterWithClock(l.limits.PodReadsPerSecond, l.limits.PodReadBurst, l.clock), lastRead: now}
+	s := &source{reads: rate.NewLimiter(rate.Limit(l.limits.PodReadsPerSecond), l.limits.PodReadBurst), lastRead: now, winStart: now}
 	l.sources[key] = s
 	return key, s
 }

@@ -56,6 +56,8 @@ type NodeInterface interface {
 }
 
 // PodInterface reads, watches, patches (the status's warning condition) and deletes pods.
+// This package's Patch returns the pod's metadata only, and its Delete reads only that of the
+// answer (pods.go): a tenant's pod may be 1.5 MiB.
 type PodInterface interface {
 	Get(ctx context.Context, name string, opts metav1.GetOptions) (*corev1.Pod, error)
 	List(ctx context.Context, opts metav1.ListOptions) (*corev1.PodList, error)
@@ -234,8 +236,8 @@ func (g coreV1) Nodes() NodeInterface {
 }
 
 func (g coreV1) Pods(namespace string) PodInterface {
-	return &resource[*corev1.Pod, *corev1.PodList]{client: g.c, resource: "pods", namespace: namespace,
-		newObject: func() *corev1.Pod { return &corev1.Pod{} }, newList: func() *corev1.PodList { return &corev1.PodList{} }}
+	return pods{&resource[*corev1.Pod, *corev1.PodList]{client: g.c, resource: "pods", namespace: namespace,
+		newObject: func() *corev1.Pod { return &corev1.Pod{} }, newList: func() *corev1.PodList { return &corev1.PodList{} }}}
 }
 
 func (g coreV1) Events(namespace string) EventInterface {

@@ -1,0 +1,329 @@
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/guard"
+	"github.com/reprieve-dev/reprieve/test/scenario"
+)
+
+// slowBodyCounts are a slow-body flood's connections.
+type slowBodyCounts struct {
+	// open is how many connections hold the guard now; peak the most at once.
+	open, peak, opened, closedAtOnce atomic.Int64
+}
+
+// startSlowBodies opens conns connections to the guard from the loopback address src, each of
+// which sends a review's headers with Content-Length: 4096 and then no body, and opens a new one
+// whenever the guard closes one, until stop is called: issue 39 item 1's holder of review slots,
+// which costs its sender nothing but the connections.
+func startSlowBodies(t *testing.T, host, src string, conns int) (counts *slowBodyCounts, stop func()) {
+	t.Helper()
+	counts = &slowBodyCounts{}
+	done := make(chan struct{})
+	head := "POST " + guard.PathValidate + " HTTP/1.1\r\nHost: " + host + "\r\nContent-Type: application/json\r\nContent-Length: 4096\r\n\r\n"
+	var wg sync.WaitGroup
+	for range conns {
+		wg.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 5 * time.Second}
+				c, err := tls.DialWithDialer(d, "tcp", host, &tls.Config{InsecureSkipVerify: true})
+				if err != nil {
+					// Closed before or during the handshake: past the guard's connection caps.
+					counts.closedAtOnce.Add(1)
+					select {
+					case <-done:
+						return
+					case <-time.After(100 * time.Millisecond):
+					}
+					continue
+				}
+				counts.opened.Add(1)
+				if n := counts.open.Add(1); n > counts.peak.Load() {
+					counts.peak.Store(n) // racy maximum; a lower bound is all the test needs
+				}
+				if _, err := c.Write([]byte(head)); err == nil {
+					// Wait for the guard to give up on the body (or the test to end).
+					closed := make(chan struct{})
+					go func() { _, _ = c.Read(make([]byte, 1)); close(closed) }()
+					select {
+					case <-closed:
+					case <-done:
+					}
+				}
+				_ = c.Close()
+				counts.open.Add(-1)
+			}
+		})
+	}
+	var once sync.Once
+	stop = func() { once.Do(func() { close(done); wg.Wait() }) }
+	t.Cleanup(stop)
+	return counts, stop
+}
+
+// startPacedFlood posts complete forged reviews from src at rate a second (as far as the guard
+// answers them), each of another pod name so that each would cost the guard a pod read, until
+// stop is called: issue 39 item 1's second route.
+func startPacedFlood(t *testing.T, host, src, sa, ns, node string, rate int) (counts *floodCounts, stop func()) {
+	t.Helper()
+	bodies := make([][]byte, 500)
+	for i := range bodies {
+		bodies[i] = forgedReview(t, fmt.Sprintf("paced-%s-%d", src, i), sa, ns, node, fmt.Sprintf("forged-%s-%d", strings.ReplaceAll(src, ".", "-"), i), "uid-forged")
+	}
+	counts = &floodCounts{}
+	const workers = 16
+	c := attacker(src, workers)
+	c.Timeout = 5 * time.Second
+	done := make(chan struct{})
+	work := make(chan []byte)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for b := range work {
+				code, _, err := post(c, host, b)
+				switch {
+				case err != nil:
+					counts.failed.Add(1)
+				case code == http.StatusOK:
+					counts.answered.Add(1)
+				default:
+					counts.refused.Add(1)
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		defer close(work)
+		tick := time.NewTicker(time.Second / time.Duration(rate))
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			select {
+			case work <- bodies[i%len(bodies)]:
+				counts.sent.Add(1)
+			default: // every worker busy: the guard is slower than the pace
+			}
+		}
+	})
+	var once sync.Once
+	stop = func() { once.Do(func() { close(done); wg.Wait(); c.CloseIdleConnections() }) }
+	t.Cleanup(stop)
+	return counts, stop
+}
+
+// TestSecurityGuardUnderSlowBodiesAndForgedReviews is issue 39 item 1 tried on the real API
+// server with the guard as the chart runs it (its default limits, no client certificate): from
+// four loopback addresses, 64 connections each send a review's headers and no body, renewed
+// whenever the guard closes them; from three more, complete forged reviews of pods that do not
+// exist arrive at 50 a second each. Meanwhile node A's agent token evicts a pod on A as the agent
+// does (dry runs, every 100 ms), and then the real agent drains node A through an interruption.
+// Every real review must be answered (allowed) within 1 s, the agent must evict every pod through
+// the Eviction API (no failed webhook call, no DELETE fallback), and no forged review may count as
+// the guard's error.
+func TestSecurityGuardUnderSlowBodiesAndForgedReviews(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const ns, sa, nodeA, nodeB = "secguard", "reprieve-secguard", "secguard-a", "secguard-b"
+	c := env.Client
+	kubeA := boundAgents(ctx, t, ns, sa, nodeA, nodeB)
+	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	var work []scenario.Pod
+	for i := range 12 {
+		work = append(work, scenario.Pod{Name: fmt.Sprintf("work-%d", i), Kind: scenario.Plain, Grace: ptr64(1)})
+	}
+	if err := scenario.Create(ctx, c, ns, nodeA, taint, work); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.QPS, cfg.Timeout = -1, 10*time.Second
+	clientA, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	startEvictionGuard(ctx, t, sa, ns)
+	host := guardHost(ctx, t, sa, ns)
+	onA, err := c.CoreV1().Pods(ns).Get(ctx, "victim-"+nodeA, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The floods.
+	var slow []*slowBodyCounts
+	for _, src := range []string{"127.0.0.4", "127.0.0.5", "127.0.0.6", "127.0.0.7"} {
+		counts, _ := startSlowBodies(t, host, src, 64)
+		slow = append(slow, counts)
+	}
+	var forged []*floodCounts
+	for _, src := range []string{"127.0.0.8", "127.0.0.9", "127.0.0.10"} {
+		counts, _ := startPacedFlood(t, host, src, sa, ns, nodeA, 50)
+		forged = append(forged, counts)
+	}
+	holding := func() (n int64) {
+		for _, s := range slow {
+			n += s.open.Load()
+		}
+		return n
+	}
+	waitFor(ctx, t, "the slow bodies holding 200 connections", func() bool { return holding() >= 200 })
+	floodStart := time.Now()
+	errorsBefore := guardCounter(t, host, guard.ResultError)
+
+	// The agent's reviews meanwhile: dry runs every 100 ms, from the API server (127.0.0.1).
+	var (
+		mu     sync.Mutex
+		took   []time.Duration
+		failed []string
+	)
+	probeDone := make(chan struct{})
+	var probes sync.WaitGroup
+	probes.Go(func() {
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-probeDone:
+				return
+			case <-tick.C:
+			}
+			start := time.Now()
+			err := evict(ctx, clientA, ns, onA.Name, ptr64(1), &onA.UID, true)
+			d := time.Since(start)
+			mu.Lock()
+			took = append(took, d)
+			if err != nil {
+				failed = append(failed, fmt.Sprintf("after %v: %v", d.Round(time.Millisecond), err))
+			}
+			mu.Unlock()
+		}
+	})
+	var stopOnce sync.Once
+	stopProbes := func() { stopOnce.Do(func() { close(probeDone); probes.Wait() }) }
+	defer stopProbes()
+
+	// The real agent drains node A meanwhile.
+	rp, _, err := scenario.StartReprieve(ctx, reprieveBin, logDir, nodeA, "--kubeconfig="+kubeA, "--provider=none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = rp.Stop() }()
+	deadline := time.Now().Add(30 * time.Second).Truncate(time.Second)
+	setDeadline(ctx, t, nodeA, deadline.UTC().Format(time.RFC3339))
+	gone := func(name string) bool {
+		p, err := c.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err) || (err == nil && p.DeletionTimestamp != nil)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 40*time.Second, true, func(context.Context) (bool, error) {
+		for _, p := range work {
+			if !gone(p.Name) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	drained := time.Now()
+	if err != nil {
+		t.Errorf("waiting for node A's pods to end during the floods: %v\n%s", err, rp.LogTail(60))
+	} else if !drained.Before(deadline) {
+		t.Errorf("node A's pods ended at deadline%+v; want before the deadline", drained.Sub(deadline))
+	}
+	// A few more seconds of probes once the agent is done, so that each flood has run a while.
+	for time.Since(floodStart) < 15*time.Second && ctx.Err() == nil {
+		time.Sleep(100 * time.Millisecond)
+	}
+	floodFor := time.Since(floodStart)
+	peakHeld := holding()
+	rss := guardMetric(t, host, "process_resident_memory_bytes")
+	errorsAfter := guardCounter(t, host, guard.ResultError)
+	stopProbes()
+
+	log := rp.LogTail(400)
+	for _, bad := range []string{"failed calling webhook", "Deleting pod: the reclaim deadline leaves no time"} {
+		if strings.Contains(log, bad) {
+			t.Errorf("the agent's log says %q: an eviction failed at the guard during the floods\n%s", bad, log)
+		}
+	}
+	for _, p := range work {
+		var evicted bool
+		evs, err := c.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + p.Name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range evs.Items {
+			evicted = evicted || strings.HasPrefix(ev.Message, "Evicted with grace")
+		}
+		if !evicted {
+			t.Errorf("pod %s has no Evicted event: the agent did not end it through the Eviction API", p.Name)
+		}
+	}
+
+	mu.Lock()
+	sorted := slices.Clone(took)
+	mu.Unlock()
+	slices.Sort(sorted)
+	if len(sorted) == 0 {
+		t.Fatal("no review of the agent's was probed")
+	}
+	p50, p99, worst := quantile(sorted, 0.5), quantile(sorted, 0.99), sorted[len(sorted)-1]
+	var sent, answered, refused, failedForged int64
+	for _, f := range forged {
+		sent, answered, refused, failedForged = sent+f.sent.Load(), answered+f.answered.Load(), refused+f.refused.Load(), failedForged+f.failed.Load()
+	}
+	var opened, closedAtOnce int64
+	for _, s := range slow {
+		opened, closedAtOnce = opened+s.opened.Load(), closedAtOnce+s.closedAtOnce.Load()
+	}
+	t.Logf("guard under both floods for %.1f s: slow bodies held %d connections at the end (%d opened, %d closed at accept); "+
+		"forged reviews %d sent (%.0f/s; %d answered, %d refused, %d failed); the agent's %d reviews: p50 %v, p99 %v, max %v, %d failed; "+
+		"node A drained at deadline%+v; the guard's RSS %.0f MiB",
+		floodFor.Seconds(), peakHeld, opened, closedAtOnce, sent, float64(sent)/floodFor.Seconds(), answered, refused, failedForged,
+		len(sorted), p50.Round(100*time.Microsecond), p99.Round(100*time.Microsecond), worst.Round(100*time.Microsecond), len(failed),
+		drained.Sub(deadline).Round(100*time.Millisecond), rss/(1<<20))
+	if len(failed) > 0 {
+		t.Errorf("%d of the agent's %d reviews failed during the floods; want none. First: %s", len(failed), len(sorted), failed[0])
+	}
+	if worst >= time.Second {
+		t.Errorf("an eviction review of the agent's took %v during the floods; want every one within 1 s", worst)
+	}
+	if peakHeld < 200 {
+		t.Errorf("the slow bodies held %d connections at the end; want at least 200 for the test to mean something", peakHeld)
+	}
+	if float64(sent)/floodFor.Seconds() < 120 {
+		t.Errorf("the forged reviews came at %.0f a second; want about 150 for the test to mean something", float64(sent)/floodFor.Seconds())
+	}
+	if errorsAfter != errorsBefore {
+		t.Errorf("reviews_total{result=error} went from %v to %v during the floods; want forgeries and slow bodies kept out of it", errorsBefore, errorsAfter)
+	}
+	if p, err := c.CoreV1().Pods(ns).Get(ctx, "agent-"+nodeA, metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
+		t.Errorf("the agent's own pod: %v; want it left alone", err)
+	}
+}
