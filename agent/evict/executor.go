@@ -17,7 +17,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -462,18 +461,16 @@ func (e *Executor) livePods(ctx context.Context) func(*v1.Pod) bool {
 	defer cancel()
 	// Page by page: a tenant's pods may be 1.5 MiB each (the API server's object limit), and a
 	// whole list of them decoded at once took the agent past its memory limit (issue 39 item 3).
-	opts := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", e.o.NodeName).String(), Limit: livePageSize}
+	opts := metav1.ListOptions{FieldSelector: "spec.nodeName=" + e.o.NodeName + ",status.phase!=Succeeded,status.phase!=Failed", Limit: livePageSize}
 	live := map[types.UID]bool{}
 	for {
-		list, err := e.o.Client.CoreV1().Pods(metav1.NamespaceAll).List(lctx, opts)
+		list, err := kube.ListPodMetadata(lctx, e.o.Client, metav1.NamespaceAll, opts)
 		if err != nil {
 			klog.FromContext(ctx).Error(err, "Listing the node's pods to confirm the cache failed; trusting the cache", "node", e.o.NodeName)
 			return func(*v1.Pod) bool { return true }
 		}
 		for i := range list.Items {
-			if p := &list.Items[i]; p.Status.Phase != v1.PodSucceeded && p.Status.Phase != v1.PodFailed {
-				live[p.UID] = true
-			}
+			live[list.Items[i].UID] = true
 		}
 		if list.Continue == "" {
 			break
