@@ -123,12 +123,13 @@ func TestTenantPodsKeepAgentMemoryBounded(t *testing.T) {
 	end := agentMemory(t, rp.Pid())
 	t.Logf("after the interruption (%q): RSS %.1f MiB, peak (VmHWM) %.1f MiB; bound %d MiB, chart limit %d MiB",
 		handled.Message, float64(end.rss)/(1<<20), float64(end.hwm)/(1<<20), tenantRSSBound>>20, chartMemoryLimit>>20)
-	// Not bounded yet, only measured: through the interruption every write of a tenant's pod
-	// (the early warning's pods/status patch, the eviction) decodes the whole 1.3 MiB pod the
-	// API server answers with, and the peak reached 122 MiB in one run (docs/benchmarks.md,
-	// issue 39 item 3 stays open for it).
-	if end.rss > 2*chartMemoryLimit {
-		t.Errorf("after the interruption the agent holds %.1f MiB; more than twice the chart's limit: something keeps the tenants' pods", float64(end.rss)/(1<<20))
+	// Through the interruption: the writes of a tenant's pod ask for its metadata only and
+	// discard the answer (kube.PatchPod, DeletePod), and the summary's live list reads
+	// metadata only (kube.ListPodMetadata). Before, each write decoded the whole 1.3 MiB pod the
+	// API server answered with, and the peak reached 122-127 MiB; after, 56.5 MiB in one run.
+	// The peak over the agent's life must stay under the chart's limit.
+	if end.hwm > chartMemoryLimit-16<<20 {
+		t.Errorf("through the interruption the agent peaked at %.1f MiB; want at most %d MiB (16 MiB under the chart's limit)", float64(end.hwm)/(1<<20), (chartMemoryLimit-16<<20)>>20)
 	}
 }
 
