@@ -1,15 +1,9 @@
 package interrupt
 
 import (
-	"encoding/json"
 	"testing"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/reprieve-dev/reprieve/agent/plan"
-	"github.com/reprieve-dev/reprieve/agent/record"
 	"github.com/reprieve-dev/reprieve/providers"
 	"github.com/reprieve-dev/reprieve/providers/providertest"
 )
@@ -143,36 +137,5 @@ func TestLastAnswers(t *testing.T) {
 	}
 	if got := newAnswers(timesAndSources{base}).lastAnswers(); len(got) != 2 || !got["a"].Equal(t0) || !got["b"].IsZero() {
 		t.Errorf("with a SourceReporter: lastAnswers() = %v, want the sources of Answered, a and b", got)
-	}
-}
-
-// TestFirstSeenDeadlineKeepsItsFraction (issue 38, case 5): a deadline counted from this
-// process's first sight (GCP's preemption: 30 s from it) keeps its fraction of a second through
-// the intent and the node's record. Rounded down to whole seconds, a notice first seen at .7 s
-// lost 0.7 s, and a pod whose grace is clamped at the notice lost a whole second (23 s where
-// 24 fitted from the moment its request left).
-func TestFirstSeenDeadlineKeepsItsFraction(t *testing.T) {
-	seen := t0.Add(700 * time.Millisecond)
-	live := notice("preempted", "first", providers.KindPreemption, seen, 30*time.Second, true)
-	ts := plan.TaintSet{Interruption: v1.Taint{Key: "cloud", Value: "spot", Effect: v1.TaintEffectNoExecute}}
-	if in := plan.Intend([]providers.Notice{live}, seen, time.Hour, ts); !in.Deadline.Equal(seen.Add(30 * time.Second)) {
-		t.Fatalf("intent deadline %s, want %s", in.Deadline, seen.Add(30*time.Second))
-	}
-	// Written to the node's record and read back (a restart, or the next reconcile), the
-	// re-anchored deadline is the same.
-	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{}}}
-	raw, err := json.Marshal(record.RecordOf([]providers.Notice{live}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	node.Annotations[record.AnnotationInterruption] = string(raw)
-	r, ok := record.Read(node)
-	if !ok {
-		t.Fatal("the record does not read back")
-	}
-	later := notice("preempted", "second", providers.KindPreemption, seen.Add(5*time.Second), 30*time.Second, true)
-	got := InForce([]providers.Notice{later}, map[string]bool{"preempted": true}, r.Resume())
-	if len(got) != 1 || !got[0].Deadline.Equal(seen.Add(30*time.Second)) {
-		t.Fatalf("in force %+v, want one deadline at %s", got, seen.Add(30*time.Second))
 	}
 }

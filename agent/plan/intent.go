@@ -56,12 +56,10 @@ func Intend(notices []providers.Notice, now time.Time, lead time.Duration, ts Ta
 			in.FarAhead = append(in.FarAhead, n)
 			continue
 		}
-		// To the fraction of a second: a deadline counted from this process's first sight
-		// (GCP's preemption) rounded down to whole seconds lost up to a second, and a pod whose
-		// grace is clamped at the notice lost a whole second of it (issue 38, case 5). The
-		// node's record keeps the fraction, so a restarted agent plans with the same deadline;
-		// the deadline annotation, for operators, holds it rounded down.
-		if d := n.Deadline; in.Deadline.IsZero() || d.Before(in.Deadline) {
+		// Whole seconds, rounded down: that is what the deadline annotation can hold, so a
+		// restarted agent (or an operator reading the node) plans with the same deadline, and
+		// rounding down only ever leaves more room.
+		if d := n.Deadline.Truncate(time.Second); in.Deadline.IsZero() || d.Before(in.Deadline) {
 			in.Deadline = d
 			in.Interruption = &notices[i]
 		}

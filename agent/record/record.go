@@ -20,9 +20,8 @@ type Record struct {
 	Notices []Entry `json:"notices"`
 }
 
-// Entry is one notice of a Record. Times keep their fraction of a second (RFC 3339 with
-// nanoseconds): a first-seen time rounded down moved a deadline counted from it up to a second
-// earlier at the next reconcile, and a clamped pod lost a second of grace (issue 38, case 5).
+// Entry is one notice of a Record. Times are whole seconds (RFC 3339), as the annotation holds
+// them; rounding a first-seen time down only ever leaves less time, never more.
 type Entry struct {
 	Provider string `json:"provider"`
 	// Source is the metadata source that raised the notice (providers.Notice.Source); empty
@@ -49,13 +48,13 @@ func RecordOf(notices []providers.Notice) Record {
 			continue
 		}
 		e := Entry{Provider: n.Provider, Source: n.Source, Kind: string(n.Kind), ID: n.ID, Action: n.Action,
-			NoticeTime: n.NoticeTime.UTC().Round(0), FromFirstSeen: n.FromFirstSeen}
+			NoticeTime: n.NoticeTime.UTC().Truncate(time.Second), FromFirstSeen: n.FromFirstSeen}
 		if !n.Deadline.IsZero() {
-			d := n.Deadline.UTC().Round(0)
+			d := n.Deadline.UTC().Truncate(time.Second)
 			e.Deadline = &d
 		}
 		if !n.SoftOff.IsZero() {
-			so := n.SoftOff.UTC().Round(0)
+			so := n.SoftOff.UTC().Truncate(time.Second)
 			e.SoftOff = &so
 		}
 		r.Notices = append(r.Notices, e)
