@@ -30,6 +30,13 @@ cd "$here/.."
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 
+# The SBOMs' creation time is the commit's, so that a rebuild of one commit gives the same SBOMs and
+# so the same image digest (the index names each SBOM's hash): check a published release by
+# rebuilding it.
+if [ -z "${SOURCE_DATE_EPOCH:-}" ]; then
+  SOURCE_DATE_EPOCH=$(git log -1 --format=%ct 2>/dev/null || echo 0)
+fi
+export SOURCE_DATE_EPOCH
 for arch in amd64 arm64; do
   bin="$out/reprieve-linux-$arch"
   echo "building $bin" >&2

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
@@ -199,4 +200,20 @@ func imageFiles(t *testing.T, img v1.Image) map[string][]byte {
 		rc.Close()
 	}
 	return files
+}
+
+// TestCreatedFromSourceDateEpoch: the SBOM's time is $SOURCE_DATE_EPOCH when set (so a rebuild
+// of a commit gives the same SBOM, and the same image digest), now otherwise; a value that is
+// not seconds is refused by name.
+func TestCreatedFromSourceDateEpoch(t *testing.T) {
+	now := time.Date(2026, 12, 4, 21, 0, 0, 0, time.UTC)
+	if got, err := created("", now); err != nil || !got.Equal(now) {
+		t.Errorf("created(\"\") = %v, %v; want now", got, err)
+	}
+	if got, err := created("1764806400", now); err != nil || !got.Equal(time.Unix(1764806400, 0)) {
+		t.Errorf("created(1764806400) = %v, %v", got, err)
+	}
+	if _, err := created("yesterday", now); err == nil || !strings.Contains(err.Error(), "SOURCE_DATE_EPOCH") {
+		t.Errorf("created(yesterday): %v, want an error naming SOURCE_DATE_EPOCH", err)
+	}
 }

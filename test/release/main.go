@@ -27,6 +27,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 
@@ -48,10 +49,29 @@ func main() {
 		}
 		return
 	}
-	if err := run(*bin, *out, *version, time.Now().UTC()); err != nil {
+	now, err := created(os.Getenv("SOURCE_DATE_EPOCH"), time.Now())
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "release: %v\n", err)
+		os.Exit(2)
+	}
+	if err := run(*bin, *out, *version, now); err != nil {
 		fmt.Fprintf(os.Stderr, "release: %v\n", err)
 		os.Exit(1)
 	}
+}
+
+// created is the SBOM's creation time: $SOURCE_DATE_EPOCH (https://reproducible-builds.org/specs/source-date-epoch/,
+// release.sh sets it to the commit's time) when set, so that a rebuild of one commit gives the
+// same SBOM and so the same image digest, which names the SBOM's hash; else now.
+func created(epoch string, now time.Time) (time.Time, error) {
+	if epoch == "" {
+		return now.UTC(), nil
+	}
+	s, err := strconv.ParseInt(epoch, 10, 64)
+	if err != nil || s < 0 {
+		return time.Time{}, fmt.Errorf("SOURCE_DATE_EPOCH %q: want seconds since 1970", epoch)
+	}
+	return time.Unix(s, 0).UTC(), nil
 }
 
 // image writes the image layout of the ARCH=BINARY args and its digest.
