@@ -17,7 +17,9 @@ build:
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o bin/reprieve ./cmd/reprieve
 
 ## release: the release artifacts in $(DIST) for VERSION=X.Y.Z: static linux/amd64 and linux/arm64
-## binaries, an SPDX SBOM of each, and the chart packaged with its appVersion (the image tag) pinned
+## binaries, an SPDX SBOM of each, their multi-arch image as an OCI layout (reprieve-image/, built
+## without a Docker daemon) and its digest (reprieve-image.digest), and the chart packaged with
+## its appVersion pinned and image.digest set to that digest
 DIST ?= dist
 release: helm
 	HELM=$(REPRIEVE_TOOLS_BIN)/helm bash deploy/release.sh "$(VERSION)" "$(DIST)"

@@ -2,14 +2,19 @@ package realnode
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/reprieve-dev/reprieve/test/nodeenv"
+	"github.com/reprieve-dev/reprieve/test/release/ociimage"
 	"github.com/reprieve-dev/reprieve/test/testenv"
 )
 
@@ -33,10 +38,12 @@ func reprieveImage() (string, error) {
 }
 
 // importImages builds and imports the three images the tests run:
-//   - reprieve's, in the Dockerfile's layout on distroless/static:nonroot: the static binary
-//     at /reprieve as the entrypoint, user 65532:65532, distroless's /etc/passwd and
-//     /etc/group entries for nonroot, /home/nonroot and /tmp. Not in it: distroless's CA
-//     bundle, tzdata and os-release, which the agent does not read;
+//   - reprieve's, read from an OCI image layout as `make release` writes it
+//     (test/release/ociimage, the function release.sh runs): with $REPRIEVE_RELEASE_DIST, the
+//     layout in that dist directory (`make release` output: the very image the packaged chart
+//     pins by digest), else a layout written here by the same function from the binary under
+//     test for this machine's platform. This node's platform is picked from its index as
+//     containerd would pick it, and imported under the tag the chart in git names;
 //   - the workload program;
 //   - the notice client: Debian's static busybox for the shell, sed, grep, tr, sleep and kill
 //     of the documented script, and this machine's curl with the libraries it loads.
@@ -45,29 +52,19 @@ func importImages(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	bin, err := os.ReadFile(reprieveBin)
+	dir, err := releaseLayout()
 	if err != nil {
 		return err
 	}
-	img, err := nodeenv.Image([]nodeenv.File{
-		{Path: "/etc", Dir: true, Mode: 0o755},
-		{Path: "/home", Dir: true, Mode: 0o755},
-		{Path: "/home/nonroot", Dir: true, Mode: 0o700, UID: 65532, GID: 65532},
-		{Path: "/tmp", Dir: true, Mode: 0o1777},
-		{Path: "/etc/passwd", Mode: 0o644, Data: []byte("root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n")},
-		{Path: "/etc/group", Mode: 0o644, Data: []byte("root:x:0:\nnobody:x:65534:\nnonroot:x:65532:\n")},
-		{Path: "/reprieve", Mode: 0o755, Data: bin},
-	}, v1.Config{
-		User:       "65532:65532",
-		Entrypoint: []string{"/reprieve"},
-		Env:        []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
-		WorkingDir: "/",
-		Labels:     map[string]string{"org.opencontainers.image.title": "reprieve", "org.opencontainers.image.base.name": "gcr.io/distroless/static:nonroot"},
-	})
+	img, digest, err := ociimage.PlatformImage(dir, runtime.GOARCH)
 	if err != nil {
 		return err
 	}
+	fmt.Fprintf(os.Stderr, "realnode: the agent's image is linux/%s of the release layout %s (index %s)\n", runtime.GOARCH, dir, digest)
 	if err := node.Import(ctx, ref, img); err != nil {
+		return err
+	}
+	if err := checkImported(ctx, ref, img); err != nil {
 		return err
 	}
 
@@ -110,4 +107,81 @@ func importImages(ctx context.Context) error {
 		return err
 	}
 	return node.Import(ctx, curlImage, img)
+}
+
+// releaseLayout is the directory of the agent's OCI image layout: $REPRIEVE_RELEASE_DIST's
+// reprieve-image, checked against its reprieve-image.digest, or one written into logDir by
+// the function `make release` runs, from the binary under test.
+func releaseLayout() (string, error) {
+	if dist := os.Getenv("REPRIEVE_RELEASE_DIST"); dist != "" {
+		dir := filepath.Join(dist, "reprieve-image")
+		b, err := os.ReadFile(filepath.Join(dist, "reprieve-image.digest"))
+		if err != nil {
+			return "", fmt.Errorf("$REPRIEVE_RELEASE_DIST is not a `make release` output: %w", err)
+		}
+		_, d, err := ociimage.PlatformImage(dir, runtime.GOARCH)
+		if err != nil {
+			return "", err
+		}
+		if want := strings.TrimSpace(string(b)); d.String() != want {
+			return "", fmt.Errorf("the layout in %s has index %s, its digest file says %s", dir, d, want)
+		}
+		return dir, nil
+	}
+	dir := filepath.Join(logDir, "reprieve-image")
+	if _, err := ociimage.WriteLayout(dir, []ociimage.Binary{{Arch: runtime.GOARCH, Path: reprieveBin}}, ociimage.Options{Version: "v0.0.0-e2e"}); err != nil {
+		return "", fmt.Errorf("the agent's image layout: %w", err)
+	}
+	return dir, nil
+}
+
+// checkImported: the image containerd holds as ref has img's config, whose digest is the image
+// ID the CRI reports to the kubelet, so that the pod the install test starts runs the layout's
+// image. (Import goes through a docker archive, which containerd re-manifests, so the
+// manifest's digest is containerd's own; the config and the layers are the layout's.)
+func checkImported(ctx context.Context, ref string, img v1.Image) error {
+	want, err := img.ConfigName()
+	if err != nil {
+		return err
+	}
+	ctr := func(args ...string) ([]byte, error) {
+		out, err := exec.CommandContext(ctx, "ctr", append([]string{"--address", node.Socket, "--namespace", "k8s.io"}, args...)...).Output()
+		if err != nil {
+			return nil, fmt.Errorf("ctr %s: %w", strings.Join(args, " "), err)
+		}
+		return out, nil
+	}
+	ls, err := ctr("images", "ls", "-q", "name=="+ref)
+	if err != nil {
+		return err
+	}
+	if strings.TrimSpace(string(ls)) != ref {
+		return fmt.Errorf("containerd does not list %s after the import: %q", ref, ls)
+	}
+	// `ctr images ls` prints REF TYPE DIGEST ...: the manifest containerd made.
+	full, err := ctr("images", "ls", "name=="+ref)
+	if err != nil {
+		return err
+	}
+	lines := strings.Split(strings.TrimSpace(string(full)), "\n")
+	f := strings.Fields(lines[len(lines)-1])
+	if len(f) < 3 {
+		return fmt.Errorf("ctr images ls %s: %q", ref, full)
+	}
+	manifest, err := ctr("content", "get", f[2])
+	if err != nil {
+		return err
+	}
+	var m struct {
+		Config struct {
+			Digest string `json:"digest"`
+		} `json:"config"`
+	}
+	if err := json.Unmarshal(manifest, &m); err != nil {
+		return fmt.Errorf("the manifest of %s in containerd: %w", ref, err)
+	}
+	if m.Config.Digest != want.String() {
+		return fmt.Errorf("containerd's %s has config %s, the release layout's image %s", ref, m.Config.Digest, want)
+	}
+	return nil
 }

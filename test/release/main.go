@@ -4,6 +4,14 @@
 //
 //	go run ./test/release -bin dist/reprieve-linux-amd64 -out dist/reprieve-linux-amd64.spdx.json
 //
+// With -layout it writes the multi-arch image of the binaries instead (test/release/ociimage),
+// prints the digest of its image index and writes it to -digest-file:
+//
+//	go run ./test/release -layout dist/reprieve-image -digest-file dist/reprieve-image.digest \
+//	  -version 1.2.3 amd64=dist/reprieve-linux-amd64 arm64=dist/reprieve-linux-arm64
+//
+// (each binary's SBOM is expected beside it as BINARY.spdx.json, and named in the index).
+//
 // The graph comes from the binary itself, not from go.mod: a module go.mod lists but the linker
 // dropped is not in the image, and a replaced module shows its replacement.
 package main
@@ -19,19 +27,84 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/reprieve-dev/reprieve/test/release/ociimage"
 )
 
 func main() {
 	bin := flag.String("bin", "", "the binary to describe")
 	out := flag.String("out", "", "where to write the SBOM (default: standard output)")
 	version := flag.String("version", "", "the release version (default: the main module's, \"(devel)\" for a local build)")
+	layoutDir := flag.String("layout", "", "write the image of the ARCH=BINARY arguments as an OCI layout in this new directory")
+	digestFile := flag.String("digest-file", "", "with -layout: where to write the image index's digest")
+	revision := flag.String("revision", "", "with -layout: the source revision the image's labels name")
 	flag.Parse()
-	if err := run(*bin, *out, *version, time.Now().UTC()); err != nil {
+	if *layoutDir != "" {
+		if err := image(*layoutDir, *digestFile, *version, *revision, flag.Args()); err != nil {
+			fmt.Fprintf(os.Stderr, "release: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
+	now, err := created(os.Getenv("SOURCE_DATE_EPOCH"), time.Now())
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "release: %v\n", err)
+		os.Exit(2)
+	}
+	if err := run(*bin, *out, *version, now); err != nil {
 		fmt.Fprintf(os.Stderr, "release: %v\n", err)
 		os.Exit(1)
 	}
+}
+
+// created is the SBOM's creation time: $SOURCE_DATE_EPOCH (https://reproducible-builds.org/specs/source-date-epoch/,
+// release.sh sets it to the commit's time) when set, so that a rebuild of one commit gives the
+// same SBOM and so the same image digest, which names the SBOM's hash; else now.
+func created(epoch string, now time.Time) (time.Time, error) {
+	if epoch == "" {
+		return now.UTC(), nil
+	}
+	s, err := strconv.ParseInt(epoch, 10, 64)
+	if err != nil || s < 0 {
+		return time.Time{}, fmt.Errorf("SOURCE_DATE_EPOCH %q: want seconds since 1970", epoch)
+	}
+	return time.Unix(s, 0).UTC(), nil
+}
+
+// image writes the image layout of the ARCH=BINARY args and its digest.
+func image(dir, digestFile, version, revision string, args []string) error {
+	if version == "" {
+		return fmt.Errorf("-layout needs -version")
+	}
+	if len(args) == 0 {
+		return fmt.Errorf("-layout needs ARCH=BINARY arguments")
+	}
+	var bins []ociimage.Binary
+	for _, a := range args {
+		arch, bin, ok := strings.Cut(a, "=")
+		if !ok || arch == "" || bin == "" {
+			return fmt.Errorf("argument %q: want ARCH=BINARY", a)
+		}
+		b := ociimage.Binary{Arch: arch, Path: bin}
+		if _, err := os.Stat(bin + ".spdx.json"); err == nil {
+			b.SBOM = bin + ".spdx.json"
+		}
+		bins = append(bins, b)
+	}
+	d, err := ociimage.WriteLayout(dir, bins, ociimage.Options{Version: version, Revision: revision})
+	if err != nil {
+		return err
+	}
+	if digestFile != "" {
+		if err := os.WriteFile(digestFile, []byte(d.String()+"\n"), 0o644); err != nil {
+			return fmt.Errorf("writing the digest: %w", err)
+		}
+	}
+	fmt.Println(d.String())
+	return nil
 }
 
 func run(bin, out, version string, now time.Time) error {

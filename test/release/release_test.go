@@ -121,8 +121,29 @@ func TestRelease(t *testing.T) {
 	if err != nil {
 		t.Fatalf("helm template of the package: %v", err)
 	}
-	if !strings.Contains(string(manifest), "image: \"ghcr.io/reprieve-dev/reprieve:"+version+"\"") {
-		t.Errorf("the packaged chart's DaemonSet does not pin the image to %s:\n%s", version, manifest)
+	// The packaged chart names the image by the digest of the index release.sh built (issue 36,
+	// item 5), where it named the appVersion's tag before; the version stays in the labels.
+	digestFile, err := os.ReadFile(filepath.Join(dist, "reprieve-image.digest"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	digest := strings.TrimSpace(string(digestFile))
+	if !strings.Contains(string(manifest), "image: \"ghcr.io/reprieve-dev/reprieve@"+digest+"\"") {
+		t.Errorf("the packaged chart's DaemonSet does not pin the image to %s:\n%s", digest, manifest)
+	}
+	if !strings.Contains(string(manifest), "app.kubernetes.io/version: \""+version+"\"") {
+		t.Errorf("the packaged chart's DaemonSet lost its version label %s", version)
+	}
+	checkLayout(t, filepath.Join(dist, "reprieve-image"), digest, version, map[string]string{
+		"amd64": filepath.Join(dist, "reprieve-linux-amd64"), "arm64": filepath.Join(dist, "reprieve-linux-arm64")})
+	// The chart in git stays tag-based: the digest is set in the packaged copy only.
+	cmd = exec.Command(helm, "template", "reprieve", filepath.Join(root, "deploy", "chart", "reprieve"), "--set", "cloud=aws", "--show-only", "templates/daemonset.yaml")
+	cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+home, "HELM_CACHE_HOME="+home, "HELM_DATA_HOME="+home)
+	if manifest, err = cmd.Output(); err != nil {
+		t.Fatalf("helm template of the chart in git: %v", err)
+	}
+	if strings.Contains(string(manifest), "@sha256:") || !strings.Contains(string(manifest), "image: \"ghcr.io/reprieve-dev/reprieve:") {
+		t.Errorf("the chart in git should name the image by tag:\n%s", manifest)
 	}
 	sums, err := os.ReadFile(filepath.Join(dist, "SHA256SUMS"))
 	if err != nil || strings.Count(string(sums), "\n") != 5 {
