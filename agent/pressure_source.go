@@ -30,7 +30,7 @@ func PressureThresholds(cfg Config) (t pressure.Thresholds, kc kubelet.Config, k
 	kc, kubeletErr = KubeletConfig(cfg)
 	if kubeletErr != nil {
 		kubeletErr = fmt.Errorf("reading the kubelet's eviction thresholds: %w", kubeletErr)
-		kc.Hard = kubelet.DefaultHard()
+		kc.Hard = kubelet.DefaultConfig().Hard
 	}
 	if reclaim == nil {
 		reclaim = kc.MinimumReclaim
