@@ -20,11 +20,11 @@ const (
 	// makeSignalObservations does. The kubelet copies every hard memory.available threshold to
 	// it when enforceNodeAllocatable holds "pods" (addAllocatableThresholds).
 	AllocatableMemoryAvailable Signal = "allocatableMemory.available"
-	NodeFsAvailable   Signal = "nodefs.available"
-	NodeFsInodesFree  Signal = "nodefs.inodesFree"
-	ImageFsAvailable  Signal = "imagefs.available"
-	ImageFsInodesFree Signal = "imagefs.inodesFree"
-	PIDAvailable      Signal = "pid.available"
+	NodeFsAvailable            Signal = "nodefs.available"
+	NodeFsInodesFree           Signal = "nodefs.inodesFree"
+	ImageFsAvailable           Signal = "imagefs.available"
+	ImageFsInodesFree          Signal = "imagefs.inodesFree"
+	PIDAvailable               Signal = "pid.available"
 )
 
 // Signals lists every signal, in the order above.
