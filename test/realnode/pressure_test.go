@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/reprieve-dev/reprieve/kubelet"
 	"github.com/reprieve-dev/reprieve/test/nodeenv"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 )
@@ -49,6 +52,80 @@ var nodeFsCase = pressureCase{
 	},
 }
 
+// The allocatable figures, in MiB (issue 37 case 1): the kubelet's kube-reserved is set so that
+// the pods cgroup's limit (node allocatable) is hardBelow + 100 MiB above what the pods use at the
+// start, while the machine's memory.available stays in gigabytes. The kubelet's hard
+// allocatableMemory.available is its memory.available one copied (100Mi); reprieve's threshold
+// is ownAbove over it. The hog allocates as in the memory case.
+var allocatableCase = pressureCase{
+	signal: "allocatableMemory.available", resource: "memory", condition: v1.NodeMemoryPressure,
+	available: podsCgroupAvailable,
+	hardBelow: 900, ownAbove: 600,
+	hog:           memoryCase.hog,
+	equalPriority: true,
+	prefix:        "allocatable",
+	configure: func(k *nodeenv.KubeletConfig, hardBelow int64) (int64, error) {
+		total, ws, err := podsCgroupUsage()
+		if err != nil {
+			return 0, err
+		}
+		const hard = 100 // MiB: memory.available's default, which the kubelet copies
+		limit := ws>>20 + hard + hardBelow
+		k.EvictionHard["memory.available"] = fmt.Sprintf("%dMi", hard)
+		k.KubeReserved = map[string]string{"memory": fmt.Sprintf("%dMi", total>>20-limit)}
+		k.EnforceNodeAllocatable = []string{"pods"}
+		return hard, nil
+	},
+	restore: func(k *nodeenv.KubeletConfig) { k.KubeReserved, k.EnforceNodeAllocatable = nil, nil },
+}
+
+// podsCgroupUsage is the machine's memory (MemTotal, the kubelet's capacity) and the pods
+// cgroup's working set, in bytes, as kubelet.HostSource reads them.
+func podsCgroupUsage() (total, workingSet int64, err error) {
+	s, err := (&kubelet.HostSource{Root: "/"}).Read(context.Background())
+	m, ok := s.Node[kubelet.MemoryAvailable]
+	if !ok {
+		return 0, 0, fmt.Errorf("memory.available: %v", err)
+	}
+	o, ok := s.Node[kubelet.AllocatableMemoryAvailable]
+	if !ok {
+		// No limit yet (the default: kube-reserved unset leaves the pods cgroup at capacity,
+		// past the kubelet's unlimited bound only on v2): read the working set from its files.
+		dir := "/sys/fs/cgroup/memory/kubepods"
+		u, err1 := keyed(dir+"/memory.stat", "total_inactive_file")
+		b, err2 := os.ReadFile(dir + "/memory.usage_in_bytes")
+		if err1 != nil || err2 != nil {
+			return 0, 0, fmt.Errorf("the pods cgroup: %v %v", err1, err2)
+		}
+		usage, err := strconv.ParseFloat(strings.TrimSpace(string(b)), 64)
+		if err != nil {
+			return 0, 0, err
+		}
+		return m.Capacity, int64(usage - u), nil
+	}
+	return m.Capacity, o.Capacity - o.Available, nil
+}
+
+// podsCgroupAvailable is allocatableMemory.available as the kubelet computes it: the pods
+// cgroup's limit minus its working set.
+func podsCgroupAvailable() (float64, error) {
+	s, err := (&kubelet.HostSource{Root: "/"}).Read(context.Background())
+	o, ok := s.Node[kubelet.AllocatableMemoryAvailable]
+	if !ok {
+		return 0, fmt.Errorf("allocatableMemory.available not read (no limit on the pods cgroup?): %v", err)
+	}
+	return float64(o.Available), nil
+}
+
+// Real allocatable memory pressure (issue 37 case 1): the pods cgroup reaches the kubelet's
+// allocatableMemory.available threshold while memory.available shows gigabytes, as on a node whose
+// kube-reserved is larger than what the system uses. With reprieve (its threshold
+// allocatableMemory.available<700Mi): taint, then the hog evicted through the Eviction API with
+// its 3 s grace, and the kubelet never evicts; without: the kubelet evicts it.
+func TestAllocatablePressureOnRealNode(t *testing.T) {
+	testPressure(t, allocatableCase)
+}
+
 // pressureCase is one signal of the pressure test.
 type pressureCase struct {
 	// signal is the kubelet's name, resource reprieve's (its taint is reprieve.io/<resource>-pressure),
@@ -62,6 +139,18 @@ type pressureCase struct {
 	hardBelow, ownAbove int64
 	// hog is the pod that crosses both thresholds; it records under out/hog.
 	hog func(ns, out string) *v1.Pod
+	// configure, when set, places the kubelet's threshold itself (from hardBelow) and returns it
+	// in MiB, in place of evictionHard[signal] = available - hardBelow; restore undoes what else
+	// it changed.
+	configure func(k *nodeenv.KubeletConfig, hardBelow int64) (int64, error)
+	restore   func(k *nodeenv.KubeletConfig)
+	// equalPriority leaves the quiet pod at the hog's priority: then only per-pod usage tells
+	// them apart, which the host source reads from the pods' cgroups (issue 37, the host source's
+	// ranking), as the kubelet does.
+	equalPriority bool
+	// prefix names the runs' namespaces (default: resource): each case needs its own, since no
+	// namespace controller runs here to finish deleting the last one's.
+	prefix string
 }
 
 func (c pressureCase) taintKey() string { return "reprieve.io/" + c.resource + "-pressure" }
@@ -113,7 +202,14 @@ func testPressure(t *testing.T, c pressureCase) {
 	ensureInstalled(ctx, t)
 	defer func() {
 		// Back to the default thresholds and the default install for whatever runs next.
-		_ = node.RestartKubelet(context.Background(), func(k *nodeenv.KubeletConfig) { k.EvictionHard[c.signal] = c.defaultHard })
+		_ = node.RestartKubelet(context.Background(), func(k *nodeenv.KubeletConfig) {
+			if c.defaultHard != "" {
+				k.EvictionHard[c.signal] = c.defaultHard
+			}
+			if c.restore != nil {
+				c.restore(k)
+			}
+		})
 	}()
 	timeline := scenario.PressureSignal{Signal: c.signal, OwnAboveMiB: float64(c.ownAbove)}
 	with, runWith := pressureRun(ctx, t, c, "with-reprieve", true)
@@ -143,15 +239,23 @@ func testPressure(t *testing.T, c pressureCase) {
 
 func pressureRun(ctx context.Context, t *testing.T, c pressureCase, name string, withReprieve bool) ([]pressureEvent, scenario.PressureRun) {
 	t.Helper()
-	avail, err := c.available()
-	if err != nil {
-		t.Fatal(err)
+	var hard int64
+	if c.configure == nil {
+		avail, err := c.available()
+		if err != nil {
+			t.Fatal(err)
+		}
+		hard = int64(avail)>>20 - c.hardBelow
 	}
-	hard := int64(avail)>>20 - c.hardBelow
+	var confErr error
 	if err := node.RestartKubelet(ctx, func(k *nodeenv.KubeletConfig) {
+		if c.configure != nil {
+			hard, confErr = c.configure(k, c.hardBelow)
+			return
+		}
 		k.EvictionHard[c.signal] = fmt.Sprintf("%dMi", hard)
-	}); err != nil {
-		t.Fatal(err)
+	}); err != nil || confErr != nil {
+		t.Fatal(err, confErr)
 	}
 	waitNoPressure(ctx, t, c.condition)
 	if withReprieve {
@@ -160,7 +264,11 @@ func pressureRun(ctx context.Context, t *testing.T, c pressureCase, name string,
 		uninstall(ctx, t)
 	}
 	clearPressureTaint(ctx, t, c.taintKey())
-	ns := c.resource + "-" + name
+	prefix := c.prefix
+	if prefix == "" {
+		prefix = c.resource
+	}
+	ns := prefix + "-" + name
 	createNamespace(ctx, t, ns)
 	out := filepath.Join(outDir, ns)
 	// Leave no pressure behind, whatever happens: the pods go (no namespace controller runs
@@ -182,7 +290,9 @@ func pressureRun(ctx context.Context, t *testing.T, c pressureCase, name string,
 	// priority for the quiet pod makes the hog the first pick of both rankings.
 	quiet := workloadPod(ns, "quiet", out, []string{"term", "-out", "/out/quiet"})
 	quiet.Spec.Containers[0].Resources.Requests = v1.ResourceList{v1.ResourceMemory: resource.MustParse("64Mi")}
-	quiet.Spec.PriorityClassName = quietPriority(ctx, t)
+	if !c.equalPriority {
+		quiet.Spec.PriorityClassName = quietPriority(ctx, t)
+	}
 	if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, quiet, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +380,13 @@ func pressureRun(ctx context.Context, t *testing.T, c pressureCase, name string,
 		// reprieve evicts in rank order until the pods' usage covers the shortfall to its
 		// threshold plus the minimum reclaim: on a busy machine that can take the quiet pod too.
 		if q, err := env.Client.CoreV1().Pods(ns).Get(ctx, "quiet", metav1.GetOptions{}); err == nil && q.DeletionTimestamp != nil {
-			t.Logf("with reprieve: the quiet pod was evicted too (the shortfall was larger than the hog's usage)")
+			if c.equalPriority {
+				// Same priority: the host source's per-pod working sets rank the hog first, and
+				// the kubelet's need (its hard threshold plus the minimum reclaim) is the hog's.
+				t.Errorf("with reprieve: the quiet pod was evicted; the kubelet would have taken the hog alone")
+			} else {
+				t.Logf("with reprieve: the quiet pod was evicted too (the shortfall was larger than the hog's usage)")
+			}
 		}
 	} else if !strings.Contains(evictedBy, "TerminationByKubelet") {
 		t.Errorf("without reprieve: the hog was evicted by %q, want the kubelet", evictedBy)
