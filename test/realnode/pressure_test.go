@@ -117,6 +117,21 @@ func podsCgroupAvailable() (float64, error) {
 	return float64(o.Available), nil
 }
 
+// terminatingCase is the memory case with a hog already terminating with a 600 s grace.
+var terminatingCase = func() pressureCase {
+	c := memoryCase
+	c.equalPriority, c.terminating, c.prefix = true, true, "terminating"
+	return c
+}()
+
+// A hog already terminating (issue 37 case 6): deleted by a rollout with a 600 s grace, it goes
+// on allocating. Without reprieve the kubelet evicts it at its hard threshold, cutting its grace;
+// with reprieve its grace is cut by a DELETE before that, and the kubelet never reaches its
+// threshold. The quiet pod, of the same priority, stays.
+func TestTerminatingHogOnRealNode(t *testing.T) {
+	testPressure(t, terminatingCase)
+}
+
 // Real allocatable memory pressure (issue 37 case 1): the pods cgroup reaches the kubelet's
 // allocatableMemory.available threshold while memory.available shows gigabytes, as on a node whose
 // kube-reserved is larger than what the system uses. With reprieve (its threshold
@@ -151,6 +166,11 @@ type pressureCase struct {
 	// prefix names the runs' namespaces (default: resource): each case needs its own, since no
 	// namespace controller runs here to finish deleting the last one's.
 	prefix string
+	// terminating deletes the hog with a 600 s grace as soon as it starts (a rollout), and the
+	// hog goes on allocating through it (issue 37 case 6): the kubelet still ranks it, and cuts
+	// its grace when it evicts; reprieve must cut it (a DELETE with a shorter grace) before the
+	// kubelet's threshold.
+	terminating bool
 }
 
 func (c pressureCase) taintKey() string { return "reprieve.io/" + c.resource + "-pressure" }
@@ -163,6 +183,9 @@ const (
 	momentGone       = "the hog's process gone"
 	momentCondition  = "the kubelet's pressure condition"
 	momentHard       = "the kubelet's hard threshold reached (lowest reading)"
+	// momentCut is when the terminating hog's grace is seen cut below its 600 s (the API's
+	// deletionGracePeriodSeconds): by reprieve's DELETE, or by the kubelet's eviction.
+	momentCut = "the terminating hog's grace cut (the API)"
 )
 
 // pressureEvent is one moment of a pressure run, in seconds from the hog's start.
@@ -225,7 +248,11 @@ func testPressure(t *testing.T, c pressureCase) {
 		}
 		return "never"
 	}
-	for _, k := range []string{momentOwnCrossed, momentTaint, momentSIGTERM, momentGone, momentCondition, momentHard} {
+	moments := []string{momentOwnCrossed, momentTaint, momentSIGTERM, momentGone, momentCondition, momentHard}
+	if c.terminating {
+		moments = []string{momentSIGTERM, momentOwnCrossed, momentTaint, momentCut, momentHard, momentCondition, momentGone}
+	}
+	for _, k := range moments {
 		label := k
 		if k == momentCondition {
 			label = "the kubelet's " + string(c.condition) + " condition"
@@ -283,6 +310,16 @@ func pressureRun(ctx context.Context, t *testing.T, c pressureCase, name string,
 			list, err := env.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 			return err == nil && len(list.Items) == 0
 		})
+		if c.terminating {
+			// The API object goes at once, but a container the node is stopping with 600 s is
+			// not cut short (see the assertions below): a restart of the kubelet kills it, and
+			// the next run must not start while it still holds its memory.
+			_ = node.RestartKubelet(ctx, func(*nodeenv.KubeletConfig) {})
+			waitFor(ctx, t, 90*time.Second, "the terminating hog's process gone", func() bool {
+				last, ok := readMillis(filepath.Join(out, "hog"), "alive")
+				return !ok || time.Since(last) > 2*time.Second
+			})
+		}
 	}()
 	// The quiet pod is within its memory request and uses nothing on nodefs, so the kubelet
 	// picks the hog first on usage. The host source has no per-pod usage: reprieve ranks by
@@ -298,6 +335,10 @@ func pressureRun(ctx context.Context, t *testing.T, c pressureCase, name string,
 	}
 	hog := c.hog(ns, out)
 	hog.Spec.TerminationGracePeriodSeconds = ptrTo[int64](3)
+	if c.terminating {
+		hog.Spec.TerminationGracePeriodSeconds = ptrTo[int64](600)
+		hog.Spec.Containers[0].Args = append(hog.Spec.Containers[0].Args, "-keep-on-term")
+	}
 	if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, hog, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -306,6 +347,13 @@ func pressureRun(ctx context.Context, t *testing.T, c pressureCase, name string,
 		return ok
 	})
 	start, _ := readMillis(filepath.Join(out, "hog"), "started")
+	if c.terminating {
+		// The rollout's delete, with the pod's whole grace.
+		if err := env.Client.CoreV1().Pods(ns).Delete(ctx, "hog", metav1.DeleteOptions{GracePeriodSeconds: ptrTo[int64](600)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cutTo := int64(600)
 	run := scenario.PressureRun{Name: strings.ReplaceAll(name, "-", " "), HardMiB: float64(hard)}
 	var evs []pressureEvent
 	seen := map[string]bool{}
@@ -343,6 +391,12 @@ func pressureRun(ctx context.Context, t *testing.T, c pressureCase, name string,
 				}
 			}
 		}
+		if p, err := env.Client.CoreV1().Pods(ns).Get(ctx, "hog", metav1.GetOptions{}); err == nil && p.DeletionGracePeriodSeconds != nil {
+			cutTo = min(cutTo, *p.DeletionGracePeriodSeconds)
+			if cutTo < 600 {
+				once(momentCut, now)
+			}
+		}
 		if p, err := env.Client.CoreV1().Pods(ns).Get(ctx, "hog", metav1.GetOptions{}); err == nil && evictedBy == "" {
 			if p.Status.Reason == "Evicted" {
 				evictedBy = "the kubelet (" + p.Status.Message + ")"
@@ -355,6 +409,8 @@ func pressureRun(ctx context.Context, t *testing.T, c pressureCase, name string,
 		}
 		if term, ok := readMillis(filepath.Join(out, "hog"), "sigterm"); ok {
 			once(momentSIGTERM, term)
+		}
+		if _, ok := readMillis(filepath.Join(out, "hog"), "sigterm"); ok {
 			if last, ok := readMillis(filepath.Join(out, "hog"), "alive"); ok && time.Since(last) > time.Second {
 				once(momentGone, last)
 				break
@@ -363,9 +419,39 @@ func pressureRun(ctx context.Context, t *testing.T, c pressureCase, name string,
 		time.Sleep(200 * time.Millisecond)
 	}
 	run.EvictedBy = evictedBy
-	t.Logf("%s, %s: kubelet hard threshold %d MiB, reprieve's %d MiB; the hog evicted by %s; events %v", c.signal, name, hard, hard+c.ownAbove, evictedBy, evs)
+	t.Logf("%s, %s: kubelet hard threshold %d MiB, reprieve's %d MiB; the hog evicted by %s; its grace cut to %d s; events %v",
+		c.signal, name, hard, hard+c.ownAbove, evictedBy, cutTo, evs)
 	if !seen[momentSIGTERM] {
 		t.Fatalf("%s: the hog was never evicted", name)
+	}
+	if c.terminating {
+		// Its SIGTERM is the rollout's. What reprieve controls is the cut: a DELETE with a
+		// shorter grace before the kubelet's threshold. Whether the node then kills the container
+		// sooner is the kubelet's and the runtime's: on this node (the kubelet v1.37.2,
+		// containerd 1.6.20) a StopContainer already running with 600 s is not cut short, by
+		// reprieve's DELETE or by the kubelet's own eviction ("timeout waiting to kill pod"), so
+		// gone is only logged (docs/benchmarks.md).
+		t.Logf("%s: the terminating hog gone within the minute: %v", name, seen[momentGone])
+		if withReprieve {
+			cut, hardAt := -1.0, -1.0
+			for _, e := range evs {
+				switch e.what {
+				case momentCut:
+					cut = e.at.Seconds()
+				case momentHard:
+					hardAt = e.at.Seconds()
+				}
+			}
+			if cut < 0 {
+				t.Errorf("with reprieve: the terminating hog's grace was never cut")
+			} else if hardAt >= 0 && cut > hardAt {
+				t.Errorf("with reprieve: the grace cut at %.1f s, after the kubelet's threshold at %.1f s", cut, hardAt)
+			}
+			if q, err := env.Client.CoreV1().Pods(ns).Get(ctx, "quiet", metav1.GetOptions{}); err == nil && q.DeletionTimestamp != nil {
+				t.Errorf("with reprieve: the quiet pod was evicted; the kubelet would have taken the terminating hog")
+			}
+		}
+		return evs, run
 	}
 	if withReprieve {
 		if !seen[momentTaint] {
