@@ -32,7 +32,8 @@ import (
 //   - name, namespace, UID, resourceVersion: the informer's keys, the executor's and the
 //     pressure loop's state (by UID), the UID preconditions, the events' object references;
 //   - deletionTimestamp, deletionGracePeriodSeconds: plan.NeedsShortening and the executor's
-//     shortening, the pressure loop (a terminating pod ranked with the grace it has left, and its in-flight shortening);
+//     shortening, the pressure loop (a terminating pod ranked with the grace it has left) and
+//     its in-flight shortening;
 //   - spec.nodeName (at most 253 bytes): Overlaps counts only the node's own pods;
 //   - status.phase: plan.PodFilter.Skip and pressure.Keep (finished), the notice endpoint's
 //     claimants, the pressure loop's in-flight bookkeeping;
