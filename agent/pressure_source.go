@@ -30,12 +30,17 @@ func PressureThresholds(cfg Config) (t pressure.Thresholds, kc kubelet.Config, k
 	kc, kubeletErr = KubeletConfig(cfg)
 	if kubeletErr != nil {
 		kubeletErr = fmt.Errorf("reading the kubelet's eviction thresholds: %w", kubeletErr)
-		kc.Hard = kubelet.DefaultHard()
+		def := kubelet.DefaultConfig()
+		kc.Hard, kc.EnforcePodsAllocatable = def.Hard, def.EnforcePodsAllocatable
 	}
+	// The hard thresholds the kubelet's eviction manager holds: its evictionHard, and the
+	// allocatableMemory.available copies of the memory ones (kubelet.Config.EvictionHard).
+	hard, kubeletReclaim := kc.EvictionHard()
 	if reclaim == nil {
-		reclaim = kc.MinimumReclaim
+		reclaim = kubeletReclaim
 	}
-	return pressure.Thresholds{Explicit: explicit, Headroom: headroom, Hard: kc.Hard, Soft: kc.Soft, MinReclaim: reclaim}, kc, kubeletErr, nil
+	return pressure.Thresholds{Explicit: explicit, Headroom: headroom, Hard: hard, Soft: kc.Soft, SoftGrace: kc.SoftGracePeriod,
+		MinReclaim: reclaim}, kc, kubeletErr, nil
 }
 
 // KubeletConfig reads the kubelet's configuration where the flags say: --kubelet-config and
@@ -140,7 +145,9 @@ func kubeletLocations() string {
 // logged once.
 func NewPressureSource(cfg Config, node *v1.Node) (kubelet.Source, string, error) {
 	if cfg.PressureSource == PressureSourceHost {
-		h := &kubelet.HostSource{Root: cfg.HostRoot, KubeletRootDir: cfg.KubeletRootDir, ImageFsDir: cfg.ImageFsDir}
+		// PodUsage: each pod's working set and process count from the pods' cgroups, read-only
+		// from the /sys/fs/cgroup the chart mounts, so that pods rank as the kubelet ranks them.
+		h := &kubelet.HostSource{Root: cfg.HostRoot, KubeletRootDir: cfg.KubeletRootDir, ImageFsDir: cfg.ImageFsDir, PodUsage: true}
 		from := cfg.HostRoot
 		if inHostPIDNamespace() {
 			return h, from, nil

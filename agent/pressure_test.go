@@ -82,15 +82,18 @@ func (h *harness) hasPressureTaint() bool {
 
 // Below the threshold the taint goes on at once; when the fall would reach the kubelet's hard
 // threshold before the next pod's grace plus the margin, that pod is evicted with its grace
-// cut to fit, one at a time without per-pod usage; DaemonSet, mirror and critical pods and
-// reprieve itself are never touched; the taint goes a whole transition period after the
-// signal came back above threshold plus minimum reclaim.
+// cut to fit, one at a time without per-pod usage; mirror and critical pods and reprieve itself
+// are never touched (a DaemonSet's pod is ranked like any pod, as the kubelet ranks it: here its
+// higher priority keeps it last); the taint goes a whole transition period after the signal came
+// back above threshold plus minimum reclaim.
 func TestPressureTaintsAndEvictsGracefully(t *testing.T) {
 	yes := true
 	critical := int32(2000001000)
 	h := newHarness(t, pressureConfig(t), testNode(),
 		pressurePod("ds", 30, func(p *v1.Pod) {
 			p.OwnerReferences = []metav1.OwnerReference{{Kind: "DaemonSet", Name: "d", Controller: &yes}}
+			dsPriority := int32(10)
+			p.Spec.Priority = &dsPriority
 		}),
 		pressurePod("mirror", 30, func(p *v1.Pod) { p.Annotations = map[string]string{v1.MirrorPodAnnotationKey: "x"} }),
 		pressurePod("critical", 30, func(p *v1.Pod) { p.Spec.Priority = &critical }),

@@ -10,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/klog/v2"
+
+	"github.com/reprieve-dev/reprieve/agent/pressure"
 )
 
 // What the agent's caches keep of its node and of its node's pods (issue 39 item 3). The pods
@@ -30,7 +32,8 @@ import (
 //   - name, namespace, UID, resourceVersion: the informer's keys, the executor's and the
 //     pressure loop's state (by UID), the UID preconditions, the events' object references;
 //   - deletionTimestamp, deletionGracePeriodSeconds: plan.NeedsShortening and the executor's
-//     shortening, pressure.Keep (terminating), the pressure loop's in-flight shortening;
+//     shortening, the pressure loop (a terminating pod ranked with the grace it has left) and
+//     its in-flight shortening;
 //   - spec.nodeName (at most 253 bytes): Overlaps counts only the node's own pods;
 //   - status.phase: plan.PodFilter.Skip and pressure.Keep (finished), the notice endpoint's
 //     claimants, the pressure loop's in-flight bookkeeping;
@@ -42,9 +45,8 @@ import (
 // Kept of a pod that is not finished (Succeeded or Failed), as well:
 //   - the annotations keptPodAnnotations names and the labels keptPodLabels names, each value
 //     cut to maxKeptValue bytes;
-//   - the controller owner reference (the API server allows one): plan's and pressure's
-//     DaemonSet test; every other owner reference is dropped (no reader looks past the
-//     controller);
+//   - the controller owner reference (the API server allows one): plan's DaemonSet test; every
+//     other owner reference is dropped (no reader looks past the controller);
 //   - spec.hostNetwork and status.podIP(s) (the kubelet's, at most two): the notice endpoint's
 //     claimants;
 //   - spec.priority: pressure's ranking and isCritical;
@@ -56,7 +58,9 @@ import (
 //   - the memory and ephemeral-storage requests, summed over the containers as the kubelet's
 //     GetResourceRequestQuantity sums them (init containers and sidecars counted), into one
 //     container, and the pod-level resources and overhead the same ranking reads: pressure's
-//     requestOf, which reads no other resource and no other container field;
+//     requestOf, which reads no other resource and no other container field; as allocated
+//     (pressure.Allocated: the container statuses' and the pod's allocatedResources over the
+//     spec's), since the kubelet ranks its pods as allocated;
 //   - each volume's name and kind (which source it has, and an emptyDir's medium), at most
 //     maxKeptVolumes: pressure's diskUsage, which adds a local volume's usage by name.
 //
@@ -89,7 +93,8 @@ var podWarningAnnotations = []string{AnnotationEvictAt, AnnotationReclaimDeadlin
 
 // keptPodAnnotations are the annotations of a pod that is not finished that the agent reads:
 // the warning, and the kubelet's static and mirror pod markers, which plan.PodFilter.Skip
-// (mirror: present) and pressure's isCritical (mirror: present; source: not "api") read. A new
+// (mirror: present) and pressure's isCritical (mirror: present) read; config.source is kept for
+// plan, though pressure no longer trusts it (issue 37 case 9). A new
 // reader of a pod's annotation adds its key here.
 var keptPodAnnotations = append([]string{v1.MirrorPodAnnotationKey, "kubernetes.io/config.source"}, podWarningAnnotations...)
 
@@ -170,8 +175,11 @@ func trimPod(p *v1.Pod) *v1.Pod {
 	out.Spec.Priority = p.Spec.Priority
 	out.Spec.TerminationGracePeriodSeconds = p.Spec.TerminationGracePeriodSeconds
 	out.Spec.Tolerations = noExecuteTolerations(p)
-	out.Spec.Containers = requestsContainer(p)
-	out.Spec.Resources = podLevelResources(p.Spec.Resources)
+	// The requests as the kubelet has allocated them (pressure.Allocated: the status's
+	// allocatedResources over the spec's), which the pressure ranking reads (issue 37 case 5).
+	alloc := pressure.Allocated(p)
+	out.Spec.Containers = requestsContainer(alloc)
+	out.Spec.Resources = podLevelResources(alloc.Spec.Resources)
 	out.Spec.Overhead = onlyResources(p.Spec.Overhead, rankedResources)
 	out.Spec.Volumes = volumeKinds(p)
 	keepTail(p, out)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -52,6 +53,10 @@ type Config struct {
 	// kubelet computes the node's status and posts it when it changed (volumesInUse among it).
 	// As the kubelet, which does not validate it, a negative value is kept as written.
 	NodeStatusUpdateFrequency time.Duration
+	// EnforcePodsAllocatable is whether enforceNodeAllocatable holds "pods" (its default): the
+	// kubelet then limits the pods cgroup to node allocatable and evicts on
+	// allocatableMemory.available too (EvictionHard).
+	EnforcePodsAllocatable bool
 	// Ignored lists the entries the kubelet accepts but reprieve does not model
 	// ("evictionHard.containerfs.available", "evictionSoft.allocatableMemory.available", ...),
 	// so that the caller can log them.
@@ -82,14 +87,17 @@ type Config struct {
 	Searched []string
 }
 
-// knownUnmodelled are signals the kubelet accepts (validSignal) that reprieve does not read:
-// allocatable memory is the pods cgroup, and the kubelet derives containerfs thresholds from the
-// nodefs or imagefs ones and ignores any given (UpdateContainerFsThresholds).
+// knownUnmodelled are signals the kubelet accepts (validSignal) that reprieve does not read: the
+// kubelet derives containerfs thresholds from the nodefs or imagefs ones and ignores any given
+// (UpdateContainerFsThresholds).
 var knownUnmodelled = map[string]bool{
-	"allocatableMemory.available": true,
-	"containerfs.available":       true,
-	"containerfs.inodesFree":      true,
+	"containerfs.available":  true,
+	"containerfs.inodesFree": true,
 }
+
+// nodeAllocatableEnforcementKey is the enforceNodeAllocatable entry for the pods cgroup
+// (kubetypes.NodeAllocatableEnforcementKey).
+const nodeAllocatableEnforcementKey = "pods"
 
 // evictionConfig is the eviction part of k8s.io/kubelet/config/v1beta1.KubeletConfiguration,
 // with the same JSON names and types (TestEvictionConfigMatchesUpstream holds it to them).
@@ -108,6 +116,7 @@ type evictionConfig struct {
 	ShutdownGracePeriod              metav1.Duration   `json:"shutdownGracePeriod,omitempty"`
 	ShutdownGracePeriodCriticalPods  metav1.Duration   `json:"shutdownGracePeriodCriticalPods,omitempty"`
 	NodeStatusUpdateFrequency        metav1.Duration   `json:"nodeStatusUpdateFrequency,omitempty"`
+	EnforceNodeAllocatable           []string          `json:"enforceNodeAllocatable,omitempty"`
 }
 
 // decodeEvictionConfig decodes a KubeletConfiguration file as the kubelet's codec does: YAML or
@@ -128,9 +137,10 @@ func decodeEvictionConfig(data []byte) (evictionConfig, error) {
 }
 
 // DefaultConfig is the configuration of a kubelet with no configuration file.
+// Its enforceNodeAllocatable is the default ["pods"].
 func DefaultConfig() Config {
 	return Config{Hard: DefaultHard(), PressureTransitionPeriod: defaultPressureTransitionPeriod,
-		NodeStatusUpdateFrequency: defaultNodeStatusUpdateFrequency}
+		NodeStatusUpdateFrequency: defaultNodeStatusUpdateFrequency, EnforcePodsAllocatable: true}
 }
 
 // ReadConfig reads the kubelet's config file (a KubeletConfiguration YAML) at path, without
@@ -277,7 +287,52 @@ func (kc evictionConfig) config() (Config, error) {
 	if err := errors.Join(errs...); err != nil {
 		return Config{}, err
 	}
+	// As SetDefaults_KubeletConfiguration: enforceNodeAllocatable unset (nil) is ["pods"]; an
+	// explicit empty list enforces nothing.
+	c.EnforcePodsAllocatable = kc.EnforceNodeAllocatable == nil || slices.Contains(kc.EnforceNodeAllocatable, nodeAllocatableEnforcementKey)
 	return c, nil
+}
+
+// EvictionHard returns the hard thresholds the kubelet's eviction manager holds, and their minimum
+// reclaims: Hard, and with EnforcePodsAllocatable every hard memory.available threshold copied to
+// allocatableMemory.available with its minimum reclaim, as the kubelet's addAllocatableThresholds
+// (pkg/kubelet/eviction/helpers.go, from ParseThresholdConfig) copies them. The soft ones are not
+// copied. When allocatableMemory.available is given as well the kubelet holds both; reprieve keeps
+// one a signal, the higher (the one met first) when they compare, else the one given.
+func (c Config) EvictionHard() ([]Threshold, map[Signal]Threshold) {
+	hard, reclaim := slices.Clone(c.Hard), maps.Clone(c.MinimumReclaim)
+	mem, ok := findThreshold(hard, MemoryAvailable)
+	if !c.EnforcePodsAllocatable || !ok {
+		return hard, reclaim
+	}
+	if own, ok := findThreshold(hard, AllocatableMemoryAvailable); ok {
+		switch {
+		case own.Quantity == nil && mem.Quantity == nil && own.Percentage >= mem.Percentage,
+			own.Quantity != nil && mem.Quantity != nil && own.Quantity.Cmp(*mem.Quantity) >= 0,
+			(own.Quantity == nil) != (mem.Quantity == nil):
+			return hard, reclaim
+		}
+		hard = slices.DeleteFunc(hard, func(t Threshold) bool { return t.Signal == AllocatableMemoryAvailable })
+	}
+	mem.Signal = AllocatableMemoryAvailable
+	hard = append(hard, mem)
+	sortThresholds(hard)
+	if r, ok := reclaim[MemoryAvailable]; ok {
+		if _, own := reclaim[AllocatableMemoryAvailable]; !own {
+			r.Signal = AllocatableMemoryAvailable
+			reclaim[AllocatableMemoryAvailable] = r
+		}
+	}
+	return hard, reclaim
+}
+
+func findThreshold(ts []Threshold, s Signal) (Threshold, bool) {
+	for _, t := range ts {
+		if t.Signal == s {
+			return t, true
+		}
+	}
+	return Threshold{}, false
 }
 
 // thresholds parses one threshold map, setting aside the signals the kubelet knows and reprieve

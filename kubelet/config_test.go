@@ -133,10 +133,12 @@ func TestParseConfig(t *testing.T) {
 			soft: "memory.available<1Gi,pid.available<20%",
 		},
 		{
+			// containerfs.* the kubelet derives and ignores as given (UpdateContainerFsThresholds);
+			// allocatableMemory.available is a signal of its own.
 			name:    "signals the kubelet knows and reprieve does not model",
 			yaml:    "evictionHard:\n  memory.available: 100Mi\n  containerfs.available: 10%\n  allocatableMemory.available: 1Gi\n",
-			hard:    "memory.available<100Mi",
-			ignored: []string{"evictionHard.allocatableMemory.available", "evictionHard.containerfs.available"},
+			hard:    "memory.available<100Mi,allocatableMemory.available<1Gi",
+			ignored: []string{"evictionHard.containerfs.available"},
 		},
 		{
 			name: "JSON",
@@ -321,5 +323,55 @@ func TestParseConfigNodeStatusUpdateFrequency(t *testing.T) {
 	}
 	if c := DefaultConfig(); c.NodeStatusUpdateFrequency != 10*time.Second {
 		t.Errorf("DefaultConfig: %v, want 10s", c.NodeStatusUpdateFrequency)
+	}
+}
+
+// The kubelet copies each hard memory.available threshold, with its minimum reclaim, to
+// allocatableMemory.available when enforceNodeAllocatable holds "pods", its default
+// (addAllocatableThresholds, from ParseThresholdConfig); not the soft ones, and not without
+// "pods".
+func TestEvictionHardAllocatable(t *testing.T) {
+	tests := []struct {
+		name, yaml, hard, reclaim string
+	}{
+		{name: "default enforceNodeAllocatable", yaml: "maxPods: 58\n",
+			hard: "memory.available<100Mi,allocatableMemory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%,imagefs.available<15%,imagefs.inodesFree<5%"},
+		{name: "pods enforced, with reclaim; soft not copied",
+			yaml: "enforceNodeAllocatable: [pods, kube-reserved]\nevictionHard:\n  memory.available: 500Mi\nevictionMinimumReclaim:\n  memory.available: 1Gi\n" +
+				"evictionSoft:\n  memory.available: 2Gi\nevictionSoftGracePeriod:\n  memory.available: 1m\n",
+			hard: "memory.available<500Mi,allocatableMemory.available<500Mi", reclaim: "allocatableMemory.available=1Gi,memory.available=1Gi"},
+		{name: "nothing enforced", yaml: "enforceNodeAllocatable: []\nevictionHard:\n  memory.available: 500Mi\n", hard: "memory.available<500Mi"},
+		{name: "system-reserved only", yaml: "enforceNodeAllocatable: [system-reserved]\nevictionHard:\n  memory.available: 500Mi\n", hard: "memory.available<500Mi"},
+		{name: "a higher allocatable one given stays", yaml: "evictionHard:\n  memory.available: 500Mi\n  allocatableMemory.available: 1Gi\n",
+			hard: "memory.available<500Mi,allocatableMemory.available<1Gi"},
+		{name: "a lower allocatable one given: the copy is met first", yaml: "evictionHard:\n  memory.available: 500Mi\n  allocatableMemory.available: 100Mi\n",
+			hard: "memory.available<500Mi,allocatableMemory.available<500Mi"},
+		{name: "no memory threshold", yaml: "evictionHard:\n  nodefs.available: 10%\n", hard: "nodefs.available<10%"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := ParseConfig([]byte(hdr + tt.yaml))
+			if err != nil {
+				t.Fatal(err)
+			}
+			hard, reclaim := c.EvictionHard()
+			if got := thresholdStrings(hard); got != tt.hard {
+				t.Errorf("EvictionHard = %s, want %s", got, tt.hard)
+			}
+			var rs []string
+			for s, r := range reclaim {
+				rs = append(rs, string(s)+"="+r.valueString())
+			}
+			slices.Sort(rs)
+			if got := strings.Join(rs, ","); got != tt.reclaim {
+				t.Errorf("minimum reclaims %s, want %s", got, tt.reclaim)
+			}
+			if strings.Contains(thresholdStrings(c.Hard), "allocatable") != strings.Contains(tt.yaml, "allocatable") {
+				t.Errorf("Hard %s: the copy leaked into the file's own thresholds", thresholdStrings(c.Hard))
+			}
+		})
+	}
+	if hard, _ := DefaultConfig().EvictionHard(); !strings.Contains(thresholdStrings(hard), "allocatableMemory.available<100Mi") {
+		t.Errorf("the kubelet's defaults: %s, want allocatableMemory.available<100Mi too", thresholdStrings(hard))
 	}
 }

@@ -39,6 +39,10 @@ type HostSource struct {
 	// mount of /proc/sys/kernel/pid_max, not the host's that the kubelet reads. ok false (no
 	// value known) falls back to the files; MaxPID reports its own failures.
 	MaxPID func(ctx context.Context) (limit int64, ok bool)
+	// PodUsage reads each pod's memory working set and process count from the pods' cgroups
+	// (podUsage), so that pods rank as the kubelet ranks them for memory and PIDs. Without it,
+	// or without a pods cgroup, Sample.Pods is nil and ranking falls back to priority alone.
+	PodUsage bool
 }
 
 var _ Source = (*HostSource)(nil)
@@ -53,6 +57,12 @@ func (h *HostSource) Read(ctx context.Context) (Sample, error) {
 		errs = append(errs, fmt.Errorf("%s: %w", MemoryAvailable, err))
 	} else {
 		obs[MemoryAvailable] = o
+	}
+
+	if o, ok, err := h.allocatableMemory(); err != nil {
+		errs = append(errs, fmt.Errorf("%s: %w", AllocatableMemoryAvailable, err))
+	} else if ok {
+		obs[AllocatableMemoryAvailable] = o
 	}
 
 	nodeDir := h.path(orDefault(h.KubeletRootDir, DefaultKubeletRootDir))
@@ -83,7 +93,17 @@ func (h *HostSource) Read(ctx context.Context) (Sample, error) {
 	if o != nil {
 		obs[PIDAvailable] = *o
 	}
-	return Sample{Node: obs, DedicatedImageFs: dedicatedImageFs(obs)}, errors.Join(errs...)
+	sample := Sample{Node: obs, DedicatedImageFs: dedicatedImageFs(obs)}
+	if h.PodUsage {
+		pods, ok, err := h.podUsage()
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if ok {
+			sample.Pods, sample.PodsMemoryAndPIDsOnly = pods, true
+		}
+	}
+	return sample, errors.Join(errs...)
 }
 
 func orDefault(s, def string) string {

@@ -10,20 +10,27 @@ import (
 // Signal is an eviction signal, spelled as the kubelet spells it (pkg/kubelet/eviction/api).
 type Signal string
 
-// The eviction signals reprieve reads. The kubelet also knows allocatableMemory.available and
-// containerfs.*; reprieve does not model them (see Config.Ignored).
+// The eviction signals reprieve reads. The kubelet also knows containerfs.*, which it derives
+// from the nodefs or imagefs thresholds and never reads as given (UpdateContainerFsThresholds);
+// reprieve ignores them too (see Config.Ignored).
 const (
-	MemoryAvailable   Signal = "memory.available"
-	NodeFsAvailable   Signal = "nodefs.available"
-	NodeFsInodesFree  Signal = "nodefs.inodesFree"
-	ImageFsAvailable  Signal = "imagefs.available"
-	ImageFsInodesFree Signal = "imagefs.inodesFree"
-	PIDAvailable      Signal = "pid.available"
+	MemoryAvailable Signal = "memory.available"
+	// AllocatableMemoryAvailable is the pods cgroup's memory: what is available below its limit
+	// (node allocatable), observed on the Summary API's "pods" system container as the kubelet's
+	// makeSignalObservations does. The kubelet copies every hard memory.available threshold to
+	// it when enforceNodeAllocatable holds "pods" (addAllocatableThresholds).
+	AllocatableMemoryAvailable Signal = "allocatableMemory.available"
+	NodeFsAvailable            Signal = "nodefs.available"
+	NodeFsInodesFree           Signal = "nodefs.inodesFree"
+	ImageFsAvailable           Signal = "imagefs.available"
+	ImageFsInodesFree          Signal = "imagefs.inodesFree"
+	PIDAvailable               Signal = "pid.available"
 )
 
 // Signals lists every signal, in the order above.
 var Signals = []Signal{
 	MemoryAvailable,
+	AllocatableMemoryAvailable,
 	NodeFsAvailable,
 	NodeFsInodesFree,
 	ImageFsAvailable,
@@ -94,6 +101,13 @@ type Sample struct {
 	// its capacity differing from nodefs's. Only then does the kubelet not free nodefs by
 	// deleting unused images before it evicts pods for nodefs.
 	DedicatedImageFs bool
+	// PodsMemoryAndPIDsOnly is true when Pods holds memory and process figures alone (the host
+	// source reads them from the pods' cgroups): the disk signals then have no per-pod usage.
+	PodsMemoryAndPIDsOnly bool
+	// SplitContainerFs is true when the containers' writable layers are on a filesystem apart
+	// from the images (KEP-4191, KubeletSeparateDiskGC; the Summary API's runtime.containerFs
+	// differing from runtime.imageFs): the writable layers are then on nodefs.
+	SplitContainerFs bool
 }
 
 // Source reads the node's signals. A partial read returns what it could read and an error naming

@@ -97,6 +97,7 @@ func snippet(b []byte) string {
 // makeSignalObservations maps it:
 //
 //   - memory.available: node.memory.availableBytes, with capacity availableBytes + workingSetBytes;
+//   - allocatableMemory.available: the same of node.systemContainers["pods"].memory;
 //   - nodefs.*: node.fs availableBytes/capacityBytes and inodesFree/inodes;
 //   - imagefs.*: node.runtime.imageFs, likewise;
 //   - pid.available: node.rlimit maxpid - curproc, with capacity maxpid.
@@ -135,6 +136,23 @@ func ParseSummary(body []byte) (Sample, error) {
 			add(MemoryAvailable, m.AvailableBytes, &capacity, m.Time)
 		}
 	}
+	// allocatableMemory.available: the "pods" system container (the pods cgroup), as
+	// makeSignalObservations reads it; the kubelet reports availableBytes there only when the
+	// cgroup has a limit (node allocatable enforced).
+	for _, sc := range n.SystemContainers {
+		if sc.Name != statsapi.SystemContainerPods {
+			continue
+		}
+		if m := sc.Memory; m != nil && m.AvailableBytes != nil && m.WorkingSetBytes != nil {
+			capacity := *m.AvailableBytes + *m.WorkingSetBytes
+			if capacity < *m.AvailableBytes {
+				errs = append(errs, fmt.Errorf("%s: available %d + working set %d overflows", AllocatableMemoryAvailable, *m.AvailableBytes, *m.WorkingSetBytes))
+			} else {
+				add(AllocatableMemoryAvailable, m.AvailableBytes, &capacity, m.Time)
+			}
+		}
+		break
+	}
 	if f := n.Fs; f != nil {
 		add(NodeFsAvailable, f.AvailableBytes, f.CapacityBytes, f.Time)
 		add(NodeFsInodesFree, f.InodesFree, f.Inodes, f.Time)
@@ -154,6 +172,15 @@ func ParseSummary(body []byte) (Sample, error) {
 	}
 
 	dedicated := dedicatedImageFs(obs)
+	// KEP-4191's split: the runtime reports a container filesystem apart from the image
+	// filesystem (the kubelet's HasDedicatedContainerFs compares their devices; the Summary API
+	// gives their sizes). Then the writable layers are on nodefs, and the kubelet ranks nodefs by
+	// them too (buildSignalToRankFunc, withImageFs && imageContainerSplitFs).
+	split := false
+	if rt := n.Runtime; dedicated && rt != nil && rt.ContainerFs != nil && rt.ImageFs != nil &&
+		rt.ContainerFs.CapacityBytes != nil && rt.ImageFs.CapacityBytes != nil {
+		split = *rt.ContainerFs.CapacityBytes != *rt.ImageFs.CapacityBytes
+	}
 	pods := make(map[types.UID]PodUsage, len(sum.Pods))
 	for _, p := range sum.Pods {
 		u := PodUsage{Namespace: p.PodRef.Namespace, Name: p.PodRef.Name, UID: types.UID(p.PodRef.UID)}
@@ -179,10 +206,10 @@ func ParseSummary(body []byte) (Sample, error) {
 			}
 			u.Volumes[v.Name] = u.Volumes[v.Name].add(&v.FsStats)
 		}
-		u.RootfsOnImageFs = dedicated
+		u.RootfsOnImageFs = dedicated && !split
 		pods[u.UID] = u
 	}
-	return Sample{Node: obs, Pods: pods, DedicatedImageFs: dedicated}, errors.Join(errs...)
+	return Sample{Node: obs, Pods: pods, DedicatedImageFs: dedicated, SplitContainerFs: split}, errors.Join(errs...)
 }
 
 // add adds what fs uses; a missing figure counts 0, as in the kubelet's diskUsage and

@@ -27,13 +27,16 @@ func TestParseSummary(t *testing.T) {
 	// Each with the time the kubelet measured it, not the time it was read.
 	at := time.Date(2026, 3, 4, 10, 21, 31, 0, time.UTC)
 	wantNode := Observations{
-		// availableBytes, with capacity availableBytes + workingSetBytes (not the "pods" container's).
-		MemoryAvailable:   {Available: 5368709120, Capacity: 5368709120 + 2684354560, Time: at},
-		NodeFsAvailable:   {Available: 42949672960, Capacity: 107374182400, Time: at},
-		NodeFsInodesFree:  {Available: 6000000, Capacity: 6553600, Time: at},
-		ImageFsAvailable:  {Available: 21474836480, Capacity: 53687091200, Time: at},
-		ImageFsInodesFree: {Available: 3000000, Capacity: 3276800, Time: at},
-		PIDAvailable:      {Available: 4194304 - 1234, Capacity: 4194304, Time: at.Add(2 * time.Second)},
+		// availableBytes, with capacity availableBytes + workingSetBytes (not the "pods" container's,
+		// which is allocatableMemory.available's).
+		MemoryAvailable: {Available: 5368709120, Capacity: 5368709120 + 2684354560, Time: at},
+		// The "pods" system container's (the pods cgroup), as makeSignalObservations reads it.
+		AllocatableMemoryAvailable: {Available: 4798832640, Capacity: 4798832640 + 2470526976, Time: at},
+		NodeFsAvailable:            {Available: 42949672960, Capacity: 107374182400, Time: at},
+		NodeFsInodesFree:           {Available: 6000000, Capacity: 6553600, Time: at},
+		ImageFsAvailable:           {Available: 21474836480, Capacity: 53687091200, Time: at},
+		ImageFsInodesFree:          {Available: 3000000, Capacity: 3276800, Time: at},
+		PIDAvailable:               {Available: 4194304 - 1234, Capacity: 4194304, Time: at.Add(2 * time.Second)},
 	}
 	if !s.DedicatedImageFs {
 		t.Error("a 50 GiB imagefs beside a 100 GiB nodefs is not judged dedicated")
@@ -236,5 +239,43 @@ func TestSummarySourceTooLarge(t *testing.T) {
 	_, err := (&SummarySource{URL: srv.URL, Client: srv.Client()}).Read(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "larger than") {
 		t.Errorf("error %v, want one about the size", err)
+	}
+}
+
+// KEP-4191's split (CRI-O's imagestore): the runtime reports a container filesystem apart from
+// the image filesystem. The writable layers are then on nodefs, not on imagefs, and count for the
+// nodefs signals (buildSignalToRankFunc, withImageFs && imageContainerSplitFs).
+func TestParseSummarySplitContainerFs(t *testing.T) {
+	body, err := os.ReadFile("testdata/summary.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The fixture's containerFs is the imagefs (50 GiB); make it the 100 GiB nodefs.
+	split := strings.Replace(string(body), `"containerFs": {
+    "time": "2026-03-04T10:21:31Z",
+    "availableBytes": 21474836480,
+    "capacityBytes": 53687091200`, `"containerFs": {
+    "time": "2026-03-04T10:21:31Z",
+    "availableBytes": 42949672960,
+    "capacityBytes": 107374182400`, 1)
+	if split == string(body) {
+		t.Fatal("the fixture's containerFs was not found")
+	}
+	for _, c := range []struct {
+		body  string
+		split bool
+	}{{string(body), false}, {split, true}} {
+		s, err := ParseSummary([]byte(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.SplitContainerFs != c.split || !s.DedicatedImageFs {
+			t.Errorf("split %v dedicated %v, want split %v on a dedicated imagefs", s.SplitContainerFs, s.DedicatedImageFs, c.split)
+		}
+		for uid, u := range s.Pods {
+			if u.RootfsOnImageFs == c.split {
+				t.Errorf("split %v: pod %s RootfsOnImageFs %v", c.split, uid, u.RootfsOnImageFs)
+			}
+		}
 	}
 }

@@ -95,7 +95,7 @@ func TestParseThresholdsErrors(t *testing.T) {
 		{spec: "memory.available=100Mi", quote: "memory.available=100Mi", has: `"<"`},
 		{spec: "memory.available<=100Mi", quote: "memory.available<=100Mi", has: `"<"`},
 		{spec: "memory.free<100Mi", quote: "memory.free<100Mi", has: "unknown signal"},
-		{spec: "allocatableMemory.available<100Mi", quote: "allocatableMemory.available<100Mi", has: "unknown signal"},
+		{spec: "containerfs.available<100Mi", quote: "containerfs.available<100Mi", has: "unknown signal"},
 		{spec: "memory.available<-100Mi", quote: "memory.available<-100Mi", has: "positive"},
 		{spec: "memory.available<0", quote: "memory.available<0", has: "positive"},
 		{spec: "memory.available<lots", quote: "memory.available<lots", has: "not a quantity"},

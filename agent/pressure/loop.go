@@ -74,6 +74,7 @@ type LoopOptions struct {
 type Loop struct {
 	o       LoopOptions
 	tracker *Tracker
+	soft    *SoftTracker
 	trend   *Trend
 	// inFlight are the pods evicted for pressure that are still on the node.
 	inFlight map[types.UID]inFlight
@@ -88,7 +89,7 @@ type Loop struct {
 
 // NewLoop returns the pressure loop; Start takes its first reading.
 func NewLoop(o LoopOptions) *Loop {
-	return &Loop{o: o, tracker: NewTracker(o.TransitionPeriod), trend: NewTrend(o.TrendWindow),
+	return &Loop{o: o, tracker: NewTracker(o.TransitionPeriod), soft: NewSoftTracker(), trend: NewTrend(o.TrendWindow),
 		inFlight: map[types.UID]inFlight{}, blocked: map[types.UID]blockedPod{}, warned: map[kubelet.Signal]bool{},
 		taints: map[Resource]bool{}}
 }
@@ -227,7 +228,7 @@ func (lp *Loop) Observe(ctx context.Context) {
 	for _, r := range Resources {
 		lp.o.Metrics.PressureActive.WithLabelValues(string(r)).Set(b2f(lp.tracker.Active(r)))
 	}
-	lp.evictForPressure(ctx, now, levels, sample)
+	lp.evictForPressure(ctx, now, levels, sample, lp.soft.Observe(now, levels))
 }
 
 func (lp *Loop) reportPressureChange(ctx context.Context, ch Change) {
@@ -280,8 +281,10 @@ func evictsFor(s kubelet.Signal, dedicatedImageFs bool) bool {
 	return true
 }
 
-// evictForPressure applies the predictive rule to every resource under
-func (lp *Loop) evictForPressure(ctx context.Context, now time.Time, levels []Level, sample kubelet.Sample) {
+// evictForPressure applies the predictive rule to every resource under pressure, and the
+// kubelet's soft-threshold rule to every signal whose soft threshold has held for its grace
+// period (softMet).
+func (lp *Loop) evictForPressure(ctx context.Context, now time.Time, levels []Level, sample kubelet.Sample, softMet []kubelet.Signal) {
 	pods, err := lp.o.Pods.List(labels.Everything())
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Listing the node's pods from the cache failed")
@@ -306,9 +309,17 @@ func (lp *Loop) evictForPressure(ctx context.Context, now time.Time, levels []Le
 	}
 	view := lp.o.Executor.View()
 	for _, r := range Resources {
+		var soft []kubelet.Signal
+		for _, sig := range softMet {
+			if ResourceOf(sig) == r && evictsFor(sig, sample.DedicatedImageFs) {
+				soft = append(soft, sig)
+			}
+		}
 		if !lp.tracker.Active(r) {
 			lp.o.Metrics.PressureTimeToHard.WithLabelValues(string(r)).Set(math.Inf(1))
-			continue
+			if len(soft) == 0 {
+				continue
+			}
 		}
 		// The signal of r nearest its hard threshold decides, among those reprieve evicts for.
 		var lvl Level
@@ -328,8 +339,10 @@ func (lp *Loop) evictForPressure(ctx context.Context, now time.Time, levels []Le
 				lvl, ttl = l, t
 			}
 		}
-		lp.o.Metrics.PressureTimeToHard.WithLabelValues(string(r)).Set(shown.Seconds())
-		if lvl.Signal == "" {
+		if lp.tracker.Active(r) {
+			lp.o.Metrics.PressureTimeToHard.WithLabelValues(string(r)).Set(shown.Seconds())
+		}
+		if lvl.Signal == "" && len(soft) == 0 {
 			continue // nothing read this time, or only signals the kubelet's image GC answers
 		}
 		var evictable []*v1.Pod
@@ -343,24 +356,74 @@ func (lp *Loop) evictForPressure(ctx context.Context, now time.Time, levels []Le
 			if _, ok := lp.inFlight[pod.UID]; ok {
 				continue
 			}
+			if pod.DeletionTimestamp != nil && !pod.DeletionTimestamp.After(now) {
+				continue // at its end already: the kubelet is killing it
+			}
 			evictable = append(evictable, pod)
 		}
-		lp.shortenInFlight(ctx, now, r, ttl, present)
-		in := Input{
-			Level: lvl, Active: true, TimeToHard: ttl,
-			Ranked:       Candidates(lvl.Signal, evictable, sample.Pods, plan.PodGrace),
-			SafetyMargin: lp.o.SafetyMargin, Allowance: plan.RequestAllowance,
+		// A terminating pod (a rollout's, or an interruption's) is ranked with the others, as the
+		// kubelet ranks its active pods; its grace is what it has left, which a DELETE can only
+		// shorten.
+		podGrace := func(p *v1.Pod) time.Duration {
+			g := plan.PodGrace(p)
+			if p.DeletionTimestamp != nil {
+				g = min(g, p.DeletionTimestamp.Sub(now))
+			}
+			return g
 		}
-		for _, f := range lp.inFlight {
-			if f.resource == r {
-				in.InFlight++
-				if f.signal == lvl.Signal {
-					in.Reclaiming += f.usage
+		usageFor := func(sig kubelet.Signal) map[types.UID]kubelet.PodUsage {
+			if sample.PodsMemoryAndPIDsOnly && ResourceOf(sig) == Disk {
+				return nil // the host source's per-pod figures have no disk usage
+			}
+			return sample.Pods
+		}
+		inFlightOf := func(sig kubelet.Signal) (n int, reclaiming int64) {
+			for _, f := range lp.inFlight {
+				if f.resource == r {
+					n++
+					if f.signal == sig {
+						reclaiming += f.usage
+					}
 				}
 			}
+			return n, reclaiming
 		}
-		for _, ev := range Decide(in) {
-			lp.pressureEvict(ctx, now, r, lvl, ttl, ev, view)
+		decided := false
+		if lvl.Signal != "" && lp.tracker.Active(r) {
+			lp.shortenInFlight(ctx, now, r, ttl, present)
+			in := Input{
+				Level: lvl, Active: true, TimeToHard: ttl,
+				Ranked:       Candidates(lvl.Signal, evictable, usageFor(lvl.Signal), podGrace),
+				SafetyMargin: lp.o.SafetyMargin, Allowance: plan.RequestAllowance,
+			}
+			in.InFlight, in.Reclaiming = inFlightOf(lvl.Signal)
+			for _, ev := range Decide(in) {
+				lp.pressureEvict(ctx, now, r, lvl, ttl, ev, view)
+				decided = true
+			}
+		}
+		if decided {
+			continue
+		}
+		// The kubelet's soft thresholds: once one has held for its grace period, it evicts the
+		// first ranked pod for that signal with min(evictionMaxPodGracePeriod, the pod's grace),
+		// one a pass (synchronize). reprieve does the same through the Eviction API, with the
+		// grace also cut to what fits before the hard threshold.
+		for _, sig := range soft {
+			var l Level
+			for _, x := range levels {
+				if x.Signal == sig {
+					l = x
+				}
+			}
+			n, _ := inFlightOf(sig)
+			for _, ev := range DecideSoft(Candidates(sig, evictable, usageFor(sig), podGrace), n, lp.o.KubeletConfig.MaxPodGracePeriod) {
+				if ttl != Never {
+					ev.Grace = max(min(ev.Grace, (ttl-lp.o.SafetyMargin-plan.RequestAllowance).Truncate(time.Second)), MinGrace)
+				}
+				lp.pressureEvict(ctx, now, r, l, ttl, ev, view)
+			}
+			break // one pod a pass
 		}
 	}
 }
@@ -407,7 +470,18 @@ func (lp *Loop) pressureEvict(ctx context.Context, now time.Time, r Resource, lv
 	if ttl > 0 {
 		eta = "in about " + ttl.Round(time.Second).String()
 	}
-	err := lp.o.Executor.Evict(ctx, pod, grace)
+	var err error
+	if pod.DeletionTimestamp != nil {
+		// Already terminating (a rollout's delete): a DELETE with a shorter grace, as the kubelet
+		// cuts the grace of a terminating pod it evicts (calculateEffectiveGracePeriod takes the
+		// smaller). One whose end comes sooner anyway needs nothing.
+		if left := pod.DeletionTimestamp.Sub(now); grace >= left {
+			return
+		}
+		err = lp.o.Executor.Delete(ctx, pod, grace)
+	} else {
+		err = lp.o.Executor.Evict(ctx, pod, grace)
+	}
 	switch {
 	case err == nil:
 		lp.inFlight[pod.UID] = inFlight{key: pod.Namespace + "/" + pod.Name, resource: r, signal: lvl.Signal, usage: ev.Usage}
@@ -417,6 +491,9 @@ func (lp *Loop) pressureEvict(ctx context.Context, now time.Time, r Resource, lv
 		logger.Info("Evicted pod for pressure", "pod", klog.KObj(pod), "signal", lvl.Signal, "available", lvl.Available,
 			"kubeletHard", lvl.Hard, "timeToHard", ttl, "grace", grace, "podGrace", ev.Candidate.Grace, "usage", ev.Usage)
 		verb := "Evicted"
+		if pod.DeletionTimestamp != nil {
+			verb = "Cut the grace of this terminating pod"
+		}
 		if lp.o.DryRun {
 			verb = "Dry run: would have evicted"
 		}

@@ -29,7 +29,7 @@ var Resources = []Resource{Memory, Disk, PID}
 // ResourceOf returns the resource a signal measures.
 func ResourceOf(s kubelet.Signal) Resource {
 	switch s {
-	case kubelet.MemoryAvailable:
+	case kubelet.MemoryAvailable, kubelet.AllocatableMemoryAvailable:
 		return Memory
 	case kubelet.PIDAvailable:
 		return PID
@@ -57,6 +57,11 @@ type Level struct {
 	// Hard is the kubelet's hard eviction threshold (0 when it has none for this signal): what
 	// reprieve must act before.
 	Hard int64
+	// HasSoft says the kubelet has a soft threshold for the signal: Soft, which it evicts on
+	// once it has held for SoftGrace (evictionSoft, evictionSoftGracePeriod).
+	HasSoft   bool
+	Soft      int64
+	SoftGrace time.Duration
 }
 
 // Met reports whether the level counts as pressure: below the threshold, or, while the
@@ -291,19 +296,23 @@ type Input struct {
 // MinGrace is the least grace a pressure eviction gives: the kubelet's own hard-threshold grace.
 const MinGrace = time.Second
 
-// Decide returns the pods to evict now for one signal, or none. It acts only under pressure,
-// and only when the hard threshold is nearer than the next pod's grace plus the safety margin:
-// a pod evicted then, with its grace cut to fit, is gone before the kubelet would have killed
-// it with a 1 s grace. With per-pod usage it evicts as many pods as it takes to bring the
-// signal back above reprieve's threshold plus the minimum reclaim, counting what the pods
-// already evicted will free; when the pods' usage cannot cover that, or without per-pod usage,
-// one pod at a time, the next only once the last is gone.
+// Decide returns the pods to evict now for one signal, or none. It acts only under pressure.
+//
+// How many: the kubelet evicts at its hard threshold, one pod a pass, until the signal is back
+// above the hard threshold plus the minimum reclaim (synchronize, with thresholdsMet's
+// enforceMinReclaim). So with per-pod usage reprieve takes the ranked pods, in order, whose usage
+// covers that: the hard threshold plus the minimum reclaim, less the signal where it will be
+// when the kubelet acts (at the hard threshold, or below it already), less what the pods already
+// evicted will free. Never up to its own, higher threshold: that would evict pods the kubelet
+// never would. When the pods' usage cannot cover that, or without per-pod usage, one pod at a
+// time, the next only once the last is gone.
+//
+// When: each of those pods goes once the hard threshold is nearer than its own grace plus the
+// safety margin, so that each gets as much of its grace as still fits: a 120 s pod needed after a
+// 10 s one goes about 125 s ahead, not 15 s ahead with its grace cut to 10. A pod evicted then,
+// its grace cut to fit, is gone before the kubelet would have killed it with a 1 s grace.
 func Decide(in Input) []Eviction {
 	if !in.Active || len(in.Ranked) == 0 || in.TimeToHard == Never {
-		return nil
-	}
-	next := in.Ranked[0]
-	if in.TimeToHard >= next.Grace+in.SafetyMargin {
 		return nil
 	}
 	budget := max(in.TimeToHard-in.SafetyMargin-in.Allowance, MinGrace)
@@ -311,20 +320,25 @@ func Decide(in Input) []Eviction {
 		// Whole seconds, rounded down: what the API takes, and never more than fits.
 		return max(min(c.Grace, budget).Truncate(time.Second), MinGrace)
 	}
+	due := func(c Candidate) bool { return in.TimeToHard < c.Grace+in.SafetyMargin }
+	next := in.Ranked[0]
 	one := func() []Eviction {
 		// One at a time, the next only once the last is gone, as the kubelet goes.
-		if in.InFlight > 0 {
+		if in.InFlight > 0 || !due(next) {
 			return nil
 		}
 		return []Eviction{{Candidate: next, Grace: grace(next)}}
 	}
-	// Nothing while the signal is back above the threshold plus the minimum reclaim, with or
-	// without per-pod usage: the kubelet evicts only for a threshold its observations meet now
-	// (thresholdsMet, and thresholdsNotYetResolved for the minimum reclaim, in
+	// Nothing while the signal is back above reprieve's threshold plus the minimum reclaim,
+	// with or without per-pod usage: the kubelet evicts only for a threshold its observations
+	// meet now (thresholdsMet, and thresholdsNotYetResolved for the minimum reclaim, in
 	// pkg/kubelet/eviction/helpers.go); the transition period holds only the node condition, as
 	// it holds reprieve's taint (Active). Without this, without per-pod usage, a trend still
 	// falling from before the last eviction freed its memory took the next pod too.
-	need := satAdd(in.Level.Threshold, in.Level.MinReclaim) - in.Level.Available - in.Reclaiming
+	if satAdd(in.Level.Threshold, in.Level.MinReclaim)-in.Level.Available-in.Reclaiming <= 0 {
+		return nil
+	}
+	need := in.need()
 	if need <= 0 {
 		return nil
 	}
@@ -349,8 +363,25 @@ func Decide(in Input) []Eviction {
 			// Evicting it frees nothing of this signal.
 			continue
 		}
-		out = append(out, Eviction{Candidate: c, Grace: grace(c)})
 		need -= c.Usage
+		if due(c) {
+			out = append(out, Eviction{Candidate: c, Grace: grace(c)})
+		}
 	}
 	return out
+}
+
+// need is what the kubelet frees for the level: up to its hard threshold plus the minimum
+// reclaim from where the signal will be when it acts (the hard threshold, or lower if the signal
+// is already below it), less what the pods in flight will free. A signal the kubelet has no hard
+// threshold for (Hard 0) has no kubelet rule to follow: reprieve's own threshold plus the minimum
+// reclaim, from where the signal is.
+func (in Input) need() int64 {
+	l := in.Level
+	if l.Hard <= 0 {
+		return satAdd(l.Threshold, l.MinReclaim) - l.Available - in.Reclaiming
+	}
+	// The kubelet's threshold is met below the hard threshold (thresholdsMet: strictly less):
+	// where it acts the signal is at least one unit short.
+	return satAdd(l.Hard, l.MinReclaim) - min(l.Available, l.Hard-1) - in.Reclaiming
 }

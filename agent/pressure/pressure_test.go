@@ -323,8 +323,10 @@ func TestKeep(t *testing.T) {
 		pod  *v1.Pod
 		want string
 	}{
-		{crit, KeepCritical}, {mirror, KeepCritical}, {static, KeepCritical}, {apiSource, ""},
-		{ds, KeepDaemonSet}, {rs, ""}, {term, KeepTerminating}, {done, KeepFinished}, {self, KeepSelf},
+		{crit, KeepCritical}, {mirror, KeepCritical}, {static, ""}, {apiSource, ""},
+		// Issue 37 (cases 2, 6, 9): as the kubelet, a DaemonSet's pod, a terminating pod and a pod
+		// whose API object says config.source "file" are candidates (TestKeepAsTheKubelet).
+		{ds, ""}, {rs, ""}, {term, ""}, {done, KeepFinished}, {self, KeepSelf},
 		{pod("critical-minus-one", SystemCriticalPriority-1, "", 30), ""},
 	} {
 		if got := Keep(c.pod, "ns", "reprieve-abcde"); got != c.want {
@@ -385,11 +387,14 @@ func TestDecide(t *testing.T) {
 		{"not under pressure", func(in *Input) { in.Active = false; in.TimeToHard = 0 }, nil, nil},
 		{"not falling", func(in *Input) { in.TimeToHard = Never }, nil, nil},
 		{"hard threshold further than grace + margin", func(in *Input) { in.TimeToHard = 35 * time.Second }, nil, nil},
+		// Issue 37 case 4: the kubelet frees to its hard threshold (100) plus the minimum
+		// reclaim (200), from the hard threshold: 200 MiB, which a covers alone. (Before: up to
+		// reprieve's threshold, 500 MiB, and a, c and d went.)
 		{"just inside: graces cut to fit", func(in *Input) { in.TimeToHard = 34 * time.Second },
-			[]string{"a", "c", "d"}, []int{28, 10, 28}},
+			[]string{"a"}, []int{28}},
 		{"already past: the least grace", func(in *Input) { in.TimeToHard = 0 },
-			[]string{"a", "c", "d"}, []int{1, 1, 1}},
-		{"pods in flight cover part of it", func(in *Input) { in.TimeToHard = 20 * time.Second; in.InFlight = 1; in.Reclaiming = 300 * mi },
+			[]string{"a"}, []int{1}},
+		{"pods in flight cover part of it", func(in *Input) { in.TimeToHard = 20 * time.Second; in.InFlight = 1; in.Reclaiming = 100 * mi },
 			[]string{"a"}, []int{14}},
 		{"pods in flight cover it all", func(in *Input) { in.TimeToHard = 20 * time.Second; in.InFlight = 2; in.Reclaiming = 600 * mi },
 			nil, nil},
@@ -447,12 +452,12 @@ func TestDecideWithoutUsageNotAboveTheThreshold(t *testing.T) {
 func TestDecideNoStormWhenPodsCannotCover(t *testing.T) {
 	var ranked []Candidate
 	for i := range 10 {
-		ranked = append(ranked, cand(string(rune('a'+i)), 50*mi, true, 30*time.Second))
+		ranked = append(ranked, cand(string(rune('a'+i)), 15*mi, true, 30*time.Second))
 	}
 	in := Input{Level: mem(100), Active: true, TimeToHard: 0, SafetyMargin: 5 * time.Second, Ranked: ranked}
 	got := Decide(in)
 	if len(got) != 1 || got[0].Pod.Name != "a" {
-		t.Fatalf("evicts %d pods, want one (a): 10 x 50 MiB cannot cover 1100 MiB", len(got))
+		t.Fatalf("evicts %d pods, want one (a): 10 x 15 MiB cannot cover the 200 MiB to the hard threshold plus the minimum reclaim", len(got))
 	}
 	in.InFlight = 1
 	if got := Decide(in); len(got) != 0 {

@@ -1,6 +1,8 @@
 package pressure
 
 import (
+	"time"
+
 	"github.com/reprieve-dev/reprieve/kubelet"
 )
 
@@ -19,6 +21,9 @@ type Thresholds struct {
 	// Soft are the kubelet's soft thresholds: a derived threshold starts above them too, so
 	// that reprieve taints before the kubelet's soft eviction begins.
 	Soft []kubelet.Threshold
+	// SoftGrace is each soft threshold's evictionSoftGracePeriod: how long it must hold before
+	// the kubelet evicts for it.
+	SoftGrace map[kubelet.Signal]time.Duration
 	// MinReclaim is how far above its threshold a signal must come back to end the pressure.
 	MinReclaim map[kubelet.Signal]kubelet.Threshold
 }
@@ -60,6 +65,9 @@ func (t Thresholds) Levels(obs kubelet.Observations) []Level {
 		}
 		if m, ok := t.MinReclaim[s]; ok {
 			l.MinReclaim = m.Value(o.Capacity)
+		}
+		if soft, ok := find(t.Soft, s); ok {
+			l.HasSoft, l.Soft, l.SoftGrace = true, soft.Value(o.Capacity), t.SoftGrace[s]
 		}
 		out = append(out, l)
 	}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/reprieve-dev/reprieve/kubelet"
 	"github.com/reprieve-dev/reprieve/test/nodeenv"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 )
@@ -49,6 +52,95 @@ var nodeFsCase = pressureCase{
 	},
 }
 
+// The allocatable figures, in MiB (issue 37 case 1): the kubelet's kube-reserved is set so that
+// the pods cgroup's limit (node allocatable) is hardBelow + 100 MiB above what the pods use at the
+// start, while the machine's memory.available stays in gigabytes. The kubelet's hard
+// allocatableMemory.available is its memory.available one copied (100Mi); reprieve's threshold
+// is ownAbove over it. The hog allocates as in the memory case.
+var allocatableCase = pressureCase{
+	signal: "allocatableMemory.available", resource: "memory", condition: v1.NodeMemoryPressure,
+	available: podsCgroupAvailable,
+	hardBelow: 900, ownAbove: 600,
+	hog:           memoryCase.hog,
+	equalPriority: true,
+	prefix:        "allocatable",
+	configure: func(k *nodeenv.KubeletConfig, hardBelow int64) (int64, error) {
+		total, ws, err := podsCgroupUsage()
+		if err != nil {
+			return 0, err
+		}
+		const hard = 100 // MiB: memory.available's default, which the kubelet copies
+		limit := ws>>20 + hard + hardBelow
+		k.EvictionHard["memory.available"] = fmt.Sprintf("%dMi", hard)
+		k.KubeReserved = map[string]string{"memory": fmt.Sprintf("%dMi", total>>20-limit)}
+		k.EnforceNodeAllocatable = []string{"pods"}
+		return hard, nil
+	},
+	restore: func(k *nodeenv.KubeletConfig) { k.KubeReserved, k.EnforceNodeAllocatable = nil, nil },
+}
+
+// podsCgroupUsage is the machine's memory (MemTotal, the kubelet's capacity) and the pods
+// cgroup's working set, in bytes, as kubelet.HostSource reads them.
+func podsCgroupUsage() (total, workingSet int64, err error) {
+	s, err := (&kubelet.HostSource{Root: "/"}).Read(context.Background())
+	m, ok := s.Node[kubelet.MemoryAvailable]
+	if !ok {
+		return 0, 0, fmt.Errorf("memory.available: %v", err)
+	}
+	o, ok := s.Node[kubelet.AllocatableMemoryAvailable]
+	if !ok {
+		// No limit yet (the default: kube-reserved unset leaves the pods cgroup at capacity,
+		// past the kubelet's unlimited bound only on v2): read the working set from its files.
+		dir := "/sys/fs/cgroup/memory/kubepods"
+		u, err1 := keyed(dir+"/memory.stat", "total_inactive_file")
+		b, err2 := os.ReadFile(dir + "/memory.usage_in_bytes")
+		if err1 != nil || err2 != nil {
+			return 0, 0, fmt.Errorf("the pods cgroup: %v %v", err1, err2)
+		}
+		usage, err := strconv.ParseFloat(strings.TrimSpace(string(b)), 64)
+		if err != nil {
+			return 0, 0, err
+		}
+		return m.Capacity, int64(usage - u), nil
+	}
+	return m.Capacity, o.Capacity - o.Available, nil
+}
+
+// podsCgroupAvailable is allocatableMemory.available as the kubelet computes it: the pods
+// cgroup's limit minus its working set.
+func podsCgroupAvailable() (float64, error) {
+	s, err := (&kubelet.HostSource{Root: "/"}).Read(context.Background())
+	o, ok := s.Node[kubelet.AllocatableMemoryAvailable]
+	if !ok {
+		return 0, fmt.Errorf("allocatableMemory.available not read (no limit on the pods cgroup?): %v", err)
+	}
+	return float64(o.Available), nil
+}
+
+// terminatingCase is the memory case with a hog already terminating with a 600 s grace.
+var terminatingCase = func() pressureCase {
+	c := memoryCase
+	c.equalPriority, c.terminating, c.prefix = true, true, "terminating"
+	return c
+}()
+
+// A hog already terminating (issue 37 case 6): deleted by a rollout with a 600 s grace, it goes
+// on allocating. Without reprieve the kubelet evicts it at its hard threshold, cutting its grace;
+// with reprieve its grace is cut by a DELETE before that, and the kubelet never reaches its
+// threshold. The quiet pod, of the same priority, stays.
+func TestTerminatingHogOnRealNode(t *testing.T) {
+	testPressure(t, terminatingCase)
+}
+
+// Real allocatable memory pressure (issue 37 case 1): the pods cgroup reaches the kubelet's
+// allocatableMemory.available threshold while memory.available shows gigabytes, as on a node whose
+// kube-reserved is larger than what the system uses. With reprieve (its threshold
+// allocatableMemory.available<700Mi): taint, then the hog evicted through the Eviction API with
+// its 3 s grace, and the kubelet never evicts; without: the kubelet evicts it.
+func TestAllocatablePressureOnRealNode(t *testing.T) {
+	testPressure(t, allocatableCase)
+}
+
 // pressureCase is one signal of the pressure test.
 type pressureCase struct {
 	// signal is the kubelet's name, resource reprieve's (its taint is reprieve.io/<resource>-pressure),
@@ -62,6 +154,23 @@ type pressureCase struct {
 	hardBelow, ownAbove int64
 	// hog is the pod that crosses both thresholds; it records under out/hog.
 	hog func(ns, out string) *v1.Pod
+	// configure, when set, places the kubelet's threshold itself (from hardBelow) and returns it
+	// in MiB, in place of evictionHard[signal] = available - hardBelow; restore undoes what else
+	// it changed.
+	configure func(k *nodeenv.KubeletConfig, hardBelow int64) (int64, error)
+	restore   func(k *nodeenv.KubeletConfig)
+	// equalPriority leaves the quiet pod at the hog's priority: then only per-pod usage tells
+	// them apart, which the host source reads from the pods' cgroups (issue 37, the host source's
+	// ranking), as the kubelet does.
+	equalPriority bool
+	// prefix names the runs' namespaces (default: resource): each case needs its own, since no
+	// namespace controller runs here to finish deleting the last one's.
+	prefix string
+	// terminating deletes the hog with a 600 s grace as soon as it starts (a rollout), and the
+	// hog goes on allocating through it (issue 37 case 6): the kubelet still ranks it, and cuts
+	// its grace when it evicts; reprieve must cut it (a DELETE with a shorter grace) before the
+	// kubelet's threshold.
+	terminating bool
 }
 
 func (c pressureCase) taintKey() string { return "reprieve.io/" + c.resource + "-pressure" }
@@ -74,6 +183,9 @@ const (
 	momentGone       = "the hog's process gone"
 	momentCondition  = "the kubelet's pressure condition"
 	momentHard       = "the kubelet's hard threshold reached (lowest reading)"
+	// momentCut is when the terminating hog's grace is seen cut below its 600 s (the API's
+	// deletionGracePeriodSeconds): by reprieve's DELETE, or by the kubelet's eviction.
+	momentCut = "the terminating hog's grace cut (the API)"
 )
 
 // pressureEvent is one moment of a pressure run, in seconds from the hog's start.
@@ -113,7 +225,14 @@ func testPressure(t *testing.T, c pressureCase) {
 	ensureInstalled(ctx, t)
 	defer func() {
 		// Back to the default thresholds and the default install for whatever runs next.
-		_ = node.RestartKubelet(context.Background(), func(k *nodeenv.KubeletConfig) { k.EvictionHard[c.signal] = c.defaultHard })
+		_ = node.RestartKubelet(context.Background(), func(k *nodeenv.KubeletConfig) {
+			if c.defaultHard != "" {
+				k.EvictionHard[c.signal] = c.defaultHard
+			}
+			if c.restore != nil {
+				c.restore(k)
+			}
+		})
 	}()
 	timeline := scenario.PressureSignal{Signal: c.signal, OwnAboveMiB: float64(c.ownAbove)}
 	with, runWith := pressureRun(ctx, t, c, "with-reprieve", true)
@@ -129,7 +248,11 @@ func testPressure(t *testing.T, c pressureCase) {
 		}
 		return "never"
 	}
-	for _, k := range []string{momentOwnCrossed, momentTaint, momentSIGTERM, momentGone, momentCondition, momentHard} {
+	moments := []string{momentOwnCrossed, momentTaint, momentSIGTERM, momentGone, momentCondition, momentHard}
+	if c.terminating {
+		moments = []string{momentSIGTERM, momentOwnCrossed, momentTaint, momentCut, momentHard, momentCondition, momentGone}
+	}
+	for _, k := range moments {
 		label := k
 		if k == momentCondition {
 			label = "the kubelet's " + string(c.condition) + " condition"
@@ -143,15 +266,23 @@ func testPressure(t *testing.T, c pressureCase) {
 
 func pressureRun(ctx context.Context, t *testing.T, c pressureCase, name string, withReprieve bool) ([]pressureEvent, scenario.PressureRun) {
 	t.Helper()
-	avail, err := c.available()
-	if err != nil {
-		t.Fatal(err)
+	var hard int64
+	if c.configure == nil {
+		avail, err := c.available()
+		if err != nil {
+			t.Fatal(err)
+		}
+		hard = int64(avail)>>20 - c.hardBelow
 	}
-	hard := int64(avail)>>20 - c.hardBelow
+	var confErr error
 	if err := node.RestartKubelet(ctx, func(k *nodeenv.KubeletConfig) {
+		if c.configure != nil {
+			hard, confErr = c.configure(k, c.hardBelow)
+			return
+		}
 		k.EvictionHard[c.signal] = fmt.Sprintf("%dMi", hard)
-	}); err != nil {
-		t.Fatal(err)
+	}); err != nil || confErr != nil {
+		t.Fatal(err, confErr)
 	}
 	waitNoPressure(ctx, t, c.condition)
 	if withReprieve {
@@ -160,7 +291,11 @@ func pressureRun(ctx context.Context, t *testing.T, c pressureCase, name string,
 		uninstall(ctx, t)
 	}
 	clearPressureTaint(ctx, t, c.taintKey())
-	ns := c.resource + "-" + name
+	prefix := c.prefix
+	if prefix == "" {
+		prefix = c.resource
+	}
+	ns := prefix + "-" + name
 	createNamespace(ctx, t, ns)
 	out := filepath.Join(outDir, ns)
 	// Leave no pressure behind, whatever happens: the pods go (no namespace controller runs
@@ -175,6 +310,16 @@ func pressureRun(ctx context.Context, t *testing.T, c pressureCase, name string,
 			list, err := env.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 			return err == nil && len(list.Items) == 0
 		})
+		if c.terminating {
+			// The API object goes at once, but a container the node is stopping with 600 s is
+			// not cut short (see the assertions below): a restart of the kubelet kills it, and
+			// the next run must not start while it still holds its memory.
+			_ = node.RestartKubelet(ctx, func(*nodeenv.KubeletConfig) {})
+			waitFor(ctx, t, 90*time.Second, "the terminating hog's process gone", func() bool {
+				last, ok := readMillis(filepath.Join(out, "hog"), "alive")
+				return !ok || time.Since(last) > 2*time.Second
+			})
+		}
 	}()
 	// The quiet pod is within its memory request and uses nothing on nodefs, so the kubelet
 	// picks the hog first on usage. The host source has no per-pod usage: reprieve ranks by
@@ -182,12 +327,18 @@ func pressureRun(ctx context.Context, t *testing.T, c pressureCase, name string,
 	// priority for the quiet pod makes the hog the first pick of both rankings.
 	quiet := workloadPod(ns, "quiet", out, []string{"term", "-out", "/out/quiet"})
 	quiet.Spec.Containers[0].Resources.Requests = v1.ResourceList{v1.ResourceMemory: resource.MustParse("64Mi")}
-	quiet.Spec.PriorityClassName = quietPriority(ctx, t)
+	if !c.equalPriority {
+		quiet.Spec.PriorityClassName = quietPriority(ctx, t)
+	}
 	if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, quiet, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	hog := c.hog(ns, out)
 	hog.Spec.TerminationGracePeriodSeconds = ptrTo[int64](3)
+	if c.terminating {
+		hog.Spec.TerminationGracePeriodSeconds = ptrTo[int64](600)
+		hog.Spec.Containers[0].Args = append(hog.Spec.Containers[0].Args, "-keep-on-term")
+	}
 	if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, hog, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -196,6 +347,13 @@ func pressureRun(ctx context.Context, t *testing.T, c pressureCase, name string,
 		return ok
 	})
 	start, _ := readMillis(filepath.Join(out, "hog"), "started")
+	if c.terminating {
+		// The rollout's delete, with the pod's whole grace.
+		if err := env.Client.CoreV1().Pods(ns).Delete(ctx, "hog", metav1.DeleteOptions{GracePeriodSeconds: ptrTo[int64](600)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cutTo := int64(600)
 	run := scenario.PressureRun{Name: strings.ReplaceAll(name, "-", " "), HardMiB: float64(hard)}
 	var evs []pressureEvent
 	seen := map[string]bool{}
@@ -233,6 +391,12 @@ func pressureRun(ctx context.Context, t *testing.T, c pressureCase, name string,
 				}
 			}
 		}
+		if p, err := env.Client.CoreV1().Pods(ns).Get(ctx, "hog", metav1.GetOptions{}); err == nil && p.DeletionGracePeriodSeconds != nil {
+			cutTo = min(cutTo, *p.DeletionGracePeriodSeconds)
+			if cutTo < 600 {
+				once(momentCut, now)
+			}
+		}
 		if p, err := env.Client.CoreV1().Pods(ns).Get(ctx, "hog", metav1.GetOptions{}); err == nil && evictedBy == "" {
 			if p.Status.Reason == "Evicted" {
 				evictedBy = "the kubelet (" + p.Status.Message + ")"
@@ -245,6 +409,8 @@ func pressureRun(ctx context.Context, t *testing.T, c pressureCase, name string,
 		}
 		if term, ok := readMillis(filepath.Join(out, "hog"), "sigterm"); ok {
 			once(momentSIGTERM, term)
+		}
+		if _, ok := readMillis(filepath.Join(out, "hog"), "sigterm"); ok {
 			if last, ok := readMillis(filepath.Join(out, "hog"), "alive"); ok && time.Since(last) > time.Second {
 				once(momentGone, last)
 				break
@@ -253,9 +419,39 @@ func pressureRun(ctx context.Context, t *testing.T, c pressureCase, name string,
 		time.Sleep(200 * time.Millisecond)
 	}
 	run.EvictedBy = evictedBy
-	t.Logf("%s, %s: kubelet hard threshold %d MiB, reprieve's %d MiB; the hog evicted by %s; events %v", c.signal, name, hard, hard+c.ownAbove, evictedBy, evs)
+	t.Logf("%s, %s: kubelet hard threshold %d MiB, reprieve's %d MiB; the hog evicted by %s; its grace cut to %d s; events %v",
+		c.signal, name, hard, hard+c.ownAbove, evictedBy, cutTo, evs)
 	if !seen[momentSIGTERM] {
 		t.Fatalf("%s: the hog was never evicted", name)
+	}
+	if c.terminating {
+		// Its SIGTERM is the rollout's. What reprieve controls is the cut: a DELETE with a
+		// shorter grace before the kubelet's threshold. Whether the node then kills the container
+		// sooner is the kubelet's and the runtime's: on this node (the kubelet v1.37.2,
+		// containerd 1.6.20) a StopContainer already running with 600 s is not cut short, by
+		// reprieve's DELETE or by the kubelet's own eviction ("timeout waiting to kill pod"), so
+		// gone is only logged (docs/benchmarks.md).
+		t.Logf("%s: the terminating hog gone within the minute: %v", name, seen[momentGone])
+		if withReprieve {
+			cut, hardAt := -1.0, -1.0
+			for _, e := range evs {
+				switch e.what {
+				case momentCut:
+					cut = e.at.Seconds()
+				case momentHard:
+					hardAt = e.at.Seconds()
+				}
+			}
+			if cut < 0 {
+				t.Errorf("with reprieve: the terminating hog's grace was never cut")
+			} else if hardAt >= 0 && cut > hardAt {
+				t.Errorf("with reprieve: the grace cut at %.1f s, after the kubelet's threshold at %.1f s", cut, hardAt)
+			}
+			if q, err := env.Client.CoreV1().Pods(ns).Get(ctx, "quiet", metav1.GetOptions{}); err == nil && q.DeletionTimestamp != nil {
+				t.Errorf("with reprieve: the quiet pod was evicted; the kubelet would have taken the terminating hog")
+			}
+		}
+		return evs, run
 	}
 	if withReprieve {
 		if !seen[momentTaint] {
@@ -270,7 +466,13 @@ func pressureRun(ctx context.Context, t *testing.T, c pressureCase, name string,
 		// reprieve evicts in rank order until the pods' usage covers the shortfall to its
 		// threshold plus the minimum reclaim: on a busy machine that can take the quiet pod too.
 		if q, err := env.Client.CoreV1().Pods(ns).Get(ctx, "quiet", metav1.GetOptions{}); err == nil && q.DeletionTimestamp != nil {
-			t.Logf("with reprieve: the quiet pod was evicted too (the shortfall was larger than the hog's usage)")
+			if c.equalPriority {
+				// Same priority: the host source's per-pod working sets rank the hog first, and
+				// the kubelet's need (its hard threshold plus the minimum reclaim) is the hog's.
+				t.Errorf("with reprieve: the quiet pod was evicted; the kubelet would have taken the hog alone")
+			} else {
+				t.Logf("with reprieve: the quiet pod was evicted too (the shortfall was larger than the hog's usage)")
+			}
 		}
 	} else if !strings.Contains(evictedBy, "TerminationByKubelet") {
 		t.Errorf("without reprieve: the hog was evicted by %q, want the kubelet", evictedBy)

@@ -3,7 +3,7 @@
 // the container rather than from the API.
 //
 //	workload term  -out DIR [-checkpoint-after D] [-exit-after D]
-//	workload alloc -out DIR -rate MiB/s -max MiB
+//	workload alloc -out DIR -rate MiB/s -max MiB [-keep-on-term]
 //	workload write -out DIR -file PATH -rate MiB/s -max MiB
 //
 // Every mode writes DIR/started at start and DIR/alive (the time, rewritten every 50 ms) while it
@@ -12,7 +12,9 @@
 // it arrived. term then writes DIR/checkpoint (the time, fsynced) -checkpoint-after later and
 // exits -exit-after after SIGTERM (never, when 0: it waits for the SIGKILL). alloc allocates
 // and touches -rate MiB of memory a second up to -max, and write appends -rate MiB a second to
-// -file up to -max; both stop at SIGTERM and exit a second later. Times are Unix milliseconds.
+// -file up to -max; both stop at SIGTERM and exit a second later, except alloc with
+// -keep-on-term, which records the SIGTERM and goes on allocating until it is killed (a pod
+// deleted by a rollout that holds its memory for its whole grace). Times are Unix milliseconds.
 package main
 
 import (
@@ -39,6 +41,7 @@ func main() {
 	rate := fs.Int("rate", 50, "alloc, write: MiB a second")
 	maxMiB := fs.Int("max", 512, "alloc, write: MiB in all")
 	file := fs.String("file", "", "write: the file to fill")
+	keepOnTerm := fs.Bool("keep-on-term", false, "alloc: go on allocating after SIGTERM, until killed")
 	_ = fs.Parse(os.Args[2:])
 	if *out == "" {
 		fmt.Fprintln(os.Stderr, "workload: -out is required")
@@ -135,6 +138,9 @@ func main() {
 			}
 		case <-term:
 			record("sigterm")
+			if *keepOnTerm && mode == "alloc" {
+				continue
+			}
 			step = nil
 			switch {
 			case mode != "term":
