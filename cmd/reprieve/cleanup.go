@@ -32,6 +32,7 @@ type cleanupOptions struct {
 	node        string
 	allNodes    bool
 	waitPods    string
+	skipPods    string
 	waitTimeout time.Duration
 	confined    time.Duration
 	dryRun      bool
@@ -49,6 +50,7 @@ func runCleanup(ctx context.Context, args []string, stdout, stderr io.Writer, cl
 	fs.StringVar(&o.node, "node", "", "the node to clean")
 	fs.BoolVar(&o.allNodes, "all-nodes", false, "clean every node (what the chart's uninstall hook does)")
 	fs.StringVar(&o.waitPods, "wait-for-pods-gone", "", "NAMESPACE/SELECTOR: first wait until no pod matches (the agent's DaemonSet pods, which could write again)")
+	fs.StringVar(&o.skipPods, "skip-nodes-with-pods", "", "SELECTOR: leave alone a node where a pod of any namespace that matches runs (another release's agent, which still owns its marks)")
 	fs.DurationVar(&o.waitTimeout, "wait-timeout", 2*time.Minute, "how long --wait-for-pods-gone waits; past it the nodes are cleaned anyway and the command fails")
 	fs.DurationVar(&o.confined, "require-confined", 0, "first check, for up to this long, that this identity may not write outside reprieve's keys (a server-side dry run the chart's cleanup policy refuses); 0: do not check")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "say what would be removed; change nothing")
@@ -89,6 +91,14 @@ func runCleanup(ctx context.Context, args []string, stdout, stderr io.Writer, cl
 		}
 		waitNS, waitSel = ns, s
 	}
+	var skipSel labels.Selector
+	if o.skipPods != "" {
+		s, err := labels.Parse(o.skipPods)
+		if err != nil {
+			return usage("--skip-nodes-with-pods %q: %v", o.skipPods, err)
+		}
+		skipSel = s
+	}
 	client, err := clientFor(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "reprieve cleanup: %v\n", err)
@@ -113,6 +123,28 @@ func runCleanup(ctx context.Context, args []string, stdout, stderr io.Writer, cl
 		}
 	} else {
 		nodes = []string{o.node}
+	}
+	if skipSel != nil {
+		pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: skipSel.String()})
+		if err != nil {
+			fmt.Fprintf(stderr, "reprieve cleanup: listing the pods %s: %v\n", skipSel, err)
+			return 1
+		}
+		busy := map[string]bool{}
+		for _, p := range pods.Items {
+			if p.Spec.NodeName != "" {
+				busy[p.Spec.NodeName] = true
+			}
+		}
+		var free []string
+		for _, n := range nodes {
+			if busy[n] {
+				fmt.Fprintf(stdout, "node %s: left alone, a pod %s runs there\n", n, skipSel)
+				continue
+			}
+			free = append(free, n)
+		}
+		nodes = free
 	}
 	if o.confined > 0 && len(nodes) > 0 && !o.dryRun {
 		if err := checkConfined(ctx, client, nodes[0], o.confined); err != nil {

@@ -49,10 +49,14 @@ func TestCleanupRemovesReprievesMarks(t *testing.T) {
 				{Key: "dedicated", Value: "gpu", Effect: v1.TaintEffectNoSchedule}}},
 			Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue},
 				{Type: record.ConditionInterruption, Status: v1.ConditionFalse, Reason: record.ReasonNoInterruption}}}},
-		&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "b"}})
+		&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "b"}},
+		// Another release's agent still runs on c: its marks are that agent's.
+		&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "c", Annotations: map[string]string{record.AnnotationOwned: "{}"}}},
+		&v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "reprieve-gpu-x", Namespace: "kube-system", Labels: map[string]string{"app.kubernetes.io/name": "reprieve"}},
+			Spec: v1.PodSpec{NodeName: "c"}})
 	clientFor := func(agent.Config) (kube.Interface, error) { return kubetest.Wrap(c), nil }
 	var out, errOut bytes.Buffer
-	if code := runCleanup(context.Background(), []string{"--all-nodes"}, &out, &errOut, clientFor); code != 0 {
+	if code := runCleanup(context.Background(), []string{"--all-nodes", "--skip-nodes-with-pods=app.kubernetes.io/name=reprieve"}, &out, &errOut, clientFor); code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
 	n, err := c.CoreV1().Nodes().Get(context.Background(), "a", metav1.GetOptions{})
@@ -64,7 +68,10 @@ func TestCleanupRemovesReprievesMarks(t *testing.T) {
 		t.Errorf("node a after cleanup: taints %v, labels %v, annotations %v, conditions %v; want only what others wrote",
 			n.Spec.Taints, n.Labels, n.Annotations, n.Status.Conditions)
 	}
-	if !strings.Contains(out.String(), "cleaned 1 of 2 node(s)") {
+	if n, _ := c.CoreV1().Nodes().Get(context.Background(), "c", metav1.GetOptions{}); n.Annotations[record.AnnotationOwned] == "" {
+		t.Error("node c, where another release's agent runs, was cleaned; want it left alone")
+	}
+	if !strings.Contains(out.String(), "cleaned 1 of 2 node(s)") || !strings.Contains(out.String(), "node c: left alone") {
 		t.Errorf("output %q; want it to count the one node cleaned", out.String())
 	}
 }
