@@ -123,6 +123,8 @@ var wantAlerts = []string{
 	"ReprieveAgentNotReady",
 	"ReprieveEvictionGuardDown",
 	"ReprieveEvictionGuardFailing",
+	"ReprieveEvictionGuardUnreachable",
+	"ReprieveEvictionGuardCertificateExpiring",
 }
 
 func TestRules(t *testing.T) {
@@ -388,6 +390,9 @@ func knownMetrics(t *testing.T) map[string]bool {
 	// The eviction guard's, which its own process serves (reprieve eviction-guard).
 	if _, err := guard.NewMetrics(rec); err != nil {
 		t.Fatalf("guard.NewMetrics: %v", err)
+	}
+	if _, err := guard.NewCertMetrics(rec); err != nil {
+		t.Fatalf("guard.NewCertMetrics: %v", err)
 	}
 	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		if err := rec.Register(c); err != nil {

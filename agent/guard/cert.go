@@ -14,6 +14,8 @@ import (
 // server keeps its connections to a webhook alive.
 type CertReloader struct {
 	certFile, keyFile string
+	// source, when set, replaces the files: the pair the guard keeps itself (SelfCert).
+	source func() (*tls.Certificate, error)
 
 	mu      sync.Mutex
 	cert    *tls.Certificate
@@ -42,7 +44,19 @@ func (r *CertReloader) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, e
 	return r.current()
 }
 
+// NewCertSource serves the pair that get returns, for a pair kept in memory rather than in
+// files (SelfCert.Current). It must return a pair already.
+func NewCertSource(get func() (*tls.Certificate, error)) (*CertReloader, error) {
+	if _, err := get(); err != nil {
+		return nil, err
+	}
+	return &CertReloader{source: get}, nil
+}
+
 func (r *CertReloader) current() (*tls.Certificate, error) {
+	if r.source != nil {
+		return r.source()
+	}
 	cv, err := stat(r.certFile)
 	if err != nil {
 		return r.fallback(err)

@@ -268,6 +268,8 @@ func checkEviction(ctx context.Context, r *doctorReport, cfg agent.Config, clien
 		r.ok("pod %s/%s may be evicted; a PodDisruptionBudget refuses it now (server-side dry run)", pod.Namespace, pod.Name)
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		r.skip("eviction (dry run): pod %s/%s went away meanwhile", pod.Namespace, pod.Name)
+	case guardUnreachable(err):
+		r.fail(fmt.Sprintf("the eviction guard is unreachable: evicting pod %s/%s (dry run): %v", pod.Namespace, pod.Name, err), guardUnreachableFix)
 	default:
 		r.fail(fmt.Sprintf("evicting pod %s/%s (dry run): %v", pod.Namespace, pod.Name, err),
 			"grant create on pods/eviction; with the eviction guard (evictionGuard.enabled), check that its pods are ready (an unreachable guard refuses every eviction, and the agent falls back to a node-bound DELETE at each pod's last safe moment)")

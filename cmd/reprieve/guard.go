@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -15,6 +16,7 @@ import (
 	"github.com/spf13/pflag"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -38,12 +40,22 @@ type guardConfig struct {
 	// SourceInFlight and SourcePodReads are guard.Limits' per-source limits.
 	SourceInFlight int
 	SourcePodReads float32
+	// TLSSecret, TLSWebhookConfiguration and TLSHosts have the guard keep its own certificate
+	// (guard.SelfCert) instead of reading --tls-cert-file; TLSSyncInterval is how often.
+	TLSSecret               string
+	TLSWebhookConfiguration string
+	TLSHosts                []string
+	TLSSyncInterval         time.Duration
 }
 
 func (c *guardConfig) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.BindAddress, "bind-address", ":8443", "host:port of the HTTPS listener (reviews at "+guard.PathValidate+", /healthz, /readyz, /metrics)")
 	fs.StringVar(&c.TLSCertFile, "tls-cert-file", "", "serving certificate (PEM), reloaded when the file changes")
 	fs.StringVar(&c.TLSKeyFile, "tls-private-key-file", "", "serving certificate's private key (PEM), reloaded when the file changes")
+	fs.StringVar(&c.TLSSecret, "tls-secret", "", "NAMESPACE/NAME of a Secret (which must exist) where the guard keeps its own CA and serving certificate, made, shared by the replicas and rotated by the guard; with --tls-webhook-configuration and --tls-hosts, instead of --tls-cert-file (docs/eviction-guard.md, \"Certificates\")")
+	fs.StringVar(&c.TLSWebhookConfiguration, "tls-webhook-configuration", "", "with --tls-secret, the ValidatingWebhookConfiguration whose caBundle the guard keeps equal to its CA")
+	fs.StringSliceVar(&c.TLSHosts, "tls-hosts", nil, "with --tls-secret, the DNS names and IP addresses of the serving certificate (comma-separated)")
+	fs.DurationVar(&c.TLSSyncInterval, "tls-sync-interval", time.Minute, "with --tls-secret, how often the guard checks its Secret and caBundle (a re-applied chart, another replica's rotation)")
 	fs.StringVar(&c.ServiceAccount, "agent-service-account", "kube-system:reprieve", "NAMESPACE:NAME of the agent's ServiceAccount, whose evictions the guard binds to their token's node")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, else in-cluster)")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
@@ -111,8 +123,8 @@ func runGuard(fs *pflag.FlagSet, cfg *guardConfig) int {
 		return 2
 	}
 	user, err := cfg.username()
-	if err == nil && (cfg.TLSCertFile == "" || cfg.TLSKeyFile == "") {
-		err = fmt.Errorf("--tls-cert-file and --tls-private-key-file are required")
+	if err == nil {
+		err = cfg.checkTLS()
 	}
 	if err == nil && cfg.ClientCAFile == "" && len(cfg.ClientAllowedNames) > 0 {
 		err = fmt.Errorf("--client-allowed-names needs --client-ca-file")
@@ -128,7 +140,10 @@ func runGuard(fs *pflag.FlagSet, cfg *guardConfig) int {
 		fmt.Fprintf(os.Stderr, "reprieve eviction-guard: %v\n", err)
 		return 2
 	}
-	certs, err := guard.NewCertReloader(cfg.TLSCertFile, cfg.TLSKeyFile)
+	var certs *guard.CertReloader
+	if cfg.TLSSecret == "" {
+		certs, err = guard.NewCertReloader(cfg.TLSCertFile, cfg.TLSKeyFile)
+	}
 	var auth *guard.ClientAuth
 	if err == nil && cfg.ClientCAFile != "" {
 		auth, err = guard.NewClientAuth(cfg.ClientCAFile, cfg.ClientAllowedNames)
@@ -158,6 +173,13 @@ func serveGuard(ctx context.Context, cfg guardConfig, user string, certs *guard.
 	if err != nil {
 		return fmt.Errorf("loading the Kubernetes client configuration: %w", err)
 	}
+	reg := prometheus.NewRegistry()
+	if cfg.TLSSecret != "" {
+		// Its own client: the pod reads' rate limit below must not hold up a rotation.
+		if certs, err = startSelfCert(ctx, cfg, rest.CopyConfig(restCfg), reg); err != nil {
+			return err
+		}
+	}
 	// One GET per eviction: a node's drain sends a few dozen at once, a fleet's reclaim more.
 	// Twice one source's budget (guard.Limits), so that one source reading all it may leaves
 	// the rest to the others, the API server among them.
@@ -169,7 +191,6 @@ func serveGuard(ctx context.Context, cfg guardConfig, user string, certs *guard.
 	if err != nil {
 		return fmt.Errorf("creating the Kubernetes client: %w", err)
 	}
-	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics, err := guard.NewMetrics(reg)
 	if err != nil {
@@ -187,4 +208,68 @@ func serveGuard(ctx context.Context, cfg guardConfig, user string, certs *guard.
 	}
 	return guard.Serve(ctx, guard.ServerOptions{BindAddress: cfg.BindAddress, Certs: certs, Handler: h, Gatherer: reg,
 		MaxConns: limits.Conns, MaxConnsPerSource: limits.ConnsPerSource})
+}
+
+// checkTLS: the guard serves either from files or from the Secret it keeps itself.
+func (c *guardConfig) checkTLS() error {
+	files := c.TLSCertFile != "" || c.TLSKeyFile != ""
+	self := c.TLSSecret != "" || c.TLSWebhookConfiguration != "" || len(c.TLSHosts) > 0
+	switch {
+	case files && self:
+		return fmt.Errorf("--tls-cert-file and --tls-private-key-file, or --tls-secret with --tls-webhook-configuration and --tls-hosts: not both")
+	case self:
+		if _, _, ok := c.secretName(); !ok || c.TLSWebhookConfiguration == "" || len(c.TLSHosts) == 0 {
+			return fmt.Errorf("--tls-secret %q (NAMESPACE/NAME), --tls-webhook-configuration %q and --tls-hosts %q: all three are needed",
+				c.TLSSecret, c.TLSWebhookConfiguration, strings.Join(c.TLSHosts, ","))
+		}
+		if c.TLSSyncInterval < time.Second {
+			return fmt.Errorf("--tls-sync-interval %v: want at least 1s", c.TLSSyncInterval)
+		}
+	case c.TLSCertFile == "" || c.TLSKeyFile == "":
+		return fmt.Errorf("--tls-cert-file and --tls-private-key-file are required (or --tls-secret, --tls-webhook-configuration and --tls-hosts)")
+	}
+	return nil
+}
+
+func (c *guardConfig) secretName() (ns, name string, ok bool) {
+	ns, name, ok = strings.Cut(c.TLSSecret, "/")
+	return ns, name, ok && ns != "" && name != "" && !strings.Contains(name, "/")
+}
+
+// startSelfCert syncs the guard's own certificate until a sync succeeds (the guard does not
+// listen before it has a pair the webhook's caBundle verifies, so its readiness probe fails
+// meanwhile), then keeps it in the background until ctx ends.
+func startSelfCert(ctx context.Context, cfg guardConfig, restCfg *rest.Config, reg prometheus.Registerer) (*guard.CertReloader, error) {
+	logger := klog.FromContext(ctx)
+	ns, name, _ := cfg.secretName()
+	restCfg.UserAgent = "reprieve-eviction-guard/" + version
+	secrets, hooks, err := guard.NewSelfCertClients(restCfg, ns)
+	if err != nil {
+		return nil, err
+	}
+	metrics, err := guard.NewCertMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	self, err := guard.NewSelfCert(guard.SelfCertOptions{Secrets: secrets, SecretName: name, Webhooks: hooks,
+		WebhookName: cfg.TLSWebhookConfiguration, Hosts: cfg.TLSHosts, Clock: clock.RealClock{}, Metrics: metrics})
+	if err != nil {
+		return nil, err
+	}
+	retry := max(cfg.TLSSyncInterval/10, time.Second)
+	for {
+		err := self.Sync(ctx)
+		if err == nil {
+			break
+		}
+		metrics.SyncErrors.Inc()
+		logger.Error(err, "Making the eviction guard's certificate failed; retrying", "in", retry)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("making the eviction guard's certificate: %w", err)
+		case <-time.After(retry):
+		}
+	}
+	go self.Run(ctx, cfg.TLSSyncInterval, clock.RealClock{})
+	return guard.NewCertSource(self.Current)
 }

@@ -97,3 +97,26 @@ func TestGuardHelp(t *testing.T) {
 		t.Errorf("help lists the agent's --node-name:\n%s", help)
 	}
 }
+
+// TestGuardTLSFlags: the guard serves from files or keeps its own certificate, and says which
+// flags are missing or do not go together.
+func TestGuardTLSFlags(t *testing.T) {
+	for _, c := range []struct {
+		cfg  guardConfig
+		want string // "" for valid
+	}{
+		{guardConfig{TLSCertFile: "c", TLSKeyFile: "k"}, ""},
+		{guardConfig{TLSSecret: "kube-system/g-tls", TLSWebhookConfiguration: "g", TLSHosts: []string{"g.kube-system.svc"}, TLSSyncInterval: time.Minute}, ""},
+		{guardConfig{}, "--tls-cert-file and --tls-private-key-file are required"},
+		{guardConfig{TLSCertFile: "c", TLSKeyFile: "k", TLSSecret: "kube-system/g-tls"}, "not both"},
+		{guardConfig{TLSSecret: "g-tls", TLSWebhookConfiguration: "g", TLSHosts: []string{"h"}, TLSSyncInterval: time.Minute}, `--tls-secret "g-tls" (NAMESPACE/NAME)`},
+		{guardConfig{TLSSecret: "kube-system/g-tls", TLSHosts: []string{"h"}, TLSSyncInterval: time.Minute}, "all three are needed"},
+		{guardConfig{TLSSecret: "kube-system/g-tls", TLSWebhookConfiguration: "g", TLSSyncInterval: time.Minute}, "all three are needed"},
+		{guardConfig{TLSSecret: "kube-system/g-tls", TLSWebhookConfiguration: "g", TLSHosts: []string{"h"}}, "--tls-sync-interval 0s: want at least 1s"},
+	} {
+		err := c.cfg.checkTLS()
+		if (c.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("%+v: %v; want %q", c.cfg, err, c.want)
+		}
+	}
+}

@@ -129,6 +129,9 @@ func newRootCommand() *cobra.Command {
 	}
 	root.AddCommand(
 		newGuardCommand(),
+		sub("cleanup", "Remove from nodes everything reprieve wrote there (the chart's uninstall hook)", func(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+			return runCleanup(ctx, args, stdout, stderr, newClient)
+		}),
 		sub("plan", "What the agent would do for a notice, changing nothing", func(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return runPlan(ctx, args, stdout, stderr, time.Now(), newClient)
 		}),
@@ -202,10 +205,12 @@ func setGCPercent(lookupEnv func(string) (string, bool)) {
 }
 
 // usageHeader opens --help, and docs/flags.md. It names every command, the ones the chart runs
-// first: the agent (its DaemonSet) and eviction-guard (its guard Deployment); doctor and plan run
+// first: the agent (its DaemonSet), eviction-guard (its guard Deployment) and cleanup (its
+// uninstall hook); doctor and plan run
 // in the agent's pod (NOTES.txt).
 const usageHeader = `Usage: reprieve [flags]
        reprieve eviction-guard [flags]
+       reprieve cleanup (--node NAME | --all-nodes) [flags]
        reprieve plan --node NAME [--deadline 120s] [-o table|json] [flags]
        reprieve doctor [--node NAME] [flags]
        reprieve audit [--node-selector SELECTOR]... [-n NAMESPACE] [--window 120s] [-o table|json]
@@ -216,6 +221,8 @@ Commands:
   (no command)    the node agent, which the chart's DaemonSet runs; its flags are below
   eviction-guard  the admission webhook that lets the agent evict only pods on its own node;
                   the chart's guard Deployment runs it
+  cleanup         remove from nodes everything reprieve wrote there; the chart's uninstall
+                  hook runs it
   plan            what the agent would do for a notice, changing nothing
   doctor          check permissions, the node and the metadata service
                   (kubectl exec ds/reprieve -- /reprieve doctor)

@@ -309,8 +309,8 @@ func renderDaemonSet(t *testing.T, source string, args ...string) (*appsv1.Daemo
 		case *appsv1.DaemonSet:
 			ds = o
 		case *rbacv1.ClusterRole:
-			// The agent's, not the eviction guard's (get pods only).
-			if o.Labels["app.kubernetes.io/component"] != "eviction-guard" {
+			// The agent's, not the eviction guard's (get pods only) nor the uninstall hook's.
+			if c := o.Labels["app.kubernetes.io/component"]; c != "eviction-guard" && c != "cleanup" {
 				role = o
 			}
 		}

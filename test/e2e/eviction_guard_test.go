@@ -70,7 +70,10 @@ func startEvictionGuard(ctx context.Context, t *testing.T, sa, ns string) (stop 
 		case *admissionregistrationv1.ValidatingWebhookConfiguration:
 			hook = o
 		case *rbacv1.ClusterRole:
-			role = o
+			// The one that reads pods, not the one for the guard's own caBundle.
+			if !isCABundleRole(o) {
+				role = o
+			}
 		}
 	}
 	if hook == nil || role == nil || len(hook.Webhooks) != 1 || len(hook.Webhooks[0].MatchConditions) != 1 ||
@@ -365,10 +368,11 @@ func impersonate(t *testing.T, sa, ns, node string) kubernetes.Interface {
 }
 
 // testEvictionGuardChartKeepsItsKeyPair renders the chart's eviction guard against the real API
-// server (helm template --dry-run=server, where lookup reads the cluster): the first render
-// generates a CA and a serving certificate for the guard's Service that verifies against the
-// webhook's caBundle; once that Secret exists, a second render (an upgrade) reuses it, so the
-// pair and the caBundle do not rotate.
+// server (helm template --dry-run=server, where lookup would read the cluster) before and after
+// its Secret exists: no render carries a key, a certificate or a caBundle, every render is the
+// same bytes, and the Secret is rendered empty, so that an upgrade or a re-apply neither rotates
+// the pair nor takes the caBundle back. The guard makes and keeps them (its certificate verifies
+// for the Service's name against the caBundle: TestLifecycleGuardCertificateSurvivesReapply).
 func testEvictionGuardChartKeepsItsKeyPair(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -376,7 +380,7 @@ func testEvictionGuardChartKeepsItsKeyPair(t *testing.T) {
 	if err := env.CreateNamespace(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
-	renderGuard := func() (*v1.Secret, *admissionregistrationv1.ValidatingWebhookConfiguration) {
+	renderGuard := func() ([]byte, *v1.Secret, *admissionregistrationv1.ValidatingWebhookConfiguration) {
 		t.Helper()
 		// A release of its own: the cluster's "reprieve" ClusterRole belongs to no release.
 		out, err := helm(t, "template", "evguard", chartDir, "--namespace", ns, "--dry-run=server", "--kubeconfig", env.Kubeconfig,
@@ -397,54 +401,26 @@ func testEvictionGuardChartKeepsItsKeyPair(t *testing.T) {
 		if secret == nil || hook == nil || len(hook.Webhooks) != 1 {
 			t.Fatalf("the render lacks the guard's Secret or webhook:\n%s", out)
 		}
-		return secret, hook
+		return out, secret, hook
 	}
-	first, hook := renderGuard()
-	if !bytes.Equal(hook.Webhooks[0].ClientConfig.CABundle, first.Data["ca.crt"]) {
-		t.Error("the webhook's caBundle is not the Secret's ca.crt")
+	first, secret, hook := renderGuard()
+	if len(secret.Data) != 0 || len(secret.StringData) != 0 || len(hook.Webhooks[0].ClientConfig.CABundle) != 0 ||
+		bytes.Contains(first, []byte("PRIVATE KEY")) || bytes.Contains(first, []byte("CERTIFICATE")) {
+		t.Errorf("the render carries key material (Secret data %d keys, caBundle %d bytes); want none: the guard makes it",
+			len(secret.Data), len(hook.Webhooks[0].ClientConfig.CABundle))
 	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(first.Data["ca.crt"]) {
-		t.Fatal("ca.crt holds no certificate")
-	}
-	block, _ := pem.Decode(first.Data["tls.crt"])
-	if block == nil {
-		t.Fatal("tls.crt holds no certificate")
-	}
-	leaf, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The name the API server dials for a service reference: <service>.<namespace>.svc.
-	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, DNSName: "evguard-reprieve-eviction-guard." + ns + ".svc",
-		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
-		t.Errorf("the serving certificate does not verify for the Service: %v", err)
-	}
-	if _, err := tls.X509KeyPair(first.Data["tls.crt"], first.Data["tls.key"]); err != nil {
-		t.Errorf("tls.crt and tls.key are not a pair: %v", err)
-	}
-
-	// Without the Secret in the cluster each render generates anew; with it, the render reuses it.
-	if again, _ := renderGuard(); bytes.Equal(again.Data["tls.key"], first.Data["tls.key"]) {
-		t.Error("two renders without a Secret gave the same key; want a generated pair each time")
-	}
-	// As helm install leaves it: owned by the release.
-	first.Namespace = ns
-	first.Annotations = map[string]string{"meta.helm.sh/release-name": "evguard", "meta.helm.sh/release-namespace": ns}
-	if _, err := env.Client.CoreV1().Secrets(ns).Create(ctx, first, metav1.CreateOptions{}); err != nil {
+	// As the guard leaves it once it has made its pair, owned by the release.
+	secret.Namespace = ns
+	secret.Annotations = map[string]string{"meta.helm.sh/release-name": "evguard", "meta.helm.sh/release-namespace": ns}
+	secret.Data = map[string][]byte{"ca.crt": []byte("x"), "tls.crt": []byte("y"), "tls.key": []byte("z")}
+	if _, err := env.Client.CoreV1().Secrets(ns).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = env.Client.CoreV1().Secrets(ns).Delete(context.Background(), first.Name, metav1.DeleteOptions{})
+		_ = env.Client.CoreV1().Secrets(ns).Delete(context.Background(), secret.Name, metav1.DeleteOptions{})
 	})
-	upgrade, upgradeHook := renderGuard()
-	for _, k := range []string{"ca.crt", "tls.crt", "tls.key"} {
-		if !bytes.Equal(upgrade.Data[k], first.Data[k]) {
-			t.Errorf("an upgrade render changed %s; want the installed Secret's", k)
-		}
-	}
-	if !bytes.Equal(upgradeHook.Webhooks[0].ClientConfig.CABundle, first.Data["ca.crt"]) {
-		t.Error("an upgrade render changed the webhook's caBundle; want the installed CA")
+	if again, _, _ := renderGuard(); !bytes.Equal(again, first) {
+		t.Error("a render with the guard's Secret in the cluster differs from one without; want the same bytes")
 	}
 }
 
@@ -477,7 +453,10 @@ func testEvictionGuardChartRender(t *testing.T) {
 		case *admissionregistrationv1.ValidatingWebhookConfiguration:
 			hook = o
 		case *rbacv1.ClusterRole:
-			role = o
+			// The one that reads pods, not the one for the guard's own caBundle.
+			if !isCABundleRole(o) {
+				role = o
+			}
 		case *appsv1.Deployment:
 			deploy = o
 		case *policyv1.PodDisruptionBudget:
@@ -500,9 +479,11 @@ func testEvictionGuardChartRender(t *testing.T) {
 	if len(wh.MatchConditions) != 1 || wh.MatchConditions[0].Expression != `request.userInfo.username == "`+shippedAgentUser+`"` {
 		t.Errorf("webhook matchConditions %+v; want the agent's ServiceAccount only", wh.MatchConditions)
 	}
-	if len(wh.ClientConfig.CABundle) == 0 || wh.ClientConfig.Service == nil || wh.ClientConfig.Service.Path == nil ||
+	// No caBundle: the guard writes it (evictionGuard.tls default), and a manifest that set it
+	// would take it back at every apply.
+	if len(wh.ClientConfig.CABundle) != 0 || wh.ClientConfig.Service == nil || wh.ClientConfig.Service.Path == nil ||
 		*wh.ClientConfig.Service.Path != guard.PathValidate {
-		t.Errorf("webhook clientConfig %+v; want the guard's Service at %s with a caBundle", wh.ClientConfig, guard.PathValidate)
+		t.Errorf("webhook clientConfig %+v; want the guard's Service at %s without a caBundle", wh.ClientConfig, guard.PathValidate)
 	}
 	if len(role.Rules) != 1 || !reflect.DeepEqual(role.Rules[0].Verbs, []string{"get"}) || !reflect.DeepEqual(role.Rules[0].Resources, []string{"pods"}) {
 		t.Errorf("the guard's ClusterRole %+v; want get pods only", role.Rules)

@@ -529,7 +529,10 @@ func testEvictionGuardClientCertificate(t *testing.T) {
 		case *admissionregistrationv1.ValidatingWebhookConfiguration:
 			hook = o
 		case *rbacv1.ClusterRole:
-			role = o
+			// The one that reads pods, not the one for the guard's own caBundle.
+			if !isCABundleRole(o) {
+				role = o
+			}
 		}
 	}
 	if hook == nil || role == nil {
@@ -731,6 +734,9 @@ func testEvictionGuardChartPodMonitor(t *testing.T) {
 	if pm := byKind(renderGuardObjects(t, "reprieve"), "PodMonitor"); len(pm) != 0 {
 		t.Errorf("the default render has a guard PodMonitor; want it only with podMonitor.enabled")
 	}
+	if objs := renderGuardObjects(t, "reprieve-gpu", "-f", "deploy/chart/examples/gpu-pool.yaml", "--set", "podMonitor.enabled=true"); len(objs) != 0 {
+		t.Errorf("the per-pool example renders %d eviction-guard objects, a %s among them; want none (a second webhook failing closed)", len(objs), objs[0].GetKind())
+	}
 	if objs := renderGuardObjects(t, "reprieve", "--set", "podMonitor.enabled=true,evictionGuard.enabled=false"); len(objs) != 0 {
 		t.Errorf("with evictionGuard.enabled=false the render still has %d eviction-guard objects, a %s among them", len(objs), objs[0].GetKind())
 	}
@@ -740,7 +746,9 @@ func testEvictionGuardChartPodMonitor(t *testing.T) {
 		job     string
 	}{
 		{"reprieve", nil, "reprieve-eviction-guard"},
-		{"reprieve-gpu", []string{"-f", "deploy/chart/examples/gpu-pool.yaml"}, "reprieve-gpu-eviction-guard"},
+		// A second release with a guard of its own (the per-pool example has none: the first
+		// release's guard reviews the ServiceAccount both share).
+		{"reprieve-gpu", []string{"-f", "deploy/chart/examples/gpu-pool.yaml", "--set", "evictionGuard.enabled=true"}, "reprieve-gpu-eviction-guard"},
 		{"reprieve", []string{"--set", "monitoring.job=spot-agents"}, "spot-agents-eviction-guard"},
 	} {
 		name := c.release + " " + strings.Join(c.args, " ")
@@ -772,10 +780,19 @@ func testEvictionGuardChartPodMonitor(t *testing.T) {
 		if got, want := field(pm, "spec", "podMetricsEndpoints", "0", "tlsConfig", "serverName"), svc+".kube-system.svc"; got != want {
 			t.Errorf("%s: the scrape checks the name %q; want the Service's %q, as the API server does", name, got, want)
 		}
-		tlsSecret := field(deploy, "spec", "template", "spec", "volumes", "0", "secret", "secretName")
+		// The Secret the guard serves from: the one it keeps itself (--tls-secret, rendered empty:
+		// the guard writes ca.crt there), else the one mounted.
+		tlsSecret, selfKept := field(deploy, "spec", "template", "spec", "volumes", "0", "secret", "secretName"), false
+		containers, _, _ := unstructured.NestedSlice(deploy, "spec", "template", "spec", "containers")
+		guardArgs, _, _ := unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
+		for _, a := range guardArgs {
+			if v, ok := strings.CutPrefix(a, "--tls-secret=kube-system/"); ok {
+				tlsSecret, selfKept = v, true
+			}
+		}
 		if field(pm, "spec", "podMetricsEndpoints", "0", "tlsConfig", "ca", "secret", "name") != tlsSecret ||
 			field(pm, "spec", "podMetricsEndpoints", "0", "tlsConfig", "ca", "secret", "key") != "ca.crt" || tlsSecret != secrets[0].GetName() ||
-			field(secrets[0].Object, "data", "ca.crt") == "" {
+			(field(secrets[0].Object, "data", "ca.crt") == "") != selfKept {
 			t.Errorf("%s: the scrape's CA %v; want ca.crt of the Secret the guard serves from, %s", name, pm["spec"], tlsSecret)
 		}
 		if got := field(pm, "spec", "podMetricsEndpoints", "0", "relabelings", "0", "replacement"); got != c.job ||

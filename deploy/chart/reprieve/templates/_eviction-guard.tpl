@@ -12,10 +12,24 @@ app.kubernetes.io/name: {{ printf "%s-eviction-guard" (include "reprieve.name" .
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
-{{/* The Secret the guard serves from: evictionGuard.tls.existingSecret, else the chart's own
-(Helm's generated pair, or the one cert-manager issues). */}}
+{{/* Whether the guard makes, rotates and publishes its own certificate (the default: neither
+evictionGuard.tls.existingSecret nor certManager). */}}
+{{- define "reprieve.guard.selfCert" -}}
+{{- if not (or .Values.evictionGuard.tls.existingSecret .Values.evictionGuard.tls.certManager.enabled) -}}true{{- end -}}
+{{- end -}}
+
+{{/* The Secret the guard's pair is in: evictionGuard.tls.existingSecret; else the one
+cert-manager issues (<name>); else the one the guard keeps itself (<name>-tls, a name of its own:
+the chart before the guard kept its own made a kubernetes.io/tls Secret <name>, and a Secret's
+type cannot change in an upgrade). */}}
 {{- define "reprieve.guard.secretName" -}}
-{{- .Values.evictionGuard.tls.existingSecret | default (include "reprieve.guard.name" .) -}}
+{{- if .Values.evictionGuard.tls.existingSecret -}}
+{{- .Values.evictionGuard.tls.existingSecret -}}
+{{- else if .Values.evictionGuard.tls.certManager.enabled -}}
+{{- include "reprieve.guard.name" . -}}
+{{- else -}}
+{{- printf "%s-tls" (include "reprieve.guard.name" . | trunc 59 | trimSuffix "-") -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The job label of the guard's series (its PodMonitor sets it, ReprieveEvictionGuard* select
@@ -45,6 +59,9 @@ on it): the agent's job with -eviction-guard. */}}
 {{- if not .name -}}
 {{- fail "evictionGuard.tls.certManager.issuerRef needs a name (and kind Issuer or ClusterIssuer)" -}}
 {{- end -}}
+{{- end -}}
+{{- if not (has .Values.evictionGuard.offSpot (list "required" "preferred")) -}}
+{{- fail (printf "evictionGuard.offSpot %q: want required (never on spot capacity) or preferred (on spot capacity only where nothing else is: a cluster of spot nodes only)" .Values.evictionGuard.offSpot) -}}
 {{- end -}}
 {{- if and .Values.evictionGuard.clientAuth.allowedNames (not .Values.evictionGuard.clientAuth.caConfigMap) -}}
 {{- fail "evictionGuard.clientAuth.allowedNames needs evictionGuard.clientAuth.caConfigMap" -}}
