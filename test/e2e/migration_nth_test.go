@@ -157,6 +157,7 @@ func TestMigrationGuideSwitchOver(t *testing.T) {
 // TestMigrationGuideListsEveryAlert: the guide names every alert of deploy/prometheus/rules.yaml
 // (it once listed 8 of 12).
 func TestMigrationGuideListsEveryAlert(t *testing.T) {
+	t.Parallel()
 	root := repoRoot(t)
 	guide, err := os.ReadFile(filepath.Join(root, migrationGuide))
 	if err != nil {

@@ -153,3 +153,12 @@ none with nodes=all or a nodeSelector of the user's, which replaces the default 
 {{- end -}}
 {{- $out | toJson -}}
 {{- end -}}
+
+{{/*
+reprieve.image is the agent's image, for every workload of the chart (the DaemonSet, the
+eviction guard, the cleanup hook): pinned by digest when image.digest is set (a packaged release
+sets it: deploy/release.sh), else by tag (the chart's appVersion by default).
+*/}}
+{{- define "reprieve.image" -}}
+{{ .Values.image.repository }}{{ if .Values.image.digest }}@{{ .Values.image.digest }}{{ else }}:{{ .Values.image.tag | default .Chart.AppVersion }}{{ end }}
+{{- end -}}
