@@ -135,16 +135,12 @@ const limitWho = "machine limit (a minimal client, every eviction in flight at o
 // on the same machine accepts these evictions; reprieve's burst is reported against it.
 func (b *bench) limitBurst(ctx context.Context, n int) (*burstRun, error) {
 	ns := b.name(fmt.Sprintf("limit-%d", n))
-	grace := int64(1)
-	pods := make([]scenario.Pod, n)
-	for i := range pods {
-		pods[i] = scenario.Pod{Name: fmt.Sprintf("p%03d", i), Kind: scenario.Plain, Grace: &grace}
-	}
-	obs, err := b.nodeWithPods(ctx, ns, ns, pods)
+	pods, obs, err := b.plainPods(ctx, ns, n)
 	if err != nil {
 		return nil, err
 	}
 	defer obs.Stop()
+	grace := int64(1)
 	cfg := rest.CopyConfig(b.env.Config)
 	cfg.QPS = -1 // no client-side rate limit
 	client, err := kubernetes.NewForConfig(cfg)
@@ -171,16 +167,23 @@ func (b *bench) limitBurst(ctx context.Context, n int) (*burstRun, error) {
 	return r, deleteAll(ctx, b.env.Client, ns)
 }
 
-// drainBurst drains a node of n pods through k8s.io/kubectl/pkg/drain with the settings of
-// aws-node-termination-handler, started at one instant (the plan of every pod).
-func (b *bench) drainBurst(ctx context.Context, n int) (*burstRun, error) {
-	ns := b.name(fmt.Sprintf("drain-%d", n))
+// plainPods puts n pods with a 1 s grace and no toleration on a new node named ns, and returns
+// them with the observer of their evictions (the caller stops it).
+func (b *bench) plainPods(ctx context.Context, ns string, n int) ([]scenario.Pod, *scenario.Observer, error) {
 	grace := int64(1)
 	pods := make([]scenario.Pod, n)
 	for i := range pods {
 		pods[i] = scenario.Pod{Name: fmt.Sprintf("p%03d", i), Kind: scenario.Plain, Grace: &grace}
 	}
 	obs, err := b.nodeWithPods(ctx, ns, ns, pods)
+	return pods, obs, err
+}
+
+// drainBurst drains a node of n pods through k8s.io/kubectl/pkg/drain with the settings of
+// aws-node-termination-handler, started at one instant (the plan of every pod).
+func (b *bench) drainBurst(ctx context.Context, n int) (*burstRun, error) {
+	ns := b.name(fmt.Sprintf("drain-%d", n))
+	_, obs, err := b.plainPods(ctx, ns, n)
 	if err != nil {
 		return nil, err
 	}

@@ -3,16 +3,12 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/reprieve-dev/reprieve/agent"
-	"github.com/reprieve-dev/reprieve/test/fakes/slowproxy"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 )
 
@@ -38,21 +34,7 @@ func TestCongestedServerMorePodsThanWorkers(t *testing.T) {
 	pods = append(pods, scenario.Pod{Name: "late", Kind: scenario.Plain, Tolerate: ptr64(20), Grace: ptr64(60)})
 	obs := createObserved(ctx, t, ns, node, taint, pods)
 
-	cfg, err := clientcmd.LoadFromFile(agentKubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	server := cfg.Clusters[cfg.Contexts[cfg.CurrentContext].Cluster].Server
-	proxy, err := slowproxy.Start(strings.TrimPrefix(server, "https://"), 1500*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
-	cfg.Clusters[cfg.Contexts[cfg.CurrentContext].Cluster].Server = "https://" + proxy.Addr()
-	slow := filepath.Join(t.TempDir(), "slow.kubeconfig")
-	if err := clientcmd.WriteToFile(*cfg, slow); err != nil {
-		t.Fatal(err)
-	}
+	slow := slowAgentKubeconfig(t, 1500*time.Millisecond)
 	rp, _, err := scenario.StartReprieve(ctx, reprieveBin, logDir, node, "--kubeconfig="+slow, "--provider=none", "--eviction-workers=2")
 	if err != nil {
 		t.Fatal(err)

@@ -48,22 +48,7 @@ func TestLoadSlowAPIServer(t *testing.T) {
 	}
 	obs := createObserved(ctx, t, ns, node, taint, pods)
 
-	// The agent's kubeconfig, through the proxy (the serving certificate names 127.0.0.1).
-	cfg, err := clientcmd.LoadFromFile(agentKubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	server := cfg.Clusters[cfg.Contexts[cfg.CurrentContext].Cluster].Server
-	proxy, err := slowproxy.Start(strings.TrimPrefix(server, "https://"), apiLatency)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
-	cfg.Clusters[cfg.Contexts[cfg.CurrentContext].Cluster].Server = "https://" + proxy.Addr()
-	slowKubeconfig := filepath.Join(t.TempDir(), "slow.kubeconfig")
-	if err := clientcmd.WriteToFile(*cfg, slowKubeconfig); err != nil {
-		t.Fatal(err)
-	}
+	slowKubeconfig := slowAgentKubeconfig(t, apiLatency)
 	rp, addr, err := scenario.StartReprieve(ctx, reprieveBin, logDir, node, "--kubeconfig="+slowKubeconfig, "--provider=none")
 	if err != nil {
 		t.Fatal(err)
@@ -143,4 +128,27 @@ func TestLoadSlowAPIServer(t *testing.T) {
 			len(lateness), apiLatency, p50.Round(time.Millisecond), p99.Round(time.Millisecond), lateness[len(lateness)-1].Round(time.Millisecond))
 	}
 	t.Logf("summary: %s", summary[strings.Index(summary, `"Interruption`):])
+}
+
+// slowAgentKubeconfig is the agent's kubeconfig through a TCP proxy that delays every byte of
+// the agent's requests and answers by latency each way (the serving certificate names
+// 127.0.0.1): a loaded or congested API server as the agent sees it. The proxy closes with t.
+func slowAgentKubeconfig(t *testing.T, latency time.Duration) string {
+	t.Helper()
+	cfg, err := clientcmd.LoadFromFile(agentKubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster := cfg.Clusters[cfg.Contexts[cfg.CurrentContext].Cluster]
+	proxy, err := slowproxy.Start(strings.TrimPrefix(cluster.Server, "https://"), latency)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	cluster.Server = "https://" + proxy.Addr()
+	path := filepath.Join(t.TempDir(), "slow.kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
