@@ -172,6 +172,16 @@ func decidePlanned(d decision) action {
 	return a
 }
 
+// atGrant is what a request decided as a does when the gate lets it go at now: its own kind,
+// or, for an eviction refused or failed before whose force point came while it waited for its
+// turn, the force point's DELETE, which takes a turn of its own.
+func atGrant(a action, f podFacts, now time.Time) actionKind {
+	if a.kind == actEvict && a.w.HasDeadline() && f.attempts > 0 && !now.Before(a.forceAt) {
+		return actForce
+	}
+	return a.kind
+}
+
 // decideShorten is decide for a pod that is already terminating: a DELETE with the grace that is
 // left when its deletionTimestamp falls after the window's end (kube-controller-manager deleted
 // it with its full grace, say).

@@ -197,3 +197,24 @@ func TestSendGrace(t *testing.T) {
 		}
 	}
 }
+
+// TestAtGrant: a granted eviction goes as decided, unless it was refused or failed before and
+// its force point came while it waited for its turn: then the force point's DELETE.
+func TestAtGrant(t *testing.T) {
+	a := decide(decision{pod: testPod("p", 10), view: view(t0.Add(40 * time.Second)), now: t0, minKill: minKill})
+	for _, c := range []struct {
+		name  string
+		facts podFacts
+		now   time.Time
+		want  actionKind
+	}{
+		{"first try, before the force point", podFacts{}, t0, actEvict},
+		{"first try, past the force point: still an eviction", podFacts{}, a.forceAt, actEvict},
+		{"refused before, force point not yet", podFacts{attempts: 1}, a.forceAt.Add(-time.Millisecond), actEvict},
+		{"refused before, force point came while waiting", podFacts{attempts: 1}, a.forceAt, actForce},
+	} {
+		if got := atGrant(a, c.facts, c.now); got != c.want {
+			t.Errorf("%s: %s, want %s", c.name, got, c.want)
+		}
+	}
+}

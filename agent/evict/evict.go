@@ -294,10 +294,10 @@ func (e *Executor) send(ctx context.Context, key string, pod *v1.Pod, st *podSta
 	e.mu.Lock()
 	f := st.facts()
 	e.mu.Unlock()
-	if a.w.HasDeadline() && f.attempts > 0 && !now.Before(a.forceAt) {
+	if k := atGrant(a, f, now); k != a.kind {
 		// Its force point came while it waited for its turn: the DELETE takes its own turn.
 		t.done(errNotSent)
-		a.kind = actForce
+		a.kind = k
 		return e.request(ctx, key, pod, st, view, a, async)
 	}
 	// And it leaves the request the margin the server's queue takes now.
