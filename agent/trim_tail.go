@@ -1,9 +1,9 @@
 package agent
 
 import (
-	"strings"
-
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/reprieve-dev/reprieve/agent/plan"
 )
 
 // keepTail keeps in the trimmed pod out what plan.Tail reads of p: whether a regular container
@@ -36,12 +36,12 @@ func keepTail(p, out *v1.Pod) {
 // of its hostPath volume of the kubelet's plugin registration directory (the trim keeps each
 // volume's kind alone), so that a CSI node plugin is never evicted (issue 40, item 3).
 func keepVolumePlugin(p, out *v1.Pod) {
-	for i, v := range p.Spec.Volumes {
-		if v.HostPath == nil || !strings.HasSuffix(strings.TrimRight(v.HostPath.Path, "/"), "/plugins_registry") {
+	for _, v := range p.Spec.Volumes {
+		if !plan.IsRegistrationDir(v) {
 			continue
 		}
 		for j := range out.Spec.Volumes {
-			if out.Spec.Volumes[j].Name == v.Name && out.Spec.Volumes[j].HostPath != nil && i < len(p.Spec.Volumes) {
+			if out.Spec.Volumes[j].Name == v.Name && out.Spec.Volumes[j].HostPath != nil {
 				out.Spec.Volumes[j].HostPath.Path = "/var/lib/kubelet/plugins_registry"
 			}
 		}

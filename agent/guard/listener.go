@@ -76,26 +76,12 @@ func (l *reserveListener) admit(c net.Conn) net.Conn {
 	}
 	l.open++
 	l.from[remote]++
-	return &limitedConn{Conn: c, release: func() {
+	return serve.OnClose(c, func() {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		l.open--
 		if l.from[remote]--; l.from[remote] <= 0 {
 			delete(l.from, remote)
 		}
-	}}
-}
-
-// limitedConn gives its place back when closed (net/http closes every connection it accepted,
-// whichever way it ends).
-type limitedConn struct {
-	net.Conn
-	once    sync.Once
-	release func()
-}
-
-func (c *limitedConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(c.release)
-	return err
+	})
 }

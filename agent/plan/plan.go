@@ -2,6 +2,7 @@ package plan
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -97,12 +98,13 @@ func (f PodFilter) Skip(pod *v1.Pod) SkipReason {
 // with the kubelet), as the node plugins of the EBS, GCE PD and Azure Disk drivers and every
 // driver registered through node-driver-registrar do.
 func IsVolumePlugin(pod *v1.Pod) bool {
-	for _, v := range pod.Spec.Volumes {
-		if v.HostPath != nil && strings.HasSuffix(strings.TrimRight(v.HostPath.Path, "/"), "/plugins_registry") {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(pod.Spec.Volumes, IsRegistrationDir)
+}
+
+// IsRegistrationDir reports whether v is a hostPath volume of the kubelet's plugin registration
+// directory (IsVolumePlugin).
+func IsRegistrationDir(v v1.Volume) bool {
+	return v.HostPath != nil && strings.HasSuffix(strings.TrimRight(v.HostPath.Path, "/"), "/plugins_registry")
 }
 
 func isMirrorPod(pod *v1.Pod) bool {

@@ -107,7 +107,7 @@ func (l *Listener) admit(c net.Conn) net.Conn {
 		}
 		return nil
 	}
-	return &poolConn{Conn: c, release: func() { l.release(key) }}
+	return OnClose(c, func() { l.release(key) })
 }
 
 // take counts a connection against key's pool and source, if both have room.
@@ -131,15 +131,20 @@ func (l *Listener) release(key poolSource) {
 	}
 }
 
-// poolConn gives its place in the pool back when closed (net/http closes every connection it
-// accepted, whichever way it ends).
-type poolConn struct {
+// OnClose returns c, calling release once when it is first closed: a listener that limits its
+// connections gives a place back (net/http closes every connection it accepted, whichever way
+// it ends).
+func OnClose(c net.Conn, release func()) net.Conn {
+	return &releaseConn{Conn: c, release: release}
+}
+
+type releaseConn struct {
 	net.Conn
 	once    sync.Once
 	release func()
 }
 
-func (c *poolConn) Close() error {
+func (c *releaseConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(c.release)
 	return err
