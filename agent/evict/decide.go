@@ -284,6 +284,15 @@ func outcome(k actionKind, a action, err error, f podFacts, sentAt, now time.Tim
 		return result{kind: resFailed, retry: deleteRetryAfter(f.deleteFailures + 1)}
 	}
 	w := a.w
+	if waitedTooLong(err, 0) && w.HasDeadline() && !now.Before(a.forceAt) {
+		// Cut at its bound, and the force point has come: past it an eviction buys the pod
+		// nothing a DELETE does not (a budget's refusal would force the DELETE at once), and
+		// an eviction path that hangs (a slow or failing webhook on pods/eviction) cuts every
+		// request at its bound, each with less grace, and never lands. A DELETE does not go
+		// through that path. APF's 429 below is the server's own answer: a DELETE would get
+		// it too, so it is paced instead.
+		return result{kind: resFailed, force: true}
+	}
 	if isThrottled(err) || waitedTooLong(err, 0) {
 		// Not a refusal of this pod: the server had no seat for it (APF's 429, no
 		// DisruptionBudget cause), or the request waited in the server's queue for all the

@@ -1,6 +1,7 @@
 package evict
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -164,6 +165,16 @@ func TestOutcome(t *testing.T) {
 		{name: "failed: backoff up to 1 s", kind: actEvict, err: apierrors.NewInternalError(fmt.Errorf("etcd")), facts: podFacts{attempts: 9}, sent: t0, now: t0,
 			want: result{kind: resFailed, retry: FailureBackoffMax, nextTry: t0.Add(FailureBackoffMax)}},
 		{name: "refused at the force point: force", kind: actEvict, err: pdb, sent: a.forceAt, now: a.forceAt, want: result{kind: resRefused, force: true}},
+		// A request cut at its bound (context.DeadlineExceeded) before the force point is the
+		// server's queue, not the pod: sent again at once, an eviction still.
+		{name: "cut at its bound before the force point: again at once", kind: actEvict, err: context.DeadlineExceeded, sent: t0, now: t0.Add(4 * time.Second),
+			want: result{kind: resNoSeat, retry: time.Nanosecond}},
+		// Past the force point an eviction buys the pod nothing a DELETE does not (a budget's
+		// refusal would force the DELETE at once), and an eviction path that hangs (a slow
+		// webhook on pods/eviction) cuts every request at its bound: the cut forces the DELETE,
+		// or the pod only ever gets an eviction too slow to land (issue 38's flake).
+		{name: "cut at its bound past the force point: force", kind: actEvict, err: context.DeadlineExceeded, sent: a.forceAt.Add(-time.Second), now: a.forceAt.Add(3 * time.Second),
+			want: result{kind: resFailed, force: true}},
 		{name: "a failed delete: retried, capped", kind: actForce, err: apierrors.NewInternalError(fmt.Errorf("etcd")), facts: podFacts{deleteFailures: 9}, sent: t0, now: t0,
 			want: result{kind: resFailed, retry: deleteBackoffMax}},
 	}

@@ -627,6 +627,8 @@ func gateResult(err error, bound time.Duration) error {
 // time waited in the server's queue (or the server hangs; either way it is not the pod's
 // refusal, and the pod is sent again with the grace recomputed, still through the Eviction
 // API). Counting it as a failure of the pod forced deletes past its budgets for a full queue.
+// Past the pod's force point it does force the DELETE (outcome): there the eviction keeps no
+// budget that the DELETE breaks.
 func waitedTooLong(err error, _ time.Duration) bool {
 	return errors.Is(err, context.DeadlineExceeded)
 }
