@@ -410,7 +410,7 @@ func checkKubeletConfig(r *doctorReport, cfg agent.Config) {
 			"fix the kubelet's config file or drop-in, or point --kubelet-config (and --kubelet-config-dir) at the kubelet's own (paths under --host-root)")
 		return
 	}
-	hard := thresholdList(kc.Hard)
+	hard := kubeletThresholds(kc)
 	if !kc.Found {
 		var known []string
 		for _, l := range kubelet.Locations {
@@ -433,6 +433,37 @@ func checkKubeletConfig(r *doctorReport, cfg agent.Config) {
 		shutdown = fmt.Sprintf("%s (%s of it for critical pods)", kc.ShutdownGracePeriod, kc.ShutdownGracePeriodCriticalPods)
 	}
 	r.ok("kubelet config %s: evictionHard %s; graceful node shutdown %s", where, hard, shutdown)
+}
+
+// kubeletThresholds writes the kubelet's eviction thresholds as its eviction manager holds them:
+// evictionHard as configured, then the allocatableMemory.available copies of its memory.available
+// threshold when enforceNodeAllocatable holds pods (kubelet.Config.EvictionHard, as the kubelet's
+// addAllocatableThresholds), which is the signal that fires first on a node whose reservation is
+// larger than what the system uses; and evictionSoft with its grace periods when there is one.
+func kubeletThresholds(kc kubelet.Config) string {
+	s := thresholdList(kc.Hard)
+	all, _ := kc.EvictionHard()
+	var copies []kubelet.Threshold
+	for _, t := range all {
+		if !slices.ContainsFunc(kc.Hard, func(h kubelet.Threshold) bool { return h.String() == t.String() }) {
+			copies = append(copies, t)
+		}
+	}
+	hasMemory := slices.ContainsFunc(kc.Hard, func(h kubelet.Threshold) bool { return h.Signal == kubelet.MemoryAvailable })
+	switch {
+	case len(copies) > 0:
+		s += ", and its copy " + thresholdList(copies) + " (enforceNodeAllocatable holds pods)"
+	case hasMemory && !kc.EnforcePodsAllocatable:
+		s += ", no allocatableMemory.available (enforceNodeAllocatable without pods)"
+	}
+	if len(kc.Soft) > 0 {
+		grace := make([]string, len(kc.Soft))
+		for i, t := range kc.Soft {
+			grace[i] = fmt.Sprintf("%s %s", t.Signal, kc.SoftGracePeriod[t.Signal])
+		}
+		s += fmt.Sprintf("; evictionSoft %s (held for %s; evictionMaxPodGracePeriod %s)", thresholdList(kc.Soft), strings.Join(grace, ", "), kc.MaxPodGracePeriod)
+	}
+	return s
 }
 
 // thresholdList writes thresholds as the kubelet's flag does, "none" for none.

@@ -239,8 +239,34 @@ func TestDoctorKubeletConfig(t *testing.T) {
 			},
 			code: 0,
 			want: []string{"ok    kubelet config ROOT/etc/kubernetes/kubelet/config.json (EKS AL2023 (nodeadm)) with the drop-ins ROOT/etc/kubernetes/kubelet/config.json.d/00-nodeadm.conf: " +
-				"evictionHard memory.available<300Mi,nodefs.available<10%; graceful node shutdown off"},
+				"evictionHard memory.available<300Mi,nodefs.available<10%, and its copy allocatableMemory.available<300Mi (enforceNodeAllocatable holds pods); graceful node shutdown off"},
 			reject: []string{"FAIL"},
+		},
+		{
+			// The kubelet evicts on allocatableMemory.available too, with the memory.available
+			// threshold copied (addAllocatableThresholds); not when enforceNodeAllocatable leaves
+			// the pods out, nor when it has a higher one of its own. Soft thresholds with their
+			// grace periods.
+			name: "the allocatable copy and soft thresholds",
+			files: map[string]string{"/var/lib/kubelet/config.yaml": hdr + "evictionHard:\n  memory.available: 200Mi\n  nodefs.available: 5%\n" +
+				"evictionSoft:\n  memory.available: 1Gi\nevictionSoftGracePeriod:\n  memory.available: 15s\nevictionMaxPodGracePeriod: 4\n"},
+			code: 0,
+			want: []string{"(kubeadm): evictionHard memory.available<200Mi,nodefs.available<5%, and its copy allocatableMemory.available<200Mi (enforceNodeAllocatable holds pods); " +
+				"evictionSoft memory.available<1Gi (held for memory.available 15s; evictionMaxPodGracePeriod 4s); graceful node shutdown off"},
+		},
+		{
+			name:   "enforceNodeAllocatable without pods",
+			files:  map[string]string{"/var/lib/kubelet/config.yaml": hdr + "enforceNodeAllocatable: [system-reserved]\nevictionHard:\n  memory.available: 200Mi\n"},
+			code:   0,
+			want:   []string{"(kubeadm): evictionHard memory.available<200Mi, no allocatableMemory.available (enforceNodeAllocatable without pods); graceful node shutdown off"},
+			reject: []string{"its copy"},
+		},
+		{
+			name:   "an allocatable threshold of its own above the copy",
+			files:  map[string]string{"/var/lib/kubelet/config.yaml": hdr + "evictionHard:\n  memory.available: 200Mi\n  allocatableMemory.available: 500Mi\n"},
+			code:   0,
+			want:   []string{"(kubeadm): evictionHard memory.available<200Mi,allocatableMemory.available<500Mi; graceful node shutdown off"},
+			reject: []string{"its copy"},
 		},
 		{
 			name:  "a drop-in the kubelet refuses",
