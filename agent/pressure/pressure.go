@@ -308,8 +308,11 @@ const MinGrace = time.Second
 // time, the next only once the last is gone.
 //
 // When: each of those pods goes once the hard threshold is nearer than its own grace plus the
-// safety margin, so that each gets as much of its grace as still fits: a 120 s pod needed after a
-// 10 s one goes about 125 s ahead, not 15 s ahead with its grace cut to 10. A pod evicted then,
+// safety margin, the request's allowance and one second, so that each gets as much of its grace
+// as still fits: a 120 s pod needed after a 10 s one goes about 126 s ahead, not 15 s ahead with
+// its grace cut to 10. The second is a reading's worth ahead of the point where the grace would
+// have to be cut: due only under grace plus margin, what was left, in the whole seconds the API
+// takes, always cut one second (a 3 s pod went with 2 s on the real node). A pod evicted later,
 // its grace cut to fit, is gone before the kubelet would have killed it with a 1 s grace.
 func Decide(in Input) []Eviction {
 	if !in.Active || len(in.Ranked) == 0 || in.TimeToHard == Never {
@@ -320,7 +323,7 @@ func Decide(in Input) []Eviction {
 		// Whole seconds, rounded down: what the API takes, and never more than fits.
 		return max(min(c.Grace, budget).Truncate(time.Second), MinGrace)
 	}
-	due := func(c Candidate) bool { return in.TimeToHard < c.Grace+in.SafetyMargin }
+	due := func(c Candidate) bool { return in.TimeToHard < c.Grace+in.SafetyMargin+in.Allowance+time.Second }
 	next := in.Ranked[0]
 	one := func() []Eviction {
 		// One at a time, the next only once the last is gone, as the kubelet goes.

@@ -386,7 +386,11 @@ func TestDecide(t *testing.T) {
 	}{
 		{"not under pressure", func(in *Input) { in.Active = false; in.TimeToHard = 0 }, nil, nil},
 		{"not falling", func(in *Input) { in.TimeToHard = Never }, nil, nil},
-		{"hard threshold further than grace + margin", func(in *Input) { in.TimeToHard = 35 * time.Second }, nil, nil},
+		{"hard threshold further than grace + margin + allowance + a second", func(in *Input) { in.TimeToHard = 36250 * time.Millisecond }, nil, nil},
+		// Due a reading before the grace would have to be cut: the whole grace (before: due only
+		// under grace + margin, where the whole seconds of what was left always cut a second).
+		{"a reading ahead: the whole grace", func(in *Input) { in.TimeToHard = 36 * time.Second },
+			[]string{"a"}, []int{30}},
 		// Issue 37 case 4: the kubelet frees to its hard threshold (100) plus the minimum
 		// reclaim (200), from the hard threshold: 200 MiB, which a covers alone. (Before: up to
 		// reprieve's threshold, 500 MiB, and a, c and d went.)
