@@ -72,11 +72,19 @@ func writeRealnodeChart(path string, files []string) error {
 
 func pressurePanel(s scenario.PressureSignal) (*plot.Plot, error) {
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("%s on the real node, with and without reprieve", s.Signal)
+	title := s.Signal + " on the real node"
+	if s.Case != "" {
+		title += " (" + s.Case + ")"
+	}
+	kind, field := "hard", "evictionHard"
+	if s.Threshold == "soft" {
+		kind, field = "soft", "evictionSoft"
+	}
+	p.Title.Text = title + ", with and without reprieve"
 	p.Title.TextStyle.Font.Size = vg.Points(11)
 	p.Legend.TextStyle.Font.Size = vg.Points(9)
 	p.X.Label.Text = "seconds from the hog's start"
-	p.Y.Label.Text = "MiB above the kubelet's hard threshold"
+	p.Y.Label.Text = "MiB above the kubelet's " + kind + " threshold"
 	xmax, ymax, ymin := 0.0, s.OwnAboveMiB, 0.0
 	for i, r := range s.Runs {
 		c := runColors[min(i, len(runColors)-1)]
@@ -140,7 +148,7 @@ func pressurePanel(s scenario.PressureSignal) (*plot.Plot, error) {
 		c     color.Color
 		label string
 		dash  bool
-	}{{0, colorDeadline, "the kubelet's hard threshold (evictionHard)", false}, {s.OwnAboveMiB, colorMargin, "reprieve's threshold", true}} {
+	}{{0, colorDeadline, "the kubelet's " + kind + " threshold (" + field + ")", false}, {s.OwnAboveMiB, colorMargin, "reprieve's threshold", true}} {
 		l, err := plotter.NewLine(plotter.XYs{{X: 0, Y: m.y}, {X: xmax, Y: m.y}})
 		if err != nil {
 			return nil, fmt.Errorf("drawing the thresholds: %w", err)

@@ -46,6 +46,23 @@ func TestRealnodeChart(t *testing.T) {
 		}
 	}
 
+	// A case of a signal already drawn, against the kubelet's soft threshold, is told apart.
+	tl.Signals[0].Case, tl.Signals[0].Threshold = "a soft threshold held 15 s", "soft"
+	if err := scenario.WritePressureTimelines(in, tl); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeRealnodeChart(out, []string{in}); err != nil {
+		t.Fatal(err)
+	}
+	if b, err = os.ReadFile(out); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"nodefs.available on the real node (a soft threshold held 15 s)", "soft threshold (evictionSoft)", "above the kubelet&#39;s soft threshold"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("the soft case's chart lacks %q", want)
+		}
+	}
+
 	tl.Signals[0].Runs[1].Samples = nil
 	bad := filepath.Join(dir, "bad.json")
 	if err := scenario.WritePressureTimelines(bad, tl); err != nil {

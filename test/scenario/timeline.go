@@ -22,7 +22,12 @@ type PressureTimelines struct {
 type PressureSignal struct {
 	// Signal is the kubelet's name, e.g. memory.available; Unit what Available counts (MiB).
 	Signal string `json:"signal"`
-	// OwnAboveMiB is how far above the kubelet's hard threshold reprieve's threshold was set.
+	// Case names the scenario when several share a signal ("a DaemonSet's leaking pod"), ""
+	// for the plain one; Threshold is the kind of the kubelet's threshold the runs measure
+	// against: "soft" (evictionSoft), or "" for hard (evictionHard).
+	Case      string `json:"case,omitempty"`
+	Threshold string `json:"threshold,omitempty"`
+	// OwnAboveMiB is how far above the kubelet's threshold reprieve's threshold was set.
 	OwnAboveMiB float64 `json:"ownAboveMiB"`
 	// Runs: with reprieve first, then without.
 	Runs []PressureRun `json:"runs"`
@@ -33,7 +38,8 @@ type PressureRun struct {
 	// Name is "with reprieve" or "without reprieve"; EvictedBy says who evicted the hog.
 	Name      string `json:"name"`
 	EvictedBy string `json:"evictedBy"`
-	// HardMiB is the kubelet's hard threshold of the run, in MiB.
+	// HardMiB is the kubelet's threshold of the run (hard, or soft per the signal's Threshold),
+	// in MiB.
 	HardMiB float64 `json:"hardMiB"`
 	// Samples are the host's readings, in seconds from the hog's start.
 	Samples []PressureSample `json:"samples"`
