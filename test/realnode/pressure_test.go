@@ -1,6 +1,7 @@
 package realnode
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -171,6 +172,27 @@ type pressureCase struct {
 	// its grace when it evicts; reprieve must cut it (a DELETE with a shorter grace) before the
 	// kubelet's threshold.
 	terminating bool
+	// daemonSet runs the hog as the pod of a real DaemonSet (issue 37 case 2), hogOutranks gives
+	// it a priority above the quiet pod's: then priority alone would pick the quiet pod, and only
+	// per-pod usage (the hog above its request, the quiet pod within it) picks the hog, as the
+	// kubelet's rankMemoryPressure does.
+	daemonSet, hogOutranks bool
+	// hogRequest is the hog's memory request (none when empty), hogGrace its grace (3 s when 0);
+	// keepOnTerm makes it go on allocating after SIGTERM until it is killed, so that the time
+	// from its SIGTERM to its end is the grace it was given.
+	hogRequest string
+	hogGrace   int64
+	keepOnTerm bool
+	// soft: the kubelet's threshold placed by configure is an evictionSoft one (issue 37 case 3):
+	// it evicts once the threshold has held for its grace period, with
+	// min(evictionMaxPodGracePeriod, the pod's grace) = softPodGrace; reprieve must do the same,
+	// before it. window bounds each run's watch (60 s when 0).
+	soft         bool
+	softPodGrace int64
+	window       time.Duration
+	// figures names the run's files in REPRIEVE_REALNODE_FIGURES (default: the signal), title
+	// the case in the chart when another case has its signal.
+	figures, title string
 }
 
 func (c pressureCase) taintKey() string { return "reprieve.io/" + c.resource + "-pressure" }
@@ -234,7 +256,10 @@ func testPressure(t *testing.T, c pressureCase) {
 			}
 		})
 	}()
-	timeline := scenario.PressureSignal{Signal: c.signal, OwnAboveMiB: float64(c.ownAbove)}
+	timeline := scenario.PressureSignal{Signal: c.signal, Case: c.title, OwnAboveMiB: float64(c.ownAbove)}
+	if c.soft {
+		timeline.Threshold = "soft"
+	}
 	with, runWith := pressureRun(ctx, t, c, "with-reprieve", true)
 	without, runWithout := pressureRun(ctx, t, c, "without-reprieve", false)
 	timeline.Runs = []scenario.PressureRun{runWith, runWithout}
@@ -249,6 +274,9 @@ func testPressure(t *testing.T, c pressureCase) {
 		return "never"
 	}
 	moments := []string{momentOwnCrossed, momentTaint, momentSIGTERM, momentGone, momentCondition, momentHard}
+	if c.soft {
+		moments = []string{momentOwnCrossed, momentTaint, momentHard, momentCondition, momentSIGTERM, momentGone}
+	}
 	if c.terminating {
 		moments = []string{momentSIGTERM, momentOwnCrossed, momentTaint, momentCut, momentHard, momentCondition, momentGone}
 	}
@@ -257,11 +285,18 @@ func testPressure(t *testing.T, c pressureCase) {
 		if k == momentCondition {
 			label = "the kubelet's " + string(c.condition) + " condition"
 		}
+		if k == momentHard && c.soft {
+			label = "the kubelet's soft threshold crossed (the host's reading)"
+		}
 		rows = append(rows, fmt.Sprintf("| %s | %s | %s |", label, find(with, k), find(without, k)))
 	}
 	t.Logf("%s pressure, seconds from the hog's start:\n%s", c.signal, strings.Join(rows, "\n"))
-	writeFigures(t, c.signal, strings.Join(rows, "\n"))
-	writeTimeline(t, timeline)
+	name := c.figures
+	if name == "" {
+		name = c.signal
+	}
+	writeFigures(t, name, strings.Join(rows, "\n"))
+	writeTimeline(t, timeline, name)
 }
 
 func pressureRun(ctx context.Context, t *testing.T, c pressureCase, name string, withReprieve bool) ([]pressureEvent, scenario.PressureRun) {
@@ -298,12 +333,19 @@ func pressureRun(ctx context.Context, t *testing.T, c pressureCase, name string,
 	ns := prefix + "-" + name
 	createNamespace(ctx, t, ns)
 	out := filepath.Join(outDir, ns)
+	// The hog's pod and the folder it records in (a DaemonSet's pod records under its own name).
+	hogName, hogDir := "hog", filepath.Join(out, "hog")
 	// Leave no pressure behind, whatever happens: the pods go (no namespace controller runs
 	// here), with their emptyDirs, and the taint of an agent that is uninstalled next. A pod left
 	// running would be a candidate of the next run.
 	defer func() {
 		ctx := context.Background()
 		zero := int64(0)
+		if c.daemonSet {
+			// First the DaemonSet, or its controller puts the pods back (no garbage collector
+			// runs here to delete them with it).
+			_ = env.Client.AppsV1().DaemonSets(ns).Delete(ctx, "hog", metav1.DeleteOptions{})
+		}
 		_ = env.Client.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
 		clearPressureTaint(ctx, t, c.taintKey())
 		waitFor(ctx, t, 60*time.Second, "the pods of "+ns+" gone", func() bool {
@@ -316,7 +358,7 @@ func pressureRun(ctx context.Context, t *testing.T, c pressureCase, name string,
 			// the next run must not start while it still holds its memory.
 			_ = node.RestartKubelet(ctx, func(*nodeenv.KubeletConfig) {})
 			waitFor(ctx, t, 90*time.Second, "the terminating hog's process gone", func() bool {
-				last, ok := readMillis(filepath.Join(out, "hog"), "alive")
+				last, ok := readMillis(hogDir, "alive")
 				return !ok || time.Since(last) > 2*time.Second
 			})
 		}
@@ -327,33 +369,44 @@ func pressureRun(ctx context.Context, t *testing.T, c pressureCase, name string,
 	// priority for the quiet pod makes the hog the first pick of both rankings.
 	quiet := workloadPod(ns, "quiet", out, []string{"term", "-out", "/out/quiet"})
 	quiet.Spec.Containers[0].Resources.Requests = v1.ResourceList{v1.ResourceMemory: resource.MustParse("64Mi")}
-	if !c.equalPriority {
+	if !c.equalPriority && !c.hogOutranks {
 		quiet.Spec.PriorityClassName = quietPriority(ctx, t)
 	}
 	if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, quiet, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	hog := c.hog(ns, out)
-	hog.Spec.TerminationGracePeriodSeconds = ptrTo[int64](3)
+	hog.Spec.TerminationGracePeriodSeconds = ptrTo(cmp.Or(c.hogGrace, 3))
+	if c.hogRequest != "" {
+		hog.Spec.Containers[0].Resources.Requests = v1.ResourceList{v1.ResourceMemory: resource.MustParse(c.hogRequest)}
+	}
+	if c.hogOutranks {
+		hog.Spec.PriorityClassName = quietPriority(ctx, t)
+	}
 	if c.terminating {
 		hog.Spec.TerminationGracePeriodSeconds = ptrTo[int64](600)
+	}
+	if c.terminating || c.keepOnTerm {
 		hog.Spec.Containers[0].Args = append(hog.Spec.Containers[0].Args, "-keep-on-term")
 	}
-	if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, hog, metav1.CreateOptions{}); err != nil {
+	if c.daemonSet {
+		hogName = runDaemonSet(ctx, t, hog)
+		hogDir = filepath.Join(out, hogName)
+	} else if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, hog, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(ctx, t, 60*time.Second, "the hog started", func() bool {
-		_, ok := readMillis(filepath.Join(out, "hog"), "started")
+		_, ok := readMillis(hogDir, "started")
 		return ok
 	})
-	start, _ := readMillis(filepath.Join(out, "hog"), "started")
+	start, _ := readMillis(hogDir, "started")
 	if c.terminating {
 		// The rollout's delete, with the pod's whole grace.
-		if err := env.Client.CoreV1().Pods(ns).Delete(ctx, "hog", metav1.DeleteOptions{GracePeriodSeconds: ptrTo[int64](600)}); err != nil {
+		if err := env.Client.CoreV1().Pods(ns).Delete(ctx, hogName, metav1.DeleteOptions{GracePeriodSeconds: ptrTo[int64](600)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	cutTo := int64(600)
+	cutTo, evictGrace := int64(600), int64(-1)
 	run := scenario.PressureRun{Name: strings.ReplaceAll(name, "-", " "), HardMiB: float64(hard)}
 	var evs []pressureEvent
 	seen := map[string]bool{}
@@ -367,7 +420,7 @@ func pressureRun(ctx context.Context, t *testing.T, c pressureCase, name string,
 	hardBytes := float64(hard << 20)
 	ownBytes := float64((hard + c.ownAbove) << 20)
 	var evictedBy string
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(cmp.Or(c.window, 60*time.Second))
 	for time.Now().Before(deadline) {
 		now := time.Now()
 		if a, err := c.available(); err == nil {
@@ -391,13 +444,16 @@ func pressureRun(ctx context.Context, t *testing.T, c pressureCase, name string,
 				}
 			}
 		}
-		if p, err := env.Client.CoreV1().Pods(ns).Get(ctx, "hog", metav1.GetOptions{}); err == nil && p.DeletionGracePeriodSeconds != nil {
+		if p, err := env.Client.CoreV1().Pods(ns).Get(ctx, hogName, metav1.GetOptions{}); err == nil && p.DeletionGracePeriodSeconds != nil {
 			cutTo = min(cutTo, *p.DeletionGracePeriodSeconds)
-			if cutTo < 600 {
+			if evictGrace < 0 {
+				evictGrace = *p.DeletionGracePeriodSeconds // the first grace the API recorded
+			}
+			if cutTo < 600 && c.terminating {
 				once(momentCut, now)
 			}
 		}
-		if p, err := env.Client.CoreV1().Pods(ns).Get(ctx, "hog", metav1.GetOptions{}); err == nil && evictedBy == "" {
+		if p, err := env.Client.CoreV1().Pods(ns).Get(ctx, hogName, metav1.GetOptions{}); err == nil && evictedBy == "" {
 			if p.Status.Reason == "Evicted" {
 				evictedBy = "the kubelet (" + p.Status.Message + ")"
 			}
@@ -407,16 +463,27 @@ func pressureRun(ctx context.Context, t *testing.T, c pressureCase, name string,
 				}
 			}
 		}
-		if term, ok := readMillis(filepath.Join(out, "hog"), "sigterm"); ok {
+		if term, ok := readMillis(hogDir, "sigterm"); ok {
 			once(momentSIGTERM, term)
 		}
-		if _, ok := readMillis(filepath.Join(out, "hog"), "sigterm"); ok {
-			if last, ok := readMillis(filepath.Join(out, "hog"), "alive"); ok && time.Since(last) > time.Second {
+		if _, ok := readMillis(hogDir, "sigterm"); ok {
+			if last, ok := readMillis(hogDir, "alive"); ok && time.Since(last) > time.Second {
 				once(momentGone, last)
 				break
 			}
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+	if evictedBy == "" {
+		// Gone before a poll saw its status: a DaemonSet's controller deletes its pod as soon
+		// as the kubelet has failed it. The kubelet's Evicted event on the pod outlives it.
+		if list, err := env.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + hogName}); err == nil {
+			for _, e := range list.Items {
+				if e.Reason == "Evicted" && e.Source.Component == "kubelet" {
+					evictedBy = "TerminationByKubelet: " + e.Message + " (the kubelet's Evicted event)"
+				}
+			}
+		}
 	}
 	run.EvictedBy = evictedBy
 	t.Logf("%s, %s: kubelet hard threshold %d MiB, reprieve's %d MiB; the hog evicted by %s; its grace cut to %d s; events %v",
@@ -453,6 +520,13 @@ func pressureRun(ctx context.Context, t *testing.T, c pressureCase, name string,
 		}
 		return evs, run
 	}
+	if c.soft {
+		checkSoft(ctx, t, c, ns, name, withReprieve, evs, evictedBy, evictGrace)
+		return evs, run
+	}
+	if c.daemonSet {
+		checkDaemonSet(ctx, t, c, ns, name, withReprieve, hogName, evictGrace)
+	}
 	if withReprieve {
 		if !seen[momentTaint] {
 			t.Errorf("with reprieve: no %s taint", c.taintKey())
@@ -466,9 +540,10 @@ func pressureRun(ctx context.Context, t *testing.T, c pressureCase, name string,
 		// reprieve evicts in rank order until the pods' usage covers the shortfall to its
 		// threshold plus the minimum reclaim: on a busy machine that can take the quiet pod too.
 		if q, err := env.Client.CoreV1().Pods(ns).Get(ctx, "quiet", metav1.GetOptions{}); err == nil && q.DeletionTimestamp != nil {
-			if c.equalPriority {
-				// Same priority: the host source's per-pod working sets rank the hog first, and
-				// the kubelet's need (its hard threshold plus the minimum reclaim) is the hog's.
+			if c.equalPriority || c.hogOutranks {
+				// Same priority, or the hog's higher: the host source's per-pod working sets rank
+				// the hog first, and the kubelet's need (its hard threshold plus the minimum
+				// reclaim) is the hog's.
 				t.Errorf("with reprieve: the quiet pod was evicted; the kubelet would have taken the hog alone")
 			} else {
 				t.Logf("with reprieve: the quiet pod was evicted too (the shortfall was larger than the hog's usage)")
@@ -480,13 +555,13 @@ func pressureRun(ctx context.Context, t *testing.T, c pressureCase, name string,
 	return evs, run
 }
 
-// quietPriority creates (once) the PriorityClass of the pressure test's quiet pod and returns its
-// name: above the hog's priority 0.
+// quietPriority creates (once) a PriorityClass of 1000 and returns its name: above the default 0,
+// for the quiet pod of the memory and disk cases, or for the hog where it outranks the quiet pod.
 func quietPriority(ctx context.Context, t *testing.T) string {
 	t.Helper()
 	const name = "realnode-quiet"
 	pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: 1000,
-		Description: "the real node's pressure test: the quiet pod ranks after the hog"}
+		Description: "the real node's pressure tests: a pod above the default priority"}
 	if _, err := env.Client.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}

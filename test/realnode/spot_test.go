@@ -293,8 +293,9 @@ func writeFigures(t *testing.T, name, text string) {
 }
 
 // writeTimeline keeps a pressure signal's measured timeline, as JSON for test/bench's chart
-// (-realnode-chart), in REPRIEVE_REALNODE_FIGURES when it names a folder.
-func writeTimeline(t *testing.T, s scenario.PressureSignal) {
+// (-realnode-chart), in REPRIEVE_REALNODE_FIGURES when it names a folder, as
+// pressure-<name>.json (name: the signal, or the case when several cases share a signal).
+func writeTimeline(t *testing.T, s scenario.PressureSignal, name string) {
 	dir := os.Getenv("REPRIEVE_REALNODE_FIGURES")
 	if dir == "" {
 		return
@@ -308,7 +309,7 @@ func writeTimeline(t *testing.T, s scenario.PressureSignal) {
 		Machine:  fmt.Sprintf("%d cores, kernel %s", runtime.NumCPU(), kernelVersion()),
 		Signals:  []scenario.PressureSignal{s},
 	}
-	if err := scenario.WritePressureTimelines(filepath.Join(dir, "pressure-"+s.Signal+".json"), tl); err != nil {
+	if err := scenario.WritePressureTimelines(filepath.Join(dir, "pressure-"+name+".json"), tl); err != nil {
 		t.Log(err)
 	}
 }
