@@ -21,6 +21,8 @@ import (
 var daemonSetCase = func() pressureCase {
 	c := memoryCase
 	c.daemonSet, c.hogOutranks, c.hogRequest, c.prefix, c.figures = true, true, "200Mi", "daemonset", "memory.available-daemonset"
+	// It runs until it is killed, so that its SIGTERM to its end is the grace it was given.
+	c.keepOnTerm = true
 	c.title = "a DaemonSet's pod leaking past its request"
 	return c
 }()
@@ -97,14 +99,29 @@ func mustGetDaemonSet(ctx context.Context, t *testing.T, ns, name string) *appsv
 	return ds
 }
 
-// checkDaemonSet checks what is particular to the DaemonSet's pod: reprieve gave it the grace it
-// asked for, and with reprieve's NoSchedule taint on the node the DaemonSet's controller put no
-// new pod there (the kubelet's own memory-pressure taint is one DaemonSet pods tolerate; without
+// checkDaemonSet checks what is particular to the DaemonSet's pod: it had the whole grace of the
+// eviction (its own, or less when the trend left less before the kubelet's threshold: the
+// machine's other work moves its memory too), and with reprieve's NoSchedule taint on the node
+// the DaemonSet's controller put no new pod there (the kubelet's own memory-pressure taint is one DaemonSet pods tolerate; without
 // reprieve, and with no node lifecycle controller here to write even that, it puts one back).
-func checkDaemonSet(ctx context.Context, t *testing.T, c pressureCase, ns, name string, withReprieve bool, hogName string, evictGrace int64) {
+func checkDaemonSet(ctx context.Context, t *testing.T, c pressureCase, ns, name string, withReprieve bool, hogName string, evictGrace int64, evs []pressureEvent) {
 	t.Helper()
-	if withReprieve && evictGrace != cmp.Or(c.hogGrace, 3) {
-		t.Errorf("with reprieve: the DaemonSet's pod was evicted with a %d s grace, want its own %d s", evictGrace, cmp.Or(c.hogGrace, 3))
+	at := map[string]time.Duration{}
+	for _, e := range evs {
+		at[e.what] = e.at
+	}
+	ran := at[momentGone] - at[momentSIGTERM]
+	own := cmp.Or(c.hogGrace, 3)
+	if withReprieve {
+		t.Logf("with reprieve: evicted with a %d s grace (its own %d s), ran %.2f s after its SIGTERM", evictGrace, own, ran.Seconds())
+		if evictGrace < 1 || evictGrace > own {
+			t.Errorf("with reprieve: the DaemonSet's pod was evicted with a %d s grace, want its own %d s or what fits before the kubelet's threshold", evictGrace, own)
+		}
+		// The kubelet gives a container at least 2 s to stop (minimumGracePeriodInSeconds,
+		// pkg/kubelet/kuberuntime/kuberuntime_container.go).
+		if want := time.Duration(max(evictGrace, 2)) * time.Second; ran < want-500*time.Millisecond || ran > want+1500*time.Millisecond {
+			t.Errorf("with reprieve: the DaemonSet's pod ran %.2f s after its SIGTERM, want the eviction's grace of %s", ran.Seconds(), want)
+		}
 	}
 	// The controller reacts within a second to the pod's end; give it a few.
 	time.Sleep(3 * time.Second)

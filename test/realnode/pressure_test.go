@@ -420,10 +420,14 @@ func pressureRun(ctx context.Context, t *testing.T, c pressureCase, name string,
 	hardBytes := float64(hard << 20)
 	ownBytes := float64((hard + c.ownAbove) << 20)
 	var evictedBy string
+	firstAt := time.Duration(-1) // the first reading's time
 	deadline := time.Now().Add(cmp.Or(c.window, 60*time.Second))
 	for time.Now().Before(deadline) {
 		now := time.Now()
 		if a, err := c.available(); err == nil {
+			if firstAt < 0 {
+				firstAt = now.Sub(start)
+			}
 			run.Samples = append(run.Samples, scenario.PressureSample{At: round(now.Sub(start).Seconds(), 100), AvailableMiB: round(a/(1<<20), 10)})
 			if a < ownBytes {
 				once(momentOwnCrossed, now)
@@ -521,11 +525,11 @@ func pressureRun(ctx context.Context, t *testing.T, c pressureCase, name string,
 		return evs, run
 	}
 	if c.soft {
-		checkSoft(ctx, t, c, ns, name, withReprieve, evs, evictedBy, evictGrace)
+		checkSoft(ctx, t, c, ns, name, withReprieve, evs, evictedBy, evictGrace, firstAt)
 		return evs, run
 	}
 	if c.daemonSet {
-		checkDaemonSet(ctx, t, c, ns, name, withReprieve, hogName, evictGrace)
+		checkDaemonSet(ctx, t, c, ns, name, withReprieve, hogName, evictGrace, evs)
 	}
 	if withReprieve {
 		if !seen[momentTaint] {
