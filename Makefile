@@ -91,7 +91,7 @@ fuzz-run:
 	done
 
 # test/realnode changes the host and measures memory and disk pressure against the kubelet, so it
-# runs after the other packages, alone (about 9 minutes with issue 37's seven pressure cases, each
+# runs after the other packages, alone (about 9 minutes with its six pressure tests, each
 # a kubelet restart and two runs: docs/benchmarks.md), under REALNODE_TIMEOUT.
 REALNODE := ./test/realnode
 REALNODE_TIMEOUT ?= 15m
