@@ -270,6 +270,7 @@ type volumeRun struct {
 	rule                             bool
 	trigger, deadline, inUseAt       time.Time
 	sigterm, exited, podGone, outAt  time.Time
+	unstaged                         time.Time // the kubelet's UnmountDevice (NodeUnstageVolume) done, from its log
 	inUseAtDeadline                  bool
 	node1Detached, replacementAttach time.Time
 	multiAt                          time.Time
@@ -326,8 +327,9 @@ func TestVolumeReleasedBeforeReclaimOnRealNode(t *testing.T) {
 		{"spot notice (reclaim deadline D)", func(r volumeRun) string { return at(r, r.trigger) }},
 		{"the pod's SIGTERM (eviction)", func(r volumeRun) string { return at(r, r.sigterm) }},
 		{"its container ended (SIGKILL after the 10 s grace)", func(r volumeRun) string { return at(r, r.exited) }},
+		{"the volume unmounted and unstaged (the kubelet's log)", func(r volumeRun) string { return at(r, r.unstaged) }},
 		{"the pod gone from the API; replacement created", func(r volumeRun) string { return at(r, r.podGone) }},
-		{"the volume out of the node's volumesInUse", func(r volumeRun) string { return at(r, r.outAt) }},
+		{"the kubelet's status update without it in volumesInUse", func(r volumeRun) string { return at(r, r.outAt) }},
 		{"in volumesInUse at D, when the kubelet is killed", func(r volumeRun) string { return map[bool]string{true: "yes", false: "no"}[r.inUseAtDeadline] }},
 		{"first Multi-Attach event on the replacement", func(r volumeRun) string { return at(r, r.multiAt) }},
 		{"detached from the real node (its VolumeAttachment deleted)", func(r volumeRun) string { return at(r, r.node1Detached) }},
@@ -468,6 +470,7 @@ func volumeWindow(ctx context.Context, t *testing.T, rule bool) volumeRun {
 			time.Sleep(d)
 		}
 	}
+	run.unstaged = kubeletLogTime(t, `UnmountDevice succeeded for volume "`+pv+`"`)
 	snap = rec.snapshot()
 	run.outAt, run.multiAt, run.multiText = snap.outAt, snap.multiAt, snap.multiText
 	run.node1Detached, run.replacementAttach = snap.vaGone[nodeName], snap.attached[replacementNode]
@@ -507,9 +510,12 @@ func volumeWindow(ctx context.Context, t *testing.T, rule bool) volumeRun {
 			t.Errorf("the volume was attached to the replacement at D%+.1f s while the dead node still listed it in use", run.replacementAttach.Sub(deadline).Seconds())
 		}
 	}
-	t.Logf("%s: SIGTERM D%+.1f s, ended D%+.1f s, gone D%+.1f s, out of volumesInUse %v, Multi-Attach %v (%s), detached from the real node %v, attached to the replacement %v, after the kubelet's restart %v",
+	if rule && !run.unstaged.IsZero() && !run.outAt.IsZero() && run.outAt.Before(run.unstaged) {
+		t.Errorf("the volume left volumesInUse (%s) before the kubelet unstaged it (%s)", run.outAt.Format("15:04:05.000"), run.unstaged.Format("15:04:05.000"))
+	}
+	t.Logf("%s: SIGTERM D%+.1f s, ended D%+.1f s, gone D%+.1f s, unstaged %v, out of volumesInUse %v, Multi-Attach %v (%s), detached from the real node %v, attached to the replacement %v, after the kubelet's restart %v",
 		map[bool]string{true: "with the rule", false: "without"}[rule], run.sigterm.Sub(deadline).Seconds(), run.exited.Sub(deadline).Seconds(),
-		run.podGone.Sub(deadline).Seconds(), rel(run.outAt, deadline), rel(run.multiAt, deadline), run.multiText, rel(run.node1Detached, deadline),
+		run.podGone.Sub(deadline).Seconds(), rel(run.unstaged, deadline), rel(run.outAt, deadline), rel(run.multiAt, deadline), run.multiText, rel(run.node1Detached, deadline),
 		rel(run.replacementAttach, deadline), rel(run.afterRestart, deadline))
 
 	// Leave the node as the other tests expect it: the notice over, the taint gone, the
@@ -562,4 +568,27 @@ func alignDeadline(t *testing.T, inUseAt, now time.Time) (trigger, deadline time
 	}
 	t.Fatalf("no status update of the kubelet to align on: the volume entered volumesInUse at %s, now %s", inUseAt.Format("15:04:05.000"), now.Format("15:04:05.000"))
 	return
+}
+
+// kubeletLogTime is the time of the kubelet's last log line that contains text (klog's header
+// "I1205 00:24:06.388141", local time, this year), or zero.
+func kubeletLogTime(t *testing.T, text string) time.Time {
+	t.Helper()
+	b, err := os.ReadFile(node.KubeletLog())
+	if err != nil {
+		t.Log(err)
+		return time.Time{}
+	}
+	var last time.Time
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.Contains(line, text) || len(line) < 21 {
+			continue
+		}
+		at, err := time.ParseInLocation("0102 15:04:05.000000", line[1:21], time.Local)
+		if err != nil {
+			continue
+		}
+		last = at.AddDate(time.Now().Year(), 0, 0)
+	}
+	return last
 }
