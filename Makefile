@@ -91,7 +91,7 @@ fuzz-run:
 	done
 
 # test/realnode changes the host and measures memory and disk pressure against the kubelet, so it
-# runs after the other packages, alone (about 3 minutes once compiled: test/README.md).
+# runs after the other packages, alone (about 8 minutes once compiled: test/README.md).
 REALNODE := ./test/realnode
 NOT_REALNODE = $$(go list ./... | grep -v '/test/realnode$$')
 # The end-to-end tests that share no state run side by side on the one control plane
