@@ -32,6 +32,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -95,9 +96,12 @@ type Agent struct {
 	onReady func()
 
 	refusals *record.Refusals
-	writer   *record.Writer
-	exec     *evict.Executor
-	intr     *interrupt.Loop
+	// evictions checks the eviction path (RBAC, policies, the eviction guard) before an
+	// interruption needs it; /readyz's detail says what it found.
+	evictions *evictionCheck
+	writer    *record.Writer
+	exec      *evict.Executor
+	intr      *interrupt.Loop
 	// pressure is the local-pressure loop; nil with --pressure-source off.
 	pressure *pressure.Loop
 	// pressureSource is Deps.PressureSource: nil builds the one --pressure-source names.
@@ -191,6 +195,7 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	}
 
 	a.refusals = record.NewRefusals(cfg.NodeWriteRefusals, a.metrics)
+	a.evictions = newEvictionCheck(a.client, a.clock, cfg.PodName, cfg.PodNamespace, a.ownPodUID, a.metrics.EvictionCheck)
 	execOpts := evict.Options{Client: deps.Client, Pods: a.podLister, Clock: deps.Clock, Metrics: a.metrics, Recorder: a.recorder,
 		Notifier: a.notifier, NodeName: cfg.NodeName, DryRun: cfg.DryRun, Filter: filterOf(cfg),
 		ComparisonOperators: cfg.TolerationComparisonOperators, SafetyMargin: cfg.SafetyMargin, InterruptionTaint: a.taints.Interruption,
@@ -427,6 +432,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		// only at the next interruption, when the taint write fails.
 		g.Go(func() error { a.writer.WatchWrites(ctx, a.refusals, a.writeProbe); return nil })
 	}
+	g.Go(func() error { a.evictions.run(ctx); return nil })
 	a.intr.Reconcile(ctx)
 	// The notice endpoint listens before the agent says it is ready: a pod that polls it once
 	// the agent is Ready must not be refused a connection.
@@ -505,6 +511,15 @@ func (a *Agent) startPodNotice(ctx context.Context, g *errgroup.Group, noticeLn 
 	if noticeLn != nil {
 		g.Go(func() error { return serveNoticeAPI(ctx, noticeLn, a.podNotice, a.podLister, a.clock) })
 	}
+}
+
+// ownPodUID is the agent's own pod's UID, from the node's pod cache (it runs on its node).
+func (a *Agent) ownPodUID() (types.UID, error) {
+	p, err := a.podLister.Pods(a.cfg.PodNamespace).Get(a.cfg.PodName)
+	if err != nil {
+		return "", err
+	}
+	return p.UID, nil
 }
 
 // writeProbe is the desire the write check dry-runs: what an interruption would write now.
@@ -634,11 +649,17 @@ func (a *Agent) metricsServer() *http.Server {
 	mux.Handle("/metrics", promhttp.HandlerFor(a.gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		// What does not make the agent not Ready but an operator must see (the eviction
+		// guard down) follows, one "warning:" line each.
+		warn := ""
+		if d := a.evictions.Detail(); d != "" {
+			warn = "\nwarning: " + d
+		}
 		if why := a.notReady(); why != "" {
-			http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
+			http.Error(w, "not ready: "+why+warn, http.StatusServiceUnavailable)
 			return
 		}
-		_, _ = w.Write([]byte("ok"))
+		_, _ = w.Write([]byte("ok" + warn))
 	})
 	return newMetricsServer(addr, mux)
 }

@@ -43,7 +43,10 @@ type Metrics struct {
 	BlockedPods           prometheus.Gauge
 	MissedDeadlineTotal   prometheus.Counter
 	VolumeAtRiskTotal     prometheus.Counter
-	BuildInfo             *prometheus.GaugeVec
+	// EvictionCheck is the last dry-run eviction's verdict on the eviction path (RBAC, the
+	// policies, the eviction guard), one status at 1.
+	EvictionCheck *prometheus.GaugeVec
+	BuildInfo     *prometheus.GaugeVec
 	// NodeWritesRefused and NodeWriteRefusalsInARow count writes of the agent's own node that
 	// the API server refused (403): without them a token the policy binds to no node fails
 	// closed in silence, the node unprotected.
@@ -109,6 +112,10 @@ func New(reg prometheus.Registerer, provider string) (*Metrics, error) {
 			Namespace: Namespace, Subsystem: "evictions", Name: "volume_at_risk_total",
 			Help: "Pods with a volume that needs attaching that could not be gone --volume-release before the deadline (the window too short for their grace, or the eviction late): the attach/detach controller may wait six minutes to detach it.",
 		}),
+		EvictionCheck: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Subsystem: "evictions", Name: "check_status",
+			Help: "1 for the status of the last server-side dry-run eviction of the agent's own pod (at start, every 10 minutes, with backoff while it fails): ok, guard_unreachable, refused or unknown.",
+		}, []string{"status"}),
 		BuildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "build_info",
 			Help: "Always 1; the labels say which build is running.",
@@ -163,7 +170,7 @@ func New(reg prometheus.Registerer, provider string) (*Metrics, error) {
 		m.EvictionRequestsTotal.WithLabelValues(r)
 	}
 	for _, c := range []prometheus.Collector{m.NoticesTotal, m.ReclaimDeadline, m.NoticeToTaint, m.PollsTotal, m.TaintActive,
-		m.EvictionRequestsTotal, m.EvictionLateness, m.BlockedPods, m.MissedDeadlineTotal, m.VolumeAtRiskTotal, m.BuildInfo,
+		m.EvictionRequestsTotal, m.EvictionLateness, m.BlockedPods, m.MissedDeadlineTotal, m.VolumeAtRiskTotal, m.EvictionCheck, m.BuildInfo,
 		m.NodeWritesRefused, m.NodeWriteRefusalsInARow, m.PodWarningWrites,
 		m.PressureAvailable.bytes, m.PressureAvailable.inodes, m.PressureAvailable.pids,
 		m.PressureThreshold.bytes, m.PressureThreshold.inodes, m.PressureThreshold.pids, m.PressureActive, m.PressureTimeToHard, m.PressureEvictionsTotal, m.PressureReadErrors} {

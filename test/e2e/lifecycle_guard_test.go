@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -24,6 +25,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/reprieve-dev/reprieve/agent/guard"
+	"github.com/reprieve-dev/reprieve/test/scenario"
 	"github.com/reprieve-dev/reprieve/test/testenv"
 )
 
@@ -154,10 +157,11 @@ func guardChart(t *testing.T, release, ns, proxyURL string, set ...string) (appl
 // a rollout does. Every eviction must pass: no window of failures. The guard's Secret and the
 // webhook's caBundle are those the guard made, before and after; each replica serves a
 // certificate that verifies for the Service's name against the caBundle. Then, with both replicas
-// down, `reprieve doctor` names the guard as unreachable.
+// down, `reprieve doctor` names the guard as unreachable, and so do the agent's /readyz detail
+// and metric while it stays Ready; a replica back, the agent's warning goes.
 func TestLifecycleGuardCertificateSurvivesReapply(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	const ns, release, nodeA, nodeB = "lc-guard", "lcg", "lc-guard-a", "lc-guard-b"
 	const sa, guardSA, name = release + "-reprieve", release + "-reprieve-eviction-guard", release + "-reprieve-eviction-guard"
@@ -312,4 +316,40 @@ func TestLifecycleGuardCertificateSurvivesReapply(t *testing.T) {
 	if err == nil {
 		t.Error("doctor with the guard down exited 0; want a failure")
 	}
+
+	// And node A's agent, started with the guard down, says so in its readiness detail and its
+	// metric while staying Ready (the path falls back to a DELETE at each last safe moment); a
+	// replica back, the warning goes within the check's backoff.
+	p, addr, err := scenario.StartReprieve(ctx, reprieveBin, logDir, nodeA, "--kubeconfig="+kubeA, "--provider=none",
+		"--pod-name=agent-"+nodeA, "--pod-namespace="+ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.Stop() }()
+	readyz := func() (int, string) {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer func() { _ = resp.Body.Close() }()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	const unreachable = "warning: the eviction guard is unreachable since"
+	waitFor(ctx, t, "the agent's readiness detail naming the guard", func() bool {
+		_, body := readyz()
+		return strings.Contains(body, unreachable)
+	})
+	if code, body := readyz(); code != http.StatusOK || !strings.Contains(body, guard.WebhookName) {
+		t.Errorf("/readyz with the guard down: %d %q; want 200 (still Ready) naming the webhook %s", code, body, guard.WebhookName)
+	}
+	if text, err := scenario.Scrape(addr); err != nil || !strings.Contains(text, `reprieve_evictions_check_status{status="guard_unreachable"} 1`) {
+		t.Errorf("the metric with the guard down: %v %s", err, grep(text, "reprieve_evictions_check_status"))
+	}
+	replicas[0] = startChartGuard(ctx, t, "lc-guard-0c", guardKube, ports[0], args, "--tls-sync-interval=1s")
+	defer func() { _ = replicas[0].Stop() }()
+	waitFor(ctx, t, "the warning gone with a replica back", func() bool {
+		code, body := readyz()
+		return code == http.StatusOK && body == "ok"
+	})
 }

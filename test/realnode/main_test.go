@@ -42,6 +42,10 @@ const (
 	curlImage     = "reprieve.test/curl:1"
 )
 
+// controllers are the kube-controller-manager controllers the package runs (a test that needs
+// more restarts it with these and its own, and back).
+var controllers = []string{"daemonset-controller", "serviceaccount-controller", "root-ca-certificate-publisher-controller"}
+
 var (
 	env         *testenv.Env
 	node        *nodeenv.Node
@@ -131,7 +135,7 @@ func setUpAndRun(m *testing.M) (code int) {
 	// The DaemonSet's pods come from its controller and the scheduler; namespaces get their
 	// default ServiceAccount and the kube-root-ca.crt ConfigMap that in-cluster clients read.
 	// No taint-eviction controller: reprieve alone acts on the interruption taint.
-	if err := env.StartControllerManager(ctx, "daemonset-controller", "serviceaccount-controller", "root-ca-certificate-publisher-controller"); err != nil {
+	if err := env.StartControllerManager(ctx, controllers...); err != nil {
 		return fail(err)
 	}
 	if err := env.StartScheduler(ctx); err != nil {

@@ -66,6 +66,8 @@ if [ ! -d "$stages" ] || [ "$(cat "$stages/version" 2>/dev/null)" != "$KWOK_VERS
   chmod -R u+w "$stages"
   echo "$KWOK_VERSION" >"$stages/version"
 fi
+# The CSI driver and kubernetes-csi's sidecars of test/realnode's volume test (csi.sh).
+REPRIEVE_TOOLS_BIN="$bin" bash "$here/csi.sh"
 # helm has a module of its own (test/tools/helm/go.mod); helm.sh builds it the same way.
 REPRIEVE_TOOLS_BIN="$bin" bash "$here/helm.sh"
 # aws-node-termination-handler is built by `make nth` (test/tools/nth.sh) for `make bench` only:
