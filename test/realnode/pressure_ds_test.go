@@ -32,7 +32,8 @@ var daemonSetCase = func() pressureCase {
 // kubelet's evictionHard memory.available goes 900 MiB under the machine's; the DaemonSet's pod
 // allocates 50 MiB a second up to 2000 MiB. Without reprieve the kubelet evicts it at its hard
 // threshold; with reprieve (its threshold 600 MiB above), reprieve taints the node and evicts that
-// same pod through the Eviction API with its own 3 s grace, the kubelet never reaches its
+// same pod through the Eviction API with its own 3 s grace (or what fits before the kubelet's
+// threshold, when the trend steepens between two readings), the kubelet never reaches its
 // threshold, the web pod stays, and the DaemonSet's controller puts no new pod on the node while
 // reprieve's taint is there.
 func TestDaemonSetLeakOnRealNode(t *testing.T) {

@@ -364,9 +364,11 @@ func pressureRun(ctx context.Context, t *testing.T, c pressureCase, name string,
 		}
 	}()
 	// The quiet pod is within its memory request and uses nothing on nodefs, so the kubelet
-	// picks the hog first on usage. The host source has no per-pod usage: reprieve ranks by
-	// priority alone, and equal priorities in the informer's order, which is a map's. A higher
-	// priority for the quiet pod makes the hog the first pick of both rankings.
+	// picks the hog first on usage. The host source reads per-pod memory but no per-pod disk:
+	// for nodefs it ranks by priority alone (equal priorities in the informer's order, a map's),
+	// so in the memory and disk cases the quiet pod has the higher priority and the hog is the
+	// first pick either way; with equalPriority, or hogOutranks (the hog's priority the higher),
+	// only per-pod usage picks the hog.
 	quiet := workloadPod(ns, "quiet", out, []string{"term", "-out", "/out/quiet"})
 	quiet.Spec.Containers[0].Resources.Requests = v1.ResourceList{v1.ResourceMemory: resource.MustParse("64Mi")}
 	if !c.equalPriority && !c.hogOutranks {
