@@ -92,7 +92,7 @@ fuzz-run:
 
 # test/realnode changes the host and measures memory and disk pressure against the kubelet, so it
 # runs after the other packages, alone (about 8 minutes once compiled: test/README.md; issue 37's
-# DaemonSet and soft-threshold tests add about 2.5 more: docs/benchmarks.md).
+# DaemonSet and soft-threshold tests add 2.5 to 4 more: docs/benchmarks.md).
 REALNODE := ./test/realnode
 NOT_REALNODE = $$(go list ./... | grep -v '/test/realnode$$')
 # The end-to-end tests that share no state run side by side on the one control plane
