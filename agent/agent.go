@@ -193,7 +193,7 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	a.refusals = record.NewRefusals(cfg.NodeWriteRefusals, a.metrics)
 	execOpts := evict.Options{Client: deps.Client, Pods: a.podLister, Clock: deps.Clock, Metrics: a.metrics, Recorder: a.recorder,
 		Notifier: a.notifier, NodeName: cfg.NodeName, DryRun: cfg.DryRun, Filter: filterOf(cfg),
-		ComparisonOperators: cfg.TolerationComparisonOperators, SafetyMargin: cfg.SafetyMargin, InterruptionTaint: a.taints.Interruption,
+		ComparisonOperators: cfg.TolerationComparisonOperators, SafetyMargin: cfg.SafetyMargin, InterruptionTaint: a.taints.Evicting(),
 		Evict: deps.Evict, MaxInFlight: cfg.EvictionWorkers}
 	if a.podNotice != nil {
 		execOpts.Warner = a.podNotice
@@ -323,7 +323,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	go a.lingerOnStop(parent, a.clock, stopWork, workDone)
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting reprieve", "version", Version, "node", a.cfg.NodeName, "provider", a.provider.Name(),
-		"interruptionTaint", a.cfg.InterruptionTaint, "safetyMargin", a.cfg.SafetyMargin, "dryRun", a.cfg.DryRun)
+		"interruptionTaint", evict.TaintString(a.taints.Interruption), "interruptionEviction", a.cfg.InterruptionEviction,
+		"safetyMargin", a.cfg.SafetyMargin, "dryRun", a.cfg.DryRun)
 	// The metadata services are link-local by default; an override sends the agent elsewhere
 	// for its notices, so it is said at start.
 	def := DefaultConfig()
@@ -638,7 +639,7 @@ func (a *Agent) metricsServer() *http.Server {
 			http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
 			return
 		}
-		_, _ = w.Write([]byte("ok"))
+		_, _ = w.Write([]byte("ok\n" + EvictionSummary(a.cfg) + "\n"))
 	})
 	return newMetricsServer(addr, mux)
 }
