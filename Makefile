@@ -131,7 +131,8 @@ realnode: e2e-bin
 	REPRIEVE_BIN=$(E2E_BIN) REPRIEVE_E2E_REQUIRED=1 go test -race -count=1 -v -timeout 15m $(REALNODE)
 
 ## demo: a spot interruption on a local control plane with a simulated cloud, with a table
-## (PROVIDER=aws|gcp|azure). More: make demo PROVIDER=gcp DEMO_ARGS=-scenario=gpu-maintenance
+## (PROVIDER=aws|gcp|azure), kube-controller-manager beside it. More: make demo PROVIDER=gcp
+## DEMO_ARGS=-scenario=gpu-maintenance; DEMO_ARGS=-interruption-eviction=reprieve keeps budgets
 PROVIDER ?= aws
 DEMO_ARGS ?=
 # Built with e2e-bin's settings (CGO off, trimmed paths), so that a cold build compiles client-go

@@ -198,7 +198,7 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	a.evictions = newEvictionCheck(a.client, a.clock, cfg.PodName, cfg.PodNamespace, a.ownPodUID, a.metrics.EvictionCheck)
 	execOpts := evict.Options{Client: deps.Client, Pods: a.podLister, Clock: deps.Clock, Metrics: a.metrics, Recorder: a.recorder,
 		Notifier: a.notifier, NodeName: cfg.NodeName, DryRun: cfg.DryRun, Filter: filterOf(cfg),
-		ComparisonOperators: cfg.TolerationComparisonOperators, SafetyMargin: cfg.SafetyMargin, InterruptionTaint: a.taints.Interruption,
+		ComparisonOperators: cfg.TolerationComparisonOperators, SafetyMargin: cfg.SafetyMargin, InterruptionTaint: a.taints.Evicting(),
 		Evict: deps.Evict, MaxInFlight: cfg.EvictionWorkers}
 	if a.podNotice != nil {
 		execOpts.Warner = a.podNotice
@@ -328,7 +328,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	go a.lingerOnStop(parent, a.clock, stopWork, workDone)
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting reprieve", "version", Version, "node", a.cfg.NodeName, "provider", a.provider.Name(),
-		"interruptionTaint", a.cfg.InterruptionTaint, "safetyMargin", a.cfg.SafetyMargin, "dryRun", a.cfg.DryRun)
+		"interruptionTaint", evict.TaintString(a.taints.Interruption), "interruptionEviction", a.cfg.InterruptionEviction,
+		"safetyMargin", a.cfg.SafetyMargin, "dryRun", a.cfg.DryRun)
 	// The metadata services are link-local by default; an override sends the agent elsewhere
 	// for its notices, so it is said at start.
 	def := DefaultConfig()
@@ -649,17 +650,18 @@ func (a *Agent) metricsServer() *http.Server {
 	mux.Handle("/metrics", promhttp.HandlerFor(a.gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		// What does not make the agent not Ready but an operator must see (the eviction
-		// guard down) follows, one "warning:" line each.
+		// The mode of the interruption's evictions follows, and then what does not make the
+		// agent not Ready but an operator must see (the eviction guard down), one "warning:"
+		// line each.
 		warn := ""
 		if d := a.evictions.Detail(); d != "" {
-			warn = "\nwarning: " + d
+			warn = "warning: " + d + "\n"
 		}
 		if why := a.notReady(); why != "" {
-			http.Error(w, "not ready: "+why+warn, http.StatusServiceUnavailable)
+			http.Error(w, "not ready: "+why+"\n"+warn, http.StatusServiceUnavailable)
 			return
 		}
-		_, _ = w.Write([]byte("ok" + warn))
+		_, _ = w.Write([]byte("ok\n" + EvictionSummary(a.cfg) + "\n" + warn))
 	})
 	return newMetricsServer(addr, mux)
 }

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/reprieve-dev/reprieve/agent/notify"
+	"github.com/reprieve-dev/reprieve/agent/plan"
 	"github.com/reprieve-dev/reprieve/kubelet"
 )
 
@@ -57,9 +58,13 @@ type Config struct {
 	MaintenanceLead time.Duration
 
 	InterruptionTaint string
-	RebalanceTaint    string
-	MaintenanceTaint  string
-	SafetyMargin      time.Duration
+	// InterruptionEviction says who deletes the pods of an interruption (plan.Eviction):
+	// kube-controller-manager (the taint is written NoExecute) or reprieve (NoSchedule; the plan
+	// reads it as NoExecute either way).
+	InterruptionEviction string
+	RebalanceTaint       string
+	MaintenanceTaint     string
+	SafetyMargin         time.Duration
 	// VolumeRelease is how long before the deadline a pod with a volume that needs attaching
 	// must be gone (plan.Window.VolumeRelease): "auto" (from the kubelet's
 	// nodeStatusUpdateFrequency, VolumeReleaseOf), "off", or a duration.
@@ -184,6 +189,7 @@ func DefaultConfig() Config {
 		MetadataStaleAfter:      2 * time.Minute,
 		MaintenanceLead:         10 * time.Minute,
 		InterruptionTaint:       "cloud=spot:NoExecute",
+		InterruptionEviction:    string(plan.EvictionKubeControllerManager),
 		RebalanceTaint:          "reprieve.io/rebalance-recommended=true:PreferNoSchedule",
 		MaintenanceTaint:        "reprieve.io/scheduled-maintenance=true:NoSchedule",
 		SafetyMargin:            5 * time.Second,
@@ -243,6 +249,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.MetadataStaleAfter, "metadata-stale-after", c.MetadataStaleAfter, "The agent is Ready only while every metadata source has given a good answer within this long (and once each has answered since start); past it the agent reports that it cannot see: not ready, a MetadataUnanswered event, reprieve_metadata_sources_stale.")
 	fs.DurationVar(&c.MaintenanceLead, "maintenance-lead", c.MaintenanceLead, "How long before a scheduled maintenance event the interruption taint goes on; before that the node only gets --maintenance-taint.")
 	fs.StringVar(&c.InterruptionTaint, "interruption-taint", c.InterruptionTaint, "Taint for a pending interruption, key=value:NoExecute.")
+	fs.StringVar(&c.InterruptionEviction, "interruption-eviction", c.InterruptionEviction, "Who deletes the pods of an interruption. kube-controller-manager: the interruption taint goes on NoExecute, and the taint-eviction controller deletes each pod when its toleration runs out (a pod without one at once), with its full grace and past its PodDisruptionBudget; reprieve evicts earlier only what the deadline needs. reprieve: the taint goes on NoSchedule, which that controller ignores, and reprieve alone evicts each pod, through the Eviction API, when the NoExecute taint would have made it due (from the pod's tolerations of it): budgets hold until the pod's last safe moment, then it is deleted with what fits of its grace.")
 	fs.StringVar(&c.RebalanceTaint, "rebalance-taint", c.RebalanceTaint, "Soft taint for a rebalance recommendation, key=value:Effect; its key must be in reprieve.io/.")
 	fs.StringVar(&c.MaintenanceTaint, "maintenance-taint", c.MaintenanceTaint, "Taint for scheduled maintenance further away than --maintenance-lead, key=value:Effect; its key must be in reprieve.io/.")
 	fs.DurationVar(&c.SafetyMargin, "safety-margin", c.SafetyMargin, "Every evicted pod must have finished terminating this long before the reclaim deadline.")
@@ -425,8 +432,12 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("--interruption-taint: %w", err))
 	} else if t.Effect != v1.TaintEffectNoExecute {
 		// The eviction schedule is the upstream NoExecute schedule: with another effect no pod
-		// would be due and kube-controller-manager would not act either.
-		errs = append(errs, fmt.Errorf("--interruption-taint %q: effect must be NoExecute", c.InterruptionTaint))
+		// would be due and kube-controller-manager would not act either. The NoSchedule taint
+		// that keeps kube-controller-manager out is --interruption-eviction=reprieve's.
+		errs = append(errs, fmt.Errorf("--interruption-taint %q: effect must be NoExecute (for a NoSchedule taint that keeps kube-controller-manager's taint eviction out, set --interruption-eviction=reprieve)", c.InterruptionTaint))
+	}
+	if !slices.Contains(plan.Evictions, plan.Eviction(c.InterruptionEviction)) {
+		errs = append(errs, fmt.Errorf("--interruption-eviction %q: must be kube-controller-manager or reprieve", c.InterruptionEviction))
 	}
 	for _, f := range []struct{ name, value string }{{"rebalance-taint", c.RebalanceTaint}, {"maintenance-taint", c.MaintenanceTaint}} {
 		t, err := ParseTaint(f.value)

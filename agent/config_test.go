@@ -89,6 +89,8 @@ func TestConfigErrorsNameTheFlag(t *testing.T) {
 		{"taint syntax", []string{"--node-name=n", "--interruption-taint=cloud"}, nil, []string{"--interruption-taint", "key[=value]:Effect"}},
 		{"taint effect", []string{"--node-name=n", "--interruption-taint=cloud=spot:Sometimes"}, nil, []string{"--interruption-taint", "Sometimes"}},
 		{"interruption taint must evict", []string{"--node-name=n", "--interruption-taint=cloud=spot:NoSchedule"}, nil, []string{"--interruption-taint", "NoExecute"}},
+		{"NoSchedule is the eviction mode's", []string{"--node-name=n", "--interruption-taint=cloud=spot:NoSchedule"}, nil, []string{"--interruption-eviction=reprieve"}},
+		{"unknown eviction mode", []string{"--node-name=n"}, map[string]string{"REPRIEVE_INTERRUPTION_EVICTION": "budgets"}, []string{"--interruption-eviction", "budgets", "kube-controller-manager or reprieve"}},
 		{"bad taint key", []string{"--node-name=n", "--interruption-taint=-bad-=x:NoExecute"}, nil, []string{"--interruption-taint", "key"}},
 		{"soft taint outside reprieve.io", []string{"--node-name=n", "--rebalance-taint=foo=bar:PreferNoSchedule"}, nil, []string{"--rebalance-taint", "reprieve.io/"}},
 		{"soft taint must not evict", []string{"--node-name=n", "--maintenance-taint=reprieve.io/m=x:NoExecute"}, nil, []string{"--maintenance-taint"}},

@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -247,5 +249,28 @@ func TestNoticeServerHangingGETOutlivesTheWriteTimeout(t *testing.T) {
 	clk.Step(300 * time.Second)
 	if code := <-done; code != http.StatusOK {
 		t.Errorf("the hanging GET at its timeout: %d, want 200", code)
+	}
+}
+
+// TestReadyzSaysTheEvictionMode: a ready agent's /readyz body names who deletes the pods at an
+// interruption (--interruption-eviction), so that a probe's output or a curl shows the mode.
+func TestReadyzSaysTheEvictionMode(t *testing.T) {
+	for mode, want := range map[string]string{
+		"kube-controller-manager": "interruption eviction: kube-controller-manager: under the interruption taint cloud=spot:NoExecute",
+		"reprieve":                "interruption eviction: reprieve: the interruption taint cloud=spot:NoSchedule",
+	} {
+		h := newHarness(t, func(c *Config) { c.MetricsBindAddress = "127.0.0.1:0"; c.InterruptionEviction = mode }, testNode())
+		h.a.ready.Store(true)
+		h.a.intr.PollOnce(context.Background())
+		addr := serveMetrics(t, h)
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.HasPrefix(string(body), "ok\n") || !strings.Contains(string(body), want) {
+			t.Errorf("%s: /readyz %d %q; want 200, ok and %q", mode, resp.StatusCode, body, want)
+		}
 	}
 }

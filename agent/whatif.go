@@ -48,9 +48,14 @@ type NodePlan struct {
 	// FarAhead is set when the deadline is further away than --maintenance-lead: the node then
 	// only gets the maintenance taint and nothing is evicted yet.
 	FarAhead bool `json:"farAhead,omitempty"`
-	// NoExecuteTaints are the taints the plan counts from, as key=value:NoExecute@timeAdded.
-	NoExecuteTaints []string  `json:"noExecuteTaints"`
-	Pods            []PodPlan `json:"pods"`
+	// NoExecuteTaints are the taints the plan counts from, as key=value:NoExecute@timeAdded
+	// (with --interruption-eviction=reprieve, the NoSchedule interruption taint read as NoExecute).
+	NoExecuteTaints []string `json:"noExecuteTaints"`
+	// InterruptionEviction is who deletes the pods (--interruption-eviction): kube-controller-manager
+	// or reprieve; InterruptionTaint the interruption taint as it is written on the node.
+	InterruptionEviction string    `json:"interruptionEviction"`
+	InterruptionTaint    string    `json:"interruptionTaint"`
+	Pods                 []PodPlan `json:"pods"`
 }
 
 // PodPlan is one pod's line of a NodePlan.
@@ -123,11 +128,18 @@ func PlanWhatIf(cfg Config, in WhatIf) NodePlan {
 		onNode[record.TaintID(t)] = true
 	}
 	out := NodePlan{Node: in.Node.Name, NoticeTime: noticeAt, SafetyMarginSeconds: cfg.SafetyMargin.Seconds(),
-		FarAhead: len(intent.FarAhead) > 0, NoExecuteTaints: []string{}, Pods: []PodPlan{}}
-	for _, t := range taints {
-		if t.Effect != v1.TaintEffectNoExecute {
-			continue
+		FarAhead: len(intent.FarAhead) > 0, NoExecuteTaints: []string{}, Pods: []PodPlan{},
+		InterruptionEviction: string(ts.Eviction()), InterruptionTaint: evict.TaintString(ts.Interruption)}
+	if intent.Interrupting() && ts.Eviction() == plan.EvictionReprieve && record.HasTaint(in.Node.Spec.Taints, ts.Interruption) && !record.Owns(in.Node, ts.Interruption) {
+		// Someone else's NoSchedule taint of the interruption's key and value: the agent's
+		// countdown starts at its own stamp, the notice (interrupt's evictingTaints).
+		for i, t := range taints {
+			if t.Key == ts.Interruption.Key && t.Effect == ts.Interruption.Effect {
+				taints[i].TimeAdded = &metav1.Time{Time: noticeAt}
+			}
 		}
+	}
+	for _, t := range plan.EvictingTaints(taints, ts, intent.Interrupting()) {
 		// As the agent anchors a taint already on the node: min(timeAdded, first seen). The
 		// imagined notice's own taint keeps its notice time, future or not.
 		if now := in.Now.Truncate(time.Second); t.TimeAdded == nil || (onNode[record.TaintID(t)] && now.Before(t.TimeAdded.Time)) {
@@ -199,6 +211,13 @@ func PlanWhatIf(cfg Config, in WhatIf) NodePlan {
 			case len(pdbs) > 1:
 				pp.PDB.Then = "the Eviction API refuses a pod that more than one PodDisruptionBudget covers (no deadline: never deleted)"
 			case !pp.PDB.Blocks:
+			case w.HasDeadline() && ts.Eviction() == plan.EvictionKubeControllerManager && !pl.ByDeadline && pl.DueTaint != nil:
+				// A NoExecute taint makes the pod due before reprieve needs it gone: the
+				// taint-eviction controller, which runs in every managed cluster, deletes it
+				// then, without asking the budget.
+				pp.PDB.Then = fmt.Sprintf("kube-controller-manager's taint eviction deletes it at %s (DUE), past the budget; "+
+					"with --interruption-eviction=reprieve the budget holds until %s, then it is deleted with the grace left",
+					pl.Due.UTC().Format(time.RFC3339), pl.Latest.Add(-plan.EvictionLead).UTC().Format(time.RFC3339))
 			case w.HasDeadline():
 				pp.PDB.Then = fmt.Sprintf("evictions retried with backoff until %s, then the pod is deleted with the grace left",
 					pl.Latest.Add(-plan.EvictionLead).UTC().Format(time.RFC3339))
@@ -263,6 +282,11 @@ func coveringPDBs(pod *v1.Pod, pdbs []policyv1.PodDisruptionBudget) []*policyv1.
 func taintSetOf(cfg Config) plan.TaintSet {
 	var ts plan.TaintSet
 	ts.Interruption, _ = ParseTaint(cfg.InterruptionTaint)
+	if plan.Eviction(cfg.InterruptionEviction) == plan.EvictionReprieve {
+		// Written NoSchedule, so that kube-controller-manager's taint eviction leaves the
+		// pods to reprieve; the plan reads it as NoExecute (plan.EvictingTaints).
+		ts.Interruption.Effect = v1.TaintEffectNoSchedule
+	}
 	ts.Rebalance, _ = ParseTaint(cfg.RebalanceTaint)
 	ts.Maintenance, _ = ParseTaint(cfg.MaintenanceTaint)
 	return ts
@@ -271,4 +295,19 @@ func taintSetOf(cfg Config) plan.TaintSet {
 // filterOf is the pods cfg leaves alone whatever the taints.
 func filterOf(cfg Config) plan.PodFilter {
 	return plan.PodFilter{EvictDaemonSetPods: cfg.EvictDaemonSetPods, SelfNamespace: cfg.PodNamespace, SelfName: cfg.PodName}
+}
+
+// EvictionSummary says in one line who deletes the pods of an interruption with cfg
+// (--interruption-eviction) and what that does to their PodDisruptionBudgets, for /readyz,
+// `reprieve doctor` and `reprieve plan`.
+func EvictionSummary(cfg Config) string {
+	ts := taintSetOf(cfg)
+	if ts.Eviction() == plan.EvictionReprieve {
+		return fmt.Sprintf("interruption eviction: reprieve: the interruption taint %s keeps kube-controller-manager's taint eviction out; "+
+			"reprieve evicts each pod when %s would make it due, through the Eviction API, its budget kept until its last safe moment",
+			evict.TaintString(ts.Interruption), evict.TaintString(ts.Evicting()))
+	}
+	return fmt.Sprintf("interruption eviction: kube-controller-manager: under the interruption taint %s its taint-eviction controller deletes "+
+		"each pod when its toleration runs out (one without at once), past its PodDisruptionBudget; --interruption-eviction=reprieve keeps budgets",
+		evict.TaintString(ts.Interruption))
 }

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -90,8 +91,36 @@ func TestPlanWhatIf(t *testing.T) {
 	if p := byName["tolerates-60"]; !p.SendAt.Equal(*p.EvictAt) {
 		t.Errorf("tolerates-60: sent at %v, want at its due time %v", p.SendAt, p.EvictAt)
 	}
-	if p := byName["pdb"].PDB; p == nil || !p.Blocks || p.Name != "db" || p.Then == "" {
-		t.Errorf("pdb: %+v, want blocked by db with what happens then", p)
+	if p := byName["pdb"].PDB; p == nil || !p.Blocks || p.Name != "db" || !strings.Contains(p.Then, "kube-controller-manager's taint eviction deletes it at "+t0.Add(30*time.Second).Format(time.RFC3339)) {
+		t.Errorf("pdb: %+v, want blocked by db, deleted past it by kube-controller-manager at its due time", p)
+	}
+	if got.InterruptionEviction != "kube-controller-manager" || got.InterruptionTaint != "cloud=spot:NoExecute" {
+		t.Errorf("eviction %q, taint %q; want kube-controller-manager, cloud=spot:NoExecute", got.InterruptionEviction, got.InterruptionTaint)
+	}
+
+	// --interruption-eviction=reprieve: the node gets cloud=spot:NoSchedule, and every pod is
+	// planned as before, from it read as NoExecute; the budget holds until the pod's latest.
+	rcfg := cfg
+	rcfg.InterruptionEviction = "reprieve"
+	rp := PlanWhatIf(rcfg, in)
+	if rp.InterruptionEviction != "reprieve" || rp.InterruptionTaint != "cloud=spot:NoSchedule" {
+		t.Errorf("reprieve mode: eviction %q, taint %q; want reprieve, cloud=spot:NoSchedule", rp.InterruptionEviction, rp.InterruptionTaint)
+	}
+	if len(rp.NoExecuteTaints) != 1 || rp.NoExecuteTaints[0] != got.NoExecuteTaints[0] {
+		t.Errorf("reprieve mode: counts from %v; want %v", rp.NoExecuteTaints, got.NoExecuteTaints)
+	}
+	for i, p := range rp.Pods {
+		q := got.Pods[i]
+		if p.Name != q.Name || p.Action != q.Action || p.SkipReason != q.SkipReason || (p.EvictAt == nil) != (q.EvictAt == nil) ||
+			(p.EvictAt != nil && !p.EvictAt.Equal(*q.EvictAt)) || p.GraceSeconds != q.GraceSeconds {
+			t.Errorf("reprieve mode: %s planned %+v; want as in the default mode, %+v", p.Name, p, q)
+		}
+	}
+	pdbLatest := byName["pdb"].Latest.Add(-plan.EvictionLead).UTC().Format(time.RFC3339)
+	for _, p := range rp.Pods {
+		if p.Name == "pdb" && (p.PDB == nil || !strings.Contains(p.PDB.Then, "until "+pdbLatest) || strings.Contains(p.PDB.Then, "kube-controller-manager")) {
+			t.Errorf("reprieve mode: pdb %+v; want the budget kept until %s", p.PDB, pdbLatest)
+		}
 	}
 
 	// A deadline further away than --maintenance-lead: only the maintenance taint, no eviction.

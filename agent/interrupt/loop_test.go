@@ -37,7 +37,14 @@ type loopFixture struct {
 
 func newLoopFixture(t *testing.T, wo record.WriterOptions, pressure ...v1.Taint) *loopFixture {
 	t.Helper()
-	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+	taints := plan.TaintSet{Interruption: v1.Taint{Key: "cloud", Value: "spot", Effect: v1.TaintEffectNoExecute}}
+	return newLoopFixtureOn(t, wo, taints, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, pressure...)
+}
+
+// newLoopFixtureOn is newLoopFixture with the given taints (the mode of --interruption-eviction)
+// on node as it is found.
+func newLoopFixtureOn(t *testing.T, wo record.WriterOptions, taints plan.TaintSet, node *v1.Node, pressure ...v1.Taint) *loopFixture {
+	t.Helper()
 	f := &loopFixture{cs: fake.NewClientset(node), clk: clocktesting.NewFakeClock(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)),
 		prov: providertest.New("aws")}
 	client := kubetest.Wrap(f.cs)
@@ -46,7 +53,6 @@ func newLoopFixture(t *testing.T, wo record.WriterOptions, pressure ...v1.Taint)
 		t.Fatal(err)
 	}
 	events := k8srecord.NewFakeRecorder(100)
-	taints := plan.TaintSet{Interruption: v1.Taint{Key: "cloud", Value: "spot", Effect: v1.TaintEffectNoExecute}}
 	wo.Client, wo.NodeName, wo.Taints, wo.Clock = client, "n1", taints, f.clk
 	f.w = record.NewWriter(wo)
 	f.exec = evict.New(evict.Options{Client: client, Pods: corelisters.NewPodLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})),
@@ -122,5 +128,77 @@ func TestReconcileHandsTheWriterDrained(t *testing.T) {
 	f.l.Reconcile(ctx)
 	if f.w.Desire().Drained {
 		t.Error("drained after the notice was withdrawn")
+	}
+}
+
+// TestReprieveEvictionPlansTheNoScheduleTaint: with --interruption-eviction=reprieve the
+// writer wants the interruption taint NoSchedule, and the executor's view counts from it read
+// as NoExecute, stamped when the notice was first wanted (the fake clock's now), so that every
+// pod is planned on upstream's NoExecute schedule.
+func TestReprieveEvictionPlansTheNoScheduleTaint(t *testing.T) {
+	rp := plan.TaintSet{Interruption: v1.Taint{Key: "cloud", Value: "spot", Effect: v1.TaintEffectNoSchedule}}
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+	f := newLoopFixtureOn(t, record.WriterOptions{}, rp, node)
+	ctx := context.Background()
+	f.clk.Step(700 * time.Millisecond)
+	f.prov.Set(providers.Notice{Provider: "aws", Kind: providers.KindSpotInterruption, ID: "spot-1", Deadline: f.clk.Now().Add(2 * time.Minute)})
+	f.l.PollOnce(ctx)
+	f.l.Reconcile(ctx)
+	written := record.ComputeNodeChange(node, f.w.Desire()).Taints
+	if len(written) != 1 || written[0].Effect != v1.TaintEffectNoSchedule || written[0].Key != "cloud" {
+		t.Fatalf("taints to write %+v; want cloud=spot:NoSchedule alone", written)
+	}
+	v := f.exec.View()
+	stamp := f.clk.Now().Truncate(time.Second)
+	if len(v.Taints) != 1 || v.Taints[0].Effect != v1.TaintEffectNoExecute || v.Taints[0].TimeAdded == nil || !v.Taints[0].TimeAdded.Time.Equal(stamp) {
+		t.Errorf("the plan's taints %+v; want cloud=spot read as NoExecute from %v", v.Taints, stamp)
+	}
+	if v.Window.Taint.Effect != v1.TaintEffectNoExecute || !v.Window.HasDeadline() {
+		t.Errorf("the plan's window %+v; want the deadline and the interruption taint as NoExecute", v.Window)
+	}
+	// An hour later (the notice withdrawn), the NoSchedule taint still on the node until the
+	// writer runs is no countdown.
+	f.clk.Step(time.Hour)
+	f.prov.Set()
+	f.l.PollOnce(ctx)
+	f.l.Reconcile(ctx)
+	if v := f.exec.View(); len(v.Taints) != 0 {
+		t.Errorf("after the notice: the plan counts from %+v; want nothing", v.Taints)
+	}
+}
+
+// TestRestoreAcrossASwitchOfMode: an agent of the default mode wrote cloud=spot:NoExecute and the
+// deadline annotation, and left no readable record; the next agent runs with
+// --interruption-eviction=reprieve. It restores the notice from the other effect's taint, keeps
+// its timeAdded as the countdown's start, and wants one taint, NoSchedule, with that timeAdded.
+func TestRestoreAcrossASwitchOfMode(t *testing.T) {
+	rp := plan.TaintSet{Interruption: v1.Taint{Key: "cloud", Value: "spot", Effect: v1.TaintEffectNoSchedule}}
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	started := now.Add(-40 * time.Second)
+	deadline := now.Add(80 * time.Second)
+	node := &v1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "n1", Annotations: map[string]string{
+			record.AnnotationReclaimDeadline: deadline.Format(time.RFC3339),
+			record.AnnotationOwned:           `{"taints":["cloud:NoExecute"],"annotations":["reprieve.io/reclaim-deadline"]}`,
+		}},
+		Spec: v1.NodeSpec{Taints: []v1.Taint{{Key: "cloud", Value: "spot", Effect: v1.TaintEffectNoExecute, TimeAdded: &metav1.Time{Time: started}}}},
+	}
+	f := newLoopFixtureOn(t, record.WriterOptions{}, rp, node)
+	// The provider has not answered yet: what the node holds stands.
+	f.l.Reconcile(context.Background())
+	d := f.w.Desire()
+	if !d.Intent.Interrupting() || !d.Intent.Deadline.Equal(deadline) {
+		t.Fatalf("restored intent %+v; want the deadline %v from the node", d.Intent, deadline)
+	}
+	if n := d.Intent.Interruption; n == nil || !n.NoticeTime.Equal(started) {
+		t.Errorf("restored notice %+v; want its notice time %v, the other effect's timeAdded", n, started)
+	}
+	ch := record.ComputeNodeChange(node, d)
+	if len(ch.Taints) != 1 || ch.Taints[0].Effect != v1.TaintEffectNoSchedule || !ch.Taints[0].TimeAdded.Time.Equal(started) {
+		t.Errorf("taints to write %+v; want one, cloud=spot:NoSchedule with timeAdded %v", ch.Taints, started)
+	}
+	v := f.exec.View()
+	if len(v.Taints) != 1 || v.Taints[0].Effect != v1.TaintEffectNoExecute || !v.Taints[0].TimeAdded.Time.Equal(started) {
+		t.Errorf("the plan's taints %+v; want cloud=spot as NoExecute from %v", v.Taints, started)
 	}
 }

@@ -2,6 +2,7 @@ package interrupt
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -44,7 +45,8 @@ func (l *Loop) Reconcile(ctx context.Context) {
 	}
 	l.o.Writer.SetInterruption(wish)
 
-	planned := record.ComputeNodeChange(node, l.o.Writer.Desire()).Taints
+	desire := l.o.Writer.Desire()
+	planned := record.ComputeNodeChange(node, desire).Taints
 	for _, t := range append([]v1.Taint{l.o.Taints.Interruption, l.o.Taints.Rebalance, l.o.Taints.Maintenance}, l.o.PressureTaints...) {
 		l.o.Metrics.TaintActive.WithLabelValues(t.Key).Set(b2f(record.HasTaint(planned, t)))
 	}
@@ -53,10 +55,10 @@ func (l *Loop) Reconcile(ctx context.Context) {
 	} else {
 		l.o.Metrics.ReclaimDeadline.Set(0)
 	}
-	it := l.o.Taints.Interruption
-	it.TimeAdded = nil
-	view := evict.View{Taints: l.noExecuteTaints(planned, now), Window: plan.Window{SafetyMargin: l.o.SafetyMargin, Taint: it},
-		Notice: intent.Interruption}
+	// The plan reads the interruption taint as NoExecute in both modes (--interruption-eviction):
+	// only who carries the schedule out differs.
+	view := evict.View{Taints: l.noExecuteTaints(l.evictingTaints(node, planned, desire, intent.Interrupting()), now),
+		Window: plan.Window{SafetyMargin: l.o.SafetyMargin, Taint: l.o.Taints.Evicting()}, Notice: intent.Interruption}
 	if intent.Interrupting() {
 		view.Window.Deadline = intent.Deadline
 		view.Window.VolumeRelease = l.o.VolumeRelease
@@ -93,17 +95,15 @@ func (l *Loop) recorded(node *v1.Node) []providers.Notice {
 	}
 	name := l.o.Provider.Name()
 	var out []providers.Notice
-	if record.Owns(node, l.o.Taints.Interruption) {
+	if it, ok := l.ownedInterruption(node); ok {
 		if v, ok := node.Annotations[record.AnnotationReclaimDeadline]; ok {
 			if d, err := time.Parse(time.RFC3339, v); err == nil {
 				n := providers.Notice{Provider: name, Kind: providers.KindSpotInterruption, ID: restoredID, Deadline: d,
 					Description: "restored from the node's " + record.AnnotationReclaimDeadline + " annotation"}
 				// The taint's timeAdded is when the countdown started: a notice counted from
 				// first sight is re-anchored on it (InForce), never on this process's clock.
-				for _, t := range node.Spec.Taints {
-					if t.Key == l.o.Taints.Interruption.Key && t.Effect == l.o.Taints.Interruption.Effect && t.TimeAdded != nil {
-						n.NoticeTime = t.TimeAdded.Time
-					}
+				if it.TimeAdded != nil {
+					n.NoticeTime = it.TimeAdded.Time
 				}
 				out = append(out, n)
 			}
@@ -116,6 +116,50 @@ func (l *Loop) recorded(node *v1.Node) []providers.Notice {
 		out = append(out, providers.Notice{Provider: name, Kind: providers.KindScheduledMaintenance, ID: restoredID + "-maintenance"})
 	}
 	return out
+}
+
+// ownedInterruption returns reprieve's own interruption taint on node, in either effect: an
+// agent of the other --interruption-eviction wrote it NoExecute where this one writes
+// NoSchedule, or the reverse, and it is the same countdown. Where the node carries both, the
+// earlier timeAdded is when the countdown began.
+func (l *Loop) ownedInterruption(node *v1.Node) (v1.Taint, bool) {
+	var it v1.Taint
+	found := false
+	for _, eff := range []v1.TaintEffect{v1.TaintEffectNoExecute, v1.TaintEffectNoSchedule} {
+		want := l.o.Taints.Interruption
+		want.Effect = eff
+		if !record.Owns(node, want) {
+			continue
+		}
+		for _, t := range node.Spec.Taints {
+			if t.Key != want.Key || t.Effect != eff {
+				continue
+			}
+			if !found || it.TimeAdded == nil || (t.TimeAdded != nil && t.TimeAdded.Before(it.TimeAdded)) {
+				it = t
+			}
+			found = true
+		}
+	}
+	return it, found
+}
+
+// evictingTaints is plan.EvictingTaints of the node as it is about to be (planned). With
+// --interruption-eviction=reprieve, a NoSchedule taint of the interruption's key and value that
+// someone else put on the node before (a spot pool's own taint) is not reprieve's countdown:
+// its timeAdded, maybe days old, would make every pod due at once. The countdown then starts
+// when this agent wanted its own taint (the writer's stamp).
+func (l *Loop) evictingTaints(node *v1.Node, planned []v1.Taint, d record.NodeDesire, interrupting bool) []v1.Taint {
+	ts := l.o.Taints
+	if interrupting && ts.Eviction() == plan.EvictionReprieve && record.HasTaint(node.Spec.Taints, ts.Interruption) && !record.Owns(node, ts.Interruption) {
+		planned = slices.Clone(planned)
+		for i, t := range planned {
+			if t.Key == ts.Interruption.Key && t.Effect == ts.Interruption.Effect {
+				planned[i].TimeAdded = &metav1.Time{Time: d.AddedAt(record.TaintID(ts.Interruption))}
+			}
+		}
+	}
+	return plan.EvictingTaints(planned, ts, interrupting)
 }
 
 // restoredID is the ID of a notice read back from a node that carries no record.

@@ -23,9 +23,88 @@ type Intent struct {
 // Interrupting reports whether an interruption is pending.
 func (i Intent) Interrupting() bool { return !i.Deadline.IsZero() }
 
-// TaintSet is the parsed form of the taint flags.
+// TaintSet is the parsed form of the taint flags. Interruption is the interruption taint as
+// it is written on the node: NoExecute (EvictionKubeControllerManager) or NoSchedule
+// (EvictionReprieve); the plan reads it as NoExecute either way (Evicting).
 type TaintSet struct {
 	Interruption, Rebalance, Maintenance v1.Taint
+}
+
+// Eviction says who deletes the pods of an interruption (--interruption-eviction).
+type Eviction string
+
+const (
+	// EvictionKubeControllerManager writes the interruption taint NoExecute, as upstream's
+	// taint-based eviction reads it: kube-controller-manager's taint-eviction controller
+	// deletes each pod once its toleration runs out (at once for a pod without one), with its
+	// full grace and past any PodDisruptionBudget; reprieve evicts, through the Eviction API,
+	// only the pods the deadline needs earlier.
+	EvictionKubeControllerManager Eviction = "kube-controller-manager"
+	// EvictionReprieve writes the interruption taint NoSchedule, which the taint-eviction
+	// controller ignores: reprieve alone evicts each pod at the moment the NoExecute taint
+	// would have made it due, through the Eviction API, so that budgets hold until the
+	// pod's last safe moment.
+	EvictionReprieve Eviction = "reprieve"
+)
+
+// Evictions lists the values of --interruption-eviction, the default first.
+var Evictions = []Eviction{EvictionKubeControllerManager, EvictionReprieve}
+
+// Eviction is who deletes the pods of an interruption, from the effect of the taint written.
+func (ts TaintSet) Eviction() Eviction {
+	if ts.Interruption.Effect == v1.TaintEffectNoSchedule {
+		return EvictionReprieve
+	}
+	return EvictionKubeControllerManager
+}
+
+// Evicting is the interruption taint as the plan reads it: NoExecute whatever the effect
+// written on the node, without timeAdded. Pods are planned from their tolerations of it.
+func (ts TaintSet) Evicting() v1.Taint {
+	t := ts.Interruption
+	t.Effect, t.TimeAdded = v1.TaintEffectNoExecute, nil
+	return t
+}
+
+// IsInterruption reports whether t is the interruption taint in either mode's effect (the
+// same key and value, NoExecute or NoSchedule): a node written by an agent of the other mode
+// carries it too, and its timeAdded is the same countdown.
+func (ts TaintSet) IsInterruption(t v1.Taint) bool {
+	return t.Key == ts.Interruption.Key && t.Value == ts.Interruption.Value &&
+		(t.Effect == v1.TaintEffectNoExecute || t.Effect == v1.TaintEffectNoSchedule)
+}
+
+// EvictingTaints returns the taints the plan counts from, out of the node's taints as they are
+// about to be: every NoExecute taint and, while interrupting with EvictionReprieve, the
+// NoSchedule interruption taint read as NoExecute (the schedule is upstream's NoExecute
+// schedule in both modes; only who carries it out differs). Outside an interruption a
+// NoSchedule taint of that key evicts nothing. The interruption taint appears once: where the
+// node carries it in both effects (a switch of mode mid-window, before the writer replaced
+// one), the earlier timeAdded stands, as the countdown began then. It is pure.
+func EvictingTaints(taints []v1.Taint, ts TaintSet, interrupting bool) []v1.Taint {
+	var out []v1.Taint
+	it := -1
+	for _, t := range taints {
+		switch {
+		case t.Effect == v1.TaintEffectNoExecute && !ts.IsInterruption(t):
+			out = append(out, t)
+			continue
+		case !ts.IsInterruption(t):
+			continue
+		case t.Effect == v1.TaintEffectNoSchedule && (!interrupting || ts.Eviction() != EvictionReprieve):
+			continue
+		}
+		t.Effect = v1.TaintEffectNoExecute
+		if it < 0 {
+			it = len(out)
+			out = append(out, t)
+			continue
+		}
+		if prev := out[it].TimeAdded; prev == nil || (t.TimeAdded != nil && t.TimeAdded.Before(prev)) {
+			out[it].TimeAdded = t.TimeAdded
+		}
+	}
+	return out
 }
 
 // Intend turns notices into an intent. A rebalance recommendation only adds its soft taint. A

@@ -140,6 +140,14 @@ func ComputeNodeChange(node *v1.Node, d NodeDesire) NodeChange {
 		}
 		t := want[id]
 		at := metav1.NewTime(d.AddedAt(id))
+		for _, r := range ch.Removed {
+			// reprieve's own taint of the same key and value under another effect, which this
+			// one replaces (--interruption-eviction switched between two agents mid-window):
+			// the countdown began at its timeAdded, and must not restart now.
+			if r.Key == t.Key && r.Value == t.Value && r.TimeAdded != nil && r.TimeAdded.Before(&at) {
+				at = *r.TimeAdded
+			}
+		}
 		t.TimeAdded = &at
 		taints = append(taints, t)
 		ch.Added = append(ch.Added, t)

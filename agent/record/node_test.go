@@ -199,3 +199,48 @@ func TestMergePatchCarriesResourceVersionAndWholeTaintList(t *testing.T) {
 		t.Errorf("an emptied taint list must be sent as [] (atomic list): %s", b)
 	}
 }
+
+// TestComputeNodeChangeSwitchOfModeKeepsTimeAdded: an agent started with the other
+// --interruption-eviction mid-window replaces reprieve's own interruption taint by the one of
+// its mode's effect (NoExecute for NoSchedule, and back), in one write: one taint on the node,
+// with the countdown's timeAdded, not the moment of the switch. A foreign taint of the same key
+// is neither removed nor its time taken.
+func TestComputeNodeChangeSwitchOfModeKeepsTimeAdded(t *testing.T) {
+	kcm := testTaintSet(t)
+	rp := kcm
+	rp.Interruption.Effect = v1.TaintEffectNoSchedule
+	deadline := t0.Add(2 * time.Minute)
+	for _, step := range []struct {
+		name     string
+		from, to plan.TaintSet
+	}{{"kube-controller-manager to reprieve", kcm, rp}, {"reprieve to kube-controller-manager", rp, kcm}} {
+		t.Run(step.name, func(t *testing.T) {
+			node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+			node = apply(node, ComputeNodeChange(node, NodeDesire{Intent: interrupting(deadline), Taints: step.from, AddedAt: fixedAddedAt(t0)}))
+			// The next agent, 40 s later, of the other mode.
+			ch := ComputeNodeChange(node, NodeDesire{Intent: interrupting(deadline), Taints: step.to, AddedAt: fixedAddedAt(t0.Add(40 * time.Second))})
+			node = apply(node, ch)
+			if len(node.Spec.Taints) != 1 {
+				t.Fatalf("taints after the switch: %+v; want one", node.Spec.Taints)
+			}
+			got := node.Spec.Taints[0]
+			if got.Effect != step.to.Interruption.Effect || got.TimeAdded == nil || !got.TimeAdded.Time.Equal(t0) {
+				t.Errorf("taint after the switch %+v; want effect %s with timeAdded %v", got, step.to.Interruption.Effect, t0)
+			}
+			if len(ch.Removed) != 1 || len(ch.Added) != 1 {
+				t.Errorf("removed %+v, added %+v; want one each", ch.Removed, ch.Added)
+			}
+			if !Owns(node, step.to.Interruption) || Owns(node, step.from.Interruption) {
+				t.Errorf("owned %q; want only the new effect's", node.Annotations[AnnotationOwned])
+			}
+		})
+	}
+	// A foreign cloud=spot:NoExecute (kubectl's, not in the ownership record) stays beside the
+	// reprieve mode's own taint, which counts from its own stamp.
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: v1.NodeSpec{Taints: []v1.Taint{
+		{Key: "cloud", Value: "spot", Effect: v1.TaintEffectNoExecute, TimeAdded: &metav1.Time{Time: t0.Add(-time.Hour)}}}}}
+	ch := ComputeNodeChange(node, NodeDesire{Intent: interrupting(deadline), Taints: rp, AddedAt: fixedAddedAt(t0)})
+	if len(ch.Taints) != 2 || len(ch.Removed) != 0 || len(ch.Added) != 1 || !ch.Added[0].TimeAdded.Time.Equal(t0) {
+		t.Errorf("foreign taint: taints %+v, removed %+v, added %+v; want the foreign one kept and ours stamped %v", ch.Taints, ch.Removed, ch.Added, t0)
+	}
+}

@@ -89,6 +89,7 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer, cli
 
 	r := &doctorReport{w: stdout}
 	fmt.Fprintf(stdout, "reprieve doctor: node %s, provider %s\n", cfg.NodeName, cfg.Provider)
+	fmt.Fprintf(stdout, "%s\n", agent.EvictionSummary(cfg))
 	client, node := checkKubernetes(ctx, r, cfg, clientFor)
 	checkMetadata(ctx, r, cfg, node)
 	checkOverlaps(ctx, r, cfg, client, node)

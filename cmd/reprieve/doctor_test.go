@@ -66,10 +66,16 @@ func TestDoctorAllGreenAndMissingNode(t *testing.T) {
 	}
 	// The fixture carries GKE's kubelet configuration, which doctor finds at GKE's path.
 	for _, want := range []string{"ok    kubelet config ", "(GKE): evictionHard memory.available<100Mi", "graceful node shutdown 30s (15s of it for critical pods)",
-		"ok    memory.available ", "ok    pid.available "} {
+		"ok    memory.available ", "ok    pid.available ", "interruption eviction: kube-controller-manager: under the interruption taint cloud=spot:NoExecute"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("no %q in\n%s", want, out.String())
 		}
+	}
+	// The mode that keeps budgets says so, and which taint the node gets.
+	out.Reset()
+	if code := runDoctor(context.Background(), []string{"--node=n1", "--provider=none", "--host-root=" + host, "--kubelet-root-dir=/", "--imagefs-dir=/", "--interruption-eviction=reprieve"}, &out, &errOut,
+		doctorClient(permission{}, "n1")); code != 0 || !strings.Contains(out.String(), "interruption eviction: reprieve: the interruption taint cloud=spot:NoSchedule keeps kube-controller-manager's taint eviction out") {
+		t.Errorf("exit %d; want 0 and the reprieve mode named:\n%s", code, out.String())
 	}
 	out.Reset()
 	if code := runDoctor(context.Background(), []string{"--node=n2", "--provider=none", "--host-root=/nonexistent"}, &out, &errOut,

@@ -208,6 +208,11 @@ func writePlanTable(w io.Writer, plan agent.NodePlan) error {
 	default:
 		fmt.Fprintf(w, ", no deadline\n")
 	}
+	if plan.InterruptionEviction == "reprieve" {
+		fmt.Fprintf(w, "Interruption eviction: reprieve (the node gets %s, which kube-controller-manager ignores; budgets hold until each pod's LATEST)\n", plan.InterruptionTaint)
+	} else {
+		fmt.Fprintf(w, "Interruption eviction: kube-controller-manager (the node gets %s; its taint-eviction controller deletes each pod at DUE, past its budget)\n", plan.InterruptionTaint)
+	}
 	fmt.Fprintf(w, "NoExecute taints: %s\n\n", strings.Join(append([]string{}, plan.NoExecuteTaints...), ", "))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "POD\tACTION\tEVICT AT\tGRACE\tDUE\tLATEST\tDECIDED BY\tPDB")

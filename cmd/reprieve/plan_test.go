@@ -82,9 +82,19 @@ func TestPlanTable(t *testing.T) {
 	if code := runPlan(context.Background(), []string{"--node=n1", "--deadline=2026-12-01T10:02:00Z"}, &out, &errOut, planNow, planClient(t)); code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
-	for _, want := range []string{"deadline 2026-12-01T10:02:00Z (T+120.0s)", "shop/web", "T+30.0s", "cloud=spot:NoExecute tolerated cloud=spot:NoExecute for 30s", "jobs/batch"} {
+	for _, want := range []string{"deadline 2026-12-01T10:02:00Z (T+120.0s)", "shop/web", "T+30.0s", "cloud=spot:NoExecute tolerated cloud=spot:NoExecute for 30s", "jobs/batch",
+		"Interruption eviction: kube-controller-manager (the node gets cloud=spot:NoExecute"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	if code := runPlan(context.Background(), []string{"--node=n1", "--deadline=2026-12-01T10:02:00Z", "--interruption-eviction=reprieve"}, &out, &errOut, planNow, planClient(t)); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	for _, want := range []string{"Interruption eviction: reprieve (the node gets cloud=spot:NoSchedule", "NoExecute taints: cloud=spot:NoExecute@", "T+30.0s"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("reprieve mode: table lacks %q:\n%s", want, out.String())
 		}
 	}
 }

@@ -1,7 +1,9 @@
 // Command demo shows reprieve handling a spot interruption end to end on a laptop: it starts a
-// local control plane (etcd, kube-apiserver, kwok), amazon-ec2-metadata-mock posting a spot
-// notice with a short reclaim window, and the reprieve binary, then prints what happened to
-// every pod. Run it with `make demo`.
+// local control plane (etcd, kube-apiserver, kube-controller-manager with the taint-eviction,
+// node-lifecycle and disruption controllers that every managed cluster runs, and kwok),
+// amazon-ec2-metadata-mock posting a spot notice with a short reclaim window, and the reprieve
+// binary, then prints what happened to every pod. Run it with `make demo`; `make demo
+// DEMO_ARGS=-interruption-eviction=reprieve` shows the mode that keeps budgets.
 package main
 
 import (
@@ -10,9 +12,11 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/plan"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 	"github.com/reprieve-dev/reprieve/test/testenv"
 )
@@ -23,7 +27,13 @@ func main() {
 	margin := flag.Duration("safety-margin", 5*time.Second, "reprieve's --safety-margin")
 	scen := flag.String("scenario", envOr("REPRIEVE_DEMO_SCENARIO", "preemption"),
 		"preemption, or gpu-maintenance (with -provider=gcp: host maintenance of a GPU VM, whose window starts -window after the notice, 90s unless set; $REPRIEVE_DEMO_SCENARIO)")
+	eviction := flag.String("interruption-eviction", string(plan.EvictionKubeControllerManager),
+		"reprieve's --interruption-eviction: kube-controller-manager (the NoExecute taint, which its taint-eviction controller acts on) or reprieve (the NoSchedule taint: reprieve alone evicts, budgets kept)")
 	flag.Parse()
+	if !slices.Contains(plan.Evictions, plan.Eviction(*eviction)) {
+		fmt.Fprintf(os.Stderr, "demo: -interruption-eviction %q: want kube-controller-manager or reprieve\n", *eviction)
+		os.Exit(2)
+	}
 	clouds := map[string]scenario.Cloud{"aws": scenario.AWS{}, "gcp": scenario.GCP{}, "azure": scenario.Azure{}}
 	cloud, ok := clouds[*provider]
 	if !ok {
@@ -50,7 +60,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "demo: -scenario %q: want preemption or gpu-maintenance\n", *scen)
 		os.Exit(2)
 	}
-	if err := run(*provider, *scen, cloud, *window, *margin, extra); err != nil {
+	if err := run(*provider, *scen, cloud, *window, *margin, plan.Eviction(*eviction), extra); err != nil {
 		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
 		os.Exit(1)
 	}
@@ -64,7 +74,7 @@ func envOr(name, def string) string {
 	return def
 }
 
-func run(provider, scen string, cloud scenario.Cloud, window, margin time.Duration, extra []string) error {
+func run(provider, scen string, cloud scenario.Cloud, window, margin time.Duration, eviction plan.Eviction, extra []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
@@ -83,8 +93,11 @@ func run(provider, scen string, cloud scenario.Cloud, window, margin time.Durati
 	}
 	ctx, cancel := context.WithTimeout(ctx, window+2*time.Minute)
 	defer cancel()
-	step("starting etcd, kube-apiserver and kwok on 127.0.0.1 (logs in %s)", logDir)
-	env, err := testenv.Start(ctx, testenv.Options{LogDir: logDir})
+	// kube-controller-manager as in every managed cluster: its taint-eviction controller acts on
+	// the NoExecute taint (it needs the node-lifecycle controller's pod index), and the
+	// disruption controller keeps the budget's status.
+	step("starting etcd, kube-apiserver, kube-controller-manager and kwok on 127.0.0.1 (logs in %s)", logDir)
+	env, err := testenv.Start(ctx, testenv.Options{LogDir: logDir, ControllerManager: true, Controllers: testenv.DefaultControllers})
 	if err != nil {
 		return err
 	}
@@ -101,25 +114,34 @@ func run(provider, scen string, cloud scenario.Cloud, window, margin time.Durati
 			"and maintenance-event TERMINATE_ON_HOST_MAINTENANCE; reprieve (%s) keeps new pods off at once and interrupts at the window's start - lead",
 			window, strings.Join(extra, " "))
 	}
-	step("creating node demo-node with %d pods; %s", len(pods), what)
+	step("creating node demo-node with %d pods; reprieve runs with --interruption-eviction=%s; %s", len(pods), eviction, what)
 	res, err := scenario.RunSpot(ctx, scenario.SpotOptions{
 		Env: env, ReprieveBin: bin, Namespace: "demo", Node: "demo-node", Pods: pods, Cloud: cloud,
-		NoticeDelay: 3 * time.Second, Window: window, SafetyMargin: margin, LogDir: logDir, ExtraArgs: extra,
+		NoticeDelay: 3 * time.Second, Window: window, SafetyMargin: margin, LogDir: logDir, ExtraArgs: extra, Eviction: eviction,
 	})
 	if err != nil {
 		return err
 	}
+	taint := "cloud=spot:NoExecute"
+	if eviction == plan.EvictionReprieve {
+		taint = "cloud=spot:NoSchedule"
+	}
 	step("done; times are relative to the taint's timeAdded (T)")
-	fmt.Printf("\n%s notice posted at T%+.2fs, node tainted cloud=spot:NoExecute at T%+.2fs; reclaim deadline T%+.0fs; every evicted pod must be gone by T%+.0fs (deadline - %s margin)\n\n",
-		provider, res.NoticePostedAt.Sub(res.TimeAdded).Seconds(), res.TaintSeenAt.Sub(res.TimeAdded).Seconds(), res.Deadline.Sub(res.TimeAdded).Seconds(), res.Window.End().Sub(res.TimeAdded).Seconds(), margin)
+	fmt.Printf("\n%s notice posted at T%+.2fs, node tainted %s at T%+.2fs; reclaim deadline T%+.0fs; every evicted pod must be gone by T%+.0fs (deadline - %s margin)\n\n",
+		provider, res.NoticePostedAt.Sub(res.TimeAdded).Seconds(), taint, res.TaintSeenAt.Sub(res.TimeAdded).Seconds(), res.Deadline.Sub(res.TimeAdded).Seconds(), res.Window.End().Sub(res.TimeAdded).Seconds(), margin)
 	if err := scenario.PrintTable(os.Stdout, res.TimeAdded, res.Rows); err != nil {
 		return err
 	}
-	// What no real cluster shows: every managed cluster runs kube-controller-manager, whose
-	// taint-eviction controller deletes an untolerating pod at once, past its budget.
-	fmt.Println("This demo runs no kube-controller-manager. In a real cluster its taint-eviction controller deletes\n" +
-		"every pod that does not tolerate the NoExecute taint at once, past any PodDisruptionBudget, so the\n" +
-		"budget-held row is deleted at T+0 there (docs/faq.md, the taint-eviction-controller question).")
+	if eviction == plan.EvictionReprieve {
+		fmt.Println("\nkube-controller-manager ran beside reprieve and deleted nothing: its taint-eviction controller acts\n" +
+			"on NoExecute taints only. Every pod left at reprieve's plan, and each budget-blocked pod was kept\n" +
+			"until its last safe moment, then forced (docs/install.md#budgets).")
+	} else {
+		fmt.Println("\nkube-controller-manager ran beside reprieve, as in every managed cluster: its taint-eviction controller\n" +
+			"deleted each pod that does not tolerate the NoExecute taint at once, with its full grace and past any\n" +
+			"PodDisruptionBudget, and reprieve cut the graces that would end past the deadline. To keep budgets until\n" +
+			"each pod's last safe moment: make demo DEMO_ARGS=-interruption-eviction=reprieve (docs/install.md#budgets).")
+	}
 	planned, inTime := 0, 0
 	for _, r := range res.Rows {
 		if !r.Planned.IsZero() {

@@ -109,7 +109,7 @@ var chartCases = []chartCase{
 	{"azure-off", []string{"--set", "cloud=azure,pressure.source=off"}},
 	{"every-value", []string{"-f", "deploy/chart/values-gcp.yaml", "--set-json", `{
 		"metrics": {"port": 9090}, "interruptionTaint": "example.com/reclaim:NoExecute",
-		"safetyMargin": "10s", "dryRun": true, "extraArgs": ["--evict-daemonset-pods", "-v=2"],
+		"interruptionEviction": "reprieve", "safetyMargin": "10s", "dryRun": true, "extraArgs": ["--evict-daemonset-pods", "-v=2"],
 		"webhook": {"urlSecret": {"name": "hook", "key": "endpoint"}, "headersSecret": {"name": "hook-headers"}},
 		"pressure": {"thresholds": "memory.available<500Mi,nodefs.available<15%", "headroom": "0.05",
 			"transitionPeriod": "2m", "kubeletConfig": "/etc/kubernetes/kubelet.yaml"},
@@ -139,6 +139,7 @@ func testChartLint(t *testing.T) {
 		{"nodes=ondemand", "nodes"},
 		{"pressure.source=proc", "source"},
 		{"interruptionTaint=cloud=spot:NoSchedule", "interruptionTaint"},
+		{"interruptionEviction=budgets", "interruptionEviction"},
 		{"pressure.source=off,pressure.kubeletInsecureTLS=true", "pressure.source=summary or host only"},
 		{"metrics.port=0", "port"},
 		// Misspelled keys are errors, not silently ignored values.

@@ -350,6 +350,6 @@ func TestLifecycleGuardCertificateSurvivesReapply(t *testing.T) {
 	defer func() { _ = replicas[0].Stop() }()
 	waitFor(ctx, t, "the warning gone with a replica back", func() bool {
 		code, body := readyz()
-		return code == http.StatusOK && body == "ok"
+		return code == http.StatusOK && strings.HasPrefix(body, "ok\n") && !strings.Contains(body, "warning:")
 	})
 }

@@ -17,6 +17,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/plan"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 )
 
@@ -111,6 +112,52 @@ func TestSpotInterruption(t *testing.T) {
 		t.Errorf("rebalance taint missing: %+v", res.Node.Spec.Taints)
 	}
 
+	assertAsPlanned(t, res, expected)
+	// Events, as the API server holds them.
+	reasons := res.EventReasons()
+	node := "spot-node"
+	for _, want := range []string{
+		node + " " + events.ReasonSpotInterruption, node + " " + events.ReasonTaintApplied, node + " " + events.ReasonInterruptionHandled,
+		"no-toleration " + events.ReasonEvicted, "tolerate-10s " + events.ReasonEvictionScheduled, "tolerate-10s " + events.ReasonEvicted,
+		"tolerate-600s " + events.ReasonEvictionScheduled, "grace-longer-than-window " + events.ReasonGraceShortened,
+		"pdb-blocked " + events.ReasonEvictionBlocked, "pdb-blocked " + events.ReasonForceDeleted,
+	} {
+		if reasons[want] == 0 {
+			t.Errorf("no event %q; events: %v", want, reasons)
+		}
+	}
+	for _, e := range res.NodeEvents {
+		if e.Reason == events.ReasonInterruptionHandled && !strings.Contains(e.Message, "7 pods evicted, 7 gone before") {
+			t.Errorf("summary = %q, want 7 pods evicted, all gone before the window's end", e.Message)
+		}
+	}
+	for _, bad := range []string{"tolerate-forever", "daemonset", "mirror"} {
+		for r := range reasons {
+			if strings.HasPrefix(r, bad+" ") {
+				t.Errorf("event about a pod reprieve leaves alone: %s", r)
+			}
+		}
+	}
+	for _, m := range []string{
+		`reprieve_evictions_missed_deadline_total 0`,
+		`reprieve_evictions_requests_total{result="evicted"} 6`,
+		`reprieve_evictions_requests_total{result="forced_delete"} 1`,
+		`reprieve_notices_received_total{kind="spot-interruption",provider="aws"} 1`,
+	} {
+		if !strings.Contains(res.Metrics, m) {
+			t.Errorf("metrics lack %q", m)
+		}
+	}
+	if res.ExitCode != 0 {
+		t.Errorf("reprieve exited %d after SIGTERM, want 0", res.ExitCode)
+	}
+}
+
+// assertAsPlanned checks every pod of expected against its hand-computed plan: left alone, or
+// deleted at its planned moment (never before it, at most slack after it or after the taint
+// was seen), with the grace expected, and gone by the window's end.
+func assertAsPlanned(t *testing.T, res *scenario.SpotResult, expected map[string]expectation) {
+	t.Helper()
 	end := res.Window.End()
 	for name, exp := range expected {
 		row, ok := res.Row(name)
@@ -161,44 +208,6 @@ func TestSpotInterruption(t *testing.T) {
 		}
 		assertInTime(t, name, row, end)
 	}
-	// Events, as the API server holds them.
-	reasons := res.EventReasons()
-	node := "spot-node"
-	for _, want := range []string{
-		node + " " + events.ReasonSpotInterruption, node + " " + events.ReasonTaintApplied, node + " " + events.ReasonInterruptionHandled,
-		"no-toleration " + events.ReasonEvicted, "tolerate-10s " + events.ReasonEvictionScheduled, "tolerate-10s " + events.ReasonEvicted,
-		"tolerate-600s " + events.ReasonEvictionScheduled, "grace-longer-than-window " + events.ReasonGraceShortened,
-		"pdb-blocked " + events.ReasonEvictionBlocked, "pdb-blocked " + events.ReasonForceDeleted,
-	} {
-		if reasons[want] == 0 {
-			t.Errorf("no event %q; events: %v", want, reasons)
-		}
-	}
-	for _, e := range res.NodeEvents {
-		if e.Reason == events.ReasonInterruptionHandled && !strings.Contains(e.Message, "7 pods evicted, 7 gone before") {
-			t.Errorf("summary = %q, want 7 pods evicted, all gone before the window's end", e.Message)
-		}
-	}
-	for _, bad := range []string{"tolerate-forever", "daemonset", "mirror"} {
-		for r := range reasons {
-			if strings.HasPrefix(r, bad+" ") {
-				t.Errorf("event about a pod reprieve leaves alone: %s", r)
-			}
-		}
-	}
-	for _, m := range []string{
-		`reprieve_evictions_missed_deadline_total 0`,
-		`reprieve_evictions_requests_total{result="evicted"} 6`,
-		`reprieve_evictions_requests_total{result="forced_delete"} 1`,
-		`reprieve_notices_received_total{kind="spot-interruption",provider="aws"} 1`,
-	} {
-		if !strings.Contains(res.Metrics, m) {
-			t.Errorf("metrics lack %q", m)
-		}
-	}
-	if res.ExitCode != 0 {
-		t.Errorf("reprieve exited %d after SIGTERM, want 0", res.ExitCode)
-	}
 }
 
 // TestWithTaintEvictionController runs the tests that need kube-controller-manager's
@@ -229,6 +238,10 @@ func TestWithTaintEvictionController(t *testing.T) {
 	t.Run("SpotInterruption", func(t *testing.T) {
 		t.Parallel()
 		spotInterruptionWithTaintEvictionController(ctx, t)
+	})
+	t.Run("SpotInterruptionBudgetMode", func(t *testing.T) {
+		t.Parallel()
+		spotInterruptionBudgetMode(ctx, t)
 	})
 	t.Run("RecordForeverIgnoresOtherTaints", func(t *testing.T) {
 		t.Parallel()
@@ -270,6 +283,101 @@ func spotInterruptionWithTaintEvictionController(ctx context.Context, t *testing
 	if row, _ := res.Row("grace-longer-than-window"); row.Record.LastGrace >= 300 {
 		t.Errorf("grace-longer-than-window: grace %ds, want shortened to fit the window", row.Record.LastGrace)
 	}
+	// What the default mode costs a budget (issue 36, item 2): the controller deletes the
+	// budget-blocked pod at once, with its full grace, never asking the budget, long before
+	// the last safe moment at which reprieve would have forced it (E - 5 s).
+	row, _ := res.Row("pdb-blocked")
+	rec := row.Record
+	if !row.KubeControllerManager {
+		t.Errorf("pdb-blocked: no %s event; want kube-controller-manager to have marked it for deletion", scenario.ReasonTaintManagerEviction)
+	}
+	if rec.DeletedAt.IsZero() || rec.DeletedAt.After(res.TaintSeenAt.Add(5*time.Second)) || rec.Grace != 5 {
+		t.Errorf("pdb-blocked: deleted at T%+.2fs with grace %ds (taint seen T%+.2fs); want at once, with its 5 s, by kube-controller-manager",
+			rec.DeletedAt.Sub(res.TimeAdded).Seconds(), rec.Grace, res.TaintSeenAt.Sub(res.TimeAdded).Seconds())
+	}
+	if n := res.EventReasons()["pdb-blocked "+events.ReasonForceDeleted]; n != 0 {
+		t.Errorf("pdb-blocked: reprieve forced it (%d %s events); want it deleted by kube-controller-manager before its last safe moment", n, events.ReasonForceDeleted)
+	}
+	if !strings.Contains(scenarioTable(res), "deleted by kube-controller-manager, past its budget") {
+		t.Errorf("the table does not say that kube-controller-manager deleted pdb-blocked past its budget:\n%s", scenarioTable(res))
+	}
+}
+
+// spotInterruptionBudgetMode (issue 36, item 2) runs the scenario with
+// --interruption-eviction=reprieve beside kube-controller-manager's taint-eviction controller:
+// the taint is NoSchedule, the controller deletes nothing, and every pod leaves exactly when
+// reprieve alone plans it, as in TestSpotInterruption without the controller: no pod under a
+// budget is deleted before its last safe moment, and each is forced then.
+func spotInterruptionBudgetMode(ctx context.Context, t *testing.T) {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	// Without the DaemonSet pod (see spotInterruptionWithTaintEvictionController); with a second
+	// budget-blocked pod, due at T+10 by its toleration.
+	var pods []scenario.Pod
+	for _, p := range scenario.Mixed() {
+		if p.Kind != scenario.DaemonSet {
+			pods = append(pods, p)
+		}
+	}
+	ten := int64(10)
+	five := int64(5)
+	pods = append(pods, scenario.Pod{Name: "pdb-tolerate-10s", Kind: scenario.Plain, Tolerate: &ten, Grace: &five, PDB: true})
+	exp := map[string]expectation{}
+	for name, e := range expected {
+		if name != "daemonset" {
+			exp[name] = e
+		}
+	}
+	forcePoint := func(T, E time.Time) time.Time { return E.Add(-5 * time.Second) }
+	exp["pdb-tolerate-10s"] = expectation{plan: func(T, E time.Time) time.Time { return T.Add(10 * time.Second) }, acted: forcePoint, grace: fixed(5)}
+
+	res := runSpot(ctx, t, scenario.SpotOptions{Namespace: "spot-budget", Node: "spot-budget-node", Pods: pods, Eviction: plan.EvictionReprieve})
+	defer func() {
+		if t.Failed() {
+			t.Logf("reprieve's log, the lines about pods and errors:\n%s", res.AgentLines(80))
+		}
+	}()
+	if !hasTaint(res.Node, "cloud", v1.TaintEffectNoSchedule) || hasTaint(res.Node, "cloud", v1.TaintEffectNoExecute) {
+		t.Errorf("taints %+v; want cloud=spot:NoSchedule and no NoExecute one", res.Node.Spec.Taints)
+	}
+	if !env.ControllerManagerRunning("taint-eviction-controller") {
+		t.Fatal("kube-controller-manager's taint-eviction controller is not running: the test proves nothing")
+	}
+	assertAsPlanned(t, res, exp)
+	for _, row := range res.Rows {
+		if row.KubeControllerManager {
+			t.Errorf("pod %s: kube-controller-manager marked it for deletion under the NoSchedule taint", row.Pod)
+		}
+	}
+	// Each budget-protected pod: refused until its last safe moment, deleted then and not
+	// before, by reprieve.
+	reasons := res.EventReasons()
+	end := res.Window.End()
+	for _, name := range []string{"pdb-blocked", "pdb-tolerate-10s"} {
+		row, _ := res.Row(name)
+		last := end.Add(-5*time.Second - plan.EvictionLead)
+		if d := row.Record.DeletedAt; d.IsZero() || d.Before(last.Add(-slack)) {
+			t.Errorf("%s: deleted at T%+.2fs; want not before its last safe moment T%+.2fs", name, d.Sub(res.TimeAdded).Seconds(), last.Sub(res.TimeAdded).Seconds())
+		}
+		if reasons[name+" "+events.ReasonEvictionBlocked] == 0 || reasons[name+" "+events.ReasonForceDeleted] == 0 {
+			t.Errorf("%s: events %v; want %s, then %s", name, reasons, events.ReasonEvictionBlocked, events.ReasonForceDeleted)
+		}
+	}
+	if !strings.Contains(scenarioTable(res), "budget held, then forced") {
+		t.Errorf("the table does not say budget held, then forced:\n%s", scenarioTable(res))
+	}
+	for _, m := range []string{`reprieve_evictions_missed_deadline_total 0`, `reprieve_evictions_requests_total{result="forced_delete"} 2`} {
+		if !strings.Contains(res.Metrics, m) {
+			t.Errorf("metrics lack %q", m)
+		}
+	}
+}
+
+// scenarioTable is the demo's table of res.
+func scenarioTable(res *scenario.SpotResult) string {
+	var buf bytes.Buffer
+	_ = scenario.PrintTable(&buf, res.TimeAdded, res.Rows)
+	return buf.String()
 }
 
 func run(ctx context.Context, t *testing.T, name string, args ...string) *scenario.SpotResult {
@@ -280,13 +388,15 @@ func run(ctx context.Context, t *testing.T, name string, args ...string) *scenar
 // runPods is run with a workload of its own.
 func runPods(ctx context.Context, t *testing.T, name string, pods []scenario.Pod, args ...string) *scenario.SpotResult {
 	t.Helper()
-	res, err := scenario.RunSpot(ctx, scenario.SpotOptions{
-		Env: env, ReprieveBin: reprieveBin,
-		Namespace: name, Node: name + "-node",
-		Pods:        pods,
-		NoticeDelay: 3 * time.Second, Window: window, SafetyMargin: margin,
-		LogDir: logDir, Kubeconfig: agentKubeconfig, ExtraArgs: args,
-	})
+	return runSpot(ctx, t, scenario.SpotOptions{Namespace: name, Node: name + "-node", Pods: pods, ExtraArgs: args})
+}
+
+// runSpot runs o with the package's binary, agent identity, window and margin.
+func runSpot(ctx context.Context, t *testing.T, o scenario.SpotOptions) *scenario.SpotResult {
+	t.Helper()
+	o.Env, o.ReprieveBin, o.LogDir, o.Kubeconfig = env, reprieveBin, logDir, agentKubeconfig
+	o.NoticeDelay, o.Window, o.SafetyMargin = 3*time.Second, window, margin
+	res, err := scenario.RunSpot(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -171,8 +171,12 @@ type Row struct {
 	// ByDeadline is true when the window, not the pod's toleration, set Planned (plan.Plan); PDB
 	// when a PodDisruptionBudget that allows no disruption covers the pod.
 	ByDeadline, PDB bool
-	Note            string
-	Record          Record
+	// KubeControllerManager is set when kube-controller-manager's taint-eviction controller
+	// marked the pod for deletion (its TaintManagerEviction event): under the NoExecute taint
+	// it deletes a pod the moment its toleration runs out, past any PodDisruptionBudget.
+	KubeControllerManager bool
+	Note                  string
+	Record                Record
 	// End is when every evicted pod must be gone (deadline - safety margin).
 	End time.Time
 }
@@ -231,16 +235,30 @@ GRACE ASKED: the pod's terminationGracePeriodSeconds; GRACE GIVEN: the grace its
 BY D - MARGIN: gone by the deadline less the safety margin, as reprieve promises.
 WHY: at its toleration; moved earlier for the window; clamped (its whole grace does not fit,
   it gets what does); budget held (a PodDisruptionBudget refused the eviction until the pod's
-  last safe moment, then it was forced with its grace); or why reprieve left it alone.
+  last safe moment, then it was forced with its grace); deleted by kube-controller-manager (its
+  taint-eviction controller, under the NoExecute taint, deletes a pod when its toleration runs
+  out, at once without one, with its full grace and past any PodDisruptionBudget; reprieve then
+  only cuts a grace that would end past D - margin; --interruption-eviction=reprieve keeps it
+  out); or why reprieve left it alone.
 `
 
 // why is the WHY column of r.
 func (r Row) why() string {
 	switch {
+	case r.Planned.IsZero() && r.KubeControllerManager && !r.Record.DeletedAt.IsZero():
+		// A pod reprieve leaves alone (a mirror or DaemonSet pod) that does not tolerate
+		// the NoExecute taint.
+		return "deleted by kube-controller-manager"
 	case r.Planned.IsZero():
 		return "-"
 	case r.Record.DeletedAt.IsZero():
 		return "not sent"
+	case r.KubeControllerManager && r.Record.LastGrace > 0 && r.Record.LastGrace < r.Record.Grace:
+		return fmt.Sprintf("deleted by kube-controller-manager, grace cut by reprieve to %ds", r.Record.LastGrace)
+	case r.KubeControllerManager && r.PDB:
+		return "deleted by kube-controller-manager, past its budget"
+	case r.KubeControllerManager:
+		return "deleted by kube-controller-manager"
 	case r.PDB:
 		return "budget held, then forced"
 	case r.Record.LastGrace > 0 && r.Record.LastGrace < r.Grace:

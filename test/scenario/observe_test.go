@@ -21,6 +21,11 @@ func TestPrintTable(t *testing.T) {
 		{Pod: "tolerate-10s", Toleration: "10s", Grace: 5, Planned: t0.Add(10 * time.Second), End: end, Record: gone(10*time.Second, 5*time.Second, 5)},
 		{Pod: "pdb-blocked", Toleration: "none", Grace: 5, Planned: t0, PDB: true, End: end, Record: gone(30*time.Second, 5*time.Second, 5)},
 		{Pod: "mirror", Toleration: "none", Grace: 5, Note: "left alone: mirror-pod", End: end},
+		// kube-controller-manager's taint eviction, under the NoExecute taint.
+		{Pod: "kcm-pdb", Toleration: "none", Grace: 5, Planned: t0, PDB: true, KubeControllerManager: true, End: end, Record: gone(2*time.Second, 5*time.Second, 5)},
+		{Pod: "kcm-long", Toleration: "none", Grace: 300, Planned: t0.Add(-265 * time.Second), ByDeadline: true, KubeControllerManager: true, End: end,
+			Record: Record{DeletedAt: t0.Add(2 * time.Second), GoneAt: t0.Add(34 * time.Second), Grace: 300, LastGrace: 32}},
+		{Pod: "kcm-mirror", Toleration: "none", Grace: 5, Note: "left alone: mirror-pod", KubeControllerManager: true, End: end, Record: gone(time.Second, 5*time.Second, 5)},
 	}
 	var b bytes.Buffer
 	if err := PrintTable(&b, t0, rows); err != nil {
@@ -42,6 +47,9 @@ func TestPrintTable(t *testing.T) {
 		"tolerate-10s":  {"+10.00s", "at its toleration"},
 		"pdb-blocked":   {"+0.00s", "+30.00s", "budget held, then forced"},
 		"mirror":        {"left alone: mirror-pod"},
+		"kcm-pdb":       {"+0.00s", "+2.00s", "deleted by kube-controller-manager, past its budget"},
+		"kcm-long":      {"deleted by kube-controller-manager, grace cut by reprieve to 32s"},
+		"kcm-mirror":    {"left alone: mirror-pod", "deleted by kube-controller-manager"},
 	} {
 		l := line(pod)
 		for _, w := range want {
@@ -53,7 +61,7 @@ func TestPrintTable(t *testing.T) {
 	if strings.Contains(out, "-265") || strings.Contains(out, "PLANNED") {
 		t.Errorf("a send time before the notice, or the old header:\n%s", out)
 	}
-	if !strings.Contains(out, "SEND AT:") || !strings.Contains(out, "WHY:") {
+	if !strings.Contains(out, "SEND AT:") || !strings.Contains(out, "WHY:") || !strings.Contains(out, "deleted by kube-controller-manager (its") {
 		t.Errorf("no legend under the table:\n%s", out)
 	}
 }

@@ -83,6 +83,9 @@ type SpotOptions struct {
 	Kubeconfig string
 	// Cloud simulates the cloud; nil is AWS (amazon-ec2-metadata-mock).
 	Cloud Cloud
+	// Eviction is reprieve's --interruption-eviction; empty is the default,
+	// kube-controller-manager (the NoExecute taint).
+	Eviction plan.Eviction
 }
 
 // Cloud is a simulated cloud that posts one interruption notice for a node.
@@ -173,6 +176,24 @@ func (r *SpotResult) EventReasons() map[string]int {
 	return out
 }
 
+// ReasonTaintManagerEviction is the event kube-controller-manager's taint-eviction controller
+// records on a pod it deletes ("Marking for deletion Pod ns/name", emitPodDeletionEvent in
+// pkg/controller/tainteviction/taint_eviction.go), and on one whose deletion it cancels
+// ("Cancelling deletion of Pod ...").
+const ReasonTaintManagerEviction = "TaintManagerEviction"
+
+// MarkedByTaintEviction returns the pods, by name, that kube-controller-manager's taint-eviction
+// controller marked for deletion, from events.
+func MarkedByTaintEviction(events []v1.Event) map[string]bool {
+	out := map[string]bool{}
+	for _, e := range events {
+		if e.Reason == ReasonTaintManagerEviction && e.InvolvedObject.Kind == "Pod" && strings.HasPrefix(e.Message, "Marking for deletion") {
+			out[e.InvolvedObject.Name] = true
+		}
+	}
+	return out
+}
+
 // Row returns the row of pod name.
 func (r *SpotResult) Row(name string) (Row, bool) {
 	for _, row := range r.Rows {
@@ -191,6 +212,13 @@ func RunSpot(ctx context.Context, o SpotOptions) (*SpotResult, error) {
 	taint, err := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
 	if err != nil {
 		return nil, err
+	}
+	ts := plan.TaintSet{Interruption: taint}
+	var modeArgs []string
+	if o.Eviction == plan.EvictionReprieve {
+		// The node gets the taint NoSchedule; the pods tolerate it as NoExecute all the same.
+		ts.Interruption.Effect = v1.TaintEffectNoSchedule
+		modeArgs = []string{"--interruption-eviction=" + string(o.Eviction)}
 	}
 	if err := o.Env.CreateNamespace(ctx, o.Namespace); err != nil {
 		return nil, err
@@ -220,7 +248,7 @@ func RunSpot(ctx context.Context, o SpotOptions) (*SpotResult, error) {
 	rp, metricsAddr, err := StartReprieve(ctx, o.ReprieveBin, o.LogDir, o.Node, append(append([]string{
 		"--kubeconfig=" + o.kubeconfig(),
 		"--safety-margin=" + o.SafetyMargin.String(),
-	}, posted.Args...), o.ExtraArgs...)...)
+	}, posted.Args...), append(modeArgs, o.ExtraArgs...)...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -236,7 +264,7 @@ func RunSpot(ctx context.Context, o SpotOptions) (*SpotResult, error) {
 			return false, nil
 		}
 		for _, t := range n.Spec.Taints {
-			if t.Key == taint.Key && t.Effect == taint.Effect && t.TimeAdded != nil {
+			if t.Key == taint.Key && t.Effect == ts.Interruption.Effect && t.TimeAdded != nil {
 				res.TaintSeenAt, res.TimeAdded, res.Node = time.Now(), t.TimeAdded.Time, n
 				return true, nil
 			}
@@ -259,12 +287,7 @@ func RunSpot(ctx context.Context, o SpotOptions) (*SpotResult, error) {
 	if err != nil {
 		return fail(fmt.Errorf("listing pods: %w", err))
 	}
-	var noExec []v1.Taint
-	for _, t := range res.Node.Spec.Taints {
-		if t.Effect == v1.TaintEffectNoExecute {
-			noExec = append(noExec, t)
-		}
-	}
+	noExec := plan.EvictingTaints(res.Node.Spec.Taints, ts, true)
 	specs := map[string]Pod{}
 	for _, p := range o.Pods {
 		specs[p.Name] = p
@@ -314,9 +337,11 @@ func RunSpot(ctx context.Context, o SpotOptions) (*SpotResult, error) {
 		return fail(fmt.Errorf("listing events: %w", err))
 	}
 	res.PodEvents = podEvents.Items
+	marked := MarkedByTaintEviction(res.PodEvents)
 	recs := obs.Records()
 	for i := range res.Rows {
 		res.Rows[i].Record = recs[res.Rows[i].Pod]
+		res.Rows[i].KubeControllerManager = marked[res.Rows[i].Pod]
 	}
 	res.LogPath = rp.LogPath()
 	if res.Metrics, err = Scrape(metricsAddr); err != nil {
