@@ -401,7 +401,9 @@ func buildAudit(cfg agent.Config, in auditInput, windows []AuditWindow, now time
 		wl.AllOnSpot = wl.Pods == wl.PodsOnSpot
 		report.Workloads = append(report.Workloads, *wl)
 	}
-	if it, err := agent.ParseTaint(cfg.InterruptionTaint); err == nil {
+	// With --interruption-eviction=reprieve the taint goes on NoSchedule: nothing deletes the
+	// plugins.
+	if it, err := agent.ParseTaint(cfg.InterruptionTaint); err == nil && plan.Eviction(cfg.InterruptionEviction) != plan.EvictionReprieve {
 		for _, name := range report.Nodes {
 			for _, p := range byNode[name] {
 				if plan.IsVolumePlugin(p) && !plan.ToleratesForever(p.Spec.Tolerations, it, cfg.TolerationComparisonOperators) {

@@ -22,8 +22,9 @@ func checkVolumePlugins(ctx context.Context, r *doctorReport, cfg agent.Config, 
 		return
 	}
 	taint, err := agent.ParseTaint(cfg.InterruptionTaint)
-	if err != nil || taint.Effect != v1.TaintEffectNoExecute {
-		// A NoSchedule interruption taint deletes nothing.
+	if err != nil || plan.Eviction(cfg.InterruptionEviction) == plan.EvictionReprieve {
+		// With --interruption-eviction=reprieve the taint goes on NoSchedule, which deletes
+		// nothing, and reprieve never evicts a plugin.
 		return
 	}
 	// The node's pods in pages of 100: a tenant's pods can be large, and doctor keeps only the

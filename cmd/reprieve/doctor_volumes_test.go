@@ -30,7 +30,8 @@ func csiNodePlugin(name string, tolerations ...v1.Toleration) *v1.Pod {
 // TestDoctorVolumePlugins (issue 40, item 3): doctor warns about a CSI node plugin of its node
 // that does not tolerate the NoExecute interruption taint forever (kube-controller-manager
 // would delete it at the notice, before the volumes it unstages are released), not about one
-// that tolerates everything (the EBS, GCE PD and Azure Disk charts' default).
+// that tolerates everything (the EBS, GCE PD and Azure Disk charts' default), and about none
+// with --interruption-eviction=reprieve, whose NoSchedule taint deletes nothing.
 func TestDoctorVolumePlugins(t *testing.T) {
 	host := filepath.Join("..", "..", "kubelet", "testdata", "cgroupv2")
 	c := fake.NewClientset(
@@ -59,5 +60,11 @@ func TestDoctorVolumePlugins(t *testing.T) {
 	}
 	if strings.Contains(out.String(), "ebs-csi-node-x does not") || strings.Contains(out.String(), "CSI node plugin app/web") {
 		t.Errorf("a plugin that tolerates everything, or a pod that is no plugin, is warned about:\n%s", out.String())
+	}
+	// With --interruption-eviction=reprieve the taint is NoSchedule: nothing deletes them.
+	out.Reset()
+	if code := runDoctor(context.Background(), append(args, "--interruption-eviction=reprieve"), &out, &errOut, client); code != 0 ||
+		strings.Contains(out.String(), "WARN  CSI node plugin") {
+		t.Errorf("exit %d with --interruption-eviction=reprieve; want 0 and no plugin warned about:\n%s%s", code, out.String(), errOut.String())
 	}
 }
