@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/events"
 	"github.com/reprieve-dev/reprieve/test/nodeenv"
 	"github.com/reprieve-dev/reprieve/test/testenv"
 )
@@ -276,6 +277,7 @@ type volumeRun struct {
 	multiAt                          time.Time
 	multiText                        string
 	afterRestart                     time.Time // the replacement attached once the kubelet was back (without the rule)
+	podSummary                       string    // what the agent's window summary says of db-0's volume (with the rule)
 }
 
 // Volumes released before the reclaim (issue 40) on the real node, with a real CSI driver that
@@ -331,6 +333,16 @@ func TestVolumeReleasedBeforeReclaimOnRealNode(t *testing.T) {
 		{"the pod gone from the API; replacement created", func(r volumeRun) string { return at(r, r.podGone) }},
 		{"the kubelet's status update without it in volumesInUse", func(r volumeRun) string { return at(r, r.outAt) }},
 		{"in volumesInUse at D, when the kubelet is killed", func(r volumeRun) string { return map[bool]string{true: "yes", false: "no"}[r.inUseAtDeadline] }},
+		{"the agent's window summary for db-0 (from the kubelet's record of its volume)", func(r volumeRun) string {
+			if r.podSummary == "" {
+				return "no per-pod line (the pod is not planned with the volume rule)"
+			}
+			_, after, _ := strings.Cut(r.podSummary, " volume ")
+			if name, rest, ok := strings.Cut(after, " "); ok {
+				return "`" + name + "` " + rest
+			}
+			return r.podSummary
+		}},
 		{"first Multi-Attach event on the replacement", func(r volumeRun) string { return at(r, r.multiAt) }},
 		{"detached from the real node (its VolumeAttachment deleted)", func(r volumeRun) string { return at(r, r.node1Detached) }},
 		{"attached to the replacement's node", func(r volumeRun) string {
@@ -470,6 +482,9 @@ func volumeWindow(ctx context.Context, t *testing.T, rule bool) volumeRun {
 			time.Sleep(d)
 		}
 	}
+	if rule {
+		run.podSummary = podVolumeSummary(ctx, t, ns+"/db-0: ")
+	}
 	run.unstaged = kubeletLogTime(t, `UnmountDevice succeeded for volume "`+pv+`"`)
 	snap = rec.snapshot()
 	run.outAt, run.multiAt, run.multiText = snap.outAt, snap.multiAt, snap.multiText
@@ -510,6 +525,19 @@ func volumeWindow(ctx context.Context, t *testing.T, rule bool) volumeRun {
 			t.Errorf("the volume was attached to the replacement at D%+.1f s while the dead node still listed it in use", run.replacementAttach.Sub(deadline).Seconds())
 		}
 	}
+	if rule {
+		// The agent's own account (issue 40, item 2): db-0's volume, by the unique name the node
+		// lists, released before the window's end (D less the 5 s margin), as the agent read it
+		// from the kubelet's record of the pod's volume on the host.
+		want := fmt.Sprintf("%s/db-0: volume kubernetes.io/csi/%s^%s released at D-", ns, csiDriver, rec.handle)
+		if !strings.HasPrefix(run.podSummary, want) {
+			t.Errorf("the agent's window summary for db-0 is %q, want it to begin %q", run.podSummary, want)
+		} else if at, err := time.ParseDuration(strings.TrimSuffix(strings.TrimPrefix(run.podSummary, want), ".")); err != nil || at < 5*time.Second {
+			t.Errorf("the agent's window summary for db-0 is %q: want the release before D-5s, the window's end (%v)", run.podSummary, err)
+		} else if math.Abs((-at).Seconds()-run.outAt.Sub(deadline).Seconds()) > 1.5 {
+			t.Errorf("the agent's window summary puts db-0's release at D-%s; the test saw the volume leave volumesInUse at D%+.1f s", at, run.outAt.Sub(deadline).Seconds())
+		}
+	}
 	if rule && !run.unstaged.IsZero() && !run.outAt.IsZero() && run.outAt.Before(run.unstaged) {
 		t.Errorf("the volume left volumesInUse (%s) before the kubelet unstaged it (%s)", run.outAt.Format("15:04:05.000"), run.unstaged.Format("15:04:05.000"))
 	}
@@ -539,6 +567,32 @@ func volumeWindow(ctx context.Context, t *testing.T, rule bool) volumeRun {
 }
 
 // rel is x relative to d, or "never".
+// podVolumeSummary waits up to 20 s for the agent's InterruptionHandled event on the real node
+// whose per-pod part names prefix (namespace/pod: ) and returns that part; empty, with an
+// error, when none came.
+func podVolumeSummary(ctx context.Context, t *testing.T, prefix string) string {
+	t.Helper()
+	until := time.Now().Add(20 * time.Second)
+	for {
+		evs, err := env.Client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{
+			FieldSelector: "involvedObject.name=" + nodeName + ",reason=" + events.ReasonInterruptionHandled})
+		if err == nil {
+			for _, e := range evs.Items {
+				if i := strings.Index(e.Message, prefix); i >= 0 {
+					part, _, _ := strings.Cut(e.Message[i:], "; ")
+					t.Logf("the agent's window summary: %s", e.Message)
+					return part
+				}
+			}
+		}
+		if time.Now().After(until) || ctx.Err() != nil {
+			t.Errorf("no %s event on %s naming %q within 20 s (last error %v)", events.ReasonInterruptionHandled, nodeName, prefix, err)
+			return ""
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 func rel(x, d time.Time) string {
 	if x.IsZero() {
 		return "never"
