@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -62,6 +63,13 @@ func newHostPodVolumes(cfg Config) func(types.UID) ([]v1.UniqueVolumeName, error
 	return hostPodVolumes{pods: filepath.Join(cfg.HostRoot, cfg.KubeletRootDir, "pods")}.read
 }
 
+// ReadPodVolumes is what the agent reads of pod uid's volumes under the kubelet's root
+// directory kubeletRoot (as the host sees it, or under --host-root): the unique names the node
+// lists in status.volumesInUse. For tests on a real node, which read as root.
+func ReadPodVolumes(kubeletRoot string, uid types.UID) ([]v1.UniqueVolumeName, error) {
+	return hostPodVolumes{pods: filepath.Join(kubeletRoot, "pods")}.read(uid)
+}
+
 // read returns the unique names of pod uid's attachable CSI volumes, sorted, from their
 // vol_data.json; inline (ephemeral) CSI volumes are never attached nor listed in volumesInUse,
 // and are left out. A volume whose record cannot be read is reported in the error, with the
@@ -69,6 +77,12 @@ func newHostPodVolumes(cfg Config) func(types.UID) ([]v1.UniqueVolumeName, error
 func (h hostPodVolumes) read(uid types.UID) ([]v1.UniqueVolumeName, error) {
 	podDir := filepath.Join(h.pods, string(uid))
 	if _, err := os.Stat(podDir); err != nil {
+		if errors.Is(err, fs.ErrPermission) {
+			// The kubelet makes its root directory, pods/ and every pod's directory 0750,
+			// owner and group root (setupDataDirs in pkg/kubelet/kubelet.go); the chart runs
+			// the agent as a non-root user with no capabilities, which cannot search them.
+			return nil, fmt.Errorf("reading pod %s's volumes: the agent's user (uid %d) cannot search the kubelet's directory, which the kubelet makes 0750 root:root: %w", uid, os.Getuid(), err)
+		}
 		if _, perr := os.Stat(h.pods); perr != nil {
 			return nil, fmt.Errorf("reading pod %s's volumes: the kubelet's pods directory: %w", uid, perr)
 		}
