@@ -719,3 +719,44 @@ func TestVolumesReleasedPerPodInTheSummary(t *testing.T) {
 		})
 	}
 }
+
+// TestPodVolumesKeptWhenTheDeadlineMoves: a deadline that moves within one interruption starts
+// a new drain, which keeps what was read of the pods' volumes (the kubelet's records may be
+// gone by then): no second read, and the summary still names the pod's volume.
+func TestPodVolumesKeptWhenTheDeadlineMoves(t *testing.T) {
+	p := testPod("db-0", 10)
+	p.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "data-db-0"}}}}
+	f := newFixture(t, p)
+	a := v1.UniqueVolumeName("kubernetes.io/csi/ebs.csi.aws.com^vol-a")
+	reads := 0
+	f.e.o.PodVolumes = func(types.UID) ([]v1.UniqueVolumeName, error) {
+		reads++
+		if reads > 1 {
+			return nil, fmt.Errorf("torn down")
+		}
+		return []v1.UniqueVolumeName{a}, nil
+	}
+	vw := view(t0.Add(60 * time.Second))
+	vw.Window.VolumeRelease = 16 * time.Second
+	f.e.SetView(vw)
+	f.e.ObserveVolumes([]v1.UniqueVolumeName{a}, t0)
+	f.e.SyncPod(context.Background(), "ns/db-0")
+	vw = view(t0.Add(40 * time.Second))
+	vw.Window.VolumeRelease = 16 * time.Second
+	f.e.SetView(vw)
+	f.e.SyncPod(context.Background(), "ns/db-0")
+	f.e.ObserveVolumes(nil, t0.Add(30*time.Second))
+	f.e.Summarize(context.Background(), t0.Add(35*time.Second))
+	var summary string
+	for len(f.events.Events) > 0 {
+		if e := <-f.events.Events; strings.Contains(e, "InterruptionHandled") {
+			summary = e
+		}
+	}
+	if reads != 1 {
+		t.Errorf("db-0's volumes read %d times across the moved deadline, want once", reads)
+	}
+	if want := "ns/db-0: volume " + string(a) + " released at D-10.0s"; !strings.Contains(summary, want) {
+		t.Errorf("summary %q: want %q", summary, want)
+	}
+}
