@@ -40,6 +40,10 @@ type drain struct {
 	// volumes holds the node's status.volumesInUse seen during the window, each with when it
 	// was first seen gone from the list (zero: still in use); see Executor.ObserveVolumes.
 	volumes map[v1.UniqueVolumeName]time.Time
+	// podVolumes holds, by namespace/name, the volumes of each pod planned in the window with a
+	// volume that needs attaching, read from the host when the pod was first planned (the
+	// kubelet's records go with the volume's teardown); see Executor.notePodVolumes.
+	podVolumes map[string]podVolumes
 	// summarized and approved are set once each: the window summary was given, the cloud
 	// was told the node is drained.
 	summarized, approved bool
@@ -51,7 +55,15 @@ type drain struct {
 
 func newDrain(w plan.Window, n *providers.Notice) *drain {
 	return &drain{window: w, notice: n, pods: map[podKey]*podState{}, acted: map[string]bool{}, atRisk: map[string]bool{},
-		volumes: map[v1.UniqueVolumeName]time.Time{}}
+		volumes: map[v1.UniqueVolumeName]time.Time{}, podVolumes: map[string]podVolumes{}}
+}
+
+// podVolumes is what was read of one pod's volumes: the unique names the node lists in
+// status.volumesInUse, and why they are not all known (err).
+type podVolumes struct {
+	uid   types.UID
+	names []v1.UniqueVolumeName
+	err   error
 }
 
 // close ends d; blocked (the blocked-pods gauge) forgets its pods. Called with Executor.mu held.
@@ -92,5 +104,8 @@ func (d *drain) carryDone(prev *drain) {
 	}
 	for name, at := range prev.volumes {
 		d.volumes[name] = at
+	}
+	for key, pv := range prev.podVolumes {
+		d.podVolumes[key] = pv
 	}
 }

@@ -151,6 +151,12 @@ func (e *Executor) sync(ctx context.Context, key string, async bool) time.Durati
 	if a.volumeAtRisk {
 		e.volumeAtRisk(ctx, key, pod, st, a)
 	}
+	if view.Window.HasDeadline() && (a.pl.Volume || pod.DeletionTimestamp != nil && view.Window.VolumeRelease > view.Window.SafetyMargin &&
+		e.o.Filter.Skip(pod) == plan.SkipNone && plan.Attaches(pod)) {
+		// A pod whose volume must be released before the machine goes (one already leaving
+		// too): which of the node's volumes are its, for the window's summary.
+		e.notePodVolumes(key, pod)
+	}
 	switch a.kind {
 	case actNone:
 		if a.unblock {

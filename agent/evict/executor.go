@@ -6,6 +6,7 @@ package evict
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -78,6 +79,10 @@ type Options struct {
 	// MaxInFlight bounds the agent's eviction and delete requests in flight at once (the
 	// gate's largest limit; see gate.go); 0 is DefaultMaxInFlight.
 	MaxInFlight int
+	// PodVolumes returns the unique names (as in the node's status.volumesInUse) of a pod's
+	// volumes that need attaching, read from the host (the kubelet's records); nil, or an
+	// error, leaves that pod's volumes unknown in the window's summary.
+	PodVolumes func(types.UID) ([]v1.UniqueVolumeName, error)
 	// Rand draws the jitter of the pauses after throttling, in [0, 1); nil draws from a
 	// source seeded per process, so that every agent of a fleet draws its own.
 	Rand func() float64
@@ -350,6 +355,71 @@ func (e *Executor) ObserveVolumes(inUse []v1.UniqueVolumeName, now time.Time) {
 	}
 }
 
+// errNoPodVolumes is a pod's volumes' state when the executor has no reader of them.
+var errNoPodVolumes = errors.New("no reader of the kubelet's records of the pods' volumes")
+
+// notePodVolumes reads, once per window, the volumes of a pod planned with a volume that needs
+// attaching (plan.Volume), so that the window's summary can say per pod when each was released:
+// the kubelet's records of them go with the volume's teardown, so they are read when the pod
+// is first planned, and kept for the window. The read is of the host's files (Options.
+// PodVolumes), outside the lock.
+func (e *Executor) notePodVolumes(key string, pod *v1.Pod) {
+	e.mu.Lock()
+	d := e.drain
+	pv, ok := d.podVolumes[key]
+	done := d.summarized || !d.window.HasDeadline() || ok && pv.uid == pod.UID
+	e.mu.Unlock()
+	if done {
+		return
+	}
+	rec := podVolumes{uid: pod.UID, err: errNoPodVolumes}
+	if e.o.PodVolumes != nil {
+		rec.names, rec.err = e.o.PodVolumes(pod.UID)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if pv, ok := d.podVolumes[key]; e.drain == d && (!ok || pv.uid != pod.UID) {
+		d.podVolumes[key] = rec
+	}
+}
+
+// maxPodVolumeLines bounds the pods the summary's event names one by one; the log has them all.
+const maxPodVolumeLines = 10
+
+// podVolumeSummary says, for each pod planned in window w with a volume that needs attaching,
+// when each of its volumes left the node's volumesInUse (volumes, from ObserveVolumes) relative
+// to the deadline D, or that it was still in use at the window's end; a pod whose volumes could
+// not be read is "unknown", with why. held reports a volume still in use.
+func podVolumeSummary(pods map[string]podVolumes, volumes map[v1.UniqueVolumeName]time.Time, w plan.Window) (lines []string, held bool) {
+	end := w.End()
+	for _, key := range slices.Sorted(maps.Keys(pods)) {
+		pv := pods[key]
+		var parts []string
+		for _, name := range pv.names {
+			at, seen := volumes[name]
+			switch {
+			case !seen:
+				parts = append(parts, fmt.Sprintf("volume %s not seen in the node's volumesInUse during the window", name))
+			case !at.IsZero() && !at.After(end):
+				parts = append(parts, fmt.Sprintf("volume %s released at D%+.1fs", name, at.Sub(w.Deadline).Seconds()))
+			default:
+				held = true
+				parts = append(parts, fmt.Sprintf("volume %s still in use at the window's end", name))
+			}
+		}
+		switch {
+		case pv.err != nil && len(pv.names) == 0:
+			parts = append(parts, fmt.Sprintf("volumes unknown (%v)", pv.err))
+		case pv.err != nil:
+			parts = append(parts, fmt.Sprintf("other volumes unknown (%v)", pv.err))
+		case len(pv.names) == 0:
+			parts = append(parts, "volumes unknown (no record of a CSI volume in the kubelet's directory for it)")
+		}
+		lines = append(lines, key+": "+strings.Join(parts, ", "))
+	}
+	return lines, held
+}
+
 // volumeSummary says which volumes in use during the window were released by end, and which
 // not (sorted), for the window's summary.
 func volumeSummary(volumes map[v1.UniqueVolumeName]time.Time, end time.Time) (released int, held []string) {
@@ -385,6 +455,7 @@ func (e *Executor) Summarize(ctx context.Context, now time.Time) bool {
 	acted := len(actedKeys)
 	atRisk := maps.Clone(h.atRisk)
 	released, held := volumeSummary(h.volumes, h.window.End())
+	podLines, podHeld := podVolumeSummary(h.podVolumes, h.volumes, h.window)
 	view := e.view
 	e.mu.Unlock()
 
@@ -428,6 +499,19 @@ func (e *Executor) Summarize(ctx context.Context, now time.Time) bool {
 		if len(held) > 0 {
 			typ = v1.EventTypeWarning
 			summary += fmt.Sprintf(", %d still in use (their detach may wait six minutes): %s", len(held), strings.Join(held, ", "))
+		}
+	}
+	if len(podLines) > 0 {
+		if podHeld {
+			typ = v1.EventTypeWarning
+		}
+		shown := podLines[:min(len(podLines), maxPodVolumeLines)]
+		summary += "; per pod: " + strings.Join(shown, "; ")
+		if more := len(podLines) - len(shown); more > 0 {
+			summary += fmt.Sprintf("; and %d more pods (the agent's log)", more)
+		}
+		for _, l := range podLines {
+			logger.Info("A pod's volumes at the end of the interruption window", "volumes", l, "windowEnd", end)
 		}
 	}
 	e.o.Recorder.Eventf(events.NodeRef(e.o.NodeName), typ, events.ReasonInterruptionHandled, "%s", summary)

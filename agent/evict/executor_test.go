@@ -630,3 +630,133 @@ func TestVolumesReleasedInTheSummary(t *testing.T) {
 		t.Fatalf("summary %q: want a warning, %s released, %s still in use, nothing from before the window", summary, a, b)
 	}
 }
+
+// TestVolumesReleasedPerPodInTheSummary (issue 40, item 2): the window's summary says, for each
+// pod planned with a volume that needs attaching, when each of its volumes (read from the host
+// once, when the pod is first planned in the window) left the node's volumesInUse, relative to
+// the deadline, or that it was still in use at the window's end; a pod whose volumes could not
+// be read is "unknown", never left out; a pod without such a volume is not listed; the
+// node-level figures stay.
+func TestVolumesReleasedPerPodInTheSummary(t *testing.T) {
+	withClaim := func(name string) *v1.Pod {
+		p := testPod(name, 10)
+		p.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "data-" + name}}}}
+		return p
+	}
+	a, b := v1.UniqueVolumeName("kubernetes.io/csi/ebs.csi.aws.com^vol-a"), v1.UniqueVolumeName("kubernetes.io/csi/ebs.csi.aws.com^vol-b")
+	for _, c := range []struct {
+		name   string
+		reader bool
+		want   []string
+	}{
+		{name: "read from the host", reader: true, want: []string{
+			"ns/db-0: volume " + string(a) + " released at D-7.7s",
+			"ns/db-1: volume " + string(b) + " still in use at the window's end",
+			"ns/db-2: volumes unknown (the kubelet's root directory is not read)",
+		}},
+		{name: "no reader", want: []string{
+			"ns/db-0: volumes unknown (" + errNoPodVolumes.Error() + ")",
+			"ns/db-1: volumes unknown (" + errNoPodVolumes.Error() + ")",
+			"ns/db-2: volumes unknown (" + errNoPodVolumes.Error() + ")",
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(t, withClaim("db-0"), withClaim("db-1"), withClaim("db-2"), testPod("web", 5))
+			reads := map[types.UID]int{}
+			if c.reader {
+				f.e.o.PodVolumes = func(uid types.UID) ([]v1.UniqueVolumeName, error) {
+					reads[uid]++
+					switch uid {
+					case "uid-db-0":
+						return []v1.UniqueVolumeName{a}, nil
+					case "uid-db-1":
+						return []v1.UniqueVolumeName{b}, nil
+					}
+					return nil, fmt.Errorf("the kubelet's root directory is not read")
+				}
+			}
+			f.e.ObserveVolumes([]v1.UniqueVolumeName{a, b}, t0) // before the notice: not tracked
+			vw := view(t0.Add(40 * time.Second))
+			vw.Window.VolumeRelease = 16 * time.Second
+			f.e.SetView(vw)
+			f.e.ObserveVolumes([]v1.UniqueVolumeName{a, b}, t0.Add(time.Second))
+			for _, p := range []string{"db-0", "db-1", "db-2", "web"} {
+				f.e.SyncPod(context.Background(), "ns/"+p) // planned: evicted at D-26 s
+			}
+			f.clock.SetTime(t0.Add(14 * time.Second))
+			for _, p := range []string{"db-0", "db-1", "db-2", "web"} {
+				f.e.SyncPod(context.Background(), "ns/"+p)
+			}
+			if c.reader {
+				for _, uid := range []types.UID{"uid-db-0", "uid-db-1", "uid-db-2"} {
+					if reads[uid] != 1 {
+						t.Errorf("pod %s's volumes read %d times, want once per window", uid, reads[uid])
+					}
+				}
+				if reads["uid-web"] != 0 {
+					t.Errorf("web, without a volume that needs attaching, had its volumes read")
+				}
+			}
+			f.e.ObserveVolumes([]v1.UniqueVolumeName{b}, t0.Add(32300*time.Millisecond))
+			f.e.Summarize(context.Background(), t0.Add(35*time.Second))
+			var summary string
+			for len(f.events.Events) > 0 {
+				if e := <-f.events.Events; strings.Contains(e, "InterruptionHandled") {
+					summary = e
+				}
+			}
+			if !strings.HasPrefix(summary, "Warning") || !strings.Contains(summary, "1 released") || !strings.Contains(summary, "1 still in use") {
+				t.Errorf("summary %q: want a warning with the node-level figures (1 released, 1 still in use)", summary)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(summary, w) {
+					t.Errorf("summary %q: want %q", summary, w)
+				}
+			}
+			if strings.Contains(summary, "ns/web:") {
+				t.Errorf("summary %q: web, without a volume that needs attaching, must not be listed", summary)
+			}
+		})
+	}
+}
+
+// TestPodVolumesKeptWhenTheDeadlineMoves: a deadline that moves within one interruption starts
+// a new drain, which keeps what was read of the pods' volumes (the kubelet's records may be
+// gone by then): no second read, and the summary still names the pod's volume.
+func TestPodVolumesKeptWhenTheDeadlineMoves(t *testing.T) {
+	p := testPod("db-0", 10)
+	p.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "data-db-0"}}}}
+	f := newFixture(t, p)
+	a := v1.UniqueVolumeName("kubernetes.io/csi/ebs.csi.aws.com^vol-a")
+	reads := 0
+	f.e.o.PodVolumes = func(types.UID) ([]v1.UniqueVolumeName, error) {
+		reads++
+		if reads > 1 {
+			return nil, fmt.Errorf("torn down")
+		}
+		return []v1.UniqueVolumeName{a}, nil
+	}
+	vw := view(t0.Add(60 * time.Second))
+	vw.Window.VolumeRelease = 16 * time.Second
+	f.e.SetView(vw)
+	f.e.ObserveVolumes([]v1.UniqueVolumeName{a}, t0)
+	f.e.SyncPod(context.Background(), "ns/db-0")
+	vw = view(t0.Add(40 * time.Second))
+	vw.Window.VolumeRelease = 16 * time.Second
+	f.e.SetView(vw)
+	f.e.SyncPod(context.Background(), "ns/db-0")
+	f.e.ObserveVolumes(nil, t0.Add(30*time.Second))
+	f.e.Summarize(context.Background(), t0.Add(35*time.Second))
+	var summary string
+	for len(f.events.Events) > 0 {
+		if e := <-f.events.Events; strings.Contains(e, "InterruptionHandled") {
+			summary = e
+		}
+	}
+	if reads != 1 {
+		t.Errorf("db-0's volumes read %d times across the moved deadline, want once", reads)
+	}
+	if want := "ns/db-0: volume " + string(a) + " released at D-10.0s"; !strings.Contains(summary, want) {
+		t.Errorf("summary %q: want %q", summary, want)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/events"
 	"github.com/reprieve-dev/reprieve/test/nodeenv"
 	"github.com/reprieve-dev/reprieve/test/testenv"
 )
@@ -276,6 +278,7 @@ type volumeRun struct {
 	multiAt                          time.Time
 	multiText                        string
 	afterRestart                     time.Time // the replacement attached once the kubelet was back (without the rule)
+	podSummary                       string    // what the agent's window summary says of db-0's volume (with the rule)
 }
 
 // Volumes released before the reclaim (issue 40) on the real node, with a real CSI driver that
@@ -331,6 +334,16 @@ func TestVolumeReleasedBeforeReclaimOnRealNode(t *testing.T) {
 		{"the pod gone from the API; replacement created", func(r volumeRun) string { return at(r, r.podGone) }},
 		{"the kubelet's status update without it in volumesInUse", func(r volumeRun) string { return at(r, r.outAt) }},
 		{"in volumesInUse at D, when the kubelet is killed", func(r volumeRun) string { return map[bool]string{true: "yes", false: "no"}[r.inUseAtDeadline] }},
+		{"the agent's window summary for db-0 (from the kubelet's record of its volume)", func(r volumeRun) string {
+			if r.podSummary == "" {
+				return "no per-pod line (the pod is not planned with the volume rule)"
+			}
+			_, after, _ := strings.Cut(r.podSummary, " volume ")
+			if name, rest, ok := strings.Cut(after, " "); ok {
+				return "`" + name + "` " + rest
+			}
+			return r.podSummary
+		}},
 		{"first Multi-Attach event on the replacement", func(r volumeRun) string { return at(r, r.multiAt) }},
 		{"detached from the real node (its VolumeAttachment deleted)", func(r volumeRun) string { return at(r, r.node1Detached) }},
 		{"attached to the replacement's node", func(r volumeRun) string {
@@ -402,7 +415,8 @@ func volumeWindow(ctx context.Context, t *testing.T, rule bool) volumeRun {
 		p.Spec.Containers[0].VolumeMounts = append(p.Spec.Containers[0].VolumeMounts, v1.VolumeMount{Name: "data", MountPath: "/data"})
 		return p
 	}
-	if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, pod(nodeName), metav1.CreateOptions{}); err != nil {
+	db0, err := env.Client.CoreV1().Pods(ns).Create(ctx, pod(nodeName), metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	waitFor(ctx, t, 90*time.Second, "db-0 running with its volume on the real node", func() bool {
@@ -414,6 +428,12 @@ func volumeWindow(ctx context.Context, t *testing.T, rule bool) volumeRun {
 		t.Fatalf("db-0 runs, yet its volume %s is not in the real node's volumesInUse (%v) or not attached there (%v)", pv, snap.inUseAt, snap.attached)
 	}
 	run.inUseAt = snap.inUseAt
+	// The kubelet's record of db-0's volume, read as the agent reads it (issue 40, item 2), but
+	// as root: the unique name it gives must be the one the node lists in volumesInUse.
+	wantName := v1.UniqueVolumeName("kubernetes.io/csi/" + csiDriver + "^" + rec.handle)
+	if names, err := agent.ReadPodVolumes(node.RootDir, db0.UID); err != nil || !slices.Equal(names, []v1.UniqueVolumeName{wantName}) {
+		t.Errorf("db-0's volumes read from the kubelet's records: %v (%v), want [%s], the name in the node's volumesInUse", names, err, wantName)
+	}
 
 	// The notice; the deadline put so that, without the rule, the pod's end comes just after a
 	// status update of the kubelet, and the next one only after the deadline.
@@ -470,6 +490,9 @@ func volumeWindow(ctx context.Context, t *testing.T, rule bool) volumeRun {
 			time.Sleep(d)
 		}
 	}
+	if rule {
+		run.podSummary = podVolumeSummary(ctx, t, ns+"/db-0: ")
+	}
 	run.unstaged = kubeletLogTime(t, `UnmountDevice succeeded for volume "`+pv+`"`)
 	snap = rec.snapshot()
 	run.outAt, run.multiAt, run.multiText = snap.outAt, snap.multiAt, snap.multiText
@@ -510,6 +533,27 @@ func volumeWindow(ctx context.Context, t *testing.T, rule bool) volumeRun {
 			t.Errorf("the volume was attached to the replacement at D%+.1f s while the dead node still listed it in use", run.replacementAttach.Sub(deadline).Seconds())
 		}
 	}
+	if rule {
+		// The agent's own account (issue 40, item 2): db-0's volume, by the unique name the node
+		// lists, released before the window's end (D less the 5 s margin), as the agent read it
+		// from the kubelet's record of the pod's volume on the host.
+		//
+		// The chart runs the agent as uid 65532 with no capabilities, and the kubelet makes its
+		// root directory and every pod's 0750 root:root: the agent cannot search them, and says
+		// db-0's volumes are unknown, with that reason, rather than nothing. That is the only
+		// other answer accepted here, and it is logged as the limitation it is.
+		want := fmt.Sprintf("%s/db-0: volume kubernetes.io/csi/%s^%s released at D-", ns, csiDriver, rec.handle)
+		denied := fmt.Sprintf("%s/db-0: volumes unknown (reading pod %s's volumes: the agent's user (uid 65532) cannot search the kubelet's directory", ns, db0.UID)
+		if strings.HasPrefix(run.podSummary, denied) {
+			t.Logf("LIMITATION: the agent could not read db-0's volumes from the kubelet's directory: %s", run.podSummary)
+		} else if !strings.HasPrefix(run.podSummary, want) {
+			t.Errorf("the agent's window summary for db-0 is %q, want it to begin %q (or, for the chart's non-root agent, %q)", run.podSummary, want, denied)
+		} else if at, err := time.ParseDuration(strings.TrimSuffix(strings.TrimPrefix(run.podSummary, want), ".")); err != nil || at < 5*time.Second {
+			t.Errorf("the agent's window summary for db-0 is %q: want the release before D-5s, the window's end (%v)", run.podSummary, err)
+		} else if math.Abs((-at).Seconds()-run.outAt.Sub(deadline).Seconds()) > 1.5 {
+			t.Errorf("the agent's window summary puts db-0's release at D-%s; the test saw the volume leave volumesInUse at D%+.1f s", at, run.outAt.Sub(deadline).Seconds())
+		}
+	}
 	if rule && !run.unstaged.IsZero() && !run.outAt.IsZero() && run.outAt.Before(run.unstaged) {
 		t.Errorf("the volume left volumesInUse (%s) before the kubelet unstaged it (%s)", run.outAt.Format("15:04:05.000"), run.unstaged.Format("15:04:05.000"))
 	}
@@ -539,6 +583,32 @@ func volumeWindow(ctx context.Context, t *testing.T, rule bool) volumeRun {
 }
 
 // rel is x relative to d, or "never".
+// podVolumeSummary waits up to 20 s for the agent's InterruptionHandled event on the real node
+// whose per-pod part names prefix (namespace/pod: ) and returns that part; empty, with an
+// error, when none came.
+func podVolumeSummary(ctx context.Context, t *testing.T, prefix string) string {
+	t.Helper()
+	until := time.Now().Add(20 * time.Second)
+	for {
+		evs, err := env.Client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{
+			FieldSelector: "involvedObject.name=" + nodeName + ",reason=" + events.ReasonInterruptionHandled})
+		if err == nil {
+			for _, e := range evs.Items {
+				if i := strings.Index(e.Message, prefix); i >= 0 {
+					part, _, _ := strings.Cut(e.Message[i:], "; ")
+					t.Logf("the agent's window summary: %s", e.Message)
+					return part
+				}
+			}
+		}
+		if time.Now().After(until) || ctx.Err() != nil {
+			t.Errorf("no %s event on %s naming %q within 20 s (last error %v)", events.ReasonInterruptionHandled, nodeName, prefix, err)
+			return ""
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 func rel(x, d time.Time) string {
 	if x.IsZero() {
 		return "never"
