@@ -333,9 +333,7 @@ func (e *Executor) send(ctx context.Context, key string, pod *v1.Pod, st *podSta
 		return 0
 	case resGone:
 		// Gone already, or a new pod of the same name (the UID precondition failed): done.
-		e.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultGone).Inc()
-		e.setBlocked(st, false)
-		e.recordSent(st, true, 0, time.Time{})
+		e.gone(st)
 		return 0
 	case resNoSeat:
 		e.update(st, func(st *podState) { st.throttled++ })
@@ -408,9 +406,7 @@ func (e *Executor) sendForce(ctx context.Context, key string, pod *v1.Pod, st *p
 			s.grace, f.attempts, a.pl.Latest.Add(a.pl.Grace).Add(e.o.SafetyMargin).UTC().Format(time.RFC3339))
 		return 0
 	case resGone:
-		e.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultGone).Inc()
-		e.setBlocked(st, false)
-		e.recordSent(st, true, 0, time.Time{})
+		e.gone(st)
 		return 0
 	case resStale:
 		return r.retry
@@ -458,6 +454,14 @@ func (e *Executor) sendShorten(ctx context.Context, key string, pod *v1.Pod, st 
 	logger.Error(err, "Shortening grace failed; retrying", "pod", klog.KObj(pod))
 	e.update(st, func(st *podState) { st.deleteFailures++ })
 	return r.retry
+}
+
+// gone records a request answered 404 or 409: the pod is gone already, or a new pod holds its
+// name (the UID precondition failed); nothing more to send.
+func (e *Executor) gone(st *podState) {
+	e.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultGone).Inc()
+	e.setBlocked(st, false)
+	e.recordSent(st, true, 0, time.Time{})
 }
 
 // forget drops what the loop remembers of a pod that is gone, its request waiting in the gate

@@ -260,12 +260,7 @@ func spotInterruptionWithTaintEvictionController(ctx context.Context, t *testing
 	// node its DaemonSet object's template does not select (podsShouldBeOnNode,
 	// pkg/controller/daemon/daemon_controller.go), before the notice. Like the mirror pod, it has
 	// no plan to check here; TestSpotInterruption checks that reprieve leaves it alone.
-	var pods []scenario.Pod
-	for _, p := range scenario.Mixed() {
-		if p.Kind != scenario.DaemonSet {
-			pods = append(pods, p)
-		}
-	}
+	pods := mixedWithoutDaemonSet()
 	res := runPods(ctx, t, "spot-kcm", pods)
 	end := res.Window.End()
 	for name, exp := range expected {
@@ -313,15 +308,8 @@ func spotInterruptionBudgetMode(ctx context.Context, t *testing.T) {
 	defer cancel()
 	// Without the DaemonSet pod (see spotInterruptionWithTaintEvictionController); with a second
 	// budget-blocked pod, due at T+10 by its toleration.
-	var pods []scenario.Pod
-	for _, p := range scenario.Mixed() {
-		if p.Kind != scenario.DaemonSet {
-			pods = append(pods, p)
-		}
-	}
-	ten := int64(10)
-	five := int64(5)
-	pods = append(pods, scenario.Pod{Name: "pdb-tolerate-10s", Kind: scenario.Plain, Tolerate: &ten, Grace: &five, PDB: true})
+	pods := mixedWithoutDaemonSet()
+	pods = append(pods, scenario.Pod{Name: "pdb-tolerate-10s", Kind: scenario.Plain, Tolerate: ptr64(10), Grace: ptr64(5), PDB: true})
 	exp := map[string]expectation{}
 	for name, e := range expected {
 		if name != "daemonset" {
@@ -482,4 +470,16 @@ func absDiff(a, b int64) int64 {
 		return a - b
 	}
 	return b - a
+}
+
+// mixedWithoutDaemonSet is scenario.Mixed without its DaemonSet pod, for the runs beside
+// kube-controller-manager (spotInterruptionWithTaintEvictionController says why).
+func mixedWithoutDaemonSet() []scenario.Pod {
+	var pods []scenario.Pod
+	for _, p := range scenario.Mixed() {
+		if p.Kind != scenario.DaemonSet {
+			pods = append(pods, p)
+		}
+	}
+	return pods
 }
