@@ -199,7 +199,7 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	execOpts := evict.Options{Client: deps.Client, Pods: a.podLister, Clock: deps.Clock, Metrics: a.metrics, Recorder: a.recorder,
 		Notifier: a.notifier, NodeName: cfg.NodeName, DryRun: cfg.DryRun, Filter: filterOf(cfg),
 		ComparisonOperators: cfg.TolerationComparisonOperators, SafetyMargin: cfg.SafetyMargin, InterruptionTaint: a.taints.Evicting(),
-		Evict: deps.Evict, MaxInFlight: cfg.EvictionWorkers, PodVolumes: newHostPodVolumes(cfg)}
+		Evict: deps.Evict, MaxInFlight: cfg.EvictionWorkers, PodVolumes: newAPIPodVolumes(deps.Client)}
 	if a.podNotice != nil {
 		execOpts.Warner = a.podNotice
 	}

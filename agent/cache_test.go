@@ -14,19 +14,22 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/kubernetes/scheme"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/reference"
 
+	"github.com/reprieve-dev/reprieve/agent/kube/kubetest"
 	"github.com/reprieve-dev/reprieve/agent/plan"
 	"github.com/reprieve-dev/reprieve/agent/pressure"
 	"github.com/reprieve-dev/reprieve/kubelet"
 )
 
 // TestInformersTrimWhatNoOneReads runs the agent's informers on the fake API and checks that
-// the cached node lost managedFields, its images and volumes, that the cached pod is the
-// trimmed pod (trimPod), and that both kept every field the agent reads.
+// the cached node lost managedFields, its images and the attached volumes' list, and kept
+// volumesInUse (the window's summary of released volumes reads it from the cached node), that
+// the cached pod is the trimmed pod (trimPod), and that both kept every field the agent reads.
 func TestInformersTrimWhatNoOneReads(t *testing.T) {
 	managed := []metav1.ManagedFieldsEntry{{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate,
 		FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{}}`)}}}
@@ -79,15 +82,15 @@ func TestInformersTrimWhatNoOneReads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if gotNode.ManagedFields != nil || gotNode.Status.Images != nil || gotNode.Status.VolumesInUse != nil || gotNode.Status.VolumesAttached != nil {
-		t.Errorf("cached node kept what no one reads: managedFields %v, images %v, volumes %v %v", gotNode.ManagedFields,
-			gotNode.Status.Images, gotNode.Status.VolumesInUse, gotNode.Status.VolumesAttached)
+	if gotNode.ManagedFields != nil || gotNode.Status.Images != nil || gotNode.Status.VolumesAttached != nil {
+		t.Errorf("cached node kept what no one reads: managedFields %v, images %v, attached volumes %v", gotNode.ManagedFields,
+			gotNode.Status.Images, gotNode.Status.VolumesAttached)
 	}
 	if gotPod.ManagedFields != nil {
 		t.Errorf("cached pod kept managedFields: %v", gotPod.ManagedFields)
 	}
 	wantNode := node.DeepCopy()
-	wantNode.ManagedFields, wantNode.Status.Images, wantNode.Status.VolumesInUse, wantNode.Status.VolumesAttached = nil, nil, nil, nil
+	wantNode.ManagedFields, wantNode.Status.Images, wantNode.Status.VolumesAttached = nil, nil, nil
 	wantNode.ResourceVersion = gotNode.ResourceVersion
 	if !reflect.DeepEqual(gotNode, wantNode) {
 		t.Errorf("cached node lost more than it should:\n got %+v\nwant %+v", gotNode, wantNode)
@@ -297,6 +300,17 @@ func TestTrimKeepsWhatEveryUnitReads(t *testing.T) {
 			{Name: "claim", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "c"}}},
 		}
 	})
+	add("attaching-volumes", func(p *v1.Pod) {
+		p.Spec.Volumes = []v1.Volume{
+			{Name: "claim", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "data-attaching-volumes", ReadOnly: true}}},
+			{Name: "eph", VolumeSource: v1.VolumeSource{Ephemeral: &v1.EphemeralVolumeSource{VolumeClaimTemplate: &v1.PersistentVolumeClaimTemplate{
+				Spec: v1.PersistentVolumeClaimSpec{StorageClassName: ptr("gp3")}}}}},
+			{Name: "ebs", VolumeSource: v1.VolumeSource{AWSElasticBlockStore: &v1.AWSElasticBlockStoreVolumeSource{VolumeID: "aws://us-east-1a/vol-0inline", FSType: "ext4"}}},
+			{Name: "pd", VolumeSource: v1.VolumeSource{GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{PDName: "disk-1"}}},
+			{Name: "azure", VolumeSource: v1.VolumeSource{AzureDisk: &v1.AzureDiskVolumeSource{DiskName: "d", DataDiskURI: "/subscriptions/s/resourceGroups/g/providers/Microsoft.Compute/disks/d"}}},
+			{Name: "san", VolumeSource: v1.VolumeSource{ISCSI: &v1.ISCSIVolumeSource{TargetPortal: "10.0.0.9:3260", IQN: "iqn", Lun: 1}}},
+		}
+	})
 	add("host-network", func(p *v1.Pod) { p.Spec.HostNetwork = true })
 	add("csi-node-plugin", func(p *v1.Pod) {
 		p.Spec.Volumes = []v1.Volume{
@@ -328,6 +342,17 @@ func TestTrimKeepsWhatEveryUnitReads(t *testing.T) {
 		p.Status.Conditions = []v1.PodCondition{{Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: "EvictionByEvictionAPI"}}
 	})
 
+	// The claims and volumes of the pod "attaching-volumes", as the API server holds them.
+	volumeObjs := fake.NewClientset(
+		&v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: table[0].Namespace, Name: "data-attaching-volumes"}, Spec: v1.PersistentVolumeClaimSpec{VolumeName: "pv-claim"}},
+		&v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: table[0].Namespace, Name: "attaching-volumes-eph",
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: "attaching-volumes", UID: "uid-attaching-volumes", Controller: ptr(true)}}},
+			Spec: v1.PersistentVolumeClaimSpec{VolumeName: "pv-eph"}},
+		&v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-claim"}, Spec: v1.PersistentVolumeSpec{PersistentVolumeSource: v1.PersistentVolumeSource{
+			CSI: &v1.CSIPersistentVolumeSource{Driver: "ebs.csi.aws.com", VolumeHandle: "vol-0claim"}}}},
+		&v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-eph"}, Spec: v1.PersistentVolumeSpec{PersistentVolumeSource: v1.PersistentVolumeSource{
+			AWSElasticBlockStore: &v1.AWSElasticBlockStoreVolumeSource{VolumeID: "vol-0eph"}}}})
+	volumeClient := kubetest.Wrap(volumeObjs)
 	trimmed := make([]*v1.Pod, len(table))
 	for i, p := range table {
 		got, err := trimForCache(p.DeepCopy())
@@ -396,6 +421,14 @@ func TestTrimKeepsWhatEveryUnitReads(t *testing.T) {
 		if !finished {
 			// The endpoint reads the IPs of unfinished pods only (claimants).
 			same(name+": podIPs", podIPs(p), podIPs(tp))
+		}
+		// The executor's reader of a pod's volumes (volumes_api.go), on the claims and volumes
+		// the API server would give it.
+		wholeVols, wholeErr := ReadPodVolumes(context.Background(), volumeClient, p)
+		trimVols, trimErr := ReadPodVolumes(context.Background(), volumeClient, tp)
+		same(name+": ReadPodVolumes", []any{wholeVols, fmt.Sprint(wholeErr)}, []any{trimVols, fmt.Sprint(trimErr)})
+		if name == "attaching-volumes" && len(wholeVols.Attach) != 5 {
+			t.Errorf("%s: the volumes read %v (%v), want 5 that attach: the comparison must see every kind", name, wholeVols.Attach, wholeErr)
 		}
 	}
 

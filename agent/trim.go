@@ -62,7 +62,10 @@ import (
 //     (pressure.Allocated: the container statuses' and the pod's allocatedResources over the
 //     spec's), since the kubelet ranks its pods as allocated;
 //   - each volume's name and kind (which source it has, and an emptyDir's medium), at most
-//     maxKeptVolumes: pressure's diskUsage, which adds a local volume's usage by name.
+//     maxKeptVolumes: pressure's diskUsage, which adds a local volume's usage by name; of a
+//     claim, its name, and of an inline in-tree cloud disk (EBS, GCE PD, Azure Disk, Cinder,
+//     vSphere, Portworx: a few short strings) the whole source: the executor's reader of a
+//     pod's volumes (volumes_api.go) names them from these.
 //
 // Dropped: labels and annotations other than the above (a tenant's, up to 256 KiB of
 // annotations and any number of labels), the other owner references, finalizers, managedFields,
@@ -121,11 +124,12 @@ func cut(pod *v1.Pod, what string) {
 
 // trimForCache drops from a node or pod what no part of the agent reads, before it enters the
 // cache. Of a pod it keeps what the comment above lists (trimPod). Of the node it drops
-// managedFields (server-side apply's bookkeeping), the image list and the volumes, which the
-// kubelet keeps in its status; the node is the agent's own, written by the kubelet and the
-// cluster's controllers, and every other part of it is read (taints, labels, annotations,
-// conditions, capacity, addresses, the kubelet's endpoint, providerID). It is idempotent: an
-// object it trimmed comes out the same.
+// managedFields (server-side apply's bookkeeping), the image list and the attached volumes'
+// list (the attach/detach controller's, with device paths); the node is the agent's own,
+// written by the kubelet and the cluster's controllers, and every other part of it is read
+// (taints, labels, annotations, conditions, capacity, addresses, the kubelet's endpoint,
+// providerID, and status.volumesInUse: the window's summary of released volumes,
+// Executor.ObserveVolumes). It is idempotent: an object it trimmed comes out the same.
 func trimForCache(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *v1.Pod:
@@ -133,7 +137,6 @@ func trimForCache(obj any) (any, error) {
 	case *v1.Node:
 		o.ManagedFields = nil
 		o.Status.Images = nil
-		o.Status.VolumesInUse = nil
 		o.Status.VolumesAttached = nil
 	}
 	return obj, nil
@@ -364,6 +367,31 @@ func volumeKinds(p *v1.Pod) []v1.Volume {
 		if vol.EmptyDir != nil {
 			out[i].EmptyDir.Medium = vol.EmptyDir.Medium
 		}
+		if vol.PersistentVolumeClaim != nil {
+			// A claim's name is a DNS subdomain: at most 253 bytes (API validation).
+			out[i].PersistentVolumeClaim.ClaimName = strings.Clone(vol.PersistentVolumeClaim.ClaimName)
+		}
+		keepInTreeDisk(&out[i].VolumeSource, &vol.VolumeSource)
 	}
 	return out
+}
+
+// keepInTreeDisk copies into dst the whole source of an inline in-tree cloud disk of src, which
+// csi-translation-lib needs to name it as the kubelet does. Their fields are short: a disk's ID
+// or URI, a filesystem type, a partition, flags.
+func keepInTreeDisk(dst, src *v1.VolumeSource) {
+	switch {
+	case src.AWSElasticBlockStore != nil:
+		dst.AWSElasticBlockStore = src.AWSElasticBlockStore.DeepCopy()
+	case src.GCEPersistentDisk != nil:
+		dst.GCEPersistentDisk = src.GCEPersistentDisk.DeepCopy()
+	case src.AzureDisk != nil:
+		dst.AzureDisk = src.AzureDisk.DeepCopy()
+	case src.Cinder != nil:
+		dst.Cinder = src.Cinder.DeepCopy()
+	case src.VsphereVolume != nil:
+		dst.VsphereVolume = src.VsphereVolume.DeepCopy()
+	case src.PortworxVolume != nil:
+		dst.PortworxVolume = src.PortworxVolume.DeepCopy()
+	}
 }

@@ -90,6 +90,58 @@ type PodPlan struct {
 	// VolumeAtRisk is set when even the least grace sent at SendAt ends after it.
 	VolumeReleaseBy *time.Time `json:"volumeReleaseBy,omitempty"`
 	VolumeAtRisk    bool       `json:"volumeAtRisk,omitempty"`
+	// Volumes are, for such a pod, its volumes that attach, each with where the node's status
+	// has it now (NoteVolumes); NoAttach its claimed volumes that attach to no node;
+	// VolumesUnknown why they could not all be read.
+	Volumes        []PodVolume `json:"volumes,omitempty"`
+	NoAttach       []string    `json:"noAttach,omitempty"`
+	VolumesUnknown string      `json:"volumesUnknown,omitempty"`
+}
+
+// PodVolume is one of a pod's volumes that attach, by the name the node lists it with, and its
+// state in the node's status now.
+type PodVolume struct {
+	Name v1.UniqueVolumeName `json:"name"`
+	// State is "in use" (in status.volumesInUse: the kubelet has not released it), "released"
+	// (attached, no longer in use: the controller may detach it) or "not attached" (in
+	// neither list: released and detached, or never attached here).
+	State string `json:"state"`
+}
+
+// The states of a PodVolume.
+const (
+	VolumeInUse       = "in use"
+	VolumeReleased    = "released"
+	VolumeNotAttached = "not attached"
+)
+
+// NoteVolumes fills pp's volumes from what was read of them (vols, err) and the node's status:
+// which of them the kubelet still lists in use, which it released. It is pure.
+func NoteVolumes(pp *PodPlan, node *v1.Node, vols evict.VolumesOf, err error) {
+	inUse, attached := map[v1.UniqueVolumeName]bool{}, map[v1.UniqueVolumeName]bool{}
+	if node != nil {
+		for _, n := range node.Status.VolumesInUse {
+			inUse[n] = true
+		}
+		for _, a := range node.Status.VolumesAttached {
+			attached[a.Name] = true
+		}
+	}
+	pp.Volumes = nil
+	for _, name := range vols.Attach {
+		state := VolumeNotAttached
+		switch {
+		case inUse[name]:
+			state = VolumeInUse
+		case attached[name]:
+			state = VolumeReleased
+		}
+		pp.Volumes = append(pp.Volumes, PodVolume{Name: name, State: state})
+	}
+	pp.NoAttach = vols.NoAttach
+	if err != nil {
+		pp.VolumesUnknown = err.Error()
+	}
 }
 
 // PDBPlan says whether a PodDisruptionBudget would refuse the eviction, and what then happens.

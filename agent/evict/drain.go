@@ -41,8 +41,8 @@ type drain struct {
 	// was first seen gone from the list (zero: still in use); see Executor.ObserveVolumes.
 	volumes map[v1.UniqueVolumeName]time.Time
 	// podVolumes holds, by namespace/name, the volumes of each pod planned in the window with a
-	// volume that needs attaching, read from the host when the pod was first planned (the
-	// kubelet's records go with the volume's teardown); see Executor.notePodVolumes.
+	// volume that needs attaching, read when the pod was first planned; see
+	// Executor.notePodVolumes.
 	podVolumes map[string]podVolumes
 	// summarized and approved are set once each: the window summary was given, the cloud
 	// was told the node is drained.
@@ -58,12 +58,13 @@ func newDrain(w plan.Window, n *providers.Notice) *drain {
 		volumes: map[v1.UniqueVolumeName]time.Time{}, podVolumes: map[string]podVolumes{}}
 }
 
-// podVolumes is what was read of one pod's volumes: the unique names the node lists in
-// status.volumesInUse, and why they are not all known (err).
+// podVolumes is what was read of one pod's volumes, and why they are not all known (err);
+// pending while the read is under way.
 type podVolumes struct {
-	uid   types.UID
-	names []v1.UniqueVolumeName
-	err   error
+	uid     types.UID
+	vols    VolumesOf
+	err     error
+	pending bool
 }
 
 // close ends d; blocked (the blocked-pods gauge) forgets its pods. Called with Executor.mu held.

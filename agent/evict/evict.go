@@ -155,7 +155,7 @@ func (e *Executor) sync(ctx context.Context, key string, async bool) time.Durati
 		e.o.Filter.Skip(pod) == plan.SkipNone && plan.Attaches(pod)) {
 		// A pod whose volume must be released before the machine goes (one already leaving
 		// too): which of the node's volumes are its, for the window's summary.
-		e.notePodVolumes(key, pod)
+		e.notePodVolumes(ctx, key, pod)
 	}
 	switch a.kind {
 	case actNone:

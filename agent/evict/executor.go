@@ -79,13 +79,23 @@ type Options struct {
 	// MaxInFlight bounds the agent's eviction and delete requests in flight at once (the
 	// gate's largest limit; see gate.go); 0 is DefaultMaxInFlight.
 	MaxInFlight int
-	// PodVolumes returns the unique names (as in the node's status.volumesInUse) of a pod's
-	// volumes that need attaching, read from the host (the kubelet's records); nil, or an
-	// error, leaves that pod's volumes unknown in the window's summary.
-	PodVolumes func(types.UID) ([]v1.UniqueVolumeName, error)
+	// PodVolumes reads a pod's volumes (the agent reads its claims and their volumes from the
+	// API server); nil, or an error, leaves that pod's volumes unknown in the window's
+	// summary. It is called once per pod and window, off the eviction's path (notePodVolumes).
+	PodVolumes func(context.Context, *v1.Pod) (VolumesOf, error)
 	// Rand draws the jitter of the pauses after throttling, in [0, 1); nil draws from a
 	// source seeded per process, so that every agent of a fleet draws its own.
 	Rand func() float64
+}
+
+// VolumesOf is what Options.PodVolumes reads of a pod's volumes.
+type VolumesOf struct {
+	// Attach holds the unique names, as the node lists them in status.volumesInUse, of the
+	// pod's volumes that attach to the node.
+	Attach []v1.UniqueVolumeName
+	// NoAttach describes the pod's claimed volumes that attach to no node (NFS, a local
+	// volume, an unbound claim): there is nothing of theirs to release.
+	NoAttach []string
 }
 
 // DefaultMaxInFlight is Options.MaxInFlight's default: the agent's default eviction workers.
@@ -100,6 +110,8 @@ type Executor struct {
 	gate    *gate
 	// sends counts the requests handed to the gate and not yet answered or withdrawn.
 	sends sync.WaitGroup
+	// reads counts the reads of pods' volumes under way (notePodVolumes).
+	reads sync.WaitGroup
 
 	mu    sync.Mutex
 	view  View
@@ -234,6 +246,7 @@ func (e *Executor) Run(ctx context.Context, workers int) {
 	e.withdrawAll(nil)
 	e.mu.Unlock()
 	e.sends.Wait()
+	e.reads.Wait()
 }
 
 // SyncPod does what is due for one pod now and returns when to look at it again (0: only on the
@@ -356,31 +369,43 @@ func (e *Executor) ObserveVolumes(inUse []v1.UniqueVolumeName, now time.Time) {
 }
 
 // errNoPodVolumes is a pod's volumes' state when the executor has no reader of them.
-var errNoPodVolumes = errors.New("no reader of the kubelet's records of the pods' volumes")
+var errNoPodVolumes = errors.New("no reader of the pods' volumes")
+
+// errPodVolumesPending is a pod's volumes' state while they are being read.
+var errPodVolumesPending = errors.New("still being read at the window's end")
 
 // notePodVolumes reads, once per window, the volumes of a pod planned with a volume that needs
-// attaching (plan.Volume), so that the window's summary can say per pod when each was released:
-// the kubelet's records of them go with the volume's teardown, so they are read when the pod
-// is first planned, and kept for the window. The read is of the host's files (Options.
-// PodVolumes), outside the lock.
-func (e *Executor) notePodVolumes(key string, pod *v1.Pod) {
+// attaching (plan.Volume), so that the window's summary can say per pod when each was released.
+// They are read when the pod is first planned, and kept for the window (a moved deadline
+// carries them: carryDone). The read (Options.PodVolumes: a GET of each claim and of its
+// volume) runs on its own goroutine, bounded by ctx: the pod's eviction never waits on it.
+func (e *Executor) notePodVolumes(ctx context.Context, key string, pod *v1.Pod) {
 	e.mu.Lock()
 	d := e.drain
 	pv, ok := d.podVolumes[key]
 	done := d.summarized || !d.window.HasDeadline() || ok && pv.uid == pod.UID
+	if !done {
+		d.podVolumes[key] = podVolumes{uid: pod.UID, err: errNoPodVolumes, pending: e.o.PodVolumes != nil}
+	}
 	e.mu.Unlock()
-	if done {
+	if done || e.o.PodVolumes == nil {
 		return
 	}
-	rec := podVolumes{uid: pod.UID, err: errNoPodVolumes}
-	if e.o.PodVolumes != nil {
-		rec.names, rec.err = e.o.PodVolumes(pod.UID)
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if pv, ok := d.podVolumes[key]; e.drain == d && (!ok || pv.uid != pod.UID) {
-		d.podVolumes[key] = rec
-	}
+	e.reads.Go(func() {
+		rec := podVolumes{uid: pod.UID}
+		rec.vols, rec.err = e.o.PodVolumes(ctx, pod)
+		if rec.err != nil {
+			klog.FromContext(ctx).Info("Could not read all of a pod's volumes", "pod", klog.KObj(pod), "err", rec.err)
+		}
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		// The drain it was asked for, and the one that carried it since (a moved deadline).
+		for _, dd := range []*drain{d, e.drain} {
+			if pv, ok := dd.podVolumes[key]; ok && pv.uid == pod.UID && pv.pending {
+				dd.podVolumes[key] = rec
+			}
+		}
+	})
 }
 
 // maxPodVolumeLines bounds the pods the summary's event names one by one; the log has them all.
@@ -395,7 +420,10 @@ func podVolumeSummary(pods map[string]podVolumes, volumes map[v1.UniqueVolumeNam
 	for _, key := range slices.Sorted(maps.Keys(pods)) {
 		pv := pods[key]
 		var parts []string
-		for _, name := range pv.names {
+		if pv.pending {
+			pv.err = errPodVolumesPending
+		}
+		for _, name := range pv.vols.Attach {
 			at, seen := volumes[name]
 			switch {
 			case !seen:
@@ -407,13 +435,16 @@ func podVolumeSummary(pods map[string]podVolumes, volumes map[v1.UniqueVolumeNam
 				parts = append(parts, fmt.Sprintf("volume %s still in use at the window's end", name))
 			}
 		}
+		for _, desc := range pv.vols.NoAttach {
+			parts = append(parts, desc+" attaches to no node")
+		}
 		switch {
-		case pv.err != nil && len(pv.names) == 0:
+		case pv.err != nil && len(parts) == 0:
 			parts = append(parts, fmt.Sprintf("volumes unknown (%v)", pv.err))
 		case pv.err != nil:
 			parts = append(parts, fmt.Sprintf("other volumes unknown (%v)", pv.err))
-		case len(pv.names) == 0:
-			parts = append(parts, "volumes unknown (no record of a CSI volume in the kubelet's directory for it)")
+		case len(parts) == 0:
+			parts = append(parts, "no volume that attaches")
 		}
 		lines = append(lines, key+": "+strings.Join(parts, ", "))
 	}

@@ -38,13 +38,26 @@ type Interface interface {
 	Discovery() DiscoveryInterface
 }
 
-// CoreV1Interface is the core group's client: nodes, pods and events.
+// CoreV1Interface is the core group's client: nodes, pods and events, and the claims and
+// volumes of the pods whose volumes must be released in a window.
 type CoreV1Interface interface {
 	// RESTClient sends requests the typed clients do not make (agent/evict's eviction).
 	RESTClient() rest.Interface
 	Nodes() NodeInterface
 	Pods(namespace string) PodInterface
 	Events(namespace string) EventInterface
+	PersistentVolumeClaims(namespace string) PersistentVolumeClaimInterface
+	PersistentVolumes() PersistentVolumeInterface
+}
+
+// PersistentVolumeClaimInterface reads one claim (a pod's volumes, during a window).
+type PersistentVolumeClaimInterface interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (*corev1.PersistentVolumeClaim, error)
+}
+
+// PersistentVolumeInterface reads one volume (a claim's, during a window).
+type PersistentVolumeInterface interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (*corev1.PersistentVolume, error)
 }
 
 // NodeInterface reads, watches and patches nodes (the node record, the claim, doctor's dry run).
@@ -243,6 +256,18 @@ func (g coreV1) Pods(namespace string) PodInterface {
 func (g coreV1) Events(namespace string) EventInterface {
 	return events{&resource[*corev1.Event, *corev1.EventList]{client: g.c, resource: "events", namespace: namespace,
 		newObject: func() *corev1.Event { return &corev1.Event{} }, newList: func() *corev1.EventList { return &corev1.EventList{} }}}
+}
+
+func (g coreV1) PersistentVolumeClaims(namespace string) PersistentVolumeClaimInterface {
+	return &resource[*corev1.PersistentVolumeClaim, *corev1.PersistentVolumeClaimList]{client: g.c, resource: "persistentvolumeclaims", namespace: namespace,
+		newObject: func() *corev1.PersistentVolumeClaim { return &corev1.PersistentVolumeClaim{} },
+		newList:   func() *corev1.PersistentVolumeClaimList { return &corev1.PersistentVolumeClaimList{} }}
+}
+
+func (g coreV1) PersistentVolumes() PersistentVolumeInterface {
+	return &resource[*corev1.PersistentVolume, *corev1.PersistentVolumeList]{client: g.c, resource: "persistentvolumes",
+		newObject: func() *corev1.PersistentVolume { return &corev1.PersistentVolume{} },
+		newList:   func() *corev1.PersistentVolumeList { return &corev1.PersistentVolumeList{} }}
 }
 
 type policyV1 struct{ c *rest.RESTClient }

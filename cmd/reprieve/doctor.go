@@ -54,6 +54,16 @@ var agentPermissions = []permission{
 	{"create", "events", ""}, {"patch", "events", ""},
 }
 
+// agentReads are the verbs the agent uses for one part of its report alone: without them it
+// still works, and says what it cannot tell (a warning here, not a failure).
+var agentReads = []struct {
+	permission
+	without string
+}{
+	{permission{"get", "persistentvolumeclaims", ""}, "the window's summary says each pod's volumes are unknown"},
+	{permission{"get", "persistentvolumes", ""}, "the window's summary says each pod's volumes are unknown"},
+}
+
 // doctorReport collects the checklist.
 type doctorReport struct {
 	w      io.Writer
@@ -154,19 +164,39 @@ func checkKubernetes(ctx context.Context, r *doctorReport, cfg agent.Config, cli
 	if cfg.PressureSource == agent.PressureSourceSummary {
 		perms = append(slices.Clip(perms), permission{"get", "nodes", "stats"})
 	}
-	for _, p := range perms {
+	allowed := func(p permission) (bool, error) {
 		review, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(cctx, &authorizationv1.SelfSubjectAccessReview{
 			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
 				Verb: p.verb, Resource: p.resource, Subresource: p.subresource}},
 		}, metav1.CreateOptions{})
+		if err != nil {
+			return false, err
+		}
+		return review.Status.Allowed, nil
+	}
+	grant := func(p permission) string {
+		return fmt.Sprintf(`add {apiGroups: [""], resources: [%q], verbs: [%q]} to the ClusterRole bound to %s (deploy/manifests/rbac.yaml)`, strings.TrimSuffix(p.resource+"/"+p.subresource, "/"), p.verb, who)
+	}
+	for _, p := range perms {
+		ok, err := allowed(p)
 		switch {
 		case err != nil:
 			r.fail(fmt.Sprintf("permission %s: asking the API server: %v", p, err), "check that SelfSubjectAccessReviews can be created (every authenticated user may)")
-		case !review.Status.Allowed:
-			r.fail(fmt.Sprintf("permission %s: not granted to %s", p, who),
-				fmt.Sprintf(`add {apiGroups: [""], resources: [%q], verbs: [%q]} to the ClusterRole bound to %s (deploy/manifests/rbac.yaml)`, strings.TrimSuffix(p.resource+"/"+p.subresource, "/"), p.verb, who))
+		case !ok:
+			r.fail(fmt.Sprintf("permission %s: not granted to %s", p, who), grant(p))
 		default:
 			r.ok("permission %s", p)
+		}
+	}
+	for _, p := range agentReads {
+		ok, err := allowed(p.permission)
+		switch {
+		case err != nil:
+			r.warn("permission %s: asking the API server: %v", p.permission, err)
+		case !ok:
+			r.warn("permission %s: not granted to %s: %s; %s", p.permission, who, p.without, grant(p.permission))
+		default:
+			r.ok("permission %s", p.permission)
 		}
 	}
 	n, err := client.CoreV1().Nodes().Get(cctx, cfg.NodeName, metav1.GetOptions{})

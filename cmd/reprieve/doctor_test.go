@@ -51,8 +51,24 @@ func TestDoctorNamesTheMissingPermission(t *testing.T) {
 	if !strings.Contains(out.String(), "FAIL  permission delete pods") || !strings.Contains(out.String(), `resources: ["pods"], verbs: ["delete"]`) {
 		t.Errorf("the missing permission and its fix are not named:\n%s", out.String())
 	}
-	if n := strings.Count(out.String(), "  ok    permission "); n != len(agentPermissions)-1 {
-		t.Errorf("%d permissions ok, want %d:\n%s", n, len(agentPermissions)-1, out.String())
+	if n := strings.Count(out.String(), "  ok    permission "); n != len(agentPermissions)+len(agentReads)-1 {
+		t.Errorf("%d permissions ok, want %d:\n%s", n, len(agentPermissions)+len(agentReads)-1, out.String())
+	}
+}
+
+// TestDoctorWarnsOfAMissingRead: without get on persistentvolumeclaims the agent still works,
+// and cannot say per pod which volumes were released: doctor warns, names the fix, exits 0.
+func TestDoctorWarnsOfAMissingRead(t *testing.T) {
+	var out, errOut bytes.Buffer
+	host := filepath.Join("..", "..", "kubelet", "testdata", "cgroupv2")
+	code := runDoctor(context.Background(), []string{"--node=n1", "--provider=none", "--host-root=" + host, "--kubelet-root-dir=/", "--imagefs-dir=/"}, &out, &errOut,
+		doctorClient(permission{"get", "persistentvolumeclaims", ""}, "n1"))
+	if code != 0 {
+		t.Errorf("exit %d, want 0 (a warning)\n%s%s", code, out.String(), errOut.String())
+	}
+	if want := "WARN  permission get persistentvolumeclaims: not granted"; !strings.Contains(out.String(), want) ||
+		!strings.Contains(out.String(), "each pod's volumes are unknown") || !strings.Contains(out.String(), `resources: ["persistentvolumeclaims"], verbs: ["get"]`) {
+		t.Errorf("want %q with what is lost and the fix:\n%s", want, out.String())
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 
@@ -66,6 +67,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer, now t
 		return 1
 	}
 	plan := agent.PlanWhatIf(cfg, in)
+	readVolumes(ctx, client, in, &plan)
 	kc, kcErr := agent.KubeletConfig(cfg)
 	rules := kubeletRulesOf(kc, kcErr)
 	if *output == "json" {
@@ -190,6 +192,25 @@ func readWhatIf(ctx context.Context, c kube.Interface, node string, in *agent.Wh
 	return nil
 }
 
+// readVolumes reads, for each pod planned with the volume rule, its volumes as the agent does
+// in a window (a GET of each claim and of its volume), and notes where the node's status has
+// each now: during a window, which are released and which are still in use.
+func readVolumes(ctx context.Context, c kube.Interface, in agent.WhatIf, plan *agent.NodePlan) {
+	pods := map[string]*v1.Pod{}
+	for _, p := range in.Pods {
+		pods[p.Namespace+"/"+p.Name] = p
+	}
+	for i := range plan.Pods {
+		pp := &plan.Pods[i]
+		pod := pods[pp.Namespace+"/"+pp.Name]
+		if pp.VolumeReleaseBy == nil || pod == nil {
+			continue
+		}
+		vols, err := agent.ReadPodVolumes(ctx, c, pod)
+		agent.NoteVolumes(pp, in.Node, vols, err)
+	}
+}
+
 // writePlanTable prints plan for people: times relative to the notice, T+12s.
 func writePlanTable(w io.Writer, plan agent.NodePlan) error {
 	rel := func(t *time.Time) string {
@@ -245,7 +266,35 @@ func writePlanTable(w io.Writer, plan agent.NodePlan) error {
 		}
 		fmt.Fprintf(tw, "%s\tevict\t%s\t%s\t%s\t%s\t%s\t%s\n", name, rel(p.SendAt), grace, rel(p.Due), rel(p.Latest), decided, pdb)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	// The pods whose volumes must be released before the machine goes, and where each is now.
+	first := true
+	for _, p := range plan.Pods {
+		if p.VolumeReleaseBy == nil {
+			continue
+		}
+		if first {
+			fmt.Fprintf(w, "\nVolumes that must be released before the deadline (the node's volumesInUse now):\n")
+			first = false
+		}
+		risk := ""
+		if p.VolumeAtRisk {
+			risk = ", AT RISK: even the least grace ends after that"
+		}
+		fmt.Fprintf(w, "  %s/%s: gone by %s for the kubelet to release its volumes%s\n", p.Namespace, p.Name, rel(p.VolumeReleaseBy), risk)
+		for _, v := range p.Volumes {
+			fmt.Fprintf(w, "    %s: %s\n", v.Name, v.State)
+		}
+		for _, d := range p.NoAttach {
+			fmt.Fprintf(w, "    %s: attaches to no node\n", d)
+		}
+		if p.VolumesUnknown != "" {
+			fmt.Fprintf(w, "    volumes unknown: %s\n", p.VolumesUnknown)
+		}
+	}
+	return nil
 }
 
 // subcommand is the agent's flag set plus --node, for plan and doctor: they take the flags the

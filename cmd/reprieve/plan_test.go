@@ -205,3 +205,80 @@ func TestPlanKubeletRules(t *testing.T) {
 		})
 	}
 }
+
+// TestPlanVolumes (issue 40, item 2): for each pod with a volume that needs attaching, plan
+// says by when it must be gone, and reads its volumes as the agent does (its claim and the
+// claim's volume), each with where the node's status has it now: in use, released (attached,
+// no longer in use) or not attached; a claim that cannot be read is "unknown" with why.
+func TestPlanVolumes(t *testing.T) {
+	sec := func(v int64) *int64 { return &v }
+	claimed := func(name, claim string) *v1.Pod {
+		return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "db"}, Spec: v1.PodSpec{NodeName: "n1", TerminationGracePeriodSeconds: sec(10),
+			Volumes: []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}}}
+	}
+	csiVolume := func(pv, claim, handle string) (*v1.PersistentVolumeClaim, *v1.PersistentVolume) {
+		return &v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: claim, Namespace: "db"}, Spec: v1.PersistentVolumeClaimSpec{VolumeName: pv}},
+			&v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: pv}, Spec: v1.PersistentVolumeSpec{PersistentVolumeSource: v1.PersistentVolumeSource{
+				CSI: &v1.CSIPersistentVolumeSource{Driver: "ebs.csi.aws.com", VolumeHandle: handle}}}}
+	}
+	const a, b, c = "kubernetes.io/csi/ebs.csi.aws.com^vol-a", "kubernetes.io/csi/ebs.csi.aws.com^vol-b", "kubernetes.io/csi/ebs.csi.aws.com^vol-c"
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Status: v1.NodeStatus{
+		VolumesInUse:    []v1.UniqueVolumeName{a},
+		VolumesAttached: []v1.AttachedVolume{{Name: a}, {Name: b}}}}
+	client := fake.NewClientset(node)
+	for i, h := range []string{"vol-a", "vol-b", "vol-c"} {
+		claim, pv := csiVolume("pv-"+h, "data-db-"+string(rune('0'+i)), h)
+		if _, err := client.CoreV1().PersistentVolumeClaims("db").Create(context.Background(), claim, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := client.CoreV1().PersistentVolumes().Create(context.Background(), pv, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []*v1.Pod{claimed("db-0", "data-db-0"), claimed("db-1", "data-db-1"), claimed("db-2", "data-db-2"), claimed("db-3", "data-gone")} {
+		if _, err := client.CoreV1().Pods("db").Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clientFor := func(agent.Config) (kube.Interface, error) { return kubetest.Wrap(client), nil }
+
+	var out, errOut bytes.Buffer
+	if code := runPlan(context.Background(), []string{"--node=n1", "--deadline=120s", "-o", "json"}, &out, &errOut, planNow, clientFor); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	var plan agent.NodePlan
+	if err := json.Unmarshal(out.Bytes(), &plan); err != nil {
+		t.Fatalf("output is not a plan: %v\n%s", err, out.String())
+	}
+	want := map[string]string{"db/db-0": a + " " + agent.VolumeInUse, "db/db-1": b + " " + agent.VolumeReleased, "db/db-2": c + " " + agent.VolumeNotAttached}
+	for _, p := range plan.Pods {
+		key := p.Namespace + "/" + p.Name
+		if p.VolumeReleaseBy == nil {
+			t.Errorf("%s: no volumeReleaseBy", key)
+			continue
+		}
+		if key == "db/db-3" {
+			if len(p.Volumes) != 0 || !strings.Contains(p.VolumesUnknown, `persistentvolumeclaims "data-gone" not found`) {
+				t.Errorf("db/db-3: volumes %v, unknown %q; want none and the missing claim named", p.Volumes, p.VolumesUnknown)
+			}
+			continue
+		}
+		if len(p.Volumes) != 1 || string(p.Volumes[0].Name)+" "+p.Volumes[0].State != want[key] || p.VolumesUnknown != "" {
+			t.Errorf("%s: volumes %+v (unknown %q), want %s", key, p.Volumes, p.VolumesUnknown, want[key])
+		}
+	}
+	if !strings.Contains(out.String(), `"volumes"`) || !strings.Contains(out.String(), `"state"`) || !strings.Contains(out.String(), `"volumesUnknown"`) {
+		t.Errorf("JSON lacks the volumes' fields:\n%s", out.String())
+	}
+
+	out.Reset()
+	if code := runPlan(context.Background(), []string{"--node=n1", "--deadline=120s"}, &out, &errOut, planNow, clientFor); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	for _, w := range []string{"Volumes that must be released before the deadline", "db/db-0: gone by T+", a + ": in use", b + ": released", c + ": not attached",
+		`volumes unknown: reading pod db/db-3's volumes: volume data: getting PersistentVolumeClaim data-gone`} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("table lacks %q:\n%s", w, out.String())
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,10 +15,12 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/kube/kubetest"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 )
 
@@ -120,6 +123,36 @@ func TestAgentTokenAttacks(t *testing.T) {
 	denied("read a Secret", err, `cannot get resource "secrets"`)
 	_, err = clientA.CoreV1().Secrets("").List(ctx, metav1.ListOptions{})
 	denied("list Secrets", err, `cannot list resource "secrets"`)
+	// A claim and its volume (issue 40): the agent reads one of each by name during a window,
+	// and nothing else of them: no list or watch to find the others, no write.
+	claim, err := c.CoreV1().PersistentVolumeClaims(ns).Create(ctx, &v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "data-db-0"},
+		Spec: v1.PersistentVolumeClaimSpec{AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}, StorageClassName: new(string),
+			VolumeName: "attack-pv", Resources: v1.VolumeResourceRequirements{Requests: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}}}},
+		metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CoreV1().PersistentVolumes().Create(ctx, &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "attack-pv"},
+		Spec: v1.PersistentVolumeSpec{AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+			Capacity:               v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")},
+			PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{Driver: "ebs.csi.aws.com", VolumeHandle: "vol-0attack"}},
+			ClaimRef:               &v1.ObjectReference{Namespace: ns, Name: claim.Name, UID: claim.UID}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = c.CoreV1().PersistentVolumes().Delete(context.Background(), "attack-pv", metav1.DeleteOptions{})
+	}()
+	_, err = clientA.CoreV1().PersistentVolumeClaims("").List(ctx, metav1.ListOptions{})
+	denied("list PersistentVolumeClaims", err, `cannot list resource "persistentvolumeclaims"`)
+	_, err = clientA.CoreV1().PersistentVolumeClaims(ns).Watch(ctx, metav1.ListOptions{})
+	denied("watch PersistentVolumeClaims", err, `cannot watch resource "persistentvolumeclaims"`)
+	denied("delete a PersistentVolumeClaim", clientA.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, claim.Name, metav1.DeleteOptions{}),
+		`cannot delete resource "persistentvolumeclaims"`)
+	_, err = clientA.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	denied("list PersistentVolumes", err, `cannot list resource "persistentvolumes"`)
+	_, err = clientA.CoreV1().PersistentVolumes().Patch(ctx, "attack-pv", types.MergePatchType,
+		[]byte(`{"spec":{"persistentVolumeReclaimPolicy":"Delete"}}`), metav1.PatchOptions{})
+	denied("patch a PersistentVolume's reclaim policy", err, `cannot patch resource "persistentvolumes"`)
 	_, err = clientA.CoreV1().Pods(ns).Create(ctx, &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "planted"},
 		Spec: v1.PodSpec{NodeName: nodeA, Containers: []v1.Container{{Name: "c", Image: "busybox"}}}}, metav1.CreateOptions{})
 	denied("create a pod", err, `cannot create resource "pods"`)
@@ -138,6 +171,14 @@ func TestAgentTokenAttacks(t *testing.T) {
 	allowed("a reprieve.io/ annotation on node A", patch(nodeA, map[string]any{"metadata": map[string]any{"annotations": map[string]any{"reprieve.io/test": "y"}}}))
 	allowed("an event about node A", event(nodeRef(nodeA), nodeA, "reprieve"))
 	allowed("an event about a pod", event(podRef(victimA), nodeA, "reprieve"))
+	// What the agent reads of a pod's volumes, through its own reader (agent.ReadPodVolumes).
+	withClaim := victimA.DeepCopy()
+	withClaim.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: claim.Name}}}}
+	vols, err := agent.ReadPodVolumes(ctx, kubetest.Wrap(clientA), withClaim)
+	allowed("get a pod's claim and its volume", err)
+	if want := []v1.UniqueVolumeName{"kubernetes.io/csi/ebs.csi.aws.com^vol-0attack"}; !slices.Equal(vols.Attach, want) {
+		t.Errorf("the pod's volumes read with the agent's token: %v, want %v", vols.Attach, want)
+	}
 
 	// Updates (the recorder patches repeated events): its own events, never another
 	// component's, not even restamped as reprieve's.

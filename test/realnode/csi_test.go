@@ -23,6 +23,7 @@ import (
 
 	"github.com/reprieve-dev/reprieve/agent"
 	"github.com/reprieve-dev/reprieve/agent/events"
+	"github.com/reprieve-dev/reprieve/agent/kube/kubetest"
 	"github.com/reprieve-dev/reprieve/test/nodeenv"
 	"github.com/reprieve-dev/reprieve/test/testenv"
 )
@@ -279,6 +280,7 @@ type volumeRun struct {
 	multiText                        string
 	afterRestart                     time.Time // the replacement attached once the kubelet was back (without the rule)
 	podSummary                       string    // what the agent's window summary says of db-0's volume (with the rule)
+	summary                          string    // the whole summary (with the rule)
 }
 
 // Volumes released before the reclaim (issue 40) on the real node, with a real CSI driver that
@@ -428,11 +430,11 @@ func volumeWindow(ctx context.Context, t *testing.T, rule bool) volumeRun {
 		t.Fatalf("db-0 runs, yet its volume %s is not in the real node's volumesInUse (%v) or not attached there (%v)", pv, snap.inUseAt, snap.attached)
 	}
 	run.inUseAt = snap.inUseAt
-	// The kubelet's record of db-0's volume, read as the agent reads it (issue 40, item 2), but
-	// as root: the unique name it gives must be the one the node lists in volumesInUse.
+	// db-0's volumes, read as the agent reads them (issue 40, item 2: its claim and the claim's
+	// volume): the unique name must be the one the real kubelet lists in volumesInUse.
 	wantName := v1.UniqueVolumeName("kubernetes.io/csi/" + csiDriver + "^" + rec.handle)
-	if names, err := agent.ReadPodVolumes(node.RootDir, db0.UID); err != nil || !slices.Equal(names, []v1.UniqueVolumeName{wantName}) {
-		t.Errorf("db-0's volumes read from the kubelet's records: %v (%v), want [%s], the name in the node's volumesInUse", names, err, wantName)
+	if vols, err := agent.ReadPodVolumes(ctx, kubetest.Wrap(env.Client), db0); err != nil || !slices.Equal(vols.Attach, []v1.UniqueVolumeName{wantName}) {
+		t.Errorf("db-0's volumes read from its claim: %v (%v), want [%s], the name in the node's volumesInUse", vols.Attach, err, wantName)
 	}
 
 	// The notice; the deadline put so that, without the rule, the pod's end comes just after a
@@ -491,7 +493,7 @@ func volumeWindow(ctx context.Context, t *testing.T, rule bool) volumeRun {
 		}
 	}
 	if rule {
-		run.podSummary = podVolumeSummary(ctx, t, ns+"/db-0: ")
+		run.podSummary, run.summary = podVolumeSummary(ctx, t, ns+"/db-0: ")
 	}
 	run.unstaged = kubeletLogTime(t, `UnmountDevice succeeded for volume "`+pv+`"`)
 	snap = rec.snapshot()
@@ -536,18 +538,15 @@ func volumeWindow(ctx context.Context, t *testing.T, rule bool) volumeRun {
 	if rule {
 		// The agent's own account (issue 40, item 2): db-0's volume, by the unique name the node
 		// lists, released before the window's end (D less the 5 s margin), as the agent read it
-		// from the kubelet's record of the pod's volume on the host.
-		//
-		// The chart runs the agent as uid 65532 with no capabilities, and the kubelet makes its
-		// root directory and every pod's 0750 root:root: the agent cannot search them, and says
-		// db-0's volumes are unknown, with that reason, rather than nothing. That is the only
-		// other answer accepted here, and it is logged as the limitation it is.
+		// from db-0's claim and volume with the chart's ServiceAccount.
+		// At node level, from the node's volumesInUse as the agent's cache holds it: the one
+		// volume in use during the window, released by its end.
+		if want := "volumes in use during the window: 1 released (gone from the node's volumesInUse) by "; !strings.Contains(run.summary, want) {
+			t.Errorf("the agent's window summary %q lacks %q", run.summary, want)
+		}
 		want := fmt.Sprintf("%s/db-0: volume kubernetes.io/csi/%s^%s released at D-", ns, csiDriver, rec.handle)
-		denied := fmt.Sprintf("%s/db-0: volumes unknown (reading pod %s's volumes: the agent's user (uid 65532) cannot search the kubelet's directory", ns, db0.UID)
-		if strings.HasPrefix(run.podSummary, denied) {
-			t.Logf("LIMITATION: the agent could not read db-0's volumes from the kubelet's directory: %s", run.podSummary)
-		} else if !strings.HasPrefix(run.podSummary, want) {
-			t.Errorf("the agent's window summary for db-0 is %q, want it to begin %q (or, for the chart's non-root agent, %q)", run.podSummary, want, denied)
+		if !strings.HasPrefix(run.podSummary, want) {
+			t.Errorf("the agent's window summary for db-0 is %q, want it to begin %q", run.podSummary, want)
 		} else if at, err := time.ParseDuration(strings.TrimSuffix(strings.TrimPrefix(run.podSummary, want), ".")); err != nil || at < 5*time.Second {
 			t.Errorf("the agent's window summary for db-0 is %q: want the release before D-5s, the window's end (%v)", run.podSummary, err)
 		} else if math.Abs((-at).Seconds()-run.outAt.Sub(deadline).Seconds()) > 1.5 {
@@ -582,11 +581,10 @@ func volumeWindow(ctx context.Context, t *testing.T, rule bool) volumeRun {
 	return run
 }
 
-// rel is x relative to d, or "never".
 // podVolumeSummary waits up to 20 s for the agent's InterruptionHandled event on the real node
-// whose per-pod part names prefix (namespace/pod: ) and returns that part; empty, with an
-// error, when none came.
-func podVolumeSummary(ctx context.Context, t *testing.T, prefix string) string {
+// whose per-pod part names prefix (namespace/pod: ) and returns that part and the whole
+// message; empty, with an error, when none came.
+func podVolumeSummary(ctx context.Context, t *testing.T, prefix string) (part, message string) {
 	t.Helper()
 	until := time.Now().Add(20 * time.Second)
 	for {
@@ -597,18 +595,19 @@ func podVolumeSummary(ctx context.Context, t *testing.T, prefix string) string {
 				if i := strings.Index(e.Message, prefix); i >= 0 {
 					part, _, _ := strings.Cut(e.Message[i:], "; ")
 					t.Logf("the agent's window summary: %s", e.Message)
-					return part
+					return part, e.Message
 				}
 			}
 		}
 		if time.Now().After(until) || ctx.Err() != nil {
 			t.Errorf("no %s event on %s naming %q within 20 s (last error %v)", events.ReasonInterruptionHandled, nodeName, prefix, err)
-			return ""
+			return "", ""
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 }
 
+// rel is x relative to d, or "never".
 func rel(x, d time.Time) string {
 	if x.IsZero() {
 		return "never"

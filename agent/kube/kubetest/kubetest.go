@@ -47,6 +47,14 @@ func (g coreV1) Pods(namespace string) kube.PodInterface { return g.c.CoreV1().P
 
 func (g coreV1) Events(namespace string) kube.EventInterface { return g.c.CoreV1().Events(namespace) }
 
+func (g coreV1) PersistentVolumeClaims(namespace string) kube.PersistentVolumeClaimInterface {
+	return g.c.CoreV1().PersistentVolumeClaims(namespace)
+}
+
+func (g coreV1) PersistentVolumes() kube.PersistentVolumeInterface {
+	return g.c.CoreV1().PersistentVolumes()
+}
+
 type policyV1 struct{ c kubernetes.Interface }
 
 func (g policyV1) PodDisruptionBudgets(namespace string) kube.PodDisruptionBudgetInterface {
