@@ -632,7 +632,7 @@ func TestVolumesReleasedInTheSummary(t *testing.T) {
 }
 
 // TestVolumesReleasedPerPodInTheSummary (issue 40, item 2): the window's summary says, for each
-// pod planned with a volume that needs attaching, when each of its volumes (read from the host
+// pod planned with a volume that needs attaching, when each of its volumes (read from the API
 // once, when the pod is first planned in the window) left the node's volumesInUse, relative to
 // the deadline, or that it was still in use at the window's end; a pod whose volumes could not
 // be read is "unknown", never left out; a pod without such a volume is not listed; the
@@ -729,7 +729,7 @@ func TestVolumesReleasedPerPodInTheSummary(t *testing.T) {
 }
 
 // TestPodVolumesKeptWhenTheDeadlineMoves: a deadline that moves within one interruption starts
-// a new drain, which keeps what was read of the pods' volumes (the kubelet's records may be
+// a new drain, which keeps what was read of the pods' volumes (the claim may be
 // gone by then): no second read, and the summary still names the pod's volume.
 func TestPodVolumesKeptWhenTheDeadlineMoves(t *testing.T) {
 	p := testPod("db-0", 10)

@@ -336,7 +336,7 @@ func TestVolumeReleasedBeforeReclaimOnRealNode(t *testing.T) {
 		{"the pod gone from the API; replacement created", func(r volumeRun) string { return at(r, r.podGone) }},
 		{"the kubelet's status update without it in volumesInUse", func(r volumeRun) string { return at(r, r.outAt) }},
 		{"in volumesInUse at D, when the kubelet is killed", func(r volumeRun) string { return map[bool]string{true: "yes", false: "no"}[r.inUseAtDeadline] }},
-		{"the agent's window summary for db-0 (from the kubelet's record of its volume)", func(r volumeRun) string {
+		{"the agent's window summary for db-0 (from its claim and volume, read with the chart's ServiceAccount)", func(r volumeRun) string {
 			if r.podSummary == "" {
 				return "no per-pod line (the pod is not planned with the volume rule)"
 			}
