@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -84,7 +86,7 @@ func (a apiPodVolumes) read(ctx context.Context, pod *v1.Pod) (evict.VolumesOf, 
 			}
 			pv = t
 		case v.ISCSI != nil || v.FC != nil || v.RBD != nil:
-			errs = append(errs, fmt.Errorf("volume %s: an inline in-tree %s volume, whose name in volumesInUse is not computed", v.Name, inTreeKind(v.VolumeSource)))
+			errs = append(errs, fmt.Errorf("volume %s: an inline in-tree %s volume, whose name in volumesInUse is not computed", v.Name, sourceKind(v.VolumeSource)))
 			continue
 		default:
 			continue
@@ -166,45 +168,20 @@ func (a apiPodVolumes) uniqueName(logger klog.Logger, volume string, pv *v1.Pers
 		}
 		return v1.UniqueVolumeName(csiPluginName + "/" + s.CSI.Driver + csiVolNameSep + s.CSI.VolumeHandle), "", nil
 	case s.NFS != nil || s.Local != nil || s.HostPath != nil || s.CephFS != nil || s.Glusterfs != nil:
-		return "", fmt.Sprintf("volume %s (PersistentVolume %s, %s)", volume, pv.Name, pvKind(s)), nil
+		return "", fmt.Sprintf("volume %s (PersistentVolume %s, %s)", volume, pv.Name, sourceKind(s)), nil
 	}
-	return "", "", fmt.Errorf("volume %s: PersistentVolume %s is an in-tree %s volume, whose name in volumesInUse is not computed", volume, pv.Name, pvKind(s))
+	return "", "", fmt.Errorf("volume %s: PersistentVolume %s is an in-tree %s volume, whose name in volumesInUse is not computed", volume, pv.Name, sourceKind(s))
 }
 
-// pvKind names a PersistentVolume's source kind for a message.
-func pvKind(s v1.PersistentVolumeSource) string {
-	switch {
-	case s.NFS != nil:
-		return "nfs"
-	case s.Local != nil:
-		return "local"
-	case s.HostPath != nil:
-		return "hostPath"
-	case s.CephFS != nil:
-		return "cephfs"
-	case s.Glusterfs != nil:
-		return "glusterfs"
-	case s.ISCSI != nil:
-		return "iscsi"
-	case s.FC != nil:
-		return "fc"
-	case s.RBD != nil:
-		return "rbd"
-	case s.FlexVolume != nil:
-		return "flexVolume"
-	}
-	return "unknown-kind"
-}
-
-// inTreeKind names an inline volume's in-tree attachable kind for a message.
-func inTreeKind(s v1.VolumeSource) string {
-	switch {
-	case s.ISCSI != nil:
-		return "iscsi"
-	case s.FC != nil:
-		return "fc"
-	case s.RBD != nil:
-		return "rbd"
+// sourceKind names the kind of a volume source (a v1.VolumeSource or v1.PersistentVolumeSource)
+// as the API spells it: the JSON name of its one field that is set ("nfs", "iscsi", "flexVolume").
+func sourceKind(src any) string {
+	v := reflect.ValueOf(src)
+	for i := range v.NumField() {
+		if f := v.Field(i); f.Kind() == reflect.Pointer && !f.IsNil() {
+			name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("json"), ",")
+			return name
+		}
 	}
 	return "unknown-kind"
 }
