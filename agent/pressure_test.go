@@ -407,3 +407,22 @@ func TestPressureLeadCoversLateReadings(t *testing.T) {
 		t.Fatalf("agent-ds evicted with %d s of grace, want its whole 3 s: the readings come 2 s apart", g)
 	}
 }
+
+// Issue 37: the lead counts the jumps of the estimate too. Readings come every second, but the
+// fall speeds up by 10 MiB/s every second: from one reading to the next the estimate falls by
+// more than the second, as the trend steepens. With a second's lead the 3 s pod was due only at
+// 8 s from the hard threshold, and went with 2 s.
+func TestPressureLeadCoversASteepeningTrend(t *testing.T) {
+	h := newHarness(t, pressureConfig(t), testNode(), pressurePod("agent-ds", 3))
+	avail, step := int64(1400), int64(20)
+	for ; avail >= 100 && len(h.evictions()) == 0; avail, step = avail-step, step+10 {
+		h.observe(avail)
+	}
+	evs := h.evictions()
+	if len(evs) != 1 || evs[0].Name != "agent-ds" {
+		t.Fatalf("evictions %v, want agent-ds", evictionNames(evs))
+	}
+	if g := *evs[0].DeleteOptions.GracePeriodSeconds; g != 3 {
+		t.Fatalf("agent-ds evicted with %d s of grace at %d MiB, want its whole 3 s", g, avail+step-10)
+	}
+}

@@ -501,14 +501,15 @@ func TestLevelsSaturate(t *testing.T) {
 	}
 }
 
-// Pace keeps, per signal, the longest gap between two readings and the largest fall of the
-// estimate beyond the time between them, over its window.
+// Pace keeps, per signal, the longest gap between two readings and the largest share the
+// estimate fell by beyond the time between them, over its window; the jump to expect is that
+// share of the estimate now.
 func TestPace(t *testing.T) {
 	p := NewPace(10 * time.Second)
 	s := kubelet.MemoryAvailable
-	check := func(at time.Duration, wantGap, wantJump time.Duration) {
+	check := func(at, ttl time.Duration, wantGap, wantJump time.Duration) {
 		t.Helper()
-		gap, jump := p.Of(s)
+		gap, jump := p.Of(s, ttl)
 		if gap != wantGap || jump != wantJump {
 			t.Fatalf("at %v: gap %v, jump %v; want %v, %v", at, gap, jump, wantGap, wantJump)
 		}
@@ -519,18 +520,19 @@ func TestPace(t *testing.T) {
 	}{
 		{0, 20 * time.Second, 0, 0}, // one reading: nothing measured yet
 		{time.Second, 19 * time.Second, time.Second, 0},
-		{3 * time.Second, 17 * time.Second, 2 * time.Second, 0},                               // late, the estimate fell by the time
-		{4 * time.Second, 14500 * time.Millisecond, 2 * time.Second, 1500 * time.Millisecond}, // 1.5 s beyond the second
-		{5 * time.Second, 14 * time.Second, 2 * time.Second, 1500 * time.Millisecond},         // a rise does not undo it
-		{6 * time.Second, Never, 2 * time.Second, 1500 * time.Millisecond},                    // not falling: no jump to measure
-		{7 * time.Second, 10 * time.Second, 2 * time.Second, 1500 * time.Millisecond},         // from never: none either
-		{13 * time.Second, 4 * time.Second, 6 * time.Second, 1500 * time.Millisecond},         // 6 s without a reading
-		{15 * time.Second, 3 * time.Second, 6 * time.Second, 0},                               // the jump at 4 s is out of the window
-		{25 * time.Second, 0, 10 * time.Second, 0},                                            // past: fell 3 s in 10
+		{3 * time.Second, 17 * time.Second, 2 * time.Second, 0}, // late, the estimate fell by the time
+		// 4 s beyond the second, a quarter of the 16 s expected: a quarter of 12 s to expect.
+		{4 * time.Second, 12 * time.Second, 2 * time.Second, 3 * time.Second},
+		{5 * time.Second, 11500 * time.Millisecond, 2 * time.Second, 2875 * time.Millisecond}, // a rise does not undo it
+		{6 * time.Second, Never, 2 * time.Second, 0},                                          // not falling: no jump
+		{7 * time.Second, 10 * time.Second, 2 * time.Second, 2500 * time.Millisecond},         // none measured from never
+		{13 * time.Second, 4 * time.Second, 6 * time.Second, time.Second},                     // 6 s without a reading
+		{15 * time.Second, 2 * time.Second, 6 * time.Second, 0},                               // the jump at 4 s is out of the window
+		{25 * time.Second, 0, 10 * time.Second, 0},                                            // past: nothing to measure
 	}
 	for _, st := range steps {
 		p.Add(t0.Add(st.at), s, st.ttl)
-		check(st.at, st.gap, st.jump)
+		check(st.at, st.ttl, st.gap, st.jump)
 	}
 	// The long gap counts until it is out of the window.
 	for at := 26 * time.Second; at <= 36*time.Second; at += time.Second {
@@ -539,9 +541,9 @@ func TestPace(t *testing.T) {
 		if at == 36*time.Second {
 			want = time.Second
 		}
-		check(at, want, 0)
+		check(at, 0, want, 0)
 	}
-	if gap, jump := p.Of(kubelet.PIDAvailable); gap != 0 || jump != 0 {
+	if gap, jump := p.Of(kubelet.PIDAvailable, 10*time.Second); gap != 0 || jump != 0 {
 		t.Fatalf("a signal never read: gap %v, jump %v", gap, jump)
 	}
 }
