@@ -7,10 +7,15 @@ import (
 )
 
 // Pace keeps, per signal, how the readings and the estimate of the time to the hard threshold
-// went over a window: the longest gap between two readings, and the largest fall of the
+// went lately: the longest gap between two readings over a window, and the largest fall of the
 // estimate beyond the time that went by between them (the trend steepening, or a reading below
-// the line), as a share of where the estimate should have been. They are what can go by before
-// the next reading, which Decide counts ahead.
+// the line) over the last minSamples readings, as a share of where the estimate should have
+// been. They are what can go by before the next reading, which Decide counts ahead.
+//
+// The jumps of the last readings only, those the trend's short fit is made of: over the whole
+// window the onset of a fall (the estimate coming down from hours to seconds as the trend forms)
+// would count as a jump of nearly all of it, and make every pod due at the first reading under
+// pressure. The gaps over the whole window: a machine busy enough to read late once will again.
 //
 // The share, not the seconds: a slope off by some share puts the estimate off by that share of
 // it, so a jump of 5 s 27 s from the hard threshold is one of under 2 s 10 s from it, where the
@@ -63,12 +68,17 @@ func (p *Pace) Add(now time.Time, s kubelet.Signal, ttl time.Duration) {
 }
 
 // Of returns the longest gap between two readings of s over the window, and the jump to expect
-// of an estimate of ttl at the next one: the largest share it jumped by over the window (never
-// below zero), of ttl. Zero for both before two readings; no jump for Never.
+// of an estimate of ttl at the next one: the largest share it jumped by over the last
+// minSamples readings (never below zero), of ttl. Zero for both before two readings; no jump
+// for Never.
 func (p *Pace) Of(s kubelet.Signal, ttl time.Duration) (gap, jump time.Duration) {
+	ss := p.steps[s]
 	var share float64
-	for _, st := range p.steps[s] {
-		gap, share = max(gap, st.gap), max(share, st.jump)
+	for i, st := range ss {
+		gap = max(gap, st.gap)
+		if i >= len(ss)-minSamples {
+			share = max(share, st.jump)
+		}
 	}
 	if ttl == Never {
 		return gap, 0

@@ -501,9 +501,9 @@ func TestLevelsSaturate(t *testing.T) {
 	}
 }
 
-// Pace keeps, per signal, the longest gap between two readings and the largest share the
-// estimate fell by beyond the time between them, over its window; the jump to expect is that
-// share of the estimate now.
+// Pace keeps, per signal, the longest gap between two readings over its window and the largest
+// share the estimate fell by beyond the time between them over the last three readings; the
+// jump to expect is that share of the estimate now.
 func TestPace(t *testing.T) {
 	p := NewPace(10 * time.Second)
 	s := kubelet.MemoryAvailable
@@ -524,11 +524,13 @@ func TestPace(t *testing.T) {
 		// 4 s beyond the second, a quarter of the 16 s expected: a quarter of 12 s to expect.
 		{4 * time.Second, 12 * time.Second, 2 * time.Second, 3 * time.Second},
 		{5 * time.Second, 11500 * time.Millisecond, 2 * time.Second, 2875 * time.Millisecond}, // a rise does not undo it
-		{6 * time.Second, Never, 2 * time.Second, 0},                                          // not falling: no jump
-		{7 * time.Second, 10 * time.Second, 2 * time.Second, 2500 * time.Millisecond},         // none measured from never
-		{13 * time.Second, 4 * time.Second, 6 * time.Second, time.Second},                     // 6 s without a reading
-		{15 * time.Second, 2 * time.Second, 6 * time.Second, 0},                               // the jump at 4 s is out of the window
-		{25 * time.Second, 0, 10 * time.Second, 0},                                            // past: nothing to measure
+		{6 * time.Second, 10500 * time.Millisecond, 2 * time.Second, 2625 * time.Millisecond},
+		{7 * time.Second, 9500 * time.Millisecond, 2 * time.Second, 0}, // three readings on: forgotten
+		{8 * time.Second, Never, 2 * time.Second, 0},                   // not falling: no jump
+		{9 * time.Second, 8 * time.Second, 2 * time.Second, 0},         // none measured from never
+		{15 * time.Second, 4 * time.Second, 6 * time.Second, 0},        // 6 s without a reading (the 2 s gap out of the window), the estimate fell less
+		{16 * time.Second, 1500 * time.Millisecond, 6 * time.Second, 750 * time.Millisecond},
+		{25 * time.Second, 0, 9 * time.Second, 0}, // past: nothing to measure
 	}
 	for _, st := range steps {
 		p.Add(t0.Add(st.at), s, st.ttl)
@@ -537,7 +539,7 @@ func TestPace(t *testing.T) {
 	// The long gap counts until it is out of the window.
 	for at := 26 * time.Second; at <= 36*time.Second; at += time.Second {
 		p.Add(t0.Add(at), s, 0)
-		want := 10 * time.Second
+		want := 9 * time.Second
 		if at == 36*time.Second {
 			want = time.Second
 		}
