@@ -292,9 +292,10 @@ type Input struct {
 	// Allowance the time a request takes to land (as for interruptions).
 	SafetyMargin, Allowance time.Duration
 	// Interval is the reading interval (--pressure-interval); Gap the longest time the signal's
-	// readings really came apart lately, longer on a busy machine; Jump the largest fall of
-	// TimeToHard between two readings beyond the time between them lately, a trend that
-	// steepens (Pace). Together they are how far TimeToHard can fall before the next reading.
+	// readings really came apart lately, longer on a busy machine; Jump how much further than
+	// the time between two readings TimeToHard may fall at the next one, from the largest share
+	// it did over the last readings, a trend that steepens (Pace.Of). Together they are how far
+	// TimeToHard can fall before the next reading (Lead).
 	Interval, Gap, Jump time.Duration
 }
 
