@@ -384,3 +384,45 @@ func TestBadKubeletConfigTurnsPressureOffOnly(t *testing.T) {
 		t.Fatal("the interruption taint is missing: a bad kubelet config stopped more than pressure handling")
 	}
 }
+
+// Issue 37: a pod is due a whole reading before its grace would have to be cut, and a reading is
+// what can go by before the next one, not a fixed second. On a slow machine the readings come
+// 2 s apart although the interval is 1 s; memory falls 50 MiB/s towards the kubelet's 100Mi, a
+// 3 s pod ahead of a 5 s margin. With a second's lead it was not due at 10 s from the hard
+// threshold and, at the next reading, 8 s away, went with 2 s of its 3.
+func TestPressureLeadCoversLateReadings(t *testing.T) {
+	h := newHarness(t, pressureConfig(t), testNode(), pressurePod("agent-ds", 3))
+	for avail := int64(1400); avail >= 300 && len(h.evictions()) == 0; avail -= 100 {
+		h.clock.Step(2 * time.Second)
+		h.src.memory(avail)
+		h.a.pressure.Observe(h.ctx)
+		h.reconcile()
+		h.syncStores()
+	}
+	evs := h.evictions()
+	if len(evs) != 1 || evs[0].Name != "agent-ds" {
+		t.Fatalf("evictions %v, want agent-ds", evictionNames(evs))
+	}
+	if g := *evs[0].DeleteOptions.GracePeriodSeconds; g != 3 {
+		t.Fatalf("agent-ds evicted with %d s of grace, want its whole 3 s: the readings come 2 s apart", g)
+	}
+}
+
+// Issue 37: the lead counts the jumps of the estimate too. Readings come every second, but the
+// fall speeds up by 10 MiB/s every second: from one reading to the next the estimate falls by
+// more than the second, as the trend steepens. With a second's lead the 3 s pod was due only at
+// 8 s from the hard threshold, and went with 2 s.
+func TestPressureLeadCoversASteepeningTrend(t *testing.T) {
+	h := newHarness(t, pressureConfig(t), testNode(), pressurePod("agent-ds", 3))
+	avail, step := int64(1400), int64(20)
+	for ; avail >= 100 && len(h.evictions()) == 0; avail, step = avail-step, step+10 {
+		h.observe(avail)
+	}
+	evs := h.evictions()
+	if len(evs) != 1 || evs[0].Name != "agent-ds" {
+		t.Fatalf("evictions %v, want agent-ds", evictionNames(evs))
+	}
+	if g := *evs[0].DeleteOptions.GracePeriodSeconds; g != 3 {
+		t.Fatalf("agent-ds evicted with %d s of grace at %d MiB, want its whole 3 s", g, avail+step-10)
+	}
+}

@@ -76,6 +76,9 @@ type Loop struct {
 	tracker *Tracker
 	soft    *SoftTracker
 	trend   *Trend
+	// pace is how the readings and each signal's time to the hard threshold went lately: how
+	// far ahead a pod is due (Input.Lead).
+	pace *Pace
 	// inFlight are the pods evicted for pressure that are still on the node.
 	inFlight map[types.UID]inFlight
 	// blocked are pods a PodDisruptionBudget protected, with when to try again.
@@ -90,7 +93,7 @@ type Loop struct {
 // NewLoop returns the pressure loop; Start takes its first reading.
 func NewLoop(o LoopOptions) *Loop {
 	return &Loop{o: o, tracker: NewTracker(o.TransitionPeriod), soft: NewSoftTracker(), trend: NewTrend(o.TrendWindow),
-		inFlight: map[types.UID]inFlight{}, blocked: map[types.UID]blockedPod{}, warned: map[kubelet.Signal]bool{},
+		pace: NewPace(o.TrendWindow), inFlight: map[types.UID]inFlight{}, blocked: map[types.UID]blockedPod{}, warned: map[kubelet.Signal]bool{},
 		taints: map[Resource]bool{}}
 }
 
@@ -211,6 +214,7 @@ func (lp *Loop) Observe(ctx context.Context) {
 			l.At = now
 		}
 		lp.trend.Add(l.At, l.Signal, l.Available)
+		lp.pace.Add(now, l.Signal, lp.timeToHard(now, *l))
 		if l.Threshold <= l.Hard && l.Hard > 0 && !lp.warned[l.Signal] {
 			lp.warned[l.Signal] = true
 			logger.Error(nil, "reprieve's pressure threshold is not above the kubelet's hard threshold: the kubelet will evict first",
@@ -328,12 +332,7 @@ func (lp *Loop) evictForPressure(ctx context.Context, now time.Time, levels []Le
 			if ResourceOf(l.Signal) != r {
 				continue
 			}
-			slope, ok := lp.trend.Slope(l.Signal)
-			t := TimeTo(l.Available, l.Hard, slope, ok)
-			if t != Never {
-				// The estimate runs from when the source measured, not from now.
-				t = max(t-now.Sub(l.At), 0)
-			}
+			t := lp.timeToHard(now, l)
 			shown = min(shown, t)
 			if evictsFor(l.Signal, sample.DedicatedImageFs) && t <= ttl {
 				lvl, ttl = l, t
@@ -394,11 +393,12 @@ func (lp *Loop) evictForPressure(ctx context.Context, now time.Time, levels []Le
 			in := Input{
 				Level: lvl, Active: true, TimeToHard: ttl,
 				Ranked:       Candidates(lvl.Signal, evictable, usageFor(lvl.Signal), podGrace),
-				SafetyMargin: lp.o.SafetyMargin, Allowance: plan.RequestAllowance,
+				SafetyMargin: lp.o.SafetyMargin, Allowance: plan.RequestAllowance, Interval: lp.o.Interval,
 			}
+			in.Gap, in.Jump = lp.pace.Of(lvl.Signal, ttl)
 			in.InFlight, in.Reclaiming = inFlightOf(lvl.Signal)
 			for _, ev := range Decide(in) {
-				lp.pressureEvict(ctx, now, r, lvl, ttl, ev, view)
+				lp.pressureEvict(ctx, now, r, lvl, ttl, in.Lead(), ev, view)
 				decided = true
 			}
 		}
@@ -421,11 +421,23 @@ func (lp *Loop) evictForPressure(ctx context.Context, now time.Time, levels []Le
 				if ttl != Never {
 					ev.Grace = max(min(ev.Grace, (ttl-lp.o.SafetyMargin-plan.RequestAllowance).Truncate(time.Second)), MinGrace)
 				}
-				lp.pressureEvict(ctx, now, r, l, ttl, ev, view)
+				lp.pressureEvict(ctx, now, r, l, ttl, 0, ev, view)
 			}
 			break // one pod a pass
 		}
 	}
+}
+
+// timeToHard is the estimate of when l's signal reaches the kubelet's hard threshold, from its
+// trend, at now.
+func (lp *Loop) timeToHard(now time.Time, l Level) time.Duration {
+	slope, ok := lp.trend.Slope(l.Signal)
+	t := TimeTo(l.Available, l.Hard, slope, ok)
+	if t != Never {
+		// The estimate runs from when the source measured, not from now.
+		t = max(t-now.Sub(l.At), 0)
+	}
+	return t
 }
 
 // shortenInFlight shortens the grace of the pods already evicted for r that would outlive the
@@ -457,8 +469,8 @@ func (lp *Loop) shortenInFlight(ctx context.Context, now time.Time, r Resource, 
 
 // pressureEvict evicts one pod for pressure through the Eviction API. While an interruption is
 // pending its window bounds the grace too: a pressure eviction never gives more than the
-// interruption plan would.
-func (lp *Loop) pressureEvict(ctx context.Context, now time.Time, r Resource, lvl Level, ttl time.Duration, ev Eviction, view evict.View) {
+// interruption plan would. lead is Decide's (Input.Lead), logged; 0 for a soft threshold's.
+func (lp *Loop) pressureEvict(ctx context.Context, now time.Time, r Resource, lvl Level, ttl, lead time.Duration, ev Eviction, view evict.View) {
 	logger := klog.FromContext(ctx)
 	pod := ev.Pod
 	grace := ev.Grace
@@ -489,7 +501,7 @@ func (lp *Loop) pressureEvict(ctx context.Context, now time.Time, r Resource, lv
 		lp.o.Metrics.PressureEvictionsTotal.WithLabelValues(string(lvl.Signal)).Inc()
 		lp.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultEvicted).Inc()
 		logger.Info("Evicted pod for pressure", "pod", klog.KObj(pod), "signal", lvl.Signal, "available", lvl.Available,
-			"kubeletHard", lvl.Hard, "timeToHard", ttl, "grace", grace, "podGrace", ev.Candidate.Grace, "usage", ev.Usage)
+			"kubeletHard", lvl.Hard, "timeToHard", ttl, "lead", lead, "grace", grace, "podGrace", ev.Candidate.Grace, "usage", ev.Usage)
 		verb := "Evicted"
 		if pod.DeletionTimestamp != nil {
 			verb = "Cut the grace of this terminating pod"

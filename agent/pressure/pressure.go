@@ -291,6 +291,20 @@ type Input struct {
 	// SafetyMargin is how long before the hard threshold an evicted pod must be gone, and
 	// Allowance the time a request takes to land (as for interruptions).
 	SafetyMargin, Allowance time.Duration
+	// Interval is the reading interval (--pressure-interval); Gap the longest time the signal's
+	// readings really came apart lately, longer on a busy machine; Jump how much further than
+	// the time between two readings TimeToHard may fall at the next one, from the largest share
+	// it did over the last readings, a trend that steepens (Pace.Of). Together they are how far
+	// TimeToHard can fall before the next reading (Lead).
+	Interval, Gap, Jump time.Duration
+}
+
+// Lead is how far ahead of the point where a pod's grace would have to be cut it is due: what
+// TimeToHard can fall by before the next reading. That is the time to the next reading (the
+// interval, or the gap the readings really came at, at least a second) plus the jump the
+// estimate has made beyond the time between two readings.
+func (in Input) Lead() time.Duration {
+	return max(time.Second, in.Interval, in.Gap) + max(in.Jump, 0)
 }
 
 // MinGrace is the least grace a pressure eviction gives: the kubelet's own hard-threshold grace.
@@ -308,12 +322,14 @@ const MinGrace = time.Second
 // time, the next only once the last is gone.
 //
 // When: each of those pods goes once the hard threshold is nearer than its own grace plus the
-// safety margin, the request's allowance and one second, so that each gets as much of its grace
+// safety margin, the request's allowance and the lead, so that each gets as much of its grace
 // as still fits: a 120 s pod needed after a 10 s one goes about 126 s ahead, not 15 s ahead with
-// its grace cut to 10. The second is a reading's worth ahead of the point where the grace would
-// have to be cut: due only under grace plus margin, what was left, in the whole seconds the API
-// takes, always cut one second (a 3 s pod went with 2 s on the real node). A pod evicted later,
-// its grace cut to fit, is gone before the kubelet would have killed it with a 1 s grace.
+// its grace cut to 10. The lead (Lead) is what the estimate can fall by before the next reading:
+// due only under grace plus margin, what was left, in the whole seconds the API takes, always cut
+// one second (a 3 s pod went with 2 s on the real node); and with a fixed second's lead, readings
+// that came late or a trend that steepened between two readings still cut it (on the busy test
+// machine 3 s, 2 s and 1 s in three runs). A pod evicted later, its grace cut to fit, is gone
+// before the kubelet would have killed it with a 1 s grace.
 func Decide(in Input) []Eviction {
 	if !in.Active || len(in.Ranked) == 0 || in.TimeToHard == Never {
 		return nil
@@ -323,7 +339,8 @@ func Decide(in Input) []Eviction {
 		// Whole seconds, rounded down: what the API takes, and never more than fits.
 		return max(min(c.Grace, budget).Truncate(time.Second), MinGrace)
 	}
-	due := func(c Candidate) bool { return in.TimeToHard < c.Grace+in.SafetyMargin+in.Allowance+time.Second }
+	lead := in.Lead()
+	due := func(c Candidate) bool { return in.TimeToHard-lead < c.Grace+in.SafetyMargin+in.Allowance }
 	next := in.Ranked[0]
 	one := func() []Eviction {
 		// One at a time, the next only once the last is gone, as the kubelet goes.

@@ -402,6 +402,30 @@ func TestDecide(t *testing.T) {
 			[]string{"a"}, []int{14}},
 		{"pods in flight cover it all", func(in *Input) { in.TimeToHard = 20 * time.Second; in.InFlight = 2; in.Reclaiming = 600 * mi },
 			nil, nil},
+		// Issue 37: what can go by before the next reading, not a fixed second. Readings every
+		// 2 s: due 2 s (plus margin and allowance) before the grace would have to be cut, with the
+		// whole grace (before: not due at 37 s, and at the next reading, 35 s, cut to 29).
+		{"readings every 2 s: due 2 s ahead", func(in *Input) { in.TimeToHard = 37 * time.Second; in.Interval = 2 * time.Second },
+			[]string{"a"}, []int{30}},
+		// The readings came 3 s apart although the interval is 1 s (a slow machine).
+		{"readings late: due the gap ahead", func(in *Input) {
+			in.TimeToHard = 38 * time.Second
+			in.Interval, in.Gap = time.Second, 3*time.Second
+		}, []string{"a"}, []int{30}},
+		{"readings late: not further ahead than the gap", func(in *Input) {
+			in.TimeToHard = 38250 * time.Millisecond
+			in.Interval, in.Gap = time.Second, 3*time.Second
+		}, nil, nil},
+		// The estimate fell 1.5 s more than the time between two readings (the trend steepened):
+		// due that much further ahead.
+		{"the estimate jumped: due the jump further ahead", func(in *Input) {
+			in.TimeToHard = 37700 * time.Millisecond
+			in.Interval, in.Gap, in.Jump = time.Second, time.Second, 1500*time.Millisecond
+		}, []string{"a"}, []int{30}},
+		{"the estimate jumped: not further ahead than gap and jump", func(in *Input) {
+			in.TimeToHard = 37750 * time.Millisecond
+			in.Interval, in.Gap, in.Jump = time.Second, time.Second, 1500*time.Millisecond
+		}, nil, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			in := base
@@ -474,5 +498,54 @@ func TestLevelsSaturate(t *testing.T) {
 	l := Level{Signal: kubelet.MemoryAvailable, Available: math.MaxInt64 - 1, Threshold: math.MaxInt64 - 10, MinReclaim: math.MaxInt64}
 	if !l.Met(true) {
 		t.Fatal("threshold + minimum reclaim wrapped below the reading")
+	}
+}
+
+// Pace keeps, per signal, the longest gap between two readings over its window and the largest
+// share the estimate fell by beyond the time between them over the last three readings; the
+// jump to expect is that share of the estimate now.
+func TestPace(t *testing.T) {
+	p := NewPace(10 * time.Second)
+	s := kubelet.MemoryAvailable
+	check := func(at, ttl time.Duration, wantGap, wantJump time.Duration) {
+		t.Helper()
+		gap, jump := p.Of(s, ttl)
+		if gap != wantGap || jump != wantJump {
+			t.Fatalf("at %v: gap %v, jump %v; want %v, %v", at, gap, jump, wantGap, wantJump)
+		}
+	}
+	steps := []struct {
+		at, ttl   time.Duration
+		gap, jump time.Duration
+	}{
+		{0, 20 * time.Second, 0, 0}, // one reading: nothing measured yet
+		{time.Second, 19 * time.Second, time.Second, 0},
+		{3 * time.Second, 17 * time.Second, 2 * time.Second, 0}, // late, the estimate fell by the time
+		// 4 s beyond the second, a quarter of the 16 s expected: a quarter of 12 s to expect.
+		{4 * time.Second, 12 * time.Second, 2 * time.Second, 3 * time.Second},
+		{5 * time.Second, 11500 * time.Millisecond, 2 * time.Second, 2875 * time.Millisecond}, // a rise does not undo it
+		{6 * time.Second, 10500 * time.Millisecond, 2 * time.Second, 2625 * time.Millisecond},
+		{7 * time.Second, 9500 * time.Millisecond, 2 * time.Second, 0}, // three readings on: forgotten
+		{8 * time.Second, Never, 2 * time.Second, 0},                   // not falling: no jump
+		{9 * time.Second, 8 * time.Second, 2 * time.Second, 0},         // none measured from never
+		{15 * time.Second, 4 * time.Second, 6 * time.Second, 0},        // 6 s without a reading (the 2 s gap out of the window), the estimate fell less
+		{16 * time.Second, 1500 * time.Millisecond, 6 * time.Second, 750 * time.Millisecond},
+		{25 * time.Second, 0, 9 * time.Second, 0}, // past: nothing to measure
+	}
+	for _, st := range steps {
+		p.Add(t0.Add(st.at), s, st.ttl)
+		check(st.at, st.ttl, st.gap, st.jump)
+	}
+	// The long gap counts until it is out of the window.
+	for at := 26 * time.Second; at <= 36*time.Second; at += time.Second {
+		p.Add(t0.Add(at), s, 0)
+		want := 9 * time.Second
+		if at == 36*time.Second {
+			want = time.Second
+		}
+		check(at, 0, want, 0)
+	}
+	if gap, jump := p.Of(kubelet.PIDAvailable, 10*time.Second); gap != 0 || jump != 0 {
+		t.Fatalf("a signal never read: gap %v, jump %v", gap, jump)
 	}
 }
