@@ -112,6 +112,8 @@ func alertNames(f ruleFile) []string {
 var wantAlerts = []string{
 	"ReprieveInterruptionImminent",
 	"ReprieveEvictionMissedDeadline",
+	"ReprieveVolumeStillInUse",
+	"ReprieveVolumeAtRisk",
 	"ReprievePodsBlockedByPDB",
 	"ReprievePressureTaintTooLong",
 	"ReprievePressureSignalsUnreadable",

@@ -525,6 +525,8 @@ func (e *Executor) Summarize(ctx context.Context, now time.Time) bool {
 		summary += fmt.Sprintf(", %d with a volume at risk (not gone %s before the deadline: %s)", len(atRisk), h.window.VolumeRelease,
 			strings.Join(slices.Sorted(maps.Keys(atRisk)), ", "))
 	}
+	e.o.Metrics.WindowVolumes.WithLabelValues(metrics.VolumeReleased).Add(float64(released))
+	e.o.Metrics.WindowVolumes.WithLabelValues(metrics.VolumeStillInUse).Add(float64(len(held)))
 	if released+len(held) > 0 {
 		summary += fmt.Sprintf("; volumes in use during the window: %d released (gone from the node's volumesInUse) by %s", released, end)
 		if len(held) > 0 {

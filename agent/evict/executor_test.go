@@ -629,6 +629,17 @@ func TestVolumesReleasedInTheSummary(t *testing.T) {
 		!strings.Contains(summary, string(b)) || strings.Contains(summary, "pre-window-volume") {
 		t.Fatalf("summary %q: want a warning, %s released, %s still in use, nothing from before the window", summary, a, b)
 	}
+	// The same counts in reprieve_window_volumes_total, for the alert on a volume still in use.
+	for result, want := range map[string]float64{metrics.VolumeReleased: 1, metrics.VolumeStillInUse: 1} {
+		if got := testutil.ToFloat64(f.e.o.Metrics.WindowVolumes.WithLabelValues(result)); got != want {
+			t.Errorf("reprieve_window_volumes_total{result=%q} = %v, want %v", result, got, want)
+		}
+	}
+	// Summarized once: a second call counts nothing more.
+	f.e.Summarize(context.Background(), t0.Add(36*time.Second))
+	if got := testutil.ToFloat64(f.e.o.Metrics.WindowVolumes.WithLabelValues(metrics.VolumeStillInUse)); got != 1 {
+		t.Errorf("reprieve_window_volumes_total{result=\"still_in_use\"} = %v after a second Summarize, want 1", got)
+	}
 }
 
 // TestVolumesReleasedPerPodInTheSummary (issue 40, item 2): the window's summary says, for each

@@ -27,6 +27,12 @@ const (
 
 var evictionResults = []string{ResultEvicted, ResultPDBBlocked, ResultForcedDelete, ResultGraceShortened, ResultFailed, ResultGone}
 
+// Volume results, the label set of reprieve_window_volumes_total.
+const (
+	VolumeReleased   = "released"
+	VolumeStillInUse = "still_in_use"
+)
+
 // Poll outcomes, the label set of reprieve_metadata_polls_total.
 var pollOutcomes = []string{"ok", "error"}
 
@@ -43,6 +49,9 @@ type Metrics struct {
 	BlockedPods           prometheus.Gauge
 	MissedDeadlineTotal   prometheus.Counter
 	VolumeAtRiskTotal     prometheus.Counter
+	// WindowVolumes counts, at each window's end, the volumes the node listed in use during
+	// the window by whether they were released by its end (VolumeReleased, VolumeStillInUse).
+	WindowVolumes *prometheus.CounterVec
 	// EvictionCheck is the last dry-run eviction's verdict on the eviction path (RBAC, the
 	// policies, the eviction guard), one status at 1.
 	EvictionCheck *prometheus.GaugeVec
@@ -112,6 +121,10 @@ func New(reg prometheus.Registerer, provider string) (*Metrics, error) {
 			Namespace: Namespace, Subsystem: "evictions", Name: "volume_at_risk_total",
 			Help: "Pods with a volume that needs attaching that could not be gone --volume-release before the deadline (the window too short for their grace, or the eviction late): the attach/detach controller may wait six minutes to detach it.",
 		}),
+		WindowVolumes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Subsystem: "window", Name: "volumes_total",
+			Help: "At each interruption window's end, the volumes the node listed in status.volumesInUse during the window: released (gone from the list by the window's end) or still_in_use (the attach/detach controller may wait six minutes to detach it from the reclaimed machine).",
+		}, []string{"result"}),
 		EvictionCheck: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: Namespace, Subsystem: "evictions", Name: "check_status",
 			Help: "1 for the status of the last server-side dry-run eviction of the agent's own pod (at start, every 10 minutes, with backoff while it fails): ok, guard_unreachable, refused or unknown.",
@@ -169,8 +182,11 @@ func New(reg prometheus.Registerer, provider string) (*Metrics, error) {
 	for _, r := range evictionResults {
 		m.EvictionRequestsTotal.WithLabelValues(r)
 	}
+	for _, r := range []string{VolumeReleased, VolumeStillInUse} {
+		m.WindowVolumes.WithLabelValues(r)
+	}
 	for _, c := range []prometheus.Collector{m.NoticesTotal, m.ReclaimDeadline, m.NoticeToTaint, m.PollsTotal, m.TaintActive,
-		m.EvictionRequestsTotal, m.EvictionLateness, m.BlockedPods, m.MissedDeadlineTotal, m.VolumeAtRiskTotal, m.EvictionCheck, m.BuildInfo,
+		m.EvictionRequestsTotal, m.EvictionLateness, m.BlockedPods, m.MissedDeadlineTotal, m.VolumeAtRiskTotal, m.WindowVolumes, m.EvictionCheck, m.BuildInfo,
 		m.NodeWritesRefused, m.NodeWriteRefusalsInARow, m.PodWarningWrites,
 		m.PressureAvailable.bytes, m.PressureAvailable.inodes, m.PressureAvailable.pids,
 		m.PressureThreshold.bytes, m.PressureThreshold.inodes, m.PressureThreshold.pids, m.PressureActive, m.PressureTimeToHard, m.PressureEvictionsTotal, m.PressureReadErrors} {

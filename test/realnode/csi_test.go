@@ -278,9 +278,10 @@ type volumeRun struct {
 	node1Detached, replacementAttach time.Time
 	multiAt                          time.Time
 	multiText                        string
-	afterRestart                     time.Time // the replacement attached once the kubelet was back (without the rule)
-	podSummary                       string    // what the agent's window summary says of db-0's volume (with the rule)
-	summary                          string    // the whole summary (with the rule)
+	afterRestart                     time.Time          // the replacement attached once the kubelet was back (without the rule)
+	podSummary                       string             // what the agent's window summary says of db-0's volume (with the rule)
+	summary                          string             // the whole summary (with the rule)
+	metrics                          map[string]float64 // reprieve_window_volumes_total by result, after the window
 }
 
 // Volumes released before the reclaim (issue 40) on the real node, with a real CSI driver that
@@ -365,10 +366,11 @@ func TestVolumeReleasedBeforeReclaimOnRealNode(t *testing.T) {
 // rule on or off and returns its timeline.
 func volumeWindow(ctx context.Context, t *testing.T, rule bool) volumeRun {
 	run := volumeRun{rule: rule}
+	var reprievePod *v1.Pod
 	if rule {
-		install(ctx, t)
+		_, reprievePod = install(ctx, t)
 	} else {
-		install(ctx, t, "--set-json", fmt.Sprintf(`extraArgs=["--aws-imds-endpoint=http://%s:%d","--volume-release=off"]`, nodeenv.NodeIP, imdsPort))
+		_, reprievePod = install(ctx, t, "--set-json", fmt.Sprintf(`extraArgs=["--aws-imds-endpoint=http://%s:%d","--volume-release=off"]`, nodeenv.NodeIP, imdsPort))
 	}
 	ns := "csi-off"
 	if rule {
@@ -495,6 +497,19 @@ func volumeWindow(ctx context.Context, t *testing.T, rule bool) volumeRun {
 	if rule {
 		run.podSummary, run.summary = podVolumeSummary(ctx, t, ns+"/db-0: ")
 	}
+	// The agent's count of the window's volumes, for the ReprieveVolumeStillInUse alert: its
+	// pod still runs (stopping the kubelet stops no container).
+	run.metrics = map[string]float64{}
+	waitFor(ctx, t, 20*time.Second, "the agent's reprieve_window_volumes_total", func() bool {
+		text, err := scrape(ctx, reprievePod, 10271)
+		if err != nil {
+			return false
+		}
+		for _, r := range []string{"released", "still_in_use"} {
+			run.metrics[r], _ = metric(text, `reprieve_window_volumes_total{result="`+r+`"}`)
+		}
+		return run.metrics["released"]+run.metrics["still_in_use"] > 0
+	})
 	run.unstaged = kubeletLogTime(t, `UnmountDevice succeeded for volume "`+pv+`"`)
 	snap = rec.snapshot()
 	run.outAt, run.multiAt, run.multiText = snap.outAt, snap.multiAt, snap.multiText
@@ -534,6 +549,13 @@ func volumeWindow(ctx context.Context, t *testing.T, rule bool) volumeRun {
 		if !run.replacementAttach.IsZero() {
 			t.Errorf("the volume was attached to the replacement at D%+.1f s while the dead node still listed it in use", run.replacementAttach.Sub(deadline).Seconds())
 		}
+	}
+	wantMetrics := map[string]float64{"released": 0, "still_in_use": 1}
+	if rule {
+		wantMetrics = map[string]float64{"released": 1, "still_in_use": 0}
+	}
+	if !maps.Equal(run.metrics, wantMetrics) {
+		t.Errorf("reprieve_window_volumes_total after the window: %v, want %v", run.metrics, wantMetrics)
 	}
 	if rule {
 		// The agent's own account (issue 40, item 2): db-0's volume, by the unique name the node
