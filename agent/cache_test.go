@@ -309,6 +309,7 @@ func TestTrimKeepsWhatEveryUnitReads(t *testing.T) {
 			{Name: "pd", VolumeSource: v1.VolumeSource{GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{PDName: "disk-1"}}},
 			{Name: "azure", VolumeSource: v1.VolumeSource{AzureDisk: &v1.AzureDiskVolumeSource{DiskName: "d", DataDiskURI: "/subscriptions/s/resourceGroups/g/providers/Microsoft.Compute/disks/d"}}},
 			{Name: "san", VolumeSource: v1.VolumeSource{ISCSI: &v1.ISCSIVolumeSource{TargetPortal: "10.0.0.9:3260", IQN: "iqn", Lun: 1}}},
+			{Name: "share", VolumeSource: v1.VolumeSource{AzureFile: &v1.AzureFileVolumeSource{SecretName: "s", ShareName: "sh"}}},
 		}
 	})
 	add("host-network", func(p *v1.Pod) { p.Spec.HostNetwork = true })

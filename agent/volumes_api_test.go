@@ -7,9 +7,12 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/reprieve-dev/reprieve/agent/kube/kubetest"
 )
@@ -19,7 +22,8 @@ import (
 // kubernetes.io/csi/<driver>^<handle>; an in-tree EBS disk, as a volume or inline, the name of
 // its migrated CSI driver (csi-translation-lib, as the kubelet); a generic ephemeral volume its
 // own claim's volume, and never another's claim of that name; an NFS volume or an unbound claim
-// attaches to no node; a missing claim, a volume bound to another claim or an in-tree iSCSI
+// attaches to no node, and so does a CSI volume whose CSIDriver says attachRequired: false
+// (EFS) or an Azure file share; a missing claim, a volume bound to another claim or an in-tree iSCSI
 // disk is an error that names it, with the other volumes read all the same.
 func TestAPIPodVolumes(t *testing.T) {
 	const ns = "db"
@@ -53,7 +57,18 @@ func TestAPIPodVolumes(t *testing.T) {
 		volume("pv-eph", "db-0-scratch", v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{Driver: "pd.csi.storage.gke.io", VolumeHandle: "projects/p/zones/z/disks/d"}}),
 		volume("pv-other", "db-0-stolen", v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{Driver: "ebs.csi.aws.com", VolumeHandle: "vol-0ddd"}}),
 	}
-	client := fake.NewClientset()
+	objs = append(objs, claim("data-efs", "pv-efs", nil))
+	pvs = append(pvs, volume("pv-efs", "data-efs", v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{Driver: "efs.csi.aws.com", VolumeHandle: "fs-1::fsap-1"}}))
+	// The drivers' CSIDrivers, as their charts ship them: EBS attaches, EFS does not; the GCE PD
+	// driver has none here (the kubelet then attaches).
+	client := fake.NewClientset(
+		&storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: "ebs.csi.aws.com"}, Spec: storagev1.CSIDriverSpec{AttachRequired: ptr(true)}},
+		&storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: "efs.csi.aws.com"}, Spec: storagev1.CSIDriverSpec{AttachRequired: ptr(false)}})
+	driverGets := 0
+	client.PrependReactor("get", "csidrivers", func(k8stesting.Action) (bool, runtime.Object, error) {
+		driverGets++
+		return false, nil, nil
+	})
 	for _, c := range objs {
 		if _, err := client.CoreV1().PersistentVolumeClaims(ns).Create(context.Background(), c, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -70,10 +85,11 @@ func TestAPIPodVolumes(t *testing.T) {
 	ephemeralVol := func(name string) v1.Volume {
 		return v1.Volume{Name: name, VolumeSource: v1.VolumeSource{Ephemeral: &v1.EphemeralVolumeSource{}}}
 	}
+	reader := newAPIPodVolumes(kubetest.Wrap(client))
 	read := func(vols ...v1.Volume) ([]v1.UniqueVolumeName, []string, error) {
 		p := pod.DeepCopy()
 		p.Spec.Volumes = vols
-		got, err := ReadPodVolumes(context.Background(), kubetest.Wrap(client), p)
+		got, err := reader(context.Background(), p)
 		return got.Attach, got.NoAttach, err
 	}
 
@@ -84,6 +100,8 @@ func TestAPIPodVolumes(t *testing.T) {
 		ephemeralVol("scratch"),
 		claimVol("shared", "data-nfs"),
 		claimVol("later", "data-unbound"),
+		claimVol("files", "data-efs"),
+		v1.Volume{Name: "share", VolumeSource: v1.VolumeSource{AzureFile: &v1.AzureFileVolumeSource{SecretName: "s", ShareName: "sh"}}},
 		v1.Volume{Name: "config", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{}}},
 		v1.Volume{Name: "tmp", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
 	)
@@ -99,8 +117,13 @@ func TestAPIPodVolumes(t *testing.T) {
 	if !slices.Equal(attach, want) {
 		t.Errorf("attached volumes %v, want %v", attach, want)
 	}
-	if wantNo := []string{"volume shared (PersistentVolume pv-nfs, nfs)", "volume later (claim data-unbound not bound)"}; !slices.Equal(noAttach, wantNo) {
+	if wantNo := []string{"volume shared (PersistentVolume pv-nfs, nfs)", "volume later (claim data-unbound not bound)",
+		"volume files (PersistentVolume pv-efs, CSI driver efs.csi.aws.com, attachRequired false)", "volume share (azureFile)"}; !slices.Equal(noAttach, wantNo) {
 		t.Errorf("volumes that attach to no node %q, want %q", noAttach, wantNo)
+	}
+	// Each driver's CSIDriver read once, whatever the pods: ebs, efs and pd.
+	if _, _, err := read(claimVol("data", "data-csi"), claimVol("files", "data-efs")); err != nil || driverGets != 3 {
+		t.Errorf("CSIDriver GETs %d (%v), want 3, once per driver for the reader's life", driverGets, err)
 	}
 
 	for _, c := range []struct {

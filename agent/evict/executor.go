@@ -399,10 +399,14 @@ func (e *Executor) notePodVolumes(ctx context.Context, key string, pod *v1.Pod) 
 		}
 		e.mu.Lock()
 		defer e.mu.Unlock()
-		// The drain it was asked for, and the one that carried it since (a moved deadline).
-		for _, dd := range []*drain{d, e.drain} {
-			if pv, ok := dd.podVolumes[key]; ok && pv.uid == pod.UID && pv.pending {
-				dd.podVolumes[key] = rec
+		// The current drain, when it is the one the read was asked for or carries from it (a
+		// moved deadline): never a later window's, which reads for itself.
+		for dd := e.drain; dd != nil; dd = dd.from {
+			if dd == d {
+				if pv, ok := e.drain.podVolumes[key]; ok && pv.uid == pod.UID && pv.pending {
+					e.drain.podVolumes[key] = rec
+				}
+				break
 			}
 		}
 	})
@@ -451,6 +455,33 @@ func podVolumeSummary(pods map[string]podVolumes, volumes map[v1.UniqueVolumeNam
 	return lines, held
 }
 
+// volumesToCount is what reprieve_window_volumes_total counts of a window: the volumes in use
+// during it that belong to the pods reprieve planned with the volume rule (pods), released by
+// end or not. A volume of a pod that reprieve leaves on the node on purpose (it tolerates the
+// interruption forever, a DaemonSet's, one the filter skips) is not counted: the alert on a
+// volume still in use must be one someone can act on. When some planned pod's volumes are
+// unknown, the volumes not named by any planned pod count too: it cannot tell them apart.
+func volumesToCount(pods map[string]podVolumes, volumes map[v1.UniqueVolumeName]time.Time, end time.Time) (released, held int) {
+	mine, unknown := map[v1.UniqueVolumeName]bool{}, false
+	for _, pv := range pods {
+		for _, name := range pv.vols.Attach {
+			mine[name] = true
+		}
+		unknown = unknown || pv.err != nil || pv.pending
+	}
+	for name, at := range volumes {
+		if !mine[name] && !unknown {
+			continue
+		}
+		if !at.IsZero() && !at.After(end) {
+			released++
+		} else {
+			held++
+		}
+	}
+	return released, held
+}
+
 // volumeSummary says which volumes in use during the window were released by end, and which
 // not (sorted), for the window's summary.
 func volumeSummary(volumes map[v1.UniqueVolumeName]time.Time, end time.Time) (released int, held []string) {
@@ -487,6 +518,7 @@ func (e *Executor) Summarize(ctx context.Context, now time.Time) bool {
 	atRisk := maps.Clone(h.atRisk)
 	released, held := volumeSummary(h.volumes, h.window.End())
 	podLines, podHeld := podVolumeSummary(h.podVolumes, h.volumes, h.window)
+	countReleased, countHeld := volumesToCount(h.podVolumes, h.volumes, h.window.End())
 	view := e.view
 	e.mu.Unlock()
 
@@ -525,8 +557,6 @@ func (e *Executor) Summarize(ctx context.Context, now time.Time) bool {
 		summary += fmt.Sprintf(", %d with a volume at risk (not gone %s before the deadline: %s)", len(atRisk), h.window.VolumeRelease,
 			strings.Join(slices.Sorted(maps.Keys(atRisk)), ", "))
 	}
-	e.o.Metrics.WindowVolumes.WithLabelValues(metrics.VolumeReleased).Add(float64(released))
-	e.o.Metrics.WindowVolumes.WithLabelValues(metrics.VolumeStillInUse).Add(float64(len(held)))
 	if released+len(held) > 0 {
 		summary += fmt.Sprintf("; volumes in use during the window: %d released (gone from the node's volumesInUse) by %s", released, end)
 		if len(held) > 0 {
@@ -558,6 +588,8 @@ func (e *Executor) Summarize(ctx context.Context, now time.Time) bool {
 		return true
 	}
 	e.o.Metrics.MissedDeadlineTotal.Add(float64(len(missed)))
+	e.o.Metrics.WindowVolumes.WithLabelValues(metrics.VolumeReleased).Add(float64(countReleased))
+	e.o.Metrics.WindowVolumes.WithLabelValues(metrics.VolumeStillInUse).Add(float64(countHeld))
 	for _, p := range missed {
 		logger.Error(nil, "Pod still present at the end of the interruption window", "pod", klog.KObj(p), "windowEnd", end)
 		e.o.Recorder.Eventf(p, v1.EventTypeWarning, events.ReasonMissedDeadline, "Still present at %s, %s before the reclaim deadline", end, h.window.SafetyMargin)

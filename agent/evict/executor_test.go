@@ -2,6 +2,7 @@ package evict
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -629,16 +630,13 @@ func TestVolumesReleasedInTheSummary(t *testing.T) {
 		!strings.Contains(summary, string(b)) || strings.Contains(summary, "pre-window-volume") {
 		t.Fatalf("summary %q: want a warning, %s released, %s still in use, nothing from before the window", summary, a, b)
 	}
-	// The same counts in reprieve_window_volumes_total, for the alert on a volume still in use.
-	for result, want := range map[string]float64{metrics.VolumeReleased: 1, metrics.VolumeStillInUse: 1} {
-		if got := testutil.ToFloat64(f.e.o.Metrics.WindowVolumes.WithLabelValues(result)); got != want {
-			t.Errorf("reprieve_window_volumes_total{result=%q} = %v, want %v", result, got, want)
+	// No pod was planned with the volume rule: these volumes are of pods reprieve left alone,
+	// and reprieve_window_volumes_total, which the ReprieveVolumeStillInUse alert reads, does
+	// not count them (TestVolumesReleasedPerPodInTheSummary counts the planned pods').
+	for _, result := range []string{metrics.VolumeReleased, metrics.VolumeStillInUse} {
+		if got := testutil.ToFloat64(f.e.o.Metrics.WindowVolumes.WithLabelValues(result)); got != 0 {
+			t.Errorf("reprieve_window_volumes_total{result=%q} = %v, want 0: no planned pod's volume", result, got)
 		}
-	}
-	// Summarized once: a second call counts nothing more.
-	f.e.Summarize(context.Background(), t0.Add(36*time.Second))
-	if got := testutil.ToFloat64(f.e.o.Metrics.WindowVolumes.WithLabelValues(metrics.VolumeStillInUse)); got != 1 {
-		t.Errorf("reprieve_window_volumes_total{result=\"still_in_use\"} = %v after a second Summarize, want 1", got)
 	}
 }
 
@@ -734,6 +732,14 @@ func TestVolumesReleasedPerPodInTheSummary(t *testing.T) {
 			}
 			if strings.Contains(summary, "ns/web:") {
 				t.Errorf("summary %q: web, without a volume that needs attaching, must not be listed", summary)
+			}
+			// The planned pods' volumes in reprieve_window_volumes_total (without a reader
+			// every volume in use counts: it cannot tell whose they are), once per window.
+			f.e.Summarize(context.Background(), t0.Add(36*time.Second))
+			for result, want := range map[string]float64{metrics.VolumeReleased: 1, metrics.VolumeStillInUse: 1} {
+				if got := testutil.ToFloat64(f.e.o.Metrics.WindowVolumes.WithLabelValues(result)); got != want {
+					t.Errorf("reprieve_window_volumes_total{result=%q} = %v, want %v", result, got, want)
+				}
 			}
 		})
 	}
@@ -866,6 +872,33 @@ func TestPodVolumesReadOffTheEvictionPath(t *testing.T) {
 			f.e.Summarize(context.Background(), end)
 			if summary := summaryOf(f); !strings.Contains(summary, c.want) {
 				t.Errorf("summary %q: want %q", summary, c.want)
+			}
+		})
+	}
+}
+
+// TestVolumesToCount: reprieve_window_volumes_total counts the volumes of the pods planned with
+// the volume rule, not those of pods reprieve leaves alone (a DaemonSet's, one tolerating the
+// interruption forever): the alert on a volume still in use must be actionable. When a planned
+// pod's volumes are unknown, every volume counts, since it cannot tell them apart.
+func TestVolumesToCount(t *testing.T) {
+	end := t0.Add(35 * time.Second)
+	const mine, left, gone = v1.UniqueVolumeName("kubernetes.io/csi/d^mine"), v1.UniqueVolumeName("kubernetes.io/csi/d^left"), v1.UniqueVolumeName("kubernetes.io/csi/d^gone")
+	volumes := map[v1.UniqueVolumeName]time.Time{mine: {}, left: {}, gone: t0.Add(20 * time.Second)}
+	for _, c := range []struct {
+		name               string
+		pods               map[string]podVolumes
+		released, stillUse int
+	}{
+		{"only the planned pods' volumes", map[string]podVolumes{"ns/db-0": {vols: VolumesOf{Attach: []v1.UniqueVolumeName{mine, gone}}}}, 1, 1},
+		{"no planned pod", nil, 0, 0},
+		{"a planned pod's volumes unknown", map[string]podVolumes{"ns/db-0": {vols: VolumesOf{Attach: []v1.UniqueVolumeName{mine}}},
+			"ns/db-1": {err: errors.New("forbidden")}}, 1, 2},
+		{"a read still under way", map[string]podVolumes{"ns/db-0": {pending: true}}, 1, 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if r, h := volumesToCount(c.pods, volumes, end); r != c.released || h != c.stillUse {
+				t.Errorf("released %d, still in use %d; want %d and %d", r, h, c.released, c.stillUse)
 			}
 		})
 	}

@@ -18,6 +18,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -35,6 +36,7 @@ type Interface interface {
 	AuthorizationV1() AuthorizationV1Interface
 	AppsV1() AppsV1Interface
 	BatchV1() BatchV1Interface
+	StorageV1() StorageV1Interface
 	Discovery() DiscoveryInterface
 }
 
@@ -145,6 +147,16 @@ type JobInterface interface {
 	List(ctx context.Context, opts metav1.ListOptions) (*batchv1.JobList, error)
 }
 
+// StorageV1Interface is storage.k8s.io/v1's client: CSIDrivers (whether a pod's volume attaches).
+type StorageV1Interface interface {
+	CSIDrivers() CSIDriverInterface
+}
+
+// CSIDriverInterface reads one CSIDriver.
+type CSIDriverInterface interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (*storagev1.CSIDriver, error)
+}
+
 // DiscoveryInterface reads the server's version (doctor).
 type DiscoveryInterface interface {
 	ServerVersion() (*version.Info, error)
@@ -153,7 +165,7 @@ type DiscoveryInterface interface {
 // Clientset is Interface over one REST client per group, sharing one HTTP client and one rate
 // limiter as kubernetes.NewForConfig's clients do.
 type Clientset struct {
-	core, policy, authentication, authorization, apps, batch *rest.RESTClient
+	core, policy, authentication, authorization, apps, batch, storage *rest.RESTClient
 }
 
 // NewForConfig builds the clients of cfg: over one HTTP client and one rate limiter (cfg's QPS
@@ -186,6 +198,7 @@ func NewForConfig(restCfg *rest.Config) (*Clientset, error) {
 		{authorizationv1.SchemeGroupVersion, "/apis", &c.authorization},
 		{appsv1.SchemeGroupVersion, "/apis", &c.apps},
 		{batchv1.SchemeGroupVersion, "/apis", &c.batch},
+		{storagev1.SchemeGroupVersion, "/apis", &c.storage},
 	} {
 		if *g.into, err = newRESTClient(cfg, hc, g.gv, g.path); err != nil {
 			return nil, fmt.Errorf("creating the %s client: %w", g.gv, err)
@@ -235,6 +248,9 @@ func (c *Clientset) AppsV1() AppsV1Interface { return appsV1{c.apps} }
 
 // BatchV1 is batch/v1's client.
 func (c *Clientset) BatchV1() BatchV1Interface { return batchV1{c.batch} }
+
+// StorageV1 is storage.k8s.io/v1's client.
+func (c *Clientset) StorageV1() StorageV1Interface { return storageV1{c.storage} }
 
 // Discovery reads the server's version.
 func (c *Clientset) Discovery() DiscoveryInterface { return discovery{c.core} }
@@ -328,4 +344,11 @@ type batchV1 struct{ c *rest.RESTClient }
 func (g batchV1) Jobs(namespace string) JobInterface {
 	return &resource[*batchv1.Job, *batchv1.JobList]{client: g.c, resource: "jobs", namespace: namespace,
 		newObject: func() *batchv1.Job { return &batchv1.Job{} }, newList: func() *batchv1.JobList { return &batchv1.JobList{} }}
+}
+
+type storageV1 struct{ c *rest.RESTClient }
+
+func (g storageV1) CSIDrivers() CSIDriverInterface {
+	return &resource[*storagev1.CSIDriver, *storagev1.CSIDriverList]{client: g.c, resource: "csidrivers",
+		newObject: func() *storagev1.CSIDriver { return &storagev1.CSIDriver{} }, newList: func() *storagev1.CSIDriverList { return &storagev1.CSIDriverList{} }}
 }

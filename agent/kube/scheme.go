@@ -7,6 +7,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -35,6 +36,7 @@ var schemeBuilder = runtime.SchemeBuilder{
 	authorizationv1.AddToScheme,
 	appsv1.AddToScheme,
 	batchv1.AddToScheme,
+	storagev1.AddToScheme,
 }
 
 // AddToScheme registers reprieve's groups in a scheme.

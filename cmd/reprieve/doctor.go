@@ -55,13 +55,15 @@ var agentPermissions = []permission{
 }
 
 // agentReads are the verbs the agent uses for one part of its report alone: without them it
-// still works, and says what it cannot tell (a warning here, not a failure).
+// still works, and says what it cannot tell (a warning here, not a failure). group is the
+// permission's API group ("" the core group).
 var agentReads = []struct {
 	permission
-	without string
+	group, without string
 }{
-	{permission{"get", "persistentvolumeclaims", ""}, "the window's summary says each pod's volumes are unknown"},
-	{permission{"get", "persistentvolumes", ""}, "the window's summary says each pod's volumes are unknown"},
+	{permission{"get", "persistentvolumeclaims", ""}, "", "the window's summary says each pod's volumes are unknown"},
+	{permission{"get", "persistentvolumes", ""}, "", "the window's summary says each pod's volumes are unknown"},
+	{permission{"get", "csidrivers", ""}, "storage.k8s.io", "a volume of a driver that attaches to no node (EFS, Azure File) is taken for one that attaches, and reported as never seen in use"},
 }
 
 // doctorReport collects the checklist.
@@ -164,37 +166,37 @@ func checkKubernetes(ctx context.Context, r *doctorReport, cfg agent.Config, cli
 	if cfg.PressureSource == agent.PressureSourceSummary {
 		perms = append(slices.Clip(perms), permission{"get", "nodes", "stats"})
 	}
-	allowed := func(p permission) (bool, error) {
+	allowed := func(p permission, group string) (bool, error) {
 		review, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(cctx, &authorizationv1.SelfSubjectAccessReview{
 			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
-				Verb: p.verb, Resource: p.resource, Subresource: p.subresource}},
+				Verb: p.verb, Group: group, Resource: p.resource, Subresource: p.subresource}},
 		}, metav1.CreateOptions{})
 		if err != nil {
 			return false, err
 		}
 		return review.Status.Allowed, nil
 	}
-	grant := func(p permission) string {
-		return fmt.Sprintf(`add {apiGroups: [""], resources: [%q], verbs: [%q]} to the ClusterRole bound to %s (deploy/manifests/rbac.yaml)`, strings.TrimSuffix(p.resource+"/"+p.subresource, "/"), p.verb, who)
+	grant := func(p permission, group string) string {
+		return fmt.Sprintf(`add {apiGroups: [%q], resources: [%q], verbs: [%q]} to the ClusterRole bound to %s (deploy/manifests/rbac.yaml)`, group, strings.TrimSuffix(p.resource+"/"+p.subresource, "/"), p.verb, who)
 	}
 	for _, p := range perms {
-		ok, err := allowed(p)
+		ok, err := allowed(p, "")
 		switch {
 		case err != nil:
 			r.fail(fmt.Sprintf("permission %s: asking the API server: %v", p, err), "check that SelfSubjectAccessReviews can be created (every authenticated user may)")
 		case !ok:
-			r.fail(fmt.Sprintf("permission %s: not granted to %s", p, who), grant(p))
+			r.fail(fmt.Sprintf("permission %s: not granted to %s", p, who), grant(p, ""))
 		default:
 			r.ok("permission %s", p)
 		}
 	}
 	for _, p := range agentReads {
-		ok, err := allowed(p.permission)
+		ok, err := allowed(p.permission, p.group)
 		switch {
 		case err != nil:
 			r.warn("permission %s: asking the API server: %v", p.permission, err)
 		case !ok:
-			r.warn("permission %s: not granted to %s: %s; %s", p.permission, who, p.without, grant(p.permission))
+			r.warn("permission %s: not granted to %s: %s; %s", p.permission, who, p.without, grant(p.permission, p.group))
 		default:
 			r.ok("permission %s", p.permission)
 		}
@@ -465,6 +467,10 @@ func checkKubeletConfig(r *doctorReport, cfg agent.Config) {
 		shutdown = fmt.Sprintf("%s (%s of it for critical pods)", kc.ShutdownGracePeriod, kc.ShutdownGracePeriodCriticalPods)
 	}
 	r.ok("kubelet config %s: evictionHard %s; graceful node shutdown %s", where, hard, shutdown)
+	// What the volume rule takes from it: how long before the deadline a pod with a volume
+	// that attaches must be gone (the kubelet's status period).
+	release, from := agent.VolumeReleaseOf(cfg)
+	r.ok("volume release: a pod with a volume that attaches is gone %s before the deadline (%s)", release, from)
 }
 
 // kubeletThresholds writes the kubelet's eviction thresholds as its eviction manager holds them:

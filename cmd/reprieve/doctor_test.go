@@ -82,7 +82,7 @@ func TestDoctorAllGreenAndMissingNode(t *testing.T) {
 	}
 	// The fixture carries GKE's kubelet configuration, which doctor finds at GKE's path.
 	for _, want := range []string{"ok    kubelet config ", "(GKE): evictionHard memory.available<100Mi", "graceful node shutdown 30s (15s of it for critical pods)",
-		"ok    memory.available ", "ok    pid.available ", "interruption eviction: kube-controller-manager: under the interruption taint cloud=spot:NoExecute"} {
+		"ok    memory.available ", "ok    pid.available ", "ok    volume release: a pod with a volume that attaches is gone 15.4s before the deadline (auto: 5s unmount allowance", "interruption eviction: kube-controller-manager: under the interruption taint cloud=spot:NoExecute"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("no %q in\n%s", want, out.String())
 		}

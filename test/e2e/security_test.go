@@ -14,6 +14,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -132,6 +133,12 @@ func TestAgentTokenAttacks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The volume's driver, as the EBS chart ships it (a CSIDriver is cluster-wide: the first
+	// test to make it keeps it).
+	if _, err := c.StorageV1().CSIDrivers().Create(ctx, &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: "ebs.csi.aws.com"},
+		Spec: storagev1.CSIDriverSpec{AttachRequired: new(true)}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
 	if _, err := c.CoreV1().PersistentVolumes().Create(ctx, &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "attack-pv"},
 		Spec: v1.PersistentVolumeSpec{AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
 			Capacity:               v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")},
@@ -150,6 +157,10 @@ func TestAgentTokenAttacks(t *testing.T) {
 		`cannot delete resource "persistentvolumeclaims"`)
 	_, err = clientA.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
 	denied("list PersistentVolumes", err, `cannot list resource "persistentvolumes"`)
+	_, err = clientA.StorageV1().CSIDrivers().List(ctx, metav1.ListOptions{})
+	denied("list CSIDrivers", err, `cannot list resource "csidrivers"`)
+	denied("delete a CSIDriver", clientA.StorageV1().CSIDrivers().Delete(ctx, "ebs.csi.aws.com", metav1.DeleteOptions{}),
+		`cannot delete resource "csidrivers"`)
 	_, err = clientA.CoreV1().PersistentVolumes().Patch(ctx, "attack-pv", types.MergePatchType,
 		[]byte(`{"spec":{"persistentVolumeReclaimPolicy":"Delete"}}`), metav1.PatchOptions{})
 	denied("patch a PersistentVolume's reclaim policy", err, `cannot patch resource "persistentvolumes"`)
@@ -176,6 +187,8 @@ func TestAgentTokenAttacks(t *testing.T) {
 	withClaim.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: claim.Name}}}}
 	vols, err := agent.ReadPodVolumes(ctx, kubetest.Wrap(clientA), withClaim)
 	allowed("get a pod's claim and its volume", err)
+	_, err = clientA.StorageV1().CSIDrivers().Get(ctx, "ebs.csi.aws.com", metav1.GetOptions{})
+	allowed("get the volume's CSIDriver", err)
 	if want := []v1.UniqueVolumeName{"kubernetes.io/csi/ebs.csi.aws.com^vol-0attack"}; !slices.Equal(vols.Attach, want) {
 		t.Errorf("the pod's volumes read with the agent's token: %v, want %v", vols.Attach, want)
 	}

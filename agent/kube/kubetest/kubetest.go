@@ -35,6 +35,8 @@ func (w clientset) AppsV1() kube.AppsV1Interface { return appsV1{w.c} }
 
 func (w clientset) BatchV1() kube.BatchV1Interface { return batchV1{w.c} }
 
+func (w clientset) StorageV1() kube.StorageV1Interface { return storageV1{w.c} }
+
 func (w clientset) Discovery() kube.DiscoveryInterface { return w.c.Discovery() }
 
 type coreV1 struct{ c kubernetes.Interface }
@@ -86,3 +88,7 @@ func (g appsV1) ReplicaSets(namespace string) kube.ReplicaSetInterface {
 type batchV1 struct{ c kubernetes.Interface }
 
 func (g batchV1) Jobs(namespace string) kube.JobInterface { return g.c.BatchV1().Jobs(namespace) }
+
+type storageV1 struct{ c kubernetes.Interface }
+
+func (g storageV1) CSIDrivers() kube.CSIDriverInterface { return g.c.StorageV1().CSIDrivers() }
