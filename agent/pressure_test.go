@@ -462,3 +462,37 @@ func TestPressureLeadCoversASteepeningTrend(t *testing.T) {
 		}
 	}
 }
+
+// A stall of the agent (30 s without a reading, as a node short of memory may cause) counts in
+// the lead only as the longest gap the loop lets a reading take, the interval plus the read's
+// timeout (4 s): memory falls 10 MiB/s from 1000 MiB, the 3 s pod due at 12.25 s from the hard
+// threshold with that lead. Counted whole for the trend window, the 30 s made it due 38 s from
+// the hard threshold, 18 s after the stall, 26 s earlier than that. At the eviction the hard
+// threshold is at most the grace, the margin, the request's 250 ms and twice that 4 s away.
+func TestPressureLeadAfterAStall(t *testing.T) {
+	h := newHarness(t, pressureConfig(t), testNode(), pressurePod("agent-ds", 3))
+	avail := int64(1000)
+	for range 5 {
+		h.observe(avail)
+		avail -= 10
+	}
+	h.clock.Step(29 * time.Second) // observe steps the 30th
+	avail -= 290
+	var at int64
+	for ; avail >= 100 && len(h.evictions()) == 0; avail -= 10 {
+		h.observe(avail)
+		at = avail
+	}
+	evs := h.evictions()
+	if len(evs) != 1 || evs[0].Name != "agent-ds" {
+		t.Fatalf("evictions %v, want agent-ds", evictionNames(evs))
+	}
+	if g := *evs[0].DeleteOptions.GracePeriodSeconds; g != 3 {
+		t.Fatalf("agent-ds evicted with %d s of grace at %d MiB, want its whole 3 s", g, at)
+	}
+	const mibPerSecond, lead = 10, 4 * time.Second
+	ttl := time.Duration(float64(at-100) / mibPerSecond * float64(time.Second))
+	if most := 3*time.Second + 5*time.Second + 250*time.Millisecond + 2*lead; ttl > most {
+		t.Fatalf("agent-ds evicted at %d MiB, %v from the hard threshold: more than the %v its grace, the margin, the allowance and twice the lead need", at, ttl, most)
+	}
+}

@@ -426,6 +426,25 @@ func TestDecide(t *testing.T) {
 			in.TimeToHard = 37750 * time.Millisecond
 			in.Interval, in.Gap, in.Jump = time.Second, time.Second, 1500*time.Millisecond
 		}, nil, nil},
+		// A stall of 30 s (the agent not run, the node under memory pressure) counts only as the
+		// longest gap the loop lets a reading take, the interval plus the read's timeout (4 s at a
+		// 1 s interval): not as 30 s ahead for the whole trend window. A 3 s pod 20 s from the
+		// hard threshold is not due (it was, with the grace, the margin and 30 s).
+		{"a stall of 30 s: not due 30 s ahead", func(in *Input) {
+			in.TimeToHard = 20 * time.Second
+			in.Interval, in.Gap = time.Second, 30*time.Second
+			in.Ranked = []Candidate{cand("short", 300*mi, true, 3*time.Second)}
+		}, nil, nil},
+		{"a stall of 30 s: due the longest a reading takes ahead", func(in *Input) {
+			in.TimeToHard = 12 * time.Second
+			in.Interval, in.Gap = time.Second, 30*time.Second
+			in.Ranked = []Candidate{cand("short", 300*mi, true, 3*time.Second)}
+		}, []string{"short"}, []int{3}},
+		{"a stall of 30 s: not further ahead than the longest a reading takes", func(in *Input) {
+			in.TimeToHard = 12500 * time.Millisecond
+			in.Interval, in.Gap = time.Second, 30*time.Second
+			in.Ranked = []Candidate{cand("short", 300*mi, true, 3*time.Second)}
+		}, nil, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			in := base
