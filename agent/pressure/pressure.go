@@ -303,9 +303,23 @@ type Input struct {
 // TimeToHard can fall by before the next reading. That is the time to the next reading (the
 // interval, or the gap the readings really came at, at least a second) plus the jump the
 // estimate has made beyond the time between two readings.
+//
+// The gap counts up to MaxGap only: a reading later than the loop lets one take is a stall (the
+// agent not run, more likely when the node is short of memory), not the pace of the readings,
+// and counted whole it made every pod due that much early for the whole trend window (a 30 s
+// stall: 30 s early for 20 s).
 func (in Input) Lead() time.Duration {
-	return max(time.Second, in.Interval, in.Gap) + max(in.Jump, 0)
+	return max(time.Second, in.Interval, min(in.Gap, MaxGap(in.Interval))) + max(in.Jump, 0)
 }
+
+// ReadTimeout is how long the loop waits for one reading at interval: two intervals, at least
+// 3 s.
+func ReadTimeout(interval time.Duration) time.Duration { return max(2*interval, 3*time.Second) }
+
+// MaxGap is the longest gap between two readings the lead counts at interval: a reading that took
+// as long as the loop waits for it, and the interval to the next (4 s at the default 1 s; the
+// real node's readings came 2 s apart at 1 s).
+func MaxGap(interval time.Duration) time.Duration { return interval + ReadTimeout(interval) }
 
 // MinGrace is the least grace a pressure eviction gives: the kubelet's own hard-threshold grace.
 const MinGrace = time.Second
