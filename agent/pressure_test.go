@@ -496,3 +496,43 @@ func TestPressureLeadAfterAStall(t *testing.T) {
 		t.Fatalf("agent-ds evicted at %d MiB, %v from the hard threshold: more than the %v its grace, the margin, the allowance and twice the lead need", at, ttl, most)
 	}
 }
+
+// The onset of a fall does not make a pod due at once. Memory sits below reprieve's threshold,
+// almost still (a MiB every 5 s: the hard threshold half an hour or more away), then leaks
+// 15 MiB/s: within three readings the estimate comes down from half an hour to a minute, a jump
+// of nearly all of it (94% at the first reading of the leak), which counted whole made the 3 s
+// pod due at once, 59 s from the hard threshold. Counted as half the estimate at most, it is not
+// due while the onset is among the last three readings (the estimate then 55 s or more), and
+// afterwards the fall is steady: at the eviction the hard threshold is at most the grace, the
+// margin, the request's 250 ms and twice a reading's second away.
+func TestPressureLeadAtTheOnsetOfAFall(t *testing.T) {
+	h := newHarness(t, pressureConfig(t), testNode(), pressurePod("agent-ds", 3))
+	avail := int64(1000)
+	for i := range 20 {
+		if i%5 == 4 {
+			avail--
+		}
+		h.observe(avail)
+	}
+	if !h.hasPressureTaint() || len(h.evictions()) > 0 {
+		t.Fatalf("before the leak: taint %v, evictions %v; want the taint alone", h.hasPressureTaint(), evictionNames(h.evictions()))
+	}
+	var at int64
+	for avail >= 100 && len(h.evictions()) == 0 {
+		avail -= 15
+		h.observe(avail)
+		at = avail
+	}
+	evs := h.evictions()
+	if len(evs) != 1 || evs[0].Name != "agent-ds" {
+		t.Fatalf("evictions %v, want agent-ds", evictionNames(evs))
+	}
+	if g := *evs[0].DeleteOptions.GracePeriodSeconds; g != 3 {
+		t.Fatalf("agent-ds evicted with %d s of grace at %d MiB, want its whole 3 s", g, at)
+	}
+	const mibPerSecond, lead = 15, time.Second
+	ttl := time.Duration(float64(at-100) / mibPerSecond * float64(time.Second))
+	if most := 3*time.Second + 5*time.Second + 250*time.Millisecond + 2*lead; ttl > most {
+		t.Fatalf("agent-ds evicted at %d MiB, %v from the hard threshold: more than the %v its grace, the margin, the allowance and twice the lead need", at, ttl, most)
+	}
+}
