@@ -390,14 +390,21 @@ func TestBadKubeletConfigTurnsPressureOffOnly(t *testing.T) {
 // 2 s apart although the interval is 1 s; memory falls 50 MiB/s towards the kubelet's 100Mi, a
 // 3 s pod ahead of a 5 s margin. With a second's lead it was not due at 10 s from the hard
 // threshold and, at the next reading, 8 s away, went with 2 s of its 3.
+//
+// Not too early either: evicting at the first reading under pressure (1000 MiB, 18 s from the
+// hard threshold) would give the whole grace too. At the eviction the hard threshold is at most
+// the grace, the margin, the request's 250 ms and twice the lead (the 2 s the readings come
+// apart: the fall is steady, the estimate does not jump) away: 12.25 s, 712 MiB.
 func TestPressureLeadCoversLateReadings(t *testing.T) {
 	h := newHarness(t, pressureConfig(t), testNode(), pressurePod("agent-ds", 3))
+	var at int64 // MiB at the last reading
 	for avail := int64(1400); avail >= 300 && len(h.evictions()) == 0; avail -= 100 {
 		h.clock.Step(2 * time.Second)
 		h.src.memory(avail)
 		h.a.pressure.Observe(h.ctx)
 		h.reconcile()
 		h.syncStores()
+		at = avail
 	}
 	evs := h.evictions()
 	if len(evs) != 1 || evs[0].Name != "agent-ds" {
@@ -406,23 +413,126 @@ func TestPressureLeadCoversLateReadings(t *testing.T) {
 	if g := *evs[0].DeleteOptions.GracePeriodSeconds; g != 3 {
 		t.Fatalf("agent-ds evicted with %d s of grace, want its whole 3 s: the readings come 2 s apart", g)
 	}
+	const mibPerSecond, lead = 50, 2 * time.Second
+	ttl := time.Duration(float64(at-100) / mibPerSecond * float64(time.Second))
+	if most := 3*time.Second + 5*time.Second + 250*time.Millisecond + 2*lead; ttl > most {
+		t.Fatalf("agent-ds evicted at %d MiB, %v from the hard threshold: more than the %v its grace, the margin, the allowance and twice the lead need", at, ttl, most)
+	}
 }
 
 // Issue 37: the lead counts the jumps of the estimate too. Readings come every second, but the
 // fall speeds up by 10 MiB/s every second: from one reading to the next the estimate falls by
 // more than the second, as the trend steepens. With a second's lead the 3 s pod was due only at
 // 8 s from the hard threshold, and went with 2 s.
+//
+// Not too early either. With reprieve's threshold at 1 GiB the pod goes at the first reading
+// under pressure (960 MiB), which cannot tell; so the same readings run again with the threshold
+// at 2 GiB, under pressure from the first reading (1400 MiB, 65 s from the hard threshold at the
+// fall's speed then). At the eviction the hard threshold, at the fall's speed then (the last
+// step, per second: the trend steepens, so it is nearer still), is at most the grace, the margin,
+// the request's 250 ms and twice a lead of 3 s (the reading's second and a jump under 2 s)
+// away: 14.25 s.
 func TestPressureLeadCoversASteepeningTrend(t *testing.T) {
+	for _, threshold := range []string{"1Gi", "2Gi"} {
+		h := newHarness(t, func(c *Config) {
+			pressureConfig(t)(c)
+			c.PressureThresholds = "memory.available<" + threshold
+		}, testNode(), pressurePod("agent-ds", 3))
+		avail, step := int64(1400), int64(20)
+		var at, speed int64 // MiB at the last reading, and MiB/s of the fall to it
+		for ; avail >= 100 && len(h.evictions()) == 0; avail, step = avail-step, step+10 {
+			h.observe(avail)
+			at, speed = avail, step-10
+		}
+		evs := h.evictions()
+		if len(evs) != 1 || evs[0].Name != "agent-ds" {
+			t.Fatalf("threshold %s: evictions %v, want agent-ds", threshold, evictionNames(evs))
+		}
+		if g := *evs[0].DeleteOptions.GracePeriodSeconds; g != 3 {
+			t.Fatalf("threshold %s: agent-ds evicted with %d s of grace at %d MiB, want its whole 3 s", threshold, g, avail+step-10)
+		}
+		const lead = 3 * time.Second
+		if speed <= 0 {
+			t.Fatalf("threshold %s: agent-ds evicted at the first reading, %d MiB, before any fall", threshold, at)
+		}
+		ttl := time.Duration(float64(at-100) / float64(speed) * float64(time.Second))
+		if most := 3*time.Second + 5*time.Second + 250*time.Millisecond + 2*lead; ttl > most {
+			t.Fatalf("threshold %s: agent-ds evicted at %d MiB, %v from the hard threshold at %d MiB/s: more than the %v its grace, the margin, the allowance and twice the lead need",
+				threshold, at, ttl, speed, most)
+		}
+	}
+}
+
+// A stall of the agent (30 s without a reading, as a node short of memory may cause) counts in
+// the lead only as the longest gap the loop lets a reading take, the interval plus the read's
+// timeout (4 s): memory falls 10 MiB/s from 1000 MiB, the 3 s pod due at 12.25 s from the hard
+// threshold with that lead. Counted whole for the trend window, the 30 s made it due 38 s from
+// the hard threshold, 18 s after the stall, 26 s earlier than that. At the eviction the hard
+// threshold is at most the grace, the margin, the request's 250 ms and twice that 4 s away.
+func TestPressureLeadAfterAStall(t *testing.T) {
 	h := newHarness(t, pressureConfig(t), testNode(), pressurePod("agent-ds", 3))
-	avail, step := int64(1400), int64(20)
-	for ; avail >= 100 && len(h.evictions()) == 0; avail, step = avail-step, step+10 {
+	avail := int64(1000)
+	for range 5 {
 		h.observe(avail)
+		avail -= 10
+	}
+	h.clock.Step(29 * time.Second) // observe steps the 30th
+	avail -= 290
+	var at int64
+	for ; avail >= 100 && len(h.evictions()) == 0; avail -= 10 {
+		h.observe(avail)
+		at = avail
 	}
 	evs := h.evictions()
 	if len(evs) != 1 || evs[0].Name != "agent-ds" {
 		t.Fatalf("evictions %v, want agent-ds", evictionNames(evs))
 	}
 	if g := *evs[0].DeleteOptions.GracePeriodSeconds; g != 3 {
-		t.Fatalf("agent-ds evicted with %d s of grace at %d MiB, want its whole 3 s", g, avail+step-10)
+		t.Fatalf("agent-ds evicted with %d s of grace at %d MiB, want its whole 3 s", g, at)
+	}
+	const mibPerSecond, lead = 10, 4 * time.Second
+	ttl := time.Duration(float64(at-100) / mibPerSecond * float64(time.Second))
+	if most := 3*time.Second + 5*time.Second + 250*time.Millisecond + 2*lead; ttl > most {
+		t.Fatalf("agent-ds evicted at %d MiB, %v from the hard threshold: more than the %v its grace, the margin, the allowance and twice the lead need", at, ttl, most)
+	}
+}
+
+// The onset of a fall does not make a pod due at once. Memory sits below reprieve's threshold,
+// almost still (a MiB every 5 s: the hard threshold half an hour or more away), then leaks
+// 15 MiB/s: within three readings the estimate comes down from half an hour to a minute, a jump
+// of nearly all of it (94% at the first reading of the leak), which counted whole made the 3 s
+// pod due at once, 59 s from the hard threshold. Counted as half the estimate at most, it is not
+// due while the onset is among the last three readings (the estimate then 55 s or more), and
+// afterwards the fall is steady: at the eviction the hard threshold is at most the grace, the
+// margin, the request's 250 ms and twice a reading's second away.
+func TestPressureLeadAtTheOnsetOfAFall(t *testing.T) {
+	h := newHarness(t, pressureConfig(t), testNode(), pressurePod("agent-ds", 3))
+	avail := int64(1000)
+	for i := range 20 {
+		if i%5 == 4 {
+			avail--
+		}
+		h.observe(avail)
+	}
+	if !h.hasPressureTaint() || len(h.evictions()) > 0 {
+		t.Fatalf("before the leak: taint %v, evictions %v; want the taint alone", h.hasPressureTaint(), evictionNames(h.evictions()))
+	}
+	var at int64
+	for avail >= 100 && len(h.evictions()) == 0 {
+		avail -= 15
+		h.observe(avail)
+		at = avail
+	}
+	evs := h.evictions()
+	if len(evs) != 1 || evs[0].Name != "agent-ds" {
+		t.Fatalf("evictions %v, want agent-ds", evictionNames(evs))
+	}
+	if g := *evs[0].DeleteOptions.GracePeriodSeconds; g != 3 {
+		t.Fatalf("agent-ds evicted with %d s of grace at %d MiB, want its whole 3 s", g, at)
+	}
+	const mibPerSecond, lead = 15, time.Second
+	ttl := time.Duration(float64(at-100) / mibPerSecond * float64(time.Second))
+	if most := 3*time.Second + 5*time.Second + 250*time.Millisecond + 2*lead; ttl > most {
+		t.Fatalf("agent-ds evicted at %d MiB, %v from the hard threshold: more than the %v its grace, the margin, the allowance and twice the lead need", at, ttl, most)
 	}
 }

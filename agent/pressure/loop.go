@@ -194,7 +194,7 @@ func (lp *Loop) setTaint(r Resource, on bool) {
 func (lp *Loop) Observe(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	now := lp.o.Clock.Now()
-	rctx, cancel := context.WithTimeout(ctx, max(2*lp.o.Interval, 3*time.Second))
+	rctx, cancel := context.WithTimeout(ctx, ReadTimeout(lp.o.Interval))
 	sample, err := lp.o.Source.Read(rctx)
 	cancel()
 	if err != nil {

@@ -14,8 +14,11 @@ import (
 //
 // The jumps of the last readings only, those the trend's short fit is made of: over the whole
 // window the onset of a fall (the estimate coming down from hours to seconds as the trend forms)
-// would count as a jump of nearly all of it, and make every pod due at the first reading under
-// pressure. The gaps over the whole window: a machine busy enough to read late once will again.
+// would count as a jump of nearly all of it for the whole window. Among the last readings it
+// still does, and would make every pod due at once: the lead counts half the estimate at most
+// (Input.Lead, MaxJumpShare). The gaps over the whole window: a machine busy enough to read late
+// once will again; the lead counts them up to what the loop lets a reading take (MaxGap), a
+// longer one is a stall.
 //
 // The share, not the seconds: a slope off by some share puts the estimate off by that share of
 // it, so a jump of 5 s 27 s from the hard threshold is one of under 2 s 10 s from it, where the

@@ -295,7 +295,7 @@ type Input struct {
 	// readings really came apart lately, longer on a busy machine; Jump how much further than
 	// the time between two readings TimeToHard may fall at the next one, from the largest share
 	// it did over the last readings, a trend that steepens (Pace.Of). Together they are how far
-	// TimeToHard can fall before the next reading (Lead).
+	// TimeToHard can fall before the next reading (Lead, which caps both: MaxGap, MaxJumpShare).
 	Interval, Gap, Jump time.Duration
 }
 
@@ -303,9 +303,36 @@ type Input struct {
 // TimeToHard can fall by before the next reading. That is the time to the next reading (the
 // interval, or the gap the readings really came at, at least a second) plus the jump the
 // estimate has made beyond the time between two readings.
+//
+// The gap counts up to MaxGap only: a reading later than the loop lets one take is a stall (the
+// agent not run, more likely when the node is short of memory), not the pace of the readings,
+// and counted whole it made every pod due that much early for the whole trend window (a 30 s
+// stall: 30 s early for 20 s). The jump counts up to MaxJumpShare of TimeToHard.
 func (in Input) Lead() time.Duration {
-	return max(time.Second, in.Interval, in.Gap) + max(in.Jump, 0)
+	gap := max(time.Second, in.Interval, min(in.Gap, MaxGap(in.Interval)))
+	return gap + min(max(in.Jump, 0), time.Duration(MaxJumpShare*float64(in.TimeToHard)))
 }
+
+// MaxJumpShare is the largest share of the estimate the lead counts as its jump. The onset of a
+// fall within the last three readings (the estimate coming down from hours to seconds) is a jump
+// of nearly all of it (0.94 to 0.996 in the tests; 0.84 for a fall ten times as fast from one
+// reading to the next): counted whole, the lead is the whole estimate and every pod is due at
+// once. At a half, a pod is due at most twice as far from the hard threshold as its grace, the
+// margin, the allowance and the gap need, and a trend that steepens is still counted whole: the
+// tests' shares are 0.17 to 0.29 (a fall speeding up by 10 MiB/s every second), and a burst
+// that halves the estimate (docs/benchmarks.md) about 0.5. A larger jump is an estimate that
+// more than halved in a reading, which one reading cannot tell from a burst: what the lead does
+// not cover is cut from the grace at the next reading, as the trend's short fit cuts it.
+const MaxJumpShare = 0.5
+
+// ReadTimeout is how long the loop waits for one reading at interval: two intervals, at least
+// 3 s.
+func ReadTimeout(interval time.Duration) time.Duration { return max(2*interval, 3*time.Second) }
+
+// MaxGap is the longest gap between two readings the lead counts at interval: a reading that took
+// as long as the loop waits for it, and the interval to the next (4 s at the default 1 s; the
+// real node's readings came 2 s apart at 1 s).
+func MaxGap(interval time.Duration) time.Duration { return interval + ReadTimeout(interval) }
 
 // MinGrace is the least grace a pressure eviction gives: the kubelet's own hard-threshold grace.
 const MinGrace = time.Second

@@ -377,6 +377,20 @@ func TestDecide(t *testing.T) {
 	base := Input{Level: lvl, Active: true, SafetyMargin: 5 * time.Second, Allowance: 250 * time.Millisecond}
 	ranked := []Candidate{cand("a", 300*mi, true, 30*time.Second), cand("b", 0, true, 30*time.Second),
 		cand("c", 100*mi, true, 10*time.Second), cand("d", 400*mi, true, 60*time.Second)}
+	// onset is a 3 s pod's input at the onset of a fall: readings a second apart whose estimate
+	// came down from Never, then 2 h, to ttl within three readings (Pace measures a jump of
+	// nearly all of it: the share is 99.6% at 30 s).
+	onset := func(ttl time.Duration) func(*Input) {
+		return func(in *Input) {
+			p := NewPace(20 * time.Second)
+			for i, d := range []time.Duration{Never, 2 * time.Hour, ttl} {
+				p.Add(t0.Add(time.Duration(i)*time.Second), kubelet.MemoryAvailable, d)
+			}
+			in.TimeToHard, in.Interval = ttl, time.Second
+			in.Gap, in.Jump = p.Of(kubelet.MemoryAvailable, ttl)
+			in.Ranked = []Candidate{cand("short", 300*mi, true, 3*time.Second)}
+		}
+	}
 	for _, c := range []struct {
 		name string
 		mod  func(*Input)
@@ -426,6 +440,32 @@ func TestDecide(t *testing.T) {
 			in.TimeToHard = 37750 * time.Millisecond
 			in.Interval, in.Gap, in.Jump = time.Second, time.Second, 1500*time.Millisecond
 		}, nil, nil},
+		// A stall of 30 s (the agent not run, the node under memory pressure) counts only as the
+		// longest gap the loop lets a reading take, the interval plus the read's timeout (4 s at a
+		// 1 s interval): not as 30 s ahead for the whole trend window. A 3 s pod 20 s from the
+		// hard threshold is not due (it was, with the grace, the margin and 30 s).
+		{"a stall of 30 s: not due 30 s ahead", func(in *Input) {
+			in.TimeToHard = 20 * time.Second
+			in.Interval, in.Gap = time.Second, 30*time.Second
+			in.Ranked = []Candidate{cand("short", 300*mi, true, 3*time.Second)}
+		}, nil, nil},
+		{"a stall of 30 s: due the longest a reading takes ahead", func(in *Input) {
+			in.TimeToHard = 12 * time.Second
+			in.Interval, in.Gap = time.Second, 30*time.Second
+			in.Ranked = []Candidate{cand("short", 300*mi, true, 3*time.Second)}
+		}, []string{"short"}, []int{3}},
+		{"a stall of 30 s: not further ahead than the longest a reading takes", func(in *Input) {
+			in.TimeToHard = 12500 * time.Millisecond
+			in.Interval, in.Gap = time.Second, 30*time.Second
+			in.Ranked = []Candidate{cand("short", 300*mi, true, 3*time.Second)}
+		}, nil, nil},
+		// The onset of a fall, within the last three readings: its jump counts as half the
+		// estimate at most, not nearly all of it, which made every pod due at once (here the 3 s pod
+		// 30 s from the hard threshold, where its grace, the margin, the allowance and a reading
+		// need 9.25 s). A pod is due at most twice as far ahead as that: the 3 s pod at 18.5 s.
+		{"the onset of a fall: not due at once", onset(30 * time.Second), nil, nil},
+		{"the onset of a fall: due twice as far ahead", onset(18 * time.Second), []string{"short"}, []int{3}},
+		{"the onset of a fall: not further ahead than twice", onset(18500 * time.Millisecond), nil, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			in := base
