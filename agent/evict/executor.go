@@ -460,9 +460,11 @@ func podVolumeSummary(pods map[string]podVolumes, volumes map[v1.UniqueVolumeNam
 // end or not. A volume of a pod that reprieve leaves on the node on purpose (it tolerates the
 // interruption forever, a DaemonSet's, one the filter skips) is not counted: the alert on a
 // volume still in use must be one someone can act on. When some planned pod's volumes are
-// unknown, the volumes not named by any planned pod count too: it cannot tell them apart.
-func volumesToCount(pods map[string]podVolumes, volumes map[v1.UniqueVolumeName]time.Time, end time.Time) (released, held int) {
-	mine, unknown := map[v1.UniqueVolumeName]bool{}, false
+// unknown, or the volume rule is off (rule false: no pod's volumes are read), every volume
+// counts: it cannot tell them apart, and with the rule off a volume still in use is the wait
+// the rule is there to spare.
+func volumesToCount(pods map[string]podVolumes, volumes map[v1.UniqueVolumeName]time.Time, end time.Time, rule bool) (released, held int) {
+	mine, unknown := map[v1.UniqueVolumeName]bool{}, !rule
 	for _, pv := range pods {
 		for _, name := range pv.vols.Attach {
 			mine[name] = true
@@ -518,7 +520,7 @@ func (e *Executor) Summarize(ctx context.Context, now time.Time) bool {
 	atRisk := maps.Clone(h.atRisk)
 	released, held := volumeSummary(h.volumes, h.window.End())
 	podLines, podHeld := podVolumeSummary(h.podVolumes, h.volumes, h.window)
-	countReleased, countHeld := volumesToCount(h.podVolumes, h.volumes, h.window.End())
+	countReleased, countHeld := volumesToCount(h.podVolumes, h.volumes, h.window.End(), h.window.VolumeRelease > h.window.SafetyMargin)
 	view := e.view
 	e.mu.Unlock()
 

@@ -615,7 +615,9 @@ func TestVolumeAtRisk(t *testing.T) {
 func TestVolumesReleasedInTheSummary(t *testing.T) {
 	f := newFixture(t)
 	f.e.ObserveVolumes([]v1.UniqueVolumeName{"pre-window-volume"}, t0) // no deadline yet: not tracked
-	f.e.SetView(view(t0.Add(40 * time.Second)))
+	vw := view(t0.Add(40 * time.Second))
+	vw.Window.VolumeRelease = 16 * time.Second // the volume rule on
+	f.e.SetView(vw)
 	a, b := v1.UniqueVolumeName("kubernetes.io/csi/ebs.csi.aws.com^vol-a"), v1.UniqueVolumeName("kubernetes.io/csi/ebs.csi.aws.com^vol-b")
 	f.e.ObserveVolumes([]v1.UniqueVolumeName{a, b}, t0.Add(time.Second))
 	f.e.ObserveVolumes([]v1.UniqueVolumeName{b}, t0.Add(20*time.Second))
@@ -880,7 +882,7 @@ func TestPodVolumesReadOffTheEvictionPath(t *testing.T) {
 // TestVolumesToCount: reprieve_window_volumes_total counts the volumes of the pods planned with
 // the volume rule, not those of pods reprieve leaves alone (a DaemonSet's, one tolerating the
 // interruption forever): the alert on a volume still in use must be actionable. When a planned
-// pod's volumes are unknown, every volume counts, since it cannot tell them apart.
+// pod's volumes are unknown, or the volume rule is off, every volume counts.
 func TestVolumesToCount(t *testing.T) {
 	end := t0.Add(35 * time.Second)
 	const mine, left, gone = v1.UniqueVolumeName("kubernetes.io/csi/d^mine"), v1.UniqueVolumeName("kubernetes.io/csi/d^left"), v1.UniqueVolumeName("kubernetes.io/csi/d^gone")
@@ -888,16 +890,18 @@ func TestVolumesToCount(t *testing.T) {
 	for _, c := range []struct {
 		name               string
 		pods               map[string]podVolumes
+		ruleOff            bool
 		released, stillUse int
 	}{
-		{"only the planned pods' volumes", map[string]podVolumes{"ns/db-0": {vols: VolumesOf{Attach: []v1.UniqueVolumeName{mine, gone}}}}, 1, 1},
-		{"no planned pod", nil, 0, 0},
+		{"only the planned pods' volumes", map[string]podVolumes{"ns/db-0": {vols: VolumesOf{Attach: []v1.UniqueVolumeName{mine, gone}}}}, false, 1, 1},
+		{"no planned pod", nil, false, 0, 0},
 		{"a planned pod's volumes unknown", map[string]podVolumes{"ns/db-0": {vols: VolumesOf{Attach: []v1.UniqueVolumeName{mine}}},
-			"ns/db-1": {err: errors.New("forbidden")}}, 1, 2},
-		{"a read still under way", map[string]podVolumes{"ns/db-0": {pending: true}}, 1, 2},
+			"ns/db-1": {err: errors.New("forbidden")}}, false, 1, 2},
+		{"a read still under way", map[string]podVolumes{"ns/db-0": {pending: true}}, false, 1, 2},
+		{"the volume rule off (--volume-release=off): no pod's volumes read", nil, true, 1, 2},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if r, h := volumesToCount(c.pods, volumes, end); r != c.released || h != c.stillUse {
+			if r, h := volumesToCount(c.pods, volumes, end, !c.ruleOff); r != c.released || h != c.stillUse {
 				t.Errorf("released %d, still in use %d; want %d and %d", r, h, c.released, c.stillUse)
 			}
 		})
