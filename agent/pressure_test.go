@@ -406,18 +406,8 @@ func TestPressureLeadCoversLateReadings(t *testing.T) {
 		h.syncStores()
 		at = avail
 	}
-	evs := h.evictions()
-	if len(evs) != 1 || evs[0].Name != "agent-ds" {
-		t.Fatalf("evictions %v, want agent-ds", evictionNames(evs))
-	}
-	if g := *evs[0].DeleteOptions.GracePeriodSeconds; g != 3 {
-		t.Fatalf("agent-ds evicted with %d s of grace, want its whole 3 s: the readings come 2 s apart", g)
-	}
-	const mibPerSecond, lead = 50, 2 * time.Second
-	ttl := time.Duration(float64(at-100) / mibPerSecond * float64(time.Second))
-	if most := 3*time.Second + 5*time.Second + 250*time.Millisecond + 2*lead; ttl > most {
-		t.Fatalf("agent-ds evicted at %d MiB, %v from the hard threshold: more than the %v its grace, the margin, the allowance and twice the lead need", at, ttl, most)
-	}
+	// The readings come 2 s apart: the lead is their gap.
+	evictedWholeInTime(t, h, "", at, 50, 2*time.Second)
 }
 
 // Issue 37: the lead counts the jumps of the estimate too. Readings come every second, but the
@@ -444,22 +434,7 @@ func TestPressureLeadCoversASteepeningTrend(t *testing.T) {
 			h.observe(avail)
 			at, speed = avail, step-10
 		}
-		evs := h.evictions()
-		if len(evs) != 1 || evs[0].Name != "agent-ds" {
-			t.Fatalf("threshold %s: evictions %v, want agent-ds", threshold, evictionNames(evs))
-		}
-		if g := *evs[0].DeleteOptions.GracePeriodSeconds; g != 3 {
-			t.Fatalf("threshold %s: agent-ds evicted with %d s of grace at %d MiB, want its whole 3 s", threshold, g, avail+step-10)
-		}
-		const lead = 3 * time.Second
-		if speed <= 0 {
-			t.Fatalf("threshold %s: agent-ds evicted at the first reading, %d MiB, before any fall", threshold, at)
-		}
-		ttl := time.Duration(float64(at-100) / float64(speed) * float64(time.Second))
-		if most := 3*time.Second + 5*time.Second + 250*time.Millisecond + 2*lead; ttl > most {
-			t.Fatalf("threshold %s: agent-ds evicted at %d MiB, %v from the hard threshold at %d MiB/s: more than the %v its grace, the margin, the allowance and twice the lead need",
-				threshold, at, ttl, speed, most)
-		}
+		evictedWholeInTime(t, h, "threshold "+threshold+": ", at, speed, 3*time.Second)
 	}
 }
 
@@ -483,18 +458,7 @@ func TestPressureLeadAfterAStall(t *testing.T) {
 		h.observe(avail)
 		at = avail
 	}
-	evs := h.evictions()
-	if len(evs) != 1 || evs[0].Name != "agent-ds" {
-		t.Fatalf("evictions %v, want agent-ds", evictionNames(evs))
-	}
-	if g := *evs[0].DeleteOptions.GracePeriodSeconds; g != 3 {
-		t.Fatalf("agent-ds evicted with %d s of grace at %d MiB, want its whole 3 s", g, at)
-	}
-	const mibPerSecond, lead = 10, 4 * time.Second
-	ttl := time.Duration(float64(at-100) / mibPerSecond * float64(time.Second))
-	if most := 3*time.Second + 5*time.Second + 250*time.Millisecond + 2*lead; ttl > most {
-		t.Fatalf("agent-ds evicted at %d MiB, %v from the hard threshold: more than the %v its grace, the margin, the allowance and twice the lead need", at, ttl, most)
-	}
+	evictedWholeInTime(t, h, "", at, 10, 4*time.Second)
 }
 
 // The onset of a fall does not make a pod due at once. Memory sits below reprieve's threshold,
@@ -523,16 +487,28 @@ func TestPressureLeadAtTheOnsetOfAFall(t *testing.T) {
 		h.observe(avail)
 		at = avail
 	}
+	evictedWholeInTime(t, h, "", at, 15, time.Second)
+}
+
+// evictedWholeInTime checks, for the lead's tests, that h evicted agent-ds alone with its whole
+// 3 s of grace, and not too early: at its eviction, at MiB at a fall of mibPerSecond, the hard
+// threshold (100 MiB) was at most its grace, the 5 s margin, the request's 250 ms and twice
+// lead away. what prefixes each failure.
+func evictedWholeInTime(t *testing.T, h *harness, what string, at, mibPerSecond int64, lead time.Duration) {
+	t.Helper()
 	evs := h.evictions()
 	if len(evs) != 1 || evs[0].Name != "agent-ds" {
-		t.Fatalf("evictions %v, want agent-ds", evictionNames(evs))
+		t.Fatalf("%sevictions %v, want agent-ds", what, evictionNames(evs))
 	}
 	if g := *evs[0].DeleteOptions.GracePeriodSeconds; g != 3 {
-		t.Fatalf("agent-ds evicted with %d s of grace at %d MiB, want its whole 3 s", g, at)
+		t.Fatalf("%sagent-ds evicted with %d s of grace at %d MiB, want its whole 3 s", what, g, at)
 	}
-	const mibPerSecond, lead = 15, time.Second
-	ttl := time.Duration(float64(at-100) / mibPerSecond * float64(time.Second))
+	if mibPerSecond <= 0 {
+		t.Fatalf("%sagent-ds evicted at the first reading, %d MiB, before any fall", what, at)
+	}
+	ttl := time.Duration(float64(at-100) / float64(mibPerSecond) * float64(time.Second))
 	if most := 3*time.Second + 5*time.Second + 250*time.Millisecond + 2*lead; ttl > most {
-		t.Fatalf("agent-ds evicted at %d MiB, %v from the hard threshold: more than the %v its grace, the margin, the allowance and twice the lead need", at, ttl, most)
+		t.Fatalf("%sagent-ds evicted at %d MiB, %v from the hard threshold at %d MiB/s: more than the %v its grace, the margin, the allowance and twice the lead need",
+			what, at, ttl, mibPerSecond, most)
 	}
 }
