@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -96,6 +97,10 @@ type poolRun struct {
 	// at their last safe moment past their budgets, and the requests refused by an error (a 500
 	// when the guard could not answer).
 	ForcedDeletes, FailedRequests float64
+	// AgentLateP50 and AgentLateP99 are the agents' own reprieve_evictions_lateness_seconds
+	// (each eviction's effect against its planned time), added over the agents, as
+	// histogram_quantile reads it: what a cluster's dashboard shows.
+	AgentLateP50, AgentLateP99 float64
 }
 
 // poolStartup and poolStartupPerNode are how far ahead of the handlers' start the notice is
@@ -154,6 +159,9 @@ func (b *bench) pool(ctx context.Context, rep *report) error {
 			b.o.Logf("pool: %s at %d seats: %d/%d in time, %d evictions, %d 429s (%d to other requests), %d answered 500, %d deletes (%.0f forced, %.0f failed requests: the agents' counts), late p50 %s p99 %s worst %s, lost %s, %.1f accepted/s, lost though feasible %d, load %s",
 				side, seats, r.InTime, r.Pods, r.Evictions, r.Throttled, r.OtherThrottled, r.WebhookFailed, r.Deletes, r.ForcedDeletes, r.FailedRequests, r.LateP50.Round(100*time.Millisecond),
 				r.LateP99.Round(100*time.Millisecond), r.WorstLate.Round(10*time.Millisecond), byGrace(r.LostByGrace, "none"), r.Rate, r.LostFeasible, r.Load)
+			if isReprieve(side) {
+				b.o.Logf("pool: %s at %d seats: the agents' reprieve_evictions_lateness_seconds p50 %.1f s, p99 %.1f s", side, seats, r.AgentLateP50, r.AgentLateP99)
+			}
 			if side != poolTaint {
 				b.o.Logf("pool: %s at %d seats: requests sent %s; answers %s", side, seats, counts(r.Sent), counts(r.Answers))
 			}
@@ -477,6 +485,7 @@ func (b *bench) poolRun(ctx context.Context, side string, seats int) (*poolRun, 
 		r.Deletes = int(sum(m1, "apiserver_request_total", del) - sum(m0, "apiserver_request_total", del))
 	}
 	if isReprieve(side) {
+		buckets := map[float64]float64{}
 		for _, addr := range metricsAddrs {
 			text, err := httpText(ctx, http.DefaultClient, "http://"+addr+"/metrics")
 			if err != nil {
@@ -488,7 +497,18 @@ func (b *bench) poolRun(ctx context.Context, side string, seats int) (*poolRun, 
 			}
 			r.ForcedDeletes += sum(s, "reprieve_evictions_requests_total", map[string]string{"result": "forced_delete"})
 			r.FailedRequests += sum(s, "reprieve_evictions_requests_total", map[string]string{"result": "failed"})
+			for _, x := range s {
+				if x.Name != "reprieve_evictions_lateness_seconds_bucket" {
+					continue
+				}
+				le, err := strconv.ParseFloat(x.Labels["le"], 64)
+				if err != nil {
+					return nil, fmt.Errorf("reading the agents' lateness histogram: %w", err)
+				}
+				buckets[le] += x.Value
+			}
 		}
+		r.AgentLateP50, r.AgentLateP99 = histogramQuantile(buckets, 0.50), histogramQuantile(buckets, 0.99)
 	}
 	if side == poolReprieve || side == poolFlowControl {
 		g, err := inst.guardMetrics(ctx)
@@ -528,8 +548,8 @@ func (r *report) poolMD(p printer, o options) {
 		"whose budget the window could meet); *lost though feasible* are the pods lost beyond those it could not.\n"+
 		"*Load* is the machine's load average (1, 5, 15 min) at the run's end. One run per row.\n\n",
 		first.Nodes, o.PoolPods, poolGraces, first.Pods, first.Window, first.Margin)
-	p("| seats | who handles the notice | gone by `D - margin` | forever-tolerating evicted | eviction requests (per pod) | 429s | 500s | deletes (agents' forced deletes) | early-warning patches | late p50 / p99 / worst | lost, by grace | accepted/s | best order: in time, budgets kept | lost though feasible | APF rejected / queued s (all clients) | load |\n")
-	p("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	p("| seats | who handles the notice | gone by `D - margin` | forever-tolerating evicted | eviction requests (per pod) | 429s | 500s | deletes (agents' forced deletes) | early-warning patches | late p50 / p99 / worst | the agents' lateness histogram p50 / p99 | lost, by grace | accepted/s | best order: in time, budgets kept | lost though feasible | APF rejected / queued s (all clients) | load |\n")
+	p("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, x := range r.Pool {
 		best, lf, rate := "-", "-", "-"
 		if x.Side != poolTaint {
@@ -549,9 +569,13 @@ func (r *report) poolMD(p printer, o options) {
 		if isReprieve(x.Side) {
 			deletes += fmt.Sprintf(" (%.0f)", x.ForcedDeletes)
 		}
-		p("| %d | %s | %d/%d | %d | %d (%.2f) | %s | %d | %s | %d | %+.1f / %+.1f / %+.1f s | %s | %s | %s | %s | %.0f / %.1f | %s |\n", x.Seats, x.Side, x.InTime, x.Pods,
+		hist := "-"
+		if isReprieve(x.Side) {
+			hist = fmt.Sprintf("%.1f / %.1f s", x.AgentLateP50, x.AgentLateP99)
+		}
+		p("| %d | %s | %d/%d | %d | %d (%.2f) | %s | %d | %s | %d | %+.1f / %+.1f / %+.1f s | %s | %s | %s | %s | %s | %.0f / %.1f | %s |\n", x.Seats, x.Side, x.InTime, x.Pods,
 			x.ForeverEvicted, x.Evictions, float64(x.Evictions)/float64(max(1, x.Pods)), throttled, x.WebhookFailed, deletes, x.Warnings,
-			x.LateP50.Seconds(), x.LateP99.Seconds(), x.WorstLate.Seconds(), byGrace(x.LostByGrace, "none"), rate, best, lf, x.RejectedByAPF, x.WaitedInQueues, x.Load)
+			x.LateP50.Seconds(), x.LateP99.Seconds(), x.WorstLate.Seconds(), hist, byGrace(x.LostByGrace, "none"), rate, best, lf, x.RejectedByAPF, x.WaitedInQueues, x.Load)
 	}
 	guarded := false
 	for _, x := range r.Pool {
@@ -653,6 +677,27 @@ func writePoolRecords(dir, side string, seats int, notice time.Time, grace map[s
 // poolFileName names a file of one pool run: pool-<side's key>-<seats><suffix>.
 func poolFileName(side string, seats int, suffix string) string {
 	return fmt.Sprintf("pool-%s-%d%s", poolKeys[side], seats, suffix)
+}
+
+// histogramQuantile is Prometheus's histogram_quantile over cumulative buckets by upper bound:
+// linear within the bucket the rank falls in, the last finite bound when it falls past it.
+func histogramQuantile(buckets map[float64]float64, q float64) float64 {
+	bounds := slices.Sorted(maps.Keys(buckets))
+	if len(bounds) == 0 || buckets[bounds[len(bounds)-1]] == 0 {
+		return math.NaN()
+	}
+	rank := q * buckets[bounds[len(bounds)-1]]
+	lower, below := 0.0, 0.0
+	for _, b := range bounds {
+		if c := buckets[b]; c >= rank {
+			if math.IsInf(b, 1) {
+				return lower
+			}
+			return lower + (b-lower)*(rank-below)/(c-below)
+		}
+		lower, below = b, buckets[b]
+	}
+	return lower
 }
 
 // nearestRank is the q-quantile of sorted (nearest rank); 0 for none.
