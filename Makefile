@@ -117,7 +117,7 @@ test: tools promtool node-packages lint fuzz-outside e2e-bin
 ## the chart admits (K8S_MINORS; each a tools module test/tools/k8s-1.NN, built by test/tools/build-versions.sh
 ## into $(REPRIEVE_TOOLS_BIN)/k8s-vX.Y.Z). make test runs them on the pinned version (v1.37.2).
 K8S_MINORS ?= 1.30 1.33
-VERSION_TESTS := ^(TestServerVersion|TestAgentTokenAttacks|TestAgentTokenNodeStatus|TestDoctor|TestAdmissionPolicyBindsTheAgentToItsNode|TestPolicyHostileTokens|TestHostPathMountsStoredRecursiveReadOnly|TestEvictionGuardBindsEvictionsToTheNode|TestAdversityStatusPatchIsNodeBound|TestPodNoticeWarnsPodsUnderThePolicy|TestAdmissionWarningsForSpotWorkloads|TestRecordWriteCheckTaintPolicy|TestSpotInterruption|TestWithTaintEvictionController)$$
+VERSION_TESTS := ^(TestServerVersion|TestAgentTokenAttacks|TestAgentTokenNodeStatus|TestDoctor|TestAdmissionPolicyBindsTheAgentToItsNode|TestPolicyHostileTokens|TestHostPathMountsStoredRecursiveReadOnly|TestEvictionGuardBindsEvictionsToTheNode|TestEvictionGuardIndex|TestAdversityStatusPatchIsNodeBound|TestPodNoticeWarnsPodsUnderThePolicy|TestAdmissionWarningsForSpotWorkloads|TestRecordWriteCheckTaintPolicy|TestSpotInterruption|TestWithTaintEvictionController)$$
 test-versions: tools e2e-bin
 	@set -eo pipefail; for m in $(K8S_MINORS); do \
 	  dir=$$(bash test/tools/build-versions.sh $$m | tail -n 1); \

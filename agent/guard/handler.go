@@ -2,7 +2,8 @@
 // ServiceAccount evict only pods bound to the node named in its token's node claim. An Eviction
 // carries the pod's name, not its node, so neither RBAC nor a ValidatingAdmissionPolicy can bind
 // it (and the eviction registry deletes the pod without running DELETE admission); the guard
-// reads the pod to find out.
+// finds the pod's node in its index of the cluster's pods (PodIndex), or, for a pod the index has
+// not seen, reads it.
 package guard
 
 import (
@@ -45,9 +46,13 @@ const bodyReadTimeout = 2 * time.Second
 // errReadBudget is the refusal of a pod read past the source's budget (Limiter.AllowRead).
 var errReadBudget = errors.New("the source's budget of pod reads is spent")
 
-// PodGetter reads one pod. The guard reads each evicted pod once per review: an informer on all
-// pods would cost memory and API server watch load in proportion to the cluster.
+// PodGetter reads one pod: the fallback for a pod that Handler.Pods does not know.
 type PodGetter func(ctx context.Context, namespace, name string) (*v1.Pod, error)
+
+// PodLocator says, from memory, where the pod an eviction names is bound (PodIndex.Locate).
+type PodLocator interface {
+	Locate(namespace, name string, uid types.UID) (node string, loc Location)
+}
 
 // Handler answers AdmissionReviews of evictions.
 type Handler struct {
@@ -55,6 +60,9 @@ type Handler struct {
 	// from anyone else are allowed: the webhook's matchConditions should never send them, and
 	// no other workload's evictions may depend on the guard.
 	Username string
+	// Pods, if set, answers where a pod is bound without a call to the API server; a pod it
+	// does not know is read with GetPod.
+	Pods PodLocator
 	// GetPod reads the pod being evicted.
 	GetPod  PodGetter
 	Metrics *Metrics
@@ -114,7 +122,23 @@ func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest,
 	if errs := validation.IsDNS1123Subdomain(req.Name); len(errs) > 0 {
 		return Verdict{Message: fmt.Sprintf("%q is not a pod name: %s", req.Name, strings.Join(errs, "; "))}, nil
 	}
+	// From memory first: the UID names the one pod the eviction can end (its precondition), and
+	// that pod's node never changes (PodIndex).
+	if h.Pods != nil {
+		switch on, loc := h.Pods.Locate(req.Namespace, req.Name, uid); loc {
+		case OtherPod:
+			h.lookedUp(FromIndex)
+			// The eviction would fail its precondition anyway (409).
+			return Verdict{Message: fmt.Sprintf("the eviction's UID precondition %s is another pod's than %s/%s", uid, req.Namespace, req.Name)}, nil
+		case Bound:
+			h.lookedUp(FromIndex)
+			return onNode(node, req.Namespace, req.Name, on), nil
+		}
+	}
 	pod, err := getPod(ctx, req.Namespace, req.Name)
+	if !errors.Is(err, errReadBudget) {
+		h.lookedUp(FromAPI)
+	}
 	switch {
 	case apierrors.IsNotFound(err):
 		return Verdict{Message: fmt.Sprintf("pod %s/%s not found", req.Namespace, req.Name)}, nil
@@ -122,18 +146,25 @@ func (h *Handler) review(ctx context.Context, req *admissionv1.AdmissionRequest,
 		return Verdict{}, fmt.Errorf("reading pod %s/%s: %w", req.Namespace, req.Name, err)
 	}
 	if pod.Spec.NodeName != node {
-		on := pod.Spec.NodeName
-		if on == "" {
-			on = "no node (not scheduled)"
-		}
-		return Verdict{Message: fmt.Sprintf("reprieve may evict only pods on the node its token is bound to (%s); pod %s/%s is on %s", node, req.Namespace, req.Name, on)}, nil
+		return onNode(node, req.Namespace, req.Name, pod.Spec.NodeName), nil
 	}
 	if uid != pod.UID {
 		// The eviction would fail its precondition anyway (409); refuse here so that a pod
 		// recreated under the same name on another node is never judged by its predecessor.
 		return Verdict{Message: fmt.Sprintf("the eviction's UID precondition %s is not pod %s/%s's UID %s", uid, req.Namespace, req.Name, pod.UID)}, nil
 	}
-	return Verdict{Allowed: true, Message: fmt.Sprintf("pod %s/%s is on the token's node %s", req.Namespace, req.Name, node)}, nil
+	return onNode(node, req.Namespace, req.Name, pod.Spec.NodeName), nil
+}
+
+// onNode is the verdict on evicting pod namespace/name, bound to on, with a token of node.
+func onNode(node, namespace, name, on string) Verdict {
+	if on == node {
+		return Verdict{Allowed: true, Message: fmt.Sprintf("pod %s/%s is on the token's node %s", namespace, name, node)}
+	}
+	if on == "" {
+		on = "no node (not scheduled)"
+	}
+	return Verdict{Message: fmt.Sprintf("reprieve may evict only pods on the node its token is bound to (%s); pod %s/%s is on %s", node, namespace, name, on)}
 }
 
 // evictionOptions returns the UID precondition ("" when there is none) and the grace (nil when
@@ -199,6 +230,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		defer release()
+		if h.Metrics != nil {
+			h.Metrics.SourceInFlightPeak.Set(float64(h.Limits.Peak()))
+		}
 	}
 	var review admissionv1.AdmissionReview
 	if err := json.Unmarshal(body, &review); err != nil || review.Request == nil {
@@ -273,5 +307,11 @@ func (h *Handler) reject(w http.ResponseWriter, r *http.Request, src string, sta
 func (h *Handler) count(result string) {
 	if h.Metrics != nil {
 		h.Metrics.ReviewsTotal.WithLabelValues(result).Inc()
+	}
+}
+
+func (h *Handler) lookedUp(from string) {
+	if h.Metrics != nil {
+		h.Metrics.PodLookups.WithLabelValues(from).Inc()
 	}
 }

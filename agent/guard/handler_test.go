@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -20,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
 const agentUser = "system:serviceaccount:kube-system:reprieve"
@@ -188,7 +190,7 @@ func TestServeHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := &Handler{Username: agentUser, GetPod: p.get, Metrics: m}
-	srv := httptest.NewServer(Mux(h, reg))
+	srv := httptest.NewServer(Mux(h, reg, nil))
 	defer srv.Close()
 	post := func(req *admissionv1.AdmissionRequest) (*http.Response, admissionv1.AdmissionReview) {
 		t.Helper()
@@ -329,5 +331,149 @@ func TestServeHTTPCallerGone(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.ReviewsTotal.WithLabelValues(ResultRejected)); got != 1 {
 		t.Errorf("rejected = %v; want 1", got)
+	}
+}
+
+// TestReviewFromIndex: with the index, a pod it knows is judged without a read, by the node its
+// UID is bound to; a pod it has not seen (created a moment ago, or while its watch is down) is
+// read; a pod re-created under its name is judged by the pod the UID precondition names.
+func TestReviewFromIndex(t *testing.T) {
+	uidA, uidB, fresh, oldWeb, newWeb := types.UID("uid-a"), types.UID("uid-b"), types.UID("uid-fresh"), types.UID("uid-web-1"), types.UID("uid-web-2")
+	x := NewPodIndex(nil)
+	for _, p := range []*v1.Pod{pod("on-a", "node-a", uidA), pod("on-b", "node-b", uidB), pod("web", "node-a", oldWeb)} {
+		if err := x.Add(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// What the API server holds now: on-a and on-b; web re-created on node-b (its old UID gone,
+	// the delete not seen by the index yet); fresh, created after the index last heard.
+	cluster := map[string]*v1.Pod{"ns/on-a": pod("on-a", "node-a", uidA), "ns/on-b": pod("on-b", "node-b", uidB),
+		"ns/web": pod("web", "node-b", newWeb), "ns/fresh": pod("fresh", "node-a", fresh)}
+	for _, c := range []struct {
+		name, node, pod string
+		uid             types.UID
+		allowed         bool
+		wantMsg         string
+		reads           int
+		from            string
+	}{
+		{name: "a pod on the token's node", node: "node-a", pod: "on-a", uid: uidA, allowed: true, from: FromIndex},
+		{name: "a pod on another node", node: "node-a", pod: "on-b", uid: uidB, wantMsg: "ns/on-b is on node-b", from: FromIndex},
+		{name: "another pod's UID", node: "node-b", pod: "on-b", uid: uidA, wantMsg: "is another pod's than ns/on-b", from: FromIndex},
+		{name: "a pod the index has not seen, on the token's node", node: "node-a", pod: "fresh", uid: fresh, allowed: true, reads: 1, from: FromAPI},
+		{name: "a pod the index has not seen, on another node", node: "node-b", pod: "fresh", uid: fresh, wantMsg: "ns/fresh is on node-a", reads: 1, from: FromAPI},
+		// Re-created: the new UID is not in the index, so it is read, and judged by its node.
+		{name: "a re-created pod's new UID, from its old node", node: "node-a", pod: "web", uid: newWeb, wantMsg: "ns/web is on node-b", reads: 1, from: FromAPI},
+		{name: "a re-created pod's new UID, from its node", node: "node-b", pod: "web", uid: newWeb, allowed: true, reads: 1, from: FromAPI},
+		// The old UID is the old pod's, on node-a: allowed here, and the API server's
+		// precondition refuses it (409), since web's UID is now another (test/e2e checks it).
+		{name: "a re-created pod's old UID, from the old pod's node", node: "node-a", pod: "web", uid: oldWeb, allowed: true, from: FromIndex},
+		{name: "a re-created pod's old UID, from its new node", node: "node-b", pod: "web", uid: oldWeb, wantMsg: "ns/web is on node-a", from: FromIndex},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m, err := NewMetrics(prometheus.NewRegistry())
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := &pods{byName: cluster}
+			h := &Handler{Username: agentUser, GetPod: p.get, Pods: x, Metrics: m}
+			v, err := h.Review(context.Background(), eviction(t, agentUser, c.node, c.pod, &c.uid))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v.Allowed != c.allowed || !strings.Contains(v.Message, c.wantMsg) {
+				t.Errorf("allowed %v (%q); want %v naming %q", v.Allowed, v.Message, c.allowed, c.wantMsg)
+			}
+			if p.calls != c.reads {
+				t.Errorf("%d pod reads; want %d", p.calls, c.reads)
+			}
+			for _, f := range []string{FromIndex, FromAPI} {
+				want := 0.0
+				if f == c.from {
+					want = 1
+				}
+				if got := testutil.ToFloat64(m.PodLookups.WithLabelValues(f)); got != want {
+					t.Errorf("pod_lookups_total{from=%q} = %v; want %v", f, got, want)
+				}
+			}
+		})
+	}
+}
+
+// TestIndexSparesTheReadBudget: reviews the index answers take nothing of their source's budget
+// of pod reads (a reclaimed pool is not paced by it), while reviews of pods it does not know (as
+// a forger's, of pods that do not exist) still meet it; the busiest source's reviews in flight
+// are reported.
+func TestIndexSparesTheReadBudget(t *testing.T) {
+	uidA := types.UID("uid-a")
+	x := NewPodIndex(nil)
+	if err := x.Add(pod("on-a", "node-a", uidA)); err != nil {
+		t.Fatal(err)
+	}
+	l := DefaultLimits()
+	l.PodReadsPerSecond, l.PodReadBurst = 1, 1
+	lim, err := NewLimiter(l, clocktesting.NewFakePassiveClock(time.Unix(1e9, 0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pods{byName: map[string]*v1.Pod{"ns/on-a": pod("on-a", "node-a", uidA)}}
+	h := &Handler{Username: agentUser, GetPod: p.get, Pods: x, Limits: lim, Metrics: m}
+	status := func(name string, uid types.UID) int {
+		t.Helper()
+		b, err := json.Marshal(admissionv1.AdmissionReview{Request: eviction(t, agentUser, "node-a", name, &uid)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := httptest.NewRecorder()
+		r := httptest.NewRequest(http.MethodPost, PathValidate, bytes.NewReader(b))
+		r.RemoteAddr = "10.0.0.1:443"
+		h.ServeHTTP(rec, r)
+		return rec.Code
+	}
+	for i := range 200 {
+		if code := status("on-a", uidA); code != http.StatusOK {
+			t.Fatalf("review %d of a pod the index knows: status %d; want 200 whatever the read budget", i, code)
+		}
+	}
+	if code := status("forged-1", "uid-forged"); code != http.StatusOK {
+		t.Errorf("the first review of a pod the index does not know: status %d; want 200 (read: not found)", code)
+	}
+	if code := status("forged-2", "uid-forged"); code != http.StatusTooManyRequests {
+		t.Errorf("the second, past a budget of one read: status %d; want 429", code)
+	}
+	if p.calls != 1 {
+		t.Errorf("%d pod reads; want 1", p.calls)
+	}
+	if got := testutil.ToFloat64(m.SourceInFlightPeak); got != 1 {
+		t.Errorf("source_reviews_in_flight_peak = %v; want 1 (one review at a time)", got)
+	}
+}
+
+// TestReadyzWaitsForTheIndex: /readyz answers 503 until the index has had its first list.
+func TestReadyzWaitsForTheIndex(t *testing.T) {
+	x := NewPodIndex(nil)
+	srv := httptest.NewServer(Mux(&Handler{Username: agentUser}, prometheus.NewRegistry(), x.IndexReady))
+	defer srv.Close()
+	code := func() int {
+		t.Helper()
+		r, err := http.Get(srv.URL + PathReadyz)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Body.Close()
+		return r.StatusCode
+	}
+	if c := code(); c != http.StatusServiceUnavailable {
+		t.Errorf("before the first list: %d; want 503", c)
+	}
+	if err := x.Replace(nil, "1"); err != nil {
+		t.Fatal(err)
+	}
+	if c := code(); c != http.StatusOK {
+		t.Errorf("after the first list (of no pod): %d; want 200", c)
 	}
 }

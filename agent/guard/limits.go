@@ -64,6 +64,12 @@ func (l Limits) Validate() error {
 			return fmt.Errorf("%s: %v; want at least 1", c.name, c.v)
 		}
 	}
+	switch {
+	case l.InFlight < l.InFlightPerSource:
+		return fmt.Errorf("reviews in flight: %d; want at least the %d of one source", l.InFlight, l.InFlightPerSource)
+	case l.Conns < l.ConnsPerSource:
+		return fmt.Errorf("connections: %d; want at least the %d of one source", l.Conns, l.ConnsPerSource)
+	}
 	return nil
 }
 
@@ -92,6 +98,8 @@ type Limiter struct {
 	// active is how many sources read within the last two windows, counted at activeAt.
 	active   int
 	activeAt time.Time
+	// peak is the most reviews one source has had in flight at once.
+	peak int
 }
 
 // rateWindow is the window over which a source's rate of reads is measured.
@@ -178,6 +186,7 @@ func (l *Limiter) Acquire(key string) (release func(), ok bool) {
 	}
 	s.inFlight++
 	l.inFlight++
+	l.peak = max(l.peak, s.inFlight)
 	var once sync.Once
 	return func() {
 		once.Do(func() {
@@ -187,6 +196,13 @@ func (l *Limiter) Acquire(key string) (release func(), ok bool) {
 			l.inFlight--
 		})
 	}, true
+}
+
+// Peak is the most reviews one source has had in flight at once, since the limiter was made.
+func (l *Limiter) Peak() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.peak
 }
 
 // AllowRead takes one pod read from key's budget and from the shared one, or says that either

@@ -157,6 +157,17 @@ func TestLimitsValidate(t *testing.T) {
 	if _, err := NewLimiter(l, clocktesting.NewFakePassiveClock(time.Now())); err == nil {
 		t.Error("NewLimiter took a budget of 0 reads")
 	}
+	// The totals hold at least one source's share (evictionGuard.limits, the chart refuses them too).
+	l = DefaultLimits()
+	l.InFlight = l.InFlightPerSource - 1
+	if err := l.Validate(); err == nil || !strings.Contains(err.Error(), "reviews in flight") {
+		t.Errorf("fewer reviews in flight in all than from one source: %v; want an error naming them", err)
+	}
+	l = DefaultLimits()
+	l.Conns = l.ConnsPerSource - 1
+	if err := l.Validate(); err == nil || !strings.Contains(err.Error(), "connections") {
+		t.Errorf("fewer connections in all than from one source: %v; want an error naming them", err)
+	}
 }
 
 // blockingPods is a PodGetter whose reads wait for release, saying on started when each begins.

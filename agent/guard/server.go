@@ -44,6 +44,8 @@ type ServerOptions struct {
 	// client certificate.
 	Handler  *Handler
 	Gatherer prometheus.Gatherer
+	// Ready, if set, says why the guard is not ready (nil: ready); /readyz answers 503 with it.
+	Ready func() error
 	// MaxConns and MaxConnsPerSource cap the open connections (Limits.Conns and
 	// Limits.ConnsPerSource); zero: no cap.
 	MaxConns, MaxConnsPerSource int
@@ -51,15 +53,26 @@ type ServerOptions struct {
 	Listening func(net.Addr)
 }
 
-// Mux routes the guard's paths: the review, the probes and the metrics.
-func Mux(h *Handler, g prometheus.Gatherer) *http.ServeMux {
+// Mux routes the guard's paths: the review, the probes and the metrics. ready (nil: always
+// ready) says why the guard is not ready yet.
+func Mux(h *Handler, g prometheus.Gatherer, ready func() error) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle(PathValidate, h)
 	ok := func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) }
 	mux.HandleFunc(PathHealthz, ok)
-	// Ready as soon as it serves: the key pair loaded before the listener opened, and a review
-	// that cannot read its pod answers with an error the API server's failurePolicy handles.
-	mux.HandleFunc(PathReadyz, ok)
+	// Ready once the key pair is loaded (before the listener opened) and ready says so: the pod
+	// index's first list (IndexReady). After that a replica stays ready whatever the API server
+	// does: what its index knows stays true, and a review whose pod it cannot read answers with
+	// an error that the API server's failurePolicy handles.
+	mux.HandleFunc(PathReadyz, func(w http.ResponseWriter, r *http.Request) {
+		if ready != nil {
+			if err := ready(); err != nil {
+				http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		ok(w, r)
+	})
 	mux.Handle(PathMetrics, promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	return mux
 }
@@ -77,7 +90,7 @@ func Serve(ctx context.Context, opts ServerOptions) error {
 		tlsConfig = opts.Handler.ClientAuth.tlsConfig(tlsConfig)
 	}
 	srv := &http.Server{
-		Handler:           Mux(opts.Handler, opts.Gatherer),
+		Handler:           Mux(opts.Handler, opts.Gatherer, opts.Ready),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      10 * time.Second,

@@ -17,6 +17,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -37,9 +38,10 @@ type guardConfig struct {
 	// ClientCAFile and ClientAllowedNames authenticate the API server (guard.ClientAuth).
 	ClientCAFile       string
 	ClientAllowedNames []string
-	// SourceInFlight and SourcePodReads are guard.Limits' per-source limits.
-	SourceInFlight int
-	SourcePodReads float32
+	// SourceInFlight, InFlight, SourcePodReads, SourceConns and Conns are guard.Limits.
+	SourceInFlight, InFlight int
+	SourcePodReads           float32
+	SourceConns, Conns       int
 	// TLSSecret, TLSWebhookConfiguration and TLSHosts have the guard keep its own certificate
 	// (guard.SelfCert) instead of reading --tls-cert-file; TLSSyncInterval is how often.
 	TLSSecret               string
@@ -63,19 +65,20 @@ func (c *guardConfig) addFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&c.ClientAllowedNames, "client-allowed-names", nil, "with --client-ca-file, the client certificate CommonNames accepted (comma-separated); empty: any the CA signed")
 	d := guard.DefaultLimits()
 	fs.IntVar(&c.SourceInFlight, "source-reviews-in-flight", d.InFlightPerSource, "reviews one source address may have in flight; past it the guard answers 429 at once")
-	fs.Float32Var(&c.SourcePodReads, "source-pod-reads-per-second", d.PodReadsPerSecond, "pod GETs a second for one source address's reviews (burst twice that); past it the guard answers 429 at once. Its client may make twice as many in all")
+	fs.IntVar(&c.InFlight, "reviews-in-flight", d.InFlight, "reviews all sources together may have in flight; at least --source-reviews-in-flight")
+	fs.Float32Var(&c.SourcePodReads, "source-pod-reads-per-second", d.PodReadsPerSecond, "GETs a second of pods the guard's index has not seen, for one source address's reviews (burst twice that); past it the guard answers 429 at once. Its client may make twice as many in all")
+	fs.IntVar(&c.SourceConns, "source-connections", d.ConnsPerSource, "connections one source address may hold open (the API server opens one per review in flight); past it a connection is closed at once")
+	fs.IntVar(&c.Conns, "connections", d.Conns, "connections all sources together may hold open, the last quarter kept for sources that hold few; at least --source-connections")
 }
 
 // limits are the guard's limits from the flags.
 func (c *guardConfig) limits() (guard.Limits, error) {
 	l := guard.DefaultLimits()
-	l.InFlightPerSource, l.PodReadsPerSecond = c.SourceInFlight, c.SourcePodReads
+	l.InFlightPerSource, l.InFlight, l.PodReadsPerSecond = c.SourceInFlight, c.InFlight, c.SourcePodReads
+	l.ConnsPerSource, l.Conns = c.SourceConns, c.Conns
 	l.PodReadBurst = max(1, int(2*c.SourcePodReads))
-	if l.InFlight < l.InFlightPerSource {
-		l.InFlight = 4 * l.InFlightPerSource
-	}
 	if err := l.Validate(); err != nil {
-		return l, fmt.Errorf("--source-reviews-in-flight, --source-pod-reads-per-second: %w", err)
+		return l, fmt.Errorf("--source-reviews-in-flight, --reviews-in-flight, --source-pod-reads-per-second, --source-connections, --connections: %w", err)
 	}
 	return l, nil
 }
@@ -180,9 +183,10 @@ func serveGuard(ctx context.Context, cfg guardConfig, user string, certs *guard.
 			return err
 		}
 	}
-	// One GET per eviction: a node's drain sends a few dozen at once, a fleet's reclaim more.
-	// Twice one source's budget (guard.Limits), so that one source reading all it may leaves
-	// the rest to the others, the API server among them.
+	// The index's list and watch, and a GET for each pod the index has not seen bound (a pod
+	// created a moment ago, or while the watch is down): twice one source's read budget
+	// (guard.Limits), so that one source reading all it may leaves the rest to the others, the
+	// API server among them.
 	restCfg.QPS, restCfg.Burst = 2*limits.PodReadsPerSecond, 2*limits.PodReadBurst
 	restCfg.UserAgent = "reprieve-eviction-guard/" + version
 	kube.UseProtobuf(restCfg)
@@ -196,18 +200,25 @@ func serveGuard(ctx context.Context, cfg guardConfig, user string, certs *guard.
 	if err != nil {
 		return err
 	}
+	indexMetrics, err := guard.NewIndexMetrics(reg)
+	if err != nil {
+		return err
+	}
 	limiter, err := guard.NewLimiter(limits, clock.RealClock{})
 	if err != nil {
 		return err
 	}
-	h := &guard.Handler{Username: user, Metrics: metrics, Limits: limiter, ClientAuth: auth, GetPod: func(ctx context.Context, ns, name string) (*v1.Pod, error) {
+	pods := client.CoreV1().Pods(metav1.NamespaceAll)
+	index := guard.NewPodIndex(indexMetrics)
+	go index.Run(ctx, cache.ToListWatcherWithWatchListSemantics(index.ListWatch(pods.List, pods.Watch), client))
+	h := &guard.Handler{Username: user, Metrics: metrics, Limits: limiter, ClientAuth: auth, Pods: index, GetPod: func(ctx context.Context, ns, name string) (*v1.Pod, error) {
 		return client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 	}}
 	if auth == nil {
 		klog.FromContext(ctx).Info("Serving reviews from any caller: without --client-ca-file the guard cannot tell the API server's from forged ones, and bounds each source address instead")
 	}
 	return guard.Serve(ctx, guard.ServerOptions{BindAddress: cfg.BindAddress, Certs: certs, Handler: h, Gatherer: reg,
-		MaxConns: limits.Conns, MaxConnsPerSource: limits.ConnsPerSource})
+		MaxConns: limits.Conns, MaxConnsPerSource: limits.ConnsPerSource, Ready: index.IndexReady})
 }
 
 // checkTLS: the guard serves either from files or from the Secret it keeps itself.

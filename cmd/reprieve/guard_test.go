@@ -14,6 +14,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/reprieve-dev/reprieve/agent/guard"
 )
 
 // writeServingPair writes a self-signed certificate and its key that load, so that the checks
@@ -62,6 +66,9 @@ func TestGuardExitCodes(t *testing.T) {
 		{"allowed names without a client CA", []string{"eviction-guard", "--tls-cert-file=a", "--tls-private-key-file=b", "--client-allowed-names=kube-apiserver"}, nil, 2},
 		{"no pod reads", []string{"eviction-guard", "--tls-cert-file=a", "--tls-private-key-file=b", "--source-pod-reads-per-second=0"}, nil, 2},
 		{"no reviews in flight", []string{"eviction-guard", "--tls-cert-file=a", "--tls-private-key-file=b", "--source-reviews-in-flight=0"}, nil, 2},
+		{"fewer reviews in all than from one source", []string{"eviction-guard", "--tls-cert-file=a", "--tls-private-key-file=b", "--source-reviews-in-flight=300", "--reviews-in-flight=200"}, nil, 2},
+		{"fewer connections in all than from one source", []string{"eviction-guard", "--tls-cert-file=a", "--tls-private-key-file=b", "--source-connections=300", "--connections=200"}, nil, 2},
+		{"no connections", []string{"eviction-guard", "--tls-cert-file=a", "--tls-private-key-file=b", "--source-connections=0"}, nil, 2},
 		{"a client CA file that does not load", []string{"eviction-guard", "--tls-cert-file=" + pairCert, "--tls-private-key-file=" + pairKey, "--client-ca-file=guard.go"}, nil, 2},
 		{"an argument", []string{"eviction-guard", "extra"}, nil, 2},
 	} {
@@ -88,7 +95,8 @@ func TestGuardHelp(t *testing.T) {
 	}
 	help := out.String()
 	for _, want := range []string{"reprieve eviction-guard", "--tls-cert-file", "--tls-private-key-file", "--bind-address", "--agent-service-account",
-		"--client-ca-file", "--client-allowed-names", "--source-reviews-in-flight", "--source-pod-reads-per-second"} {
+		"--client-ca-file", "--client-allowed-names", "--source-reviews-in-flight", "--reviews-in-flight", "--source-pod-reads-per-second",
+		"--source-connections", "--connections"} {
 		if !strings.Contains(help, want) {
 			t.Errorf("help lacks %s:\n%s", want, help)
 		}
@@ -118,5 +126,26 @@ func TestGuardTLSFlags(t *testing.T) {
 		if (c.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.want)) {
 			t.Errorf("%+v: %v; want %q", c.cfg, err, c.want)
 		}
+	}
+}
+
+// TestGuardLimitFlags: each limit flag (the chart's evictionGuard.limits) sets its limit, and the
+// read burst is twice the rate.
+func TestGuardLimitFlags(t *testing.T) {
+	var cfg guardConfig
+	fs := pflag.NewFlagSet("guard", pflag.ContinueOnError)
+	cfg.addFlags(fs)
+	if err := fs.Parse([]string{"--source-reviews-in-flight=600", "--reviews-in-flight=1200", "--source-pod-reads-per-second=20",
+		"--source-connections=700", "--connections=1400"}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := cfg.limits()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := guard.DefaultLimits()
+	want.InFlightPerSource, want.InFlight, want.PodReadsPerSecond, want.PodReadBurst, want.ConnsPerSource, want.Conns = 600, 1200, 20, 40, 700, 1400
+	if l != want {
+		t.Errorf("limits %+v; want %+v", l, want)
 	}
 }

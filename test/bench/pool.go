@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,15 +21,28 @@ import (
 // notice at the same instant and every agent evicts at the same moment, through a kube-apiserver
 // with API Priority and Fairness on and a given number of seats. The agents run as the shipped
 // ServiceAccount in kube-system, so APF puts them in workload-high with kube-controller-manager,
-// which runs as itself (testenv does so when APF is on).
+// which runs as itself (testenv does so when APF is on). reprieve runs as the chart installs it
+// (install.go, issue 46): its eviction guard, each agent's token bound to its node, the
+// admission policies, and APF as the chart leaves it.
 
-// poolSides are who handles the notice: reprieve, or the taint alone with
-// kube-controller-manager's taint-eviction controller.
+// poolSides are who handles the notice: reprieve as installed (with or without its guard, with
+// or without the chart's flowControl level), the taint alone with kube-controller-manager's
+// taint-eviction controller, or aws-node-termination-handler.
 const (
-	poolReprieve = "reprieve"
-	poolTaint    = "the taint alone, with kube-controller-manager's taint-eviction controller"
-	poolNTH      = "aws-node-termination-handler, IMDS mode, on every node"
+	poolReprieve    = "reprieve as the chart installs it (eviction guard, bound tokens, admission policies)"
+	poolNoGuard     = "reprieve as installed, without the eviction guard"
+	poolFlowControl = "reprieve as installed, with the chart's flowControl level"
+	poolTaint       = "the taint alone, with kube-controller-manager's taint-eviction controller"
+	poolNTH         = "aws-node-termination-handler, IMDS mode, on every node"
 )
+
+// poolKeys name each side's files in the log folder (poolFileName).
+var poolKeys = map[string]string{poolReprieve: "reprieve", poolNoGuard: "noguard", poolFlowControl: "flowcontrol", poolTaint: "taint", poolNTH: "nth"}
+
+// isReprieve says whether side runs reprieve's agents (and so the chart's install).
+func isReprieve(side string) bool {
+	return side == poolReprieve || side == poolNoGuard || side == poolFlowControl
+}
 
 // poolGraces are the evictable pods' terminationGracePeriodSeconds, in turn: one longer than
 // the window (its budget can never be met: the grace is cut), the rest within it.
@@ -67,6 +83,24 @@ type poolRun struct {
 	// Answers are the handler's answered requests by "VERB resource code", and Sent its
 	// requests by "VERB resource", answered or not, watches apart (the proxies' counts).
 	Answers, Sent map[string]int
+	// LateP50 and LateP99 are quantiles, over the evictable pods, of how late each was gone
+	// against its plan (negative: before it, as a pod whose grace was cut to the window).
+	LateP50, LateP99 time.Duration
+	// WebhookFailed are evictions answered 500 (the API server's failurePolicy Fail, when the
+	// guard did not answer in time or refused before judging) and Forbidden those answered 403
+	// (a policy's or the guard's refusal).
+	WebhookFailed, Forbidden int
+	// Guard is what the guard's replicas counted, when the side runs it.
+	Guard *guardFigures
+	// ForcedDeletes and FailedRequests are the agents' own counts
+	// (reprieve_evictions_requests_total{result="forced_delete"|"failed"}): the pods deleted
+	// at their last safe moment past their budgets, and the requests refused by an error (a 500
+	// when the guard could not answer).
+	ForcedDeletes, FailedRequests float64
+	// AgentLateP50 and AgentLateP99 are the agents' own reprieve_evictions_lateness_seconds
+	// (each eviction's effect against its planned time), added over the agents, as
+	// histogram_quantile reads it: what a cluster's dashboard shows.
+	AgentLateP50, AgentLateP99 float64
 }
 
 // poolStartup and poolStartupPerNode are how far ahead of the handlers' start the notice is
@@ -92,7 +126,7 @@ func (b *bench) pool(ctx context.Context, rep *report) error {
 	if err := noBudgetsLeft(ctx, b.env.Client); err != nil {
 		return err
 	}
-	for _, seats := range b.o.PoolSeats {
+	for _, seats := range poolRounds(b.o) {
 		if err := b.env.RestartAPIServerWith(ctx, apfFor(seats)); err != nil {
 			return err
 		}
@@ -101,9 +135,14 @@ func (b *bench) pool(ctx context.Context, rep *report) error {
 		if err := b.env.RestartKwok(ctx, true); err != nil {
 			return err
 		}
-		sides := []string{poolReprieve}
-		if slices.Contains(b.o.PoolBaselineSeats, seats) {
-			sides = append(sides, poolTaint)
+		var sides []string
+		for _, c := range []struct {
+			side  string
+			seats []int
+		}{{poolReprieve, b.o.PoolSeats}, {poolNoGuard, b.o.PoolNoGuardSeats}, {poolFlowControl, b.o.PoolFlowControlSeats}, {poolTaint, b.o.PoolBaselineSeats}} {
+			if slices.Contains(c.seats, seats) {
+				sides = append(sides, c.side)
+			}
 		}
 		if slices.Contains(b.o.PoolNTHSeats, seats) {
 			if _, err := nthPath(); err != nil {
@@ -117,16 +156,36 @@ func (b *bench) pool(ctx context.Context, rep *report) error {
 			if err != nil {
 				return err
 			}
-			b.o.Logf("pool: %s at %d seats: %d/%d in time, %d evictions, %d 429s (%d to other requests), worst lateness %s, lost %s, %.1f accepted/s, lost though feasible %d, load %s",
-				side, seats, r.InTime, r.Pods, r.Evictions, r.Throttled, r.OtherThrottled, r.WorstLate.Round(10*time.Millisecond),
-				byGrace(r.LostByGrace, "none"), r.Rate, r.LostFeasible, r.Load)
+			b.o.Logf("pool: %s at %d seats: %d/%d in time, %d evictions, %d 429s (%d to other requests), %d answered 500, %d deletes (%.0f forced, %.0f failed requests: the agents' counts), late p50 %s p99 %s worst %s, lost %s, %.1f accepted/s, lost though feasible %d, load %s",
+				side, seats, r.InTime, r.Pods, r.Evictions, r.Throttled, r.OtherThrottled, r.WebhookFailed, r.Deletes, r.ForcedDeletes, r.FailedRequests, r.LateP50.Round(100*time.Millisecond),
+				r.LateP99.Round(100*time.Millisecond), r.WorstLate.Round(10*time.Millisecond), byGrace(r.LostByGrace, "none"), r.Rate, r.LostFeasible, r.Load)
+			if isReprieve(side) {
+				b.o.Logf("pool: %s at %d seats: the agents' reprieve_evictions_lateness_seconds p50 %.1f s, p99 %.1f s", side, seats, r.AgentLateP50, r.AgentLateP99)
+			}
 			if side != poolTaint {
 				b.o.Logf("pool: %s at %d seats: requests sent %s; answers %s", side, seats, counts(r.Sent), counts(r.Answers))
+			}
+			if g := r.Guard; g != nil {
+				b.o.Logf("pool: %s at %d seats: guard reviews %v, pod lookups %v, most in flight from one source %.0f, connections refused %.0f, RSS %.1f MiB, index %.0f pods",
+					side, seats, g.Results, g.Lookups, g.InFlight, g.ConnRefused, g.RSS/(1<<20), g.IndexPods)
 			}
 			rep.Pool = append(rep.Pool, r)
 		}
 	}
 	return nil
+}
+
+// poolRounds are the seat counts of every side, each once, in the order given.
+func poolRounds(o options) []int {
+	var out []int
+	for _, l := range [][]int{o.PoolSeats, o.PoolNoGuardSeats, o.PoolFlowControlSeats, o.PoolBaselineSeats, o.PoolNTHSeats} {
+		for _, s := range l {
+			if !slices.Contains(out, s) {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
 }
 
 func (b *bench) poolRun(ctx context.Context, side string, seats int) (*poolRun, error) {
@@ -172,6 +231,13 @@ func (b *bench) poolRun(ctx context.Context, side string, seats int) (*poolRun, 
 		return nil, err
 	}
 	defer obs.Stop()
+	var inst *chartInstall
+	if isReprieve(side) {
+		if inst, err = b.installChart(ctx, side != poolNoGuard, side == poolFlowControl); err != nil {
+			return nil, err
+		}
+		defer inst.uninstall(context.WithoutCancel(ctx))
+	}
 
 	// The notice, on every node at the same instant: a moment far enough ahead for every
 	// agent to be up and polling (a few hundred ms each on two cores), whole seconds as IMDS
@@ -199,8 +265,10 @@ func (b *bench) poolRun(ctx context.Context, side string, seats int) (*poolRun, 
 			return nil, err
 		}
 	}
+	kubeconfigs := make([]string, n)
+	metricsAddrs := make([]string, n)
 	switch side {
-	case poolReprieve, poolNTH:
+	case poolReprieve, poolNoGuard, poolFlowControl, poolNTH:
 		proxies = make([]*apiProxy, n)
 		procs := make([][]*testenv.Process, n)
 		defer func() {
@@ -228,7 +296,13 @@ func (b *bench) poolRun(ctx context.Context, side string, seats int) (*poolRun, 
 				procs[i] = append(procs[i], h)
 				return nil
 			}
-			p, err := startAPIProxy(b.env.Host, b.env.CAData, b.token)
+			// The token the kubelet would mount: bound to the agent's pod on its node.
+			token, bound, err := inst.agentToken(ctx, nodes[i])
+			if err != nil {
+				return err
+			}
+			kubeconfigs[i] = bound
+			p, err := startAPIProxy(b.env.Host, b.env.CAData, token)
 			if err != nil {
 				return err
 			}
@@ -237,12 +311,13 @@ func (b *bench) poolRun(ctx context.Context, side string, seats int) (*poolRun, 
 			if err != nil {
 				return err
 			}
-			a, _, err := b.startAgentWith(ctx, kc, nodes[i], "--provider=aws", "--aws-imds-endpoint="+endpoint,
+			a, addr, err := b.startAgentWith(ctx, kc, nodes[i], "--provider=aws", "--aws-imds-endpoint="+endpoint,
 				"--safety-margin="+b.o.SafetyMargin.String())
 			if err != nil {
 				return err
 			}
 			procs[i] = append(procs[i], a)
+			metricsAddrs[i] = addr
 			return nil
 		}); err != nil {
 			return nil, err
@@ -252,6 +327,11 @@ func (b *bench) poolRun(ctx context.Context, side string, seats int) (*poolRun, 
 			return nil, err
 		}
 		defer b.env.StopControllerManager()
+	}
+	if side == poolReprieve || side == poolFlowControl {
+		if err := inst.waitGuardInForce(ctx, kubeconfigs[0]); err != nil {
+			return nil, err
+		}
 	}
 	if left := time.Until(notice); left < 2*time.Second {
 		return nil, fmt.Errorf("pool: the handlers took too long to start: %s left before the notice at %s, want 2 s", left.Round(time.Millisecond), notice.Format(time.RFC3339))
@@ -302,6 +382,7 @@ func (b *bench) poolRun(ctx context.Context, side string, seats int) (*poolRun, 
 		PodsByGrace: map[int64]int{}, InTimeByGrace: map[int64]int{}, FullGraceByGrace: map[int64]int{}}
 	var accepted []time.Time
 	var graces []int64
+	var late []time.Duration
 	for name, g := range grace {
 		rec := recs[name]
 		r.PodsByGrace[g]++
@@ -333,8 +414,11 @@ func (b *bench) poolRun(ctx context.Context, side string, seats int) (*poolRun, 
 			planned = end
 		}
 		r.WorstLate = max(r.WorstLate, gone.Sub(planned))
+		late = append(late, gone.Sub(planned))
 		r.NoticeToLastEnd = max(r.NoticeToLastEnd, gone.Sub(notice))
 	}
+	slices.Sort(late)
+	r.LateP50, r.LateP99 = nearestRank(late, 0.50), nearestRank(late, 0.99)
 	if err := writePoolRecords(b.logDir, side, seats, notice, grace, recs); err != nil {
 		b.o.Logf("pool: %v", err)
 	}
@@ -378,6 +462,14 @@ func (b *bench) poolRun(ctx context.Context, side string, seats int) (*poolRun, 
 				r.OtherThrottled += v
 			}
 		}
+		if f[0] == "CREATE" && f[1] == "pods/eviction" {
+			switch f[2] {
+			case "500":
+				r.WebhookFailed += v
+			case "403":
+				r.Forbidden += v
+			}
+		}
 		switch {
 		case f[0] == "CREATE" && f[1] == "pods/eviction":
 			r.Evictions += v
@@ -392,6 +484,39 @@ func (b *bench) poolRun(ctx context.Context, side string, seats int) (*poolRun, 
 		del := map[string]string{"verb": "DELETE", "resource": "pods", "subresource": ""}
 		r.Deletes = int(sum(m1, "apiserver_request_total", del) - sum(m0, "apiserver_request_total", del))
 	}
+	if isReprieve(side) {
+		buckets := map[float64]float64{}
+		for _, addr := range metricsAddrs {
+			text, err := httpText(ctx, http.DefaultClient, "http://"+addr+"/metrics")
+			if err != nil {
+				return nil, err
+			}
+			s, err := parseMetrics(text)
+			if err != nil {
+				return nil, err
+			}
+			r.ForcedDeletes += sum(s, "reprieve_evictions_requests_total", map[string]string{"result": "forced_delete"})
+			r.FailedRequests += sum(s, "reprieve_evictions_requests_total", map[string]string{"result": "failed"})
+			for _, x := range s {
+				if x.Name != "reprieve_evictions_lateness_seconds_bucket" {
+					continue
+				}
+				le, err := strconv.ParseFloat(x.Labels["le"], 64)
+				if err != nil {
+					return nil, fmt.Errorf("reading the agents' lateness histogram: %w", err)
+				}
+				buckets[le] += x.Value
+			}
+		}
+		r.AgentLateP50, r.AgentLateP99 = histogramQuantile(buckets, 0.50), histogramQuantile(buckets, 0.99)
+	}
+	if side == poolReprieve || side == poolFlowControl {
+		g, err := inst.guardMetrics(ctx)
+		if err != nil {
+			return nil, err
+		}
+		r.Guard = &g
+	}
 	r.RejectedByAPF = sum(m1, "apiserver_flowcontrol_rejected_requests_total", nil) - sum(m0, "apiserver_flowcontrol_rejected_requests_total", nil)
 	r.WaitedInQueues = sum(m1, "apiserver_flowcontrol_request_wait_duration_seconds_sum", nil) - sum(m0, "apiserver_flowcontrol_request_wait_duration_seconds_sum", nil)
 	return r, nil
@@ -405,21 +530,26 @@ func (r *report) poolMD(p printer, o options) {
 	first := r.Pool[0]
 	p("\n### 6. A pool reclaimed at once\n\n")
 	p("%d kwok nodes with %d evictable pods each (graces %v s, in turn; %d pods in all) and one pod that\n"+
-		"tolerates the taint forever, one agent per node (the shipped ServiceAccount in kube-system, so APF's\n"+
-		"workload-high, with kube-controller-manager running as itself). Every node gets its notice at the same\n"+
-		"instant from its own amazon-ec2-metadata-mock (IMDSv2, `--mock-trigger-time`, the reclaim time fixed), a %s\n"+
+		"tolerates the taint forever, one agent per node. reprieve runs as the chart installs it by default (`helm template`\n"+
+		"in kube-system): each agent with a token bound to a pod of its own on its node, as the kubelet mounts it; the\n"+
+		"admission policies; the eviction guard's two replicas with the Deployment's arguments behind a proxy for its\n"+
+		"Service, its webhook as rendered (`failurePolicy: Fail`, 3 s), its ServiceAccount, RBAC and priority level; APF as\n"+
+		"the chart leaves it (the agents in workload-high, with kube-controller-manager running as itself). Rows without the\n"+
+		"guard, or with the chart's `flowControl` level for the evictions, change that alone. Every node gets its notice at\n"+
+		"the same instant from its own amazon-ec2-metadata-mock (IMDSv2, `--mock-trigger-time`, the reclaim time fixed), a %s\n"+
 		"window and a %s margin. kube-apiserver runs with APF on and the seats given (`--max-requests-inflight` +\n"+
-		"`--max-mutating-requests-inflight`, split 2:1). Requests and 429s are the handlers' own, counted by a proxy in\n"+
-		"front of each (429s: to evictions and deletes, and in brackets to other requests); a pod is gone at the earlier of its removal and the deletionTimestamp the API server gave it\n"+
-		"(kwok lags behind hundreds of deletes at one instant); *worst lateness* is the latest a pod was gone against\n"+
-		"its plan (the notice plus its grace, or the window's end when the grace is longer). *Accepted/s* is the\n"+
+		"`--max-mutating-requests-inflight`, split 2:1; 600 is its default). Requests and answers are the handlers' own, counted by a proxy in\n"+
+		"front of each (429s: to evictions and deletes, and in brackets to other requests; *500s*: evictions the API server refused\n"+
+		"because the guard's call failed); a pod is gone at the earlier of its removal and the deletionTimestamp the API server gave it\n"+
+		"(kwok lags behind hundreds of deletes at one instant); *late* is when a pod was gone against\n"+
+		"its plan (the notice plus its grace, or the window's end when the grace is longer), p50 / p99 / worst over the pods. *Accepted/s* is the\n"+
 		"evictions a second the fleet got accepted by the window's end; *feasible* is what the best order could\n"+
 		"have done at that rate (earliest last safe moment first, skipping a pod it would serve past it: the pods\n"+
 		"whose budget the window could meet); *lost though feasible* are the pods lost beyond those it could not.\n"+
-		"*Load* is the machine's load average (1, 5, 15 min) at the run's end.\n\n",
+		"*Load* is the machine's load average (1, 5, 15 min) at the run's end. One run per row.\n\n",
 		first.Nodes, o.PoolPods, poolGraces, first.Pods, first.Window, first.Margin)
-	p("| seats | who handles the notice | gone by `D - margin` | forever-tolerating evicted | eviction requests (per pod) | 429s | deletes | early-warning patches | worst lateness | lost, by grace | accepted/s | best order: in time, budgets kept | lost though feasible | APF rejected / queued s (all clients) | load |\n")
-	p("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	p("| seats | who handles the notice | gone by `D - margin` | forever-tolerating evicted | eviction requests (per pod) | 429s | 500s | deletes (agents' forced deletes) | early-warning patches | late p50 / p99 / worst | the agents' lateness histogram p50 / p99 | lost, by grace | accepted/s | best order: in time, budgets kept | lost though feasible | APF rejected / queued s (all clients) | load |\n")
+	p("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, x := range r.Pool {
 		best, lf, rate := "-", "-", "-"
 		if x.Side != poolTaint {
@@ -435,9 +565,35 @@ func (r *report) poolMD(p printer, o options) {
 		if x.OtherThrottled > 0 {
 			throttled += fmt.Sprintf(" (+%d other)", x.OtherThrottled)
 		}
-		p("| %d | %s | %d/%d | %d | %d (%.2f) | %s | %d | %d | %+.1f s | %s | %s | %s | %s | %.0f / %.1f | %s |\n", x.Seats, x.Side, x.InTime, x.Pods,
-			x.ForeverEvicted, x.Evictions, float64(x.Evictions)/float64(max(1, x.Pods)), throttled, x.Deletes, x.Warnings,
-			x.WorstLate.Seconds(), byGrace(x.LostByGrace, "none"), rate, best, lf, x.RejectedByAPF, x.WaitedInQueues, x.Load)
+		deletes := fmt.Sprint(x.Deletes)
+		if isReprieve(x.Side) {
+			deletes += fmt.Sprintf(" (%.0f)", x.ForcedDeletes)
+		}
+		hist := "-"
+		if isReprieve(x.Side) {
+			hist = fmt.Sprintf("%.1f / %.1f s", x.AgentLateP50, x.AgentLateP99)
+		}
+		p("| %d | %s | %d/%d | %d | %d (%.2f) | %s | %d | %s | %d | %+.1f / %+.1f / %+.1f s | %s | %s | %s | %s | %s | %.0f / %.1f | %s |\n", x.Seats, x.Side, x.InTime, x.Pods,
+			x.ForeverEvicted, x.Evictions, float64(x.Evictions)/float64(max(1, x.Pods)), throttled, x.WebhookFailed, deletes, x.Warnings,
+			x.LateP50.Seconds(), x.LateP99.Seconds(), x.WorstLate.Seconds(), hist, byGrace(x.LostByGrace, "none"), rate, best, lf, x.RejectedByAPF, x.WaitedInQueues, x.Load)
+	}
+	guarded := false
+	for _, x := range r.Pool {
+		guarded = guarded || x.Guard != nil
+	}
+	if guarded {
+		p("\nThrough the guard: its reviews by result (both replicas), where it found each pod (its index, or a GET), the\n" +
+			"most reviews one source address had in flight at once (the API server, through the proxy: against\n" +
+			"`evictionGuard.limits.sourceReviewsInFlight`), connections it refused, and the larger replica's resident memory at the run's end.\n\n")
+		p("| seats | who handles the notice | allowed | denied | error | rejected | pods from the index / by GET | most in flight from one source | connections refused | RSS |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		for _, x := range r.Pool {
+			g := x.Guard
+			if g == nil {
+				continue
+			}
+			p("| %d | %s | %.0f | %.0f | %.0f | %.0f | %.0f / %.0f | %.0f | %.0f | %.1f MiB |\n", x.Seats, x.Side, g.Results["allowed"], g.Results["denied"],
+				g.Results["error"], g.Results["rejected"], g.Lookups["index"], g.Lookups["api"], g.InFlight, g.ConnRefused, g.RSS/(1<<20))
+		}
 	}
 	for _, x := range r.Pool {
 		if x.Side == poolTaint || x.InTime == x.Pods {
@@ -518,9 +674,39 @@ func writePoolRecords(dir, side string, seats int, notice time.Time, grace map[s
 	return nil
 }
 
-// poolFileName names a file of one pool run: pool-<side's first word>-<seats><suffix>.
+// poolFileName names a file of one pool run: pool-<side's key>-<seats><suffix>.
 func poolFileName(side string, seats int, suffix string) string {
-	return fmt.Sprintf("pool-%s-%d%s", strings.Trim(strings.Fields(side)[0], ","), seats, suffix)
+	return fmt.Sprintf("pool-%s-%d%s", poolKeys[side], seats, suffix)
+}
+
+// histogramQuantile is Prometheus's histogram_quantile over cumulative buckets by upper bound:
+// linear within the bucket the rank falls in, the last finite bound when it falls past it.
+func histogramQuantile(buckets map[float64]float64, q float64) float64 {
+	bounds := slices.Sorted(maps.Keys(buckets))
+	if len(bounds) == 0 || buckets[bounds[len(bounds)-1]] == 0 {
+		return math.NaN()
+	}
+	rank := q * buckets[bounds[len(bounds)-1]]
+	lower, below := 0.0, 0.0
+	for _, b := range bounds {
+		if c := buckets[b]; c >= rank {
+			if math.IsInf(b, 1) {
+				return lower
+			}
+			return lower + (b-lower)*(rank-below)/(c-below)
+		}
+		lower, below = b, buckets[b]
+	}
+	return lower
+}
+
+// nearestRank is the q-quantile of sorted (nearest rank); 0 for none.
+func nearestRank(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(float64(len(sorted))*q)) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
 }
 
 // apfTimeline samples kube-apiserver's APF gauges while a pool run goes: which priority

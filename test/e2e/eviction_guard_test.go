@@ -24,6 +24,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -51,7 +52,7 @@ const shippedAgentUser = "system:serviceaccount:kube-system:reprieve"
 // instead of kube-system/reprieve), and its clientConfig (https://127.0.0.1:PORT with a CA the
 // call makes, instead of the in-cluster Service). The guard is `$REPRIEVE_BIN eviction-guard`,
 // a local process, with its own ServiceAccount (ns/sa-guard) bound to the chart's ClusterRole
-// for it (get pods only).
+// for it (get, list and watch pods: its index).
 //
 // Call it after binding ns/sa to the shipped ClusterRole "reprieve": it returns once the API
 // server calls the guard for that identity (it probes with a dry-run eviction as ns/sa). stop
@@ -59,6 +60,14 @@ const shippedAgentUser = "system:serviceaccount:kube-system:reprieve"
 // a 500, as with every replica down); stop may be called more than once. t.Cleanup stops the
 // guard and deletes the webhook configuration and the guard's RBAC.
 func startEvictionGuard(ctx context.Context, t *testing.T, sa, ns string) (stop func()) {
+	t.Helper()
+	return startEvictionGuardVia(ctx, t, sa, ns, nil)
+}
+
+// startEvictionGuardVia is startEvictionGuard with the guard's kubeconfig (its ServiceAccount's,
+// for the API server) passed through via first, when it is not nil: a test puts a proxy between
+// the guard and the API server that way.
+func startEvictionGuardVia(ctx context.Context, t *testing.T, sa, ns string, via func(kubeconfig string) string) (stop func()) {
 	t.Helper()
 	c := env.Client
 	prefix := sa + "-" + ns
@@ -100,6 +109,9 @@ func startEvictionGuard(ctx context.Context, t *testing.T, sa, ns string) (stop 
 	guardKube, err := env.ServiceAccountKubeconfig(ctx, ns, guardSA)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if via != nil {
+		guardKube = via(guardKube)
 	}
 
 	// A self-signed serving certificate for 127.0.0.1, which is also the webhook's CA.
@@ -485,8 +497,43 @@ func testEvictionGuardChartRender(t *testing.T) {
 		*wh.ClientConfig.Service.Path != guard.PathValidate {
 		t.Errorf("webhook clientConfig %+v; want the guard's Service at %s without a caBundle", wh.ClientConfig, guard.PathValidate)
 	}
-	if len(role.Rules) != 1 || !reflect.DeepEqual(role.Rules[0].Verbs, []string{"get"}) || !reflect.DeepEqual(role.Rules[0].Resources, []string{"pods"}) {
-		t.Errorf("the guard's ClusterRole %+v; want get pods only", role.Rules)
+	// Its index: get, list and watch pods, nothing else (TestEvictionGuardRBAC tries them).
+	if len(role.Rules) != 1 || !reflect.DeepEqual(role.Rules[0].Verbs, []string{"get", "list", "watch"}) || !reflect.DeepEqual(role.Rules[0].Resources, []string{"pods"}) {
+		t.Errorf("the guard's ClusterRole %+v; want get, list and watch pods only", role.Rules)
+	}
+	// Its limits, each a chart value (evictionGuard.limits).
+	args := strings.Join(deploy.Spec.Template.Spec.Containers[0].Args, " ")
+	for _, want := range []string{"--source-reviews-in-flight=", "--reviews-in-flight=", "--source-connections=", "--connections=", "--source-pod-reads-per-second="} {
+		if !strings.Contains(args, want) {
+			t.Errorf("the guard's arguments lack %s: %s", want, args)
+		}
+	}
+	if out, err := helm(t, "template", "reprieve", chartDir, "--set", "evictionGuard.limits.reviewsInFlight=10", "--set", "evictionGuard.limits.sourceReviewsInFlight=20"); err == nil ||
+		!strings.Contains(err.Error(), "reviewsInFlight 10: want at least sourceReviewsInFlight (20)") {
+		t.Errorf("fewer reviews in flight in all than per source: %v\n%s; want the chart to refuse it", err, out)
+	}
+	// Its own priority level, off workload-high where the agents' evictions wait: every request
+	// of its ServiceAccount, matched before kube-system-service-accounts.
+	var level *flowcontrolv1.PriorityLevelConfiguration
+	var schema *flowcontrolv1.FlowSchema
+	for _, o := range chartObjects(t, "eviction-guard-flowcontrol", render(t, "reprieve", "--show-only", "templates/eviction-guard-flowcontrol.yaml")) {
+		switch o := o.(type) {
+		case *flowcontrolv1.PriorityLevelConfiguration:
+			level = o
+		case *flowcontrolv1.FlowSchema:
+			schema = o
+		}
+	}
+	if level == nil || schema == nil {
+		t.Fatal("the default render lacks the guard's priority level or flow schema")
+	}
+	if l := level.Spec.Limited; l == nil || l.LendablePercent == nil || *l.LendablePercent != 0 || l.NominalConcurrencyShares == nil || *l.NominalConcurrencyShares < 1 {
+		t.Errorf("the guard's priority level %+v; want a limited level that lends nothing", level.Spec)
+	}
+	if schema.Spec.PriorityLevelConfiguration.Name != level.Name || schema.Spec.MatchingPrecedence >= 900 || len(schema.Spec.Rules) != 1 ||
+		len(schema.Spec.Rules[0].Subjects) != 1 || schema.Spec.Rules[0].Subjects[0].ServiceAccount == nil ||
+		schema.Spec.Rules[0].Subjects[0].ServiceAccount.Name != deploy.Spec.Template.Spec.ServiceAccountName {
+		t.Errorf("the guard's flow schema %+v; want the guard's ServiceAccount alone, on its level, before 900", schema.Spec)
 	}
 	if pdb.Spec.MinAvailable == nil || pdb.Spec.MinAvailable.IntValue() != 1 {
 		t.Errorf("budget %+v; want minAvailable 1", pdb.Spec)

@@ -63,6 +63,14 @@ on it): the agent's job with -eviction-guard. */}}
 {{- if not (has .Values.evictionGuard.offSpot (list "required" "preferred")) -}}
 {{- fail (printf "evictionGuard.offSpot %q: want required (never on spot capacity) or preferred (on spot capacity only where nothing else is: a cluster of spot nodes only)" .Values.evictionGuard.offSpot) -}}
 {{- end -}}
+{{- with .Values.evictionGuard.limits -}}
+{{- if lt (int .reviewsInFlight) (int .sourceReviewsInFlight) -}}
+{{- fail (printf "evictionGuard.limits.reviewsInFlight %v: want at least sourceReviewsInFlight (%v)" .reviewsInFlight .sourceReviewsInFlight) -}}
+{{- end -}}
+{{- if lt (int .connections) (int .sourceConnections) -}}
+{{- fail (printf "evictionGuard.limits.connections %v: want at least sourceConnections (%v)" .connections .sourceConnections) -}}
+{{- end -}}
+{{- end -}}
 {{- if and .Values.evictionGuard.clientAuth.allowedNames (not .Values.evictionGuard.clientAuth.caConfigMap) -}}
 {{- fail "evictionGuard.clientAuth.allowedNames needs evictionGuard.clientAuth.caConfigMap" -}}
 {{- end -}}
