@@ -88,8 +88,8 @@ func TestReckonerCountsThePodsThatOutliveTheReclaim(t *testing.T) {
 	stuck := marked("stuck", "node-a", t0.Add(time.Minute), d) // a finalizer holds it, say
 	forever := indexPod("team", "forever", "u-forever", "node-a")
 	forever.Annotations = map[string]string{record.AnnotationReclaimDeadline: d.Format(time.RFC3339)} // tolerates forever: no evict-at
-	daemon := indexPod("team", "daemon", "u-daemon", "node-a")                                       // not planned: no mark at all
-	other := indexPod("team", "web", "u-web", "node-b")                                              // another node, no interruption
+	daemon := indexPod("team", "daemon", "u-daemon", "node-a")                                        // not planned: no mark at all
+	other := indexPod("team", "web", "u-web", "node-b")                                               // another node, no interruption
 	for _, p := range []*v1.Pod{gone, stuck, forever, daemon, other} {
 		must(t, b.index.Add(p))
 	}
