@@ -320,7 +320,7 @@ func (x *PodIndex) Replace(list []any, _ string) error {
 		}
 	}
 	if x.reckoner != nil {
-		x.reckoner.replace(marks)
+		x.reckoner.replace(marks, func(uid types.UID) bool { _, ok := m[uid]; return ok })
 	}
 	x.mu.Lock()
 	x.byUID = m

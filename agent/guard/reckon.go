@@ -3,8 +3,8 @@ package guard
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -49,18 +49,38 @@ type Reckoner struct {
 	stale time.Duration
 
 	mu sync.Mutex
-	// marks are the marked pods not reckoned yet; reckoned the UIDs counted, with the deadline
-	// they were counted for (a later deadline counts again), until the pod is deleted.
-	marks    map[types.UID]podMark
+	// reclaims are the reclaims not reckoned yet, by node and deadline; byUID says which one each
+	// marked pod belongs to; reckoned holds the UIDs counted, with their deadline, until the pod
+	// is deleted (an update after the reclaim does not count it again); done the reclaims
+	// reckoned, so that a late mark does not open one again.
+	reclaims map[reclaimKey]*reclaim
+	byUID    map[types.UID]reclaimKey
 	reckoned map[types.UID]time.Time
+	done     map[reclaimKey]bool
+}
+
+// reclaimKey names a node's reclaim: the node and its deadline.
+type reclaimKey struct {
+	node     string
+	deadline time.Time
+}
+
+// reclaim is what the reckoner knows of one node's reclaim before reckoning it.
+type reclaim struct {
+	seen    time.Time            // when its first mark was seen
+	gone    int                  // marked pods deleted or finished since
+	pending map[types.UID]string // marked pods not gone, by UID: their namespace/name
 }
 
 // podMark is what the index keeps of a pod reprieve marked for a notice.
 type podMark struct {
 	node, name string // name is namespace/name, for the log
 	deadline   time.Time
-	seen       time.Time // when the reckoner first saw the mark; set by the reckoner
+	// finished: the pod is Succeeded or Failed, its work done; it counts as gone.
+	finished bool
 }
+
+func (m podMark) key() reclaimKey { return reclaimKey{node: m.node, deadline: m.deadline} }
 
 // Reckoning defaults: see Reckoner.
 const (
@@ -71,70 +91,96 @@ const (
 // NewReckoner returns a reckoner that reads a node's pods with list. m may be nil.
 func NewReckoner(list func(ctx context.Context, node string) ([]v1.Pod, error), m *ReckonMetrics, c clock.WithTicker) *Reckoner {
 	return &Reckoner{clock: c, list: list, metrics: m, settle: DefaultReckonSettle, stale: DefaultReckonStale,
-		marks: map[types.UID]podMark{}, reckoned: map[types.UID]time.Time{}}
+		reclaims: map[reclaimKey]*reclaim{}, byUID: map[types.UID]reclaimKey{}, reckoned: map[types.UID]time.Time{}, done: map[reclaimKey]bool{}}
 }
 
 // markOf is the mark a pod carries: its node's reclaim deadline, when reprieve planned to evict
-// it (both annotations) and it has not finished. ok is false otherwise, and for a deadline that
-// does not parse (the pod is then not counted; the agent writes RFC 3339).
+// it (both annotations). ok is false otherwise, and for a deadline that does not parse (the pod
+// is then not counted; the agent writes RFC 3339).
 func markOf(p *v1.Pod) (podMark, bool) {
-	if _, planned := p.Annotations[record.AnnotationEvictAt]; !planned || p.Spec.NodeName == "" ||
-		p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
+	if _, planned := p.Annotations[record.AnnotationEvictAt]; !planned || p.Spec.NodeName == "" {
 		return podMark{}, false
 	}
 	d, err := time.Parse(time.RFC3339, p.Annotations[record.AnnotationReclaimDeadline])
 	if err != nil {
 		return podMark{}, false
 	}
-	return podMark{node: p.Spec.NodeName, name: p.Namespace + "/" + p.Name, deadline: d}, true
+	return podMark{node: p.Spec.NodeName, name: p.Namespace + "/" + p.Name, deadline: d,
+		finished: p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed}, true
 }
 
-// observe records uid's mark, or its absence (nil: unmarked, finished or deleted).
+// observe records uid's mark m (nil: the pod is not marked, or no longer) and whether the pod
+// was deleted.
 func (r *Reckoner) observe(uid types.UID, m *podMark, deleted bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.observeLocked(uid, m, deleted)
+}
+
+func (r *Reckoner) observeLocked(uid types.UID, m *podMark, deleted bool) {
 	if deleted {
 		delete(r.reckoned, uid)
 	}
-	if m == nil {
-		delete(r.marks, uid)
+	k0, had := r.byUID[uid]
+	if m == nil || m.finished || deleted {
+		if had {
+			// Gone (deleted or finished) counts for its reclaim; unmarked (the notice
+			// withdrawn) does not.
+			r.leave(uid, k0, deleted || (m != nil && m.finished))
+		}
 		return
 	}
-	if d, done := r.reckoned[uid]; done && d.Equal(m.deadline) {
+	k := m.key()
+	if d, counted := r.reckoned[uid]; (counted && d.Equal(m.deadline)) || r.done[k] || (had && k0 == k) {
 		return
 	}
-	if old, ok := r.marks[uid]; ok && old.deadline.Equal(m.deadline) {
-		return
+	if had {
+		r.leave(uid, k0, false) // the deadline moved
 	}
-	mm := *m
-	mm.seen = r.clock.Now()
-	r.marks[uid] = mm
+	rc := r.reclaims[k]
+	if rc == nil {
+		rc = &reclaim{seen: r.clock.Now(), pending: map[types.UID]string{}}
+		r.reclaims[k] = rc
+	}
+	rc.pending[uid] = m.name
+	r.byUID[uid] = k
 }
 
-// replace sets the marks to those of a full list: a pod marked before that is not in it was
-// deleted or unmarked meanwhile.
-func (r *Reckoner) replace(marks map[types.UID]podMark) {
-	r.mu.Lock()
-	keep := make(map[types.UID]podMark, len(marks))
-	now := r.clock.Now()
-	for uid, m := range marks {
-		if d, done := r.reckoned[uid]; done && d.Equal(m.deadline) {
-			continue
-		}
-		if old, ok := r.marks[uid]; ok && old.deadline.Equal(m.deadline) {
-			keep[uid] = old
-			continue
-		}
-		m.seen = now
-		keep[uid] = m
+// leave takes uid out of its reclaim k, gone or not; a reclaim left with no pod and none gone
+// (its notice withdrawn, or its deadline moved) is dropped.
+func (r *Reckoner) leave(uid types.UID, k reclaimKey, gone bool) {
+	delete(r.byUID, uid)
+	rc := r.reclaims[k]
+	if rc == nil {
+		return
 	}
-	r.marks = keep
-	for uid := range r.reckoned {
+	delete(rc.pending, uid)
+	if gone {
+		rc.gone++
+	}
+	if len(rc.pending) == 0 && rc.gone == 0 {
+		delete(r.reclaims, k)
+	}
+}
+
+// replace takes a full list: marks are the marked pods in it, and present says whether a UID is
+// in it at all (a marked pod missing from it was deleted meanwhile).
+func (r *Reckoner) replace(marks map[types.UID]podMark, present func(types.UID) bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for uid := range r.byUID {
 		if _, ok := marks[uid]; !ok {
+			r.observeLocked(uid, nil, !present(uid))
+		}
+	}
+	for uid, m := range marks {
+		r.observeLocked(uid, &m, false)
+	}
+	for uid := range r.reckoned {
+		if !present(uid) {
 			delete(r.reckoned, uid)
 		}
 	}
-	r.mu.Unlock()
 }
 
 // Run reckons every second until ctx ends.
@@ -151,69 +197,75 @@ func (r *Reckoner) Run(ctx context.Context) {
 	}
 }
 
-// reckoning is one node's marked pods whose deadline has settled.
+// reckoning is one node's reclaim whose deadline has settled.
 type reckoning struct {
-	node     string
-	deadline time.Time
-	pods     map[types.UID]string
+	reclaimKey
+	reclaim
 }
 
-// due takes out the marks whose deadline settled by now, by node and deadline; marks seen too
-// late to count are dropped (and logged).
+// due takes out the reclaims whose deadline settled by now; those first seen too late to count
+// are dropped (and logged).
 func (r *Reckoner) due(ctx context.Context, now time.Time) []reckoning {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	byKey := map[string]*reckoning{}
-	for uid, m := range r.marks {
-		if now.Before(m.deadline.Add(r.settle)) {
+	var out []reckoning
+	for k, rc := range r.reclaims {
+		if now.Before(k.deadline.Add(r.settle)) {
 			continue
 		}
-		delete(r.marks, uid)
-		r.reckoned[uid] = m.deadline
-		if m.seen.Sub(m.deadline) > r.stale {
-			klog.FromContext(ctx).V(2).Info("Not reckoning a pod first seen marked long after its node's deadline", "pod", m.name, "node", m.node,
-				"deadline", m.deadline.UTC().Format(time.RFC3339))
+		delete(r.reclaims, k)
+		r.done[k] = true
+		for uid := range rc.pending {
+			delete(r.byUID, uid)
+			r.reckoned[uid] = k.deadline
+		}
+		if rc.seen.Sub(k.deadline) > r.stale {
+			klog.FromContext(ctx).V(2).Info("Not reckoning a reclaim first seen long after its deadline", "node", k.node,
+				"deadline", k.deadline.UTC().Format(time.RFC3339), "pods", len(rc.pending))
 			continue
 		}
-		key := m.node + "\x00" + m.deadline.String()
-		g := byKey[key]
-		if g == nil {
-			g = &reckoning{node: m.node, deadline: m.deadline, pods: map[types.UID]string{}}
-			byKey[key] = g
+		out = append(out, reckoning{k, *rc})
+	}
+	for k := range r.done {
+		if now.Sub(k.deadline) > 10*r.stale {
+			delete(r.done, k)
 		}
-		g.pods[uid] = m.name
 	}
-	out := make([]reckoning, 0, len(byKey))
-	for _, k := range slices.Sorted(maps.Keys(byKey)) {
-		out = append(out, *byKey[k])
-	}
+	slices.SortFunc(out, func(a, b reckoning) int {
+		return strings.Compare(a.node+a.deadline.String(), b.node+b.deadline.String())
+	})
 	return out
 }
 
-// Reckon counts the marked pods whose node's deadline has settled (Run calls it each second).
-// A node whose pods cannot be read is retried at the next call, until Stale past its
-// deadline; it is then counted unknown, never clear.
+// Reckon counts the reclaims whose deadline has settled (Run calls it each second). A node whose
+// pods cannot be read is retried at the next call, until Stale past its deadline; it is then
+// counted unknown, never clear.
 func (r *Reckoner) Reckon(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	now := r.clock.Now()
 	for _, g := range r.due(ctx, now) {
-		outlived, err := r.reckonNode(ctx, g)
 		deadline := g.deadline.UTC().Format(time.RFC3339)
+		var outlived []string
+		var err error
+		if len(g.pending) > 0 {
+			outlived, err = r.reckonNode(ctx, g)
+		}
 		switch {
 		case err != nil && now.Sub(g.deadline) < r.stale:
-			// Again at the next call: put the marks back.
+			// Again at the next call: put the reclaim back.
 			r.mu.Lock()
-			for uid, name := range g.pods {
+			delete(r.done, g.reclaimKey)
+			rc := g.reclaim
+			r.reclaims[g.reclaimKey] = &rc
+			for uid := range g.pending {
 				delete(r.reckoned, uid)
-				if _, ok := r.marks[uid]; !ok {
-					r.marks[uid] = podMark{node: g.node, name: name, deadline: g.deadline, seen: g.deadline}
-				}
+				r.byUID[uid] = g.reclaimKey
 			}
 			r.mu.Unlock()
 			logger.Error(err, "Reading a reclaimed node's pods failed; retrying", "node", g.node, "deadline", deadline)
 		case err != nil:
 			r.metrics.reclaim(ReckonUnknown, 0)
-			logger.Error(err, "Could not tell whether a reclaimed node's pods were gone in time", "node", g.node, "deadline", deadline, "pods", len(g.pods))
+			logger.Error(err, "Could not tell whether a reclaimed node's pods were gone in time", "node", g.node, "deadline", deadline, "pods", len(g.pending))
 		case len(outlived) > 0:
 			r.metrics.reclaim(ReckonOutlived, len(outlived))
 			for _, name := range outlived {
@@ -221,7 +273,8 @@ func (r *Reckoner) Reckon(ctx context.Context) {
 			}
 		default:
 			r.metrics.reclaim(ReckonClear, 0)
-			logger.V(2).Info("Every pod reprieve planned to evict was gone by its node's reclaim deadline", "node", g.node, "deadline", deadline, "pods", len(g.pods))
+			logger.V(2).Info("Every pod reprieve planned to evict was gone by its node's reclaim deadline", "node", g.node, "deadline", deadline,
+				"pods", len(g.pending)+g.gone)
 		}
 	}
 }
@@ -236,7 +289,7 @@ func (r *Reckoner) reckonNode(ctx context.Context, g reckoning) ([]string, error
 	var out []string
 	for i := range pods {
 		p := &pods[i]
-		if name, ok := g.pods[p.UID]; ok && p.Status.Phase != v1.PodSucceeded && p.Status.Phase != v1.PodFailed {
+		if name, ok := g.pending[p.UID]; ok && p.Status.Phase != v1.PodSucceeded && p.Status.Phase != v1.PodFailed {
 			out = append(out, name)
 		}
 	}

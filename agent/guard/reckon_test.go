@@ -130,6 +130,28 @@ func TestReckonerClearWhenAllGone(t *testing.T) {
 	b.want("all gone or finished", 1, 0, 0, 0)
 }
 
+// TestReckonerClearWithoutARead: every marked pod deleted before the deadline, as the agent
+// ends them: the reclaim is clear, and the node's pods need no read.
+func TestReckonerClearWithoutARead(t *testing.T) {
+	t0 := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	d := t0.Add(30 * time.Second)
+	b := newReckonBed(t, t0)
+	a, c := marked("a", "node-a", t0, d), marked("c", "node-a", t0, d)
+	must(t, b.index.Add(a))
+	must(t, b.index.Add(c))
+	must(t, b.index.Delete(a))
+	b.step(10 * time.Second)
+	// A relist that no longer holds c: deleted while the watch was down.
+	must(t, b.index.Replace([]any{indexPod("team", "web", "u-web", "node-b")}, "5"))
+	b.step(20*time.Second + DefaultReckonSettle)
+	b.want("every marked pod deleted in time", 1, 0, 0, 0)
+	if b.lists != 0 {
+		t.Errorf("the node's pods were read %d times; want none", b.lists)
+	}
+	b.step(time.Minute)
+	b.want("a minute later", 1, 0, 0, 0)
+}
+
 // TestReckonerWithdrawnAndMovedDeadlines: a notice withdrawn (the marks removed) reckons
 // nothing; a deadline moved later reckons at the new one.
 func TestReckonerWithdrawnAndMovedDeadlines(t *testing.T) {
@@ -205,14 +227,14 @@ func TestMarkOf(t *testing.T) {
 		{"no evict-at", func(p *v1.Pod) { delete(p.Annotations, record.AnnotationEvictAt) }, false},
 		{"no deadline", func(p *v1.Pod) { delete(p.Annotations, record.AnnotationReclaimDeadline) }, false},
 		{"a deadline that does not parse", func(p *v1.Pod) { p.Annotations[record.AnnotationReclaimDeadline] = "soon" }, false},
-		{"failed", func(p *v1.Pod) { p.Status.Phase = v1.PodFailed }, false},
+		{"failed (finished: counts as gone)", func(p *v1.Pod) { p.Status.Phase = v1.PodFailed }, true},
 		{"not bound", func(p *v1.Pod) { p.Spec.NodeName = "" }, false},
 		{"terminating", func(p *v1.Pod) { p.DeletionTimestamp = &metav1.Time{Time: d} }, true},
 	} {
 		p := marked("a", "node-a", d.Add(-time.Minute), d)
 		c.pod(p)
 		m, ok := markOf(p)
-		if ok != c.ok || (ok && (!m.deadline.Equal(d) || m.node != "node-a" || m.name != "team/a")) {
+		if ok != c.ok || (ok && (!m.deadline.Equal(d) || m.node != "node-a" || m.name != "team/a" || m.finished != (p.Status.Phase == v1.PodFailed))) {
 			t.Errorf("%s: markOf = %+v, %v; want ok %v", c.name, m, ok, c.ok)
 		}
 	}
