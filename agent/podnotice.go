@@ -13,6 +13,7 @@ import (
 	"github.com/reprieve-dev/reprieve/agent/events"
 
 	"github.com/reprieve-dev/reprieve/agent/plan"
+	"github.com/reprieve-dev/reprieve/agent/record"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -36,7 +37,7 @@ const (
 	PodConditionInterruption v1.PodConditionType = "reprieve.io/Interruption"
 	// AnnotationEvictAt is when reprieve plans to evict the pod (RFC 3339); absent on a pod
 	// that tolerates the interruption forever.
-	AnnotationEvictAt = "reprieve.io/evict-at"
+	AnnotationEvictAt = record.AnnotationEvictAt
 )
 
 // Bounds of the warning writer. Each warning is one request; 16 in flight write 110 pods in

@@ -51,6 +51,8 @@ type PodIndex struct {
 	metrics *IndexMetrics
 	// changed, if set, is called after every change (tests wait on it instead of sleeping).
 	changed func()
+	// reckoner, if set, is handed each pod's reprieve mark (Reckoner).
+	reckoner *Reckoner
 }
 
 // indexEntry is what the index keeps of one pod. The node's name is interned (unique.Make): the
@@ -65,6 +67,8 @@ type indexEntry struct {
 type indexedPod struct {
 	uid types.UID
 	indexEntry
+	// mark is the pod's reprieve mark, for the Reckoner; nil for almost every pod.
+	mark *podMark
 }
 
 // NewPodIndex returns an empty index; Run fills it. m may be nil.
@@ -161,6 +165,9 @@ func (x *PodIndex) Run(ctx context.Context, lw cache.ListerWatcher) {
 	r.RunWithContext(ctx)
 }
 
+// Reckon hands each pod's reprieve mark to r from now on (call it before Run).
+func (x *PodIndex) Reckon(r *Reckoner) { x.reckoner = r }
+
 // Synced says whether the index has had its first full list: before it, every review reads its
 // pod (the guard is not ready then, so the API server's Service sends it none).
 func (x *PodIndex) Synced() bool { return x.synced.Load() }
@@ -231,7 +238,11 @@ func (x *PodIndex) trim(obj any) (indexedPod, bool) {
 		if o.UID == "" || o.Spec.NodeName == "" {
 			return indexedPod{}, false
 		}
-		return indexedPod{uid: o.UID, indexEntry: indexEntry{pod: x.podHash(o.Namespace, o.Name), node: unique.Make(o.Spec.NodeName)}}, true
+		e := indexedPod{uid: o.UID, indexEntry: indexEntry{pod: x.podHash(o.Namespace, o.Name), node: unique.Make(o.Spec.NodeName)}}
+		if m, ok := markOf(o); ok {
+			e.mark = &m
+		}
+		return e, true
 	case cache.DeletedFinalStateUnknown:
 		return x.trim(o.Obj)
 	}
@@ -260,6 +271,9 @@ func (x *PodIndex) Add(obj any) error {
 		x.byUID[e.uid] = e.indexEntry
 		n := len(x.byUID)
 		x.mu.Unlock()
+		if x.reckoner != nil {
+			x.reckoner.observe(e.uid, e.mark, false)
+		}
 		x.after(n)
 	}
 	return nil
@@ -285,6 +299,9 @@ func (x *PodIndex) Delete(obj any) error {
 	delete(x.byUID, uid)
 	n := len(x.byUID)
 	x.mu.Unlock()
+	if x.reckoner != nil {
+		x.reckoner.observe(uid, nil, true)
+	}
 	x.after(n)
 	return nil
 }
@@ -293,10 +310,17 @@ func (x *PodIndex) Delete(obj any) error {
 // marks it synced. The new map is built before the lock is taken: reviews go on meanwhile.
 func (x *PodIndex) Replace(list []any, _ string) error {
 	m := make(map[types.UID]indexEntry, len(list))
+	marks := map[types.UID]podMark{}
 	for _, obj := range list {
 		if e, ok := x.trim(obj); ok {
 			m[e.uid] = e.indexEntry
+			if e.mark != nil {
+				marks[e.uid] = *e.mark
+			}
 		}
+	}
+	if x.reckoner != nil {
+		x.reckoner.replace(marks, func(uid types.UID) bool { _, ok := m[uid]; return ok })
 	}
 	x.mu.Lock()
 	x.byUID = m

@@ -23,6 +23,10 @@ const (
 	// AnnotationReclaimDeadline holds the reclaim deadline (RFC 3339) while an interruption is
 	// pending. With --provider none it is the input: an operator sets it to start the handling.
 	AnnotationReclaimDeadline = "reprieve.io/reclaim-deadline"
+	// AnnotationEvictAt is when reprieve plans to evict a pod (RFC 3339), written on the pod by
+	// the agent's pod notice with AnnotationReclaimDeadline; absent on a pod that tolerates the
+	// interruption forever. The eviction guard reckons from it (guard.Reckoner).
+	AnnotationEvictAt = "reprieve.io/evict-at"
 	// AnnotationOwned records which taints, labels and annotations reprieve added, so that it
 	// removes only those when a notice goes away.
 	AnnotationOwned = "reprieve.io/owned"

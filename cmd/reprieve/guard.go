@@ -210,6 +210,21 @@ func serveGuard(ctx context.Context, cfg guardConfig, user string, certs *guard.
 	}
 	pods := client.CoreV1().Pods(metav1.NamespaceAll)
 	index := guard.NewPodIndex(indexMetrics)
+	// The reckoner counts, off the reclaimed nodes, the pods that outlived their node's deadline
+	// (guard.Reckoner): a read of one node's pods per reclaim, a few seconds after it.
+	reckonMetrics, err := guard.NewReckonMetrics(reg)
+	if err != nil {
+		return err
+	}
+	reckoner := guard.NewReckoner(func(ctx context.Context, node string) ([]v1.Pod, error) {
+		l, err := pods.List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+		if err != nil {
+			return nil, err
+		}
+		return l.Items, nil
+	}, reckonMetrics, clock.RealClock{})
+	index.Reckon(reckoner)
+	go reckoner.Run(ctx)
 	go index.Run(ctx, cache.ToListWatcherWithWatchListSemantics(index.ListWatch(pods.List, pods.Watch), client))
 	h := &guard.Handler{Username: user, Metrics: metrics, Limits: limiter, ClientAuth: auth, Pods: index, GetPod: func(ctx context.Context, ns, name string) (*v1.Pod, error) {
 		return client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
