@@ -207,6 +207,20 @@ func TestSendGrace(t *testing.T) {
 			t.Errorf("sent at T+%s with a %s queue: grace %s, want %s", c.at.Sub(t0), c.queue, s.grace, c.want)
 		}
 	}
+	// Issue 50, case 3: a pod with a preStop hook and an Istio native sidecar in a 33 s window
+	// (deadline T+38): the kubelet caps the sidecar's wait by the same grace, so the tail is 2 s,
+	// not 2 s per stage, and the whole 30 s fits when it is sent at once.
+	always := v1.ContainerRestartPolicyAlways
+	mesh := testPod("mesh", 30)
+	mesh.Spec.Containers = []v1.Container{{Name: "app", Lifecycle: &v1.Lifecycle{PreStop: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"sleep", "5"}}}}}}
+	mesh.Spec.InitContainers = []v1.Container{{Name: "istio-proxy", RestartPolicy: &always}}
+	a = decide(decision{pod: mesh, view: view(t0.Add(38 * time.Second)), now: t0, minKill: minKill})
+	if a.kind != actEvict {
+		t.Fatalf("the mesh pod: decided %s, want evict at once", a.kind)
+	}
+	if s := sendGrace(actEvict, a, time.Time{}, t0, 0); s.grace != 30*time.Second {
+		t.Errorf("the mesh pod sent at once in a 33 s window: grace %s, want its whole 30s", s.grace)
+	}
 }
 
 // TestAtGrant: a granted eviction goes as decided, unless it was refused or failed before and
