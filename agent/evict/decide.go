@@ -220,8 +220,9 @@ type sent struct {
 // sendGrace is sent for a request of kind k for a pod planned as a (actEvict, actForce) or
 // terminating until deletion (actShorten).
 //
-// The grace also leaves the kubelet's tail (plan.Tail: a preStop hook or a native sidecar that
-// uses the whole grace adds 2 s each in the kubelet) before the window's end.
+// The grace also leaves the kubelet's tail (plan.Tail: 2 s where a preStop hook or native
+// sidecars may use the whole grace, 3 s where a sidecar has a hook of its own) before the
+// window's end.
 func sendGrace(k actionKind, a action, deletion, at time.Time, queue time.Duration) sent {
 	lands := at.Add(plan.RequestAllowance + queue)
 	var grace time.Duration
