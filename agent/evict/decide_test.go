@@ -207,6 +207,15 @@ func TestSendGrace(t *testing.T) {
 			t.Errorf("sent at T+%s with a %s queue: grace %s, want %s", c.at.Sub(t0), c.queue, s.grace, c.want)
 		}
 	}
+	// Issue 50, case 4: a pod with a preStop hook whose grace is cut to the window waits for its
+	// answer no longer than what its tail leaves: grace 32 s (35 s less the allowance and its
+	// 2 s tail, rounded down) may wait 1 s, not 3 s, which would end it 2 s past the window.
+	hooked := testPod("hooked", 40)
+	hooked.Spec.Containers = []v1.Container{{Name: "app", Lifecycle: &v1.Lifecycle{PreStop: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"sleep", "5"}}}}}}
+	a = decide(decision{pod: hooked, view: v, now: t0, minKill: minKill})
+	if s := sendGrace(actEvict, a, time.Time{}, t0, 0); s.grace != 32*time.Second || s.bound != time.Second {
+		t.Errorf("the hooked pod sent at once: grace %s bound %s, want 32s and 1s", s.grace, s.bound)
+	}
 	// Issue 50, case 3: a pod with a preStop hook and an Istio native sidecar in a 33 s window
 	// (deadline T+38): the kubelet caps the sidecar's wait by the same grace, so the tail is 2 s,
 	// not 2 s per stage, and the whole 30 s fits when it is sent at once.

@@ -606,7 +606,7 @@ func mustGo(w plan.Window, forceAt time.Time) time.Time {
 // it would ask for the same second, behind every request that arrived meanwhile. Cut at the
 // allowance (250 ms), a pod's last-chance request never got through a server slower than that:
 // each resend was cut in turn until the server sped up (TestLastChanceRequestNotCut).
-func QueueBound(w plan.Window, grace time.Duration, sent time.Time) time.Duration {
+func QueueBound(w plan.Window, grace, tail time.Duration, sent time.Time) time.Duration {
 	if !w.HasDeadline() || grace <= plan.MinGrace {
 		return RequestTimeout
 	}
@@ -694,7 +694,7 @@ func deleteRetryAfter(n int) time.Duration {
 // DELETE's grace is computed after it, so every second it takes is a second of the pod's
 // grace, and it may not hold the DELETE past the pod's last chance (lastChance). At least the
 // allowance a request needs to land; RequestTimeout at most, and without a deadline.
-func markBound(w plan.Window, margin time.Duration, now time.Time) time.Duration {
+func markBound(w plan.Window, margin, tail time.Duration, now time.Time) time.Duration {
 	if !w.HasDeadline() {
 		return RequestTimeout
 	}
@@ -738,7 +738,7 @@ func (e *Executor) markDisruptionTarget(ctx context.Context, pod *v1.Pod, st *po
 		klog.FromContext(ctx).Error(err, "Encoding the DisruptionTarget condition failed", "pod", klog.KObj(pod))
 		return false
 	}
-	rctx, cancel := context.WithTimeout(ctx, markBound(w, e.gate.sendMargin(), e.o.Clock.Now()))
+	rctx, cancel := context.WithTimeout(ctx, markBound(w, e.gate.sendMargin(), 0, e.o.Clock.Now()))
 	defer cancel()
 	if _, err := e.o.Client.CoreV1().Pods(pod.Namespace).Patch(rctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 		klog.FromContext(ctx).Error(fmt.Errorf("patching the DisruptionTarget condition of pod %s/%s: %w", pod.Namespace, pod.Name, err),

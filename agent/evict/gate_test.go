@@ -305,48 +305,58 @@ func TestGateBackgroundYields(t *testing.T) {
 	}
 }
 
-// TestQueueBound: how long a request may wait so that its pod still ends by the window's end.
+// TestQueueBound: how long a request may wait so that its pod still ends by the window's end,
+// the kubelet's tail after its grace included (issue 50, case 4).
 func TestQueueBound(t *testing.T) {
 	w := view(t0.Add(40 * time.Second)).Window // ends at t0+35s
 	for _, c := range []struct {
-		name  string
-		grace time.Duration
-		sent  time.Time
-		want  time.Duration
+		name        string
+		grace, tail time.Duration
+		sent        time.Time
+		want        time.Duration
 	}{
-		{"a deadline-bound pod sent at its force point keeps the lead", 30 * time.Second, t0.Add(5*time.Second - 500*time.Millisecond), 500 * time.Millisecond},
-		{"a pod with slack waits at most the request timeout", 5 * time.Second, t0, RequestTimeout},
-		{"a cut grace leaves what rounding down left", 34 * time.Second, t0.Add(100 * time.Millisecond), 900 * time.Millisecond},
-		{"never less than the allowance to land", 3 * time.Second, t0.Add(31900 * time.Millisecond), 250 * time.Millisecond},
-		{"the least grace waits the request timeout: a resend could ask no less", plan.MinGrace, t0.Add(34800 * time.Millisecond), RequestTimeout},
+		{"a deadline-bound pod sent at its force point keeps the lead", 30 * time.Second, 0, t0.Add(5*time.Second - 500*time.Millisecond), 500 * time.Millisecond},
+		{"a pod with slack waits at most the request timeout", 5 * time.Second, 0, t0, RequestTimeout},
+		{"a cut grace leaves what rounding down left", 34 * time.Second, 0, t0.Add(100 * time.Millisecond), 900 * time.Millisecond},
+		{"never less than the allowance to land", 3 * time.Second, 0, t0.Add(31900 * time.Millisecond), 250 * time.Millisecond},
+		{"the least grace waits the request timeout: a resend could ask no less", plan.MinGrace, 0, t0.Add(34800 * time.Millisecond), RequestTimeout},
+		// A preStop hook's pod, its grace cut to end 2 s before the window's end: waiting 2.9 s
+		// would end it 2 s past.
+		{"a cut grace leaves the kubelet's tail too", 32 * time.Second, plan.HookTail, t0.Add(100 * time.Millisecond), 900 * time.Millisecond},
+		{"a deadline-bound pod with a tail, sent at its force point, keeps the lead", 28 * time.Second, plan.HookTail, t0.Add(5*time.Second - 500*time.Millisecond), 500 * time.Millisecond},
 	} {
-		if got := QueueBound(w, c.grace, c.sent); got != c.want {
+		if got := QueueBound(w, c.grace, c.tail, c.sent); got != c.want {
 			t.Errorf("%s: QueueBound = %s, want %s", c.name, got, c.want)
 		}
 	}
-	if got := QueueBound(View{}.Window, time.Second, t0); got != RequestTimeout {
+	if got := QueueBound(View{}.Window, time.Second, 0, t0); got != RequestTimeout {
 		t.Errorf("no deadline: QueueBound = %s, want %s", got, RequestTimeout)
 	}
 }
 
 // TestMarkBound: the DisruptionTarget patch before a DELETE may not hold it past the pod's last
-// chance (the kubelet's 2 s least grace with the lead and the margin before the window's end).
+// chance (the kubelet's 2 s least grace and the pod's tail, with the lead and the margin, before
+// the window's end; issue 50, case 4).
 func TestMarkBound(t *testing.T) {
-	w := view(t0.Add(40 * time.Second)).Window // ends at t0+35s; last chance t0+32.5s less the margin
+	w := view(t0.Add(40 * time.Second)).Window // ends at t0+35s; last chance t0+32.5s less the margin and the tail
 	for _, c := range []struct {
 		name string
+		tail time.Duration
 		now  time.Time
 		want time.Duration
 	}{
-		{"far from the last chance: the request timeout", t0, RequestTimeout},
-		{"the time to the last chance", t0.Add(31 * time.Second), time.Second + 300*time.Millisecond},
-		{"at the last chance: the allowance to land", t0.Add(34 * time.Second), plan.RequestAllowance},
+		{"far from the last chance: the request timeout", 0, t0, RequestTimeout},
+		{"the time to the last chance", 0, t0.Add(31 * time.Second), time.Second + 300*time.Millisecond},
+		{"at the last chance: the allowance to land", 0, t0.Add(34 * time.Second), plan.RequestAllowance},
+		// A preStop hook's pod: its last chance is 2 s earlier, t0+30.3s.
+		{"a pod with a tail: the time to its own last chance", plan.HookTail, t0.Add(29 * time.Second), time.Second + 300*time.Millisecond},
+		{"a pod with a tail, past its own last chance: the allowance to land", plan.HookTail, t0.Add(31 * time.Second), plan.RequestAllowance},
 	} {
-		if got := markBound(w, 200*time.Millisecond, c.now); got != c.want {
+		if got := markBound(w, 200*time.Millisecond, c.tail, c.now); got != c.want {
 			t.Errorf("%s: markBound = %s, want %s", c.name, got, c.want)
 		}
 	}
-	if got := markBound(View{}.Window, 0, t0); got != RequestTimeout {
+	if got := markBound(View{}.Window, 0, 0, t0); got != RequestTimeout {
 		t.Errorf("no deadline: markBound = %s, want %s", got, RequestTimeout)
 	}
 }
