@@ -235,7 +235,7 @@ func sendGrace(k actionKind, a action, deletion, at time.Time, queue time.Durati
 	if k == actShorten {
 		end = lands.Add(grace)
 	}
-	return sent{grace: grace, end: end, bound: QueueBound(a.w, grace, 0, at)}
+	return sent{grace: grace, end: end, bound: QueueBound(a.w, grace, a.pl.Tail, at)}
 }
 
 // resultKind sorts an answer.

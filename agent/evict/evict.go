@@ -377,7 +377,7 @@ func (e *Executor) send(ctx context.Context, key string, pod *v1.Pod, st *podSta
 // queue does once now > deadline - grace.
 func (e *Executor) sendForce(ctx context.Context, key string, pod *v1.Pod, st *podState, view View, a action, t *ticket) time.Duration {
 	logger := klog.FromContext(ctx)
-	e.markDisruptionTarget(ctx, pod, st, a.w)
+	e.markDisruptionTarget(ctx, pod, st, a.w, a.pl.Tail)
 	e.mu.Lock()
 	f := st.facts()
 	e.mu.Unlock()
@@ -426,7 +426,7 @@ func (e *Executor) sendShorten(ctx context.Context, key string, pod *v1.Pod, st 
 	margin := e.gate.sendMargin()
 	s := sendGrace(actShorten, a, pod.DeletionTimestamp.Time, e.o.Clock.Now(), margin)
 	now := e.o.Clock.Now()
-	if e.markDisruptionTarget(ctx, pod, st, w) {
+	if e.markDisruptionTarget(ctx, pod, st, w, a.pl.Tail) {
 		// The patch took time: the grace counts from when the DELETE leaves.
 		now = e.o.Clock.Now()
 		s = sendGrace(actShorten, a, pod.DeletionTimestamp.Time, now, margin)
@@ -596,11 +596,14 @@ func mustGo(w plan.Window, forceAt time.Time) time.Time {
 }
 
 // QueueBound is how long a request sent at sent that asks for grace may take, so that the pod
-// still ends by the window's end: APF may hold a request in its queue, and the server counts
-// the grace from when it handles it, so a request that waited longer would end the pod late.
-// Past the bound the request is cancelled (APF drops a queued request whose client went away)
-// and sent again with the grace recomputed. Never less than the RequestAllowance a request
-// needs to land, never more than RequestTimeout; RequestTimeout without a deadline.
+// still ends by the window's end, the kubelet's tail after the grace (plan.Tail) included: APF
+// may hold a request in its queue, and the server counts the grace from when it handles it, so
+// a request that waited longer would end the pod late. Past the bound the request is cancelled
+// (APF drops a queued request whose client went away) and sent again with the grace recomputed.
+// Never less than the RequestAllowance a request needs to land, never more than RequestTimeout;
+// RequestTimeout without a deadline. Leaving the tail out let a preStop hook's pod, its grace
+// cut to end 2 s before the window's end, wait 2 s longer and end 2 s past it (issue 50, case
+// 4).
 //
 // A request that asks for the least grace (plan.MinGrace) waits RequestTimeout: sent again,
 // it would ask for the same second, behind every request that arrived meanwhile. Cut at the
@@ -610,7 +613,7 @@ func QueueBound(w plan.Window, grace, tail time.Duration, sent time.Time) time.D
 	if !w.HasDeadline() || grace <= plan.MinGrace {
 		return RequestTimeout
 	}
-	return min(RequestTimeout, max(w.End().Sub(sent)-grace, plan.RequestAllowance))
+	return min(RequestTimeout, max(w.End().Sub(sent)-grace-tail, plan.RequestAllowance))
 }
 
 // lastChance is when a request waiting for its turn goes past everything, the gate's pause
@@ -692,13 +695,15 @@ func deleteRetryAfter(n int) time.Duration {
 
 // markBound is how long the DisruptionTarget patch before a DELETE sent at now may take: the
 // DELETE's grace is computed after it, so every second it takes is a second of the pod's
-// grace, and it may not hold the DELETE past the pod's last chance (lastChance). At least the
-// allowance a request needs to land; RequestTimeout at most, and without a deadline.
+// grace, and it may not hold the DELETE past the pod's last chance (lastChance, with the pod's
+// kubelet tail: without it a preStop hook's pod was deleted 2 s past its own last chance and
+// ended 1.75 s past the window, issue 50 case 4). At least the allowance a request needs to
+// land; RequestTimeout at most, and without a deadline.
 func markBound(w plan.Window, margin, tail time.Duration, now time.Time) time.Duration {
 	if !w.HasDeadline() {
 		return RequestTimeout
 	}
-	return min(RequestTimeout, max(lastChance(w, margin, minKill).Sub(now), plan.RequestAllowance))
+	return min(RequestTimeout, max(lastChance(w, margin, minKill+tail).Sub(now), plan.RequestAllowance))
 }
 
 // Reason and message of the DisruptionTarget condition reprieve sets before it deletes a pod.
@@ -712,7 +717,7 @@ const (
 // does not, and a Job whose podFailurePolicy ignores disruptions relies on it. A failure is
 // logged and the DELETE goes ahead: ending the pod before the machine goes matters more. It
 // reports whether it sent a request.
-func (e *Executor) markDisruptionTarget(ctx context.Context, pod *v1.Pod, st *podState, w plan.Window) bool {
+func (e *Executor) markDisruptionTarget(ctx context.Context, pod *v1.Pod, st *podState, w plan.Window, tail time.Duration) bool {
 	if e.o.DryRun || st.marked {
 		return false
 	}
@@ -738,7 +743,7 @@ func (e *Executor) markDisruptionTarget(ctx context.Context, pod *v1.Pod, st *po
 		klog.FromContext(ctx).Error(err, "Encoding the DisruptionTarget condition failed", "pod", klog.KObj(pod))
 		return false
 	}
-	rctx, cancel := context.WithTimeout(ctx, markBound(w, e.gate.sendMargin(), 0, e.o.Clock.Now()))
+	rctx, cancel := context.WithTimeout(ctx, markBound(w, e.gate.sendMargin(), tail, e.o.Clock.Now()))
 	defer cancel()
 	if _, err := e.o.Client.CoreV1().Pods(pod.Namespace).Patch(rctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 		klog.FromContext(ctx).Error(fmt.Errorf("patching the DisruptionTarget condition of pod %s/%s: %w", pod.Namespace, pod.Name, err),
