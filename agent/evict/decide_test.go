@@ -175,6 +175,17 @@ func TestOutcome(t *testing.T) {
 		// or the pod only ever gets an eviction too slow to land (issue 38's flake).
 		{name: "cut at its bound past the force point: force", kind: actEvict, err: context.DeadlineExceeded, sent: a.forceAt.Add(-time.Second), now: a.forceAt.Add(3 * time.Second),
 			want: result{kind: resFailed, force: true}},
+		// Issue 50, case 1: the backoff counts from the answer, which is when the actuator
+		// applies it. Counted from the send, a pod whose answers take 1 s was looked at again
+		// one answer after its force point, and deleted a second late with a second less.
+		{name: "refused, answered 1 s after the send: the backoff runs from the answer, to the force point", kind: actEvict, err: pdb, facts: podFacts{attempts: 9},
+			sent: t0.Add(20 * time.Second), now: t0.Add(21 * time.Second),
+			want: result{kind: resRefused, retry: a.forceAt.Sub(t0.Add(21 * time.Second)), nextTry: a.forceAt}},
+		{name: "refused, answered 300 ms after the send: 400 ms from the answer", kind: actEvict, err: pdb, facts: podFacts{attempts: 2},
+			sent: t0, now: t0.Add(300 * time.Millisecond),
+			want: result{kind: resRefused, retry: 400 * time.Millisecond, nextTry: t0.Add(700 * time.Millisecond)}},
+		{name: "refused before the force point, answered past it: force at once", kind: actEvict, err: pdb, facts: podFacts{attempts: 3},
+			sent: a.forceAt.Add(-time.Second), now: a.forceAt.Add(500 * time.Millisecond), want: result{kind: resRefused, force: true}},
 		{name: "a failed delete: retried, capped", kind: actForce, err: apierrors.NewInternalError(fmt.Errorf("etcd")), facts: podFacts{deleteFailures: 9}, sent: t0, now: t0,
 			want: result{kind: resFailed, retry: deleteBackoffMax}},
 	}
