@@ -267,10 +267,10 @@ type result struct {
 	nextTry time.Time
 }
 
-// outcome sorts the answer err to a request of kind k, sent at sentAt (now: when the answer
-// came) for a pod planned as a, whose state counted f's refusals or failures, requests without
-// a seat and failed deletes before this one, with the gate's pause still pauseLeft.
-func outcome(k actionKind, a action, err error, f podFacts, sentAt, now time.Time, pauseLeft time.Duration) result {
+// outcome sorts the answer err to a request of kind k, answered at now, for a pod planned as a,
+// whose state counted f's refusals or failures, requests without a seat and failed deletes
+// before this one, with the gate's pause still pauseLeft. Its retry counts from now.
+func outcome(k actionKind, a action, err error, f podFacts, now time.Time, pauseLeft time.Duration) result {
 	switch {
 	case errors.Is(err, errNotSent):
 		return result{kind: resStale, retry: time.Nanosecond}
@@ -315,13 +315,16 @@ func outcome(k actionKind, a action, err error, f podFacts, sentAt, now time.Tim
 		// return.
 		kind, limit = resRefused, EvictionBackoffMax
 	}
-	if w.HasDeadline() && !sentAt.Before(a.forceAt) {
+	if w.HasDeadline() && !now.Before(a.forceAt) {
 		// The machine is going away: a graceful delete now beats a hard stop at the deadline.
 		return result{kind: kind, force: true}
 	}
-	next := sentAt.Add(min(evictionBackoffBase<<min(f.attempts, 10), limit))
+	// The backoff runs from the answer, which is when the actuator applies the retry. Counted
+	// from the send, a pod whose answers took 1 s was looked at again one answer after its
+	// force point, and deleted a second late with a second less (issue 50, case 1).
+	next := now.Add(min(evictionBackoffBase<<min(f.attempts, 10), limit))
 	if w.HasDeadline() && next.After(a.forceAt) {
 		next = a.forceAt
 	}
-	return result{kind: kind, retry: next.Sub(sentAt), nextTry: next}
+	return result{kind: kind, retry: next.Sub(now), nextTry: next}
 }

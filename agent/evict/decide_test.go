@@ -145,7 +145,7 @@ func TestOutcome(t *testing.T) {
 		kind      actionKind
 		err       error
 		facts     podFacts
-		sent, now time.Time
+		sent, now time.Time // sent says when the request left; the answer's time (now) decides
 		pause     time.Duration
 		want      result
 	}{
@@ -191,7 +191,7 @@ func TestOutcome(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if got := outcome(c.kind, a, c.err, c.facts, c.sent, c.now, c.pause); got != c.want {
+			if got := outcome(c.kind, a, c.err, c.facts, c.now, c.pause); got != c.want {
 				t.Fatalf("outcome %+v, want %+v", got, c.want)
 			}
 		})

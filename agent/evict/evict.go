@@ -314,7 +314,7 @@ func (e *Executor) send(ctx context.Context, key string, pod *v1.Pod, st *podSta
 		"planned", pl.EvictAt, "due", pl.Due, "latest", pl.Latest, "byDeadline", pl.ByDeadline, "queueMargin", queue, "attempt", f.attempts+f.throttled+1)
 	err := e.evict(ctx, pod, s.grace, s.bound)
 	t.done(gateResult(err, s.bound))
-	r := outcome(actEvict, a, err, f, now, e.o.Clock.Now(), e.gate.pauseLeft())
+	r := outcome(actEvict, a, err, f, e.o.Clock.Now(), e.gate.pauseLeft())
 	logger := klog.FromContext(ctx)
 	switch r.kind {
 	case resDone:
@@ -388,7 +388,7 @@ func (e *Executor) sendForce(ctx context.Context, key string, pod *v1.Pod, st *p
 	logger.Info("Deleting pod: the reclaim deadline leaves no time for a blocked eviction", "pod", klog.KObj(pod), "grace", s.grace, "attempts", f.attempts)
 	err := e.deletePod(ctx, pod, s.grace, s.bound)
 	t.done(gateResult(err, s.bound))
-	r := outcome(actForce, a, err, f, now, e.o.Clock.Now(), 0)
+	r := outcome(actForce, a, err, f, e.o.Clock.Now(), 0)
 	switch r.kind {
 	case resDone:
 		e.recordSent(st, true, s.grace, s.end)
@@ -438,7 +438,7 @@ func (e *Executor) sendShorten(ctx context.Context, key string, pod *v1.Pod, st 
 	e.mu.Lock()
 	f := st.facts()
 	e.mu.Unlock()
-	r := outcome(actShorten, a, err, f, now, e.o.Clock.Now(), 0)
+	r := outcome(actShorten, a, err, f, e.o.Clock.Now(), 0)
 	switch r.kind {
 	case resDone:
 		e.recordSent(st, false, s.grace, s.end)
