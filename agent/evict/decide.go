@@ -175,7 +175,7 @@ func decidePlanned(d decision) action {
 // atGrant is what a request decided as a does when the gate lets it go at now: its own kind,
 // or, for an eviction refused or failed before whose force point came while it waited for its
 // turn, the force point's DELETE, which takes a turn of its own.
-func atGrant(a action, f podFacts, now time.Time) actionKind {
+func atGrant(a action, f podFacts, margin time.Duration, now time.Time) actionKind {
 	if a.kind == actEvict && a.w.HasDeadline() && f.attempts > 0 && !now.Before(a.forceAt) {
 		return actForce
 	}

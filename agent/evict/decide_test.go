@@ -50,6 +50,26 @@ func TestDecide(t *testing.T) {
 					t.Errorf("slot %+v", a.gate)
 				}
 			}},
+		// Issue 50, case 2: the slot leaves the margin to the gate, which takes off the margin
+		// of the moment whenever it looks (admit): a request that waits is decided again when
+		// the margin grows.
+		{name: "due now with a margin: the slot's moments come without it", pod: testPod("p", 10), now: t0, margin: 300 * time.Millisecond, want: actEvict,
+			check: func(t *testing.T, a action) {
+				if !a.gate.mustGo.Equal(latest.Add(-plan.EvictionLead)) || !a.gate.lastChance.Equal(t0.Add(35*time.Second-minKill-plan.EvictionLead)) {
+					t.Errorf("slot %+v, want the must-go moment and last chance without the margin", a.gate)
+				}
+				if !a.forceAt.Equal(latest.Add(-plan.EvictionLead - 300*time.Millisecond)) {
+					t.Errorf("force point %s, want it less the margin", a.forceAt)
+				}
+			}},
+		{name: "terminating past the window, with a margin: the slot's moments come without it", pod: terminating(t0.Add(100*time.Second), 100), now: t0,
+			margin: 300 * time.Millisecond, want: actShorten,
+			check: func(t *testing.T, a action) {
+				last := t0.Add(35*time.Second - minKill)
+				if !a.gate.mustGo.Equal(last.Add(-plan.EvictionLead)) || !a.gate.lastChance.Equal(last.Add(-plan.EvictionLead)) {
+					t.Errorf("slot %+v, want the must-go moment and last chance without the margin", a.gate)
+				}
+			}},
 		{name: "due later by tolerationSeconds: wait, announced", pod: tolerating(8), now: t0, want: actWait,
 			check: func(t *testing.T, a action) {
 				if !a.at.Equal(t0.Add(8*time.Second)) || !a.announce {
@@ -248,17 +268,21 @@ func TestSendGrace(t *testing.T) {
 func TestAtGrant(t *testing.T) {
 	a := decide(decision{pod: testPod("p", 10), view: view(t0.Add(40 * time.Second)), now: t0, minKill: minKill})
 	for _, c := range []struct {
-		name  string
-		facts podFacts
-		now   time.Time
-		want  actionKind
+		name   string
+		facts  podFacts
+		margin time.Duration // the margin of the moment (decided with none)
+		now    time.Time
+		want   actionKind
 	}{
-		{"first try, before the force point", podFacts{}, t0, actEvict},
-		{"first try, past the force point: still an eviction", podFacts{}, a.forceAt, actEvict},
-		{"refused before, force point not yet", podFacts{attempts: 1}, a.forceAt.Add(-time.Millisecond), actEvict},
-		{"refused before, force point came while waiting", podFacts{attempts: 1}, a.forceAt, actForce},
+		{"first try, before the force point", podFacts{}, 0, t0, actEvict},
+		{"first try, past the force point: still an eviction", podFacts{}, 0, a.forceAt, actEvict},
+		{"refused before, force point not yet", podFacts{attempts: 1}, 0, a.forceAt.Add(-time.Millisecond), actEvict},
+		{"refused before, force point came while waiting", podFacts{attempts: 1}, 0, a.forceAt, actForce},
+		// Issue 50, case 2: the force point of the moment, with the margin measured while the
+		// request waited: 1 s more of it brings the force point 1 s earlier.
+		{"refused before, the margin grew by 1 s while waiting", podFacts{attempts: 1}, time.Second, a.forceAt.Add(-time.Second), actForce},
 	} {
-		if got := atGrant(a, c.facts, c.now); got != c.want {
+		if got := atGrant(a, c.facts, c.margin, c.now); got != c.want {
 			t.Errorf("%s: %s, want %s", c.name, got, c.want)
 		}
 	}

@@ -300,7 +300,7 @@ func (e *Executor) send(ctx context.Context, key string, pod *v1.Pod, st *podSta
 	e.mu.Lock()
 	f := st.facts()
 	e.mu.Unlock()
-	if k := atGrant(a, f, now); k != a.kind {
+	if k := atGrant(a, f, 0, now); k != a.kind {
 		// Its force point came while it waited for its turn: the DELETE takes its own turn.
 		t.done(errNotSent)
 		a.kind = k

@@ -286,6 +286,8 @@ type gateState struct {
 	congested           bool
 	horizon             time.Duration
 	limit, inflight, bg int // the in-flight limit, requests in flight, background ones of them
+	// margin is the send margin of the moment (sendMargin).
+	margin time.Duration
 }
 
 // snapshot is the gate's state for admit at now. Called with mu held.

@@ -759,6 +759,25 @@ func TestAdmit(t *testing.T) {
 		{name: "a lost budget goes after a kept one",
 			state: idle, waiting: []*waiter{w(-5*time.Second, 1), w(20*time.Second, 2)},
 			wantGrant: []time.Time{at(20 * time.Second), at(-5 * time.Second)}},
+		// Issue 50, case 2: a waiter's must-go moment and last chance come without a margin;
+		// the policy takes off the margin of the moment, which grows while a request waits (a
+		// 30 s pause, answers slowing from 0 to 3 s): the request goes when it must now, not
+		// when it had to at its submission.
+		{name: "paused: a last chance the margin of the moment has brought to now goes",
+			state:     gateState{now: now, limit: 4, pauseUntil: at(30 * time.Second), congested: true, horizon: horizonMin, margin: 3 * time.Second},
+			waiting:   []*waiter{{key: at(-10 * time.Second), lastChance: at(3 * time.Second), seq: 1}},
+			wantGrant: []time.Time{at(-10 * time.Second)}},
+		{name: "paused: the next moment is the last chance less the margin of the moment",
+			state:   gateState{now: now, limit: 4, pauseUntil: at(30 * time.Second), congested: true, horizon: horizonMin, margin: 3 * time.Second},
+			waiting: []*waiter{{key: at(-10 * time.Second), lastChance: at(13 * time.Second), seq: 1}}, wantNext: at(10 * time.Second)},
+		{name: "limit reached: a must-go moment the margin of the moment has brought to now goes past it",
+			state:     gateState{now: now, limit: 1, inflight: 1, horizon: horizonMin, margin: 2 * time.Second},
+			waiting:   []*waiter{w(3*time.Second, 1)},
+			wantGrant: []time.Time{at(3 * time.Second)}},
+		{name: "congested: a lost budget's horizon counts from its last chance less the margin",
+			state:     gateState{now: now, limit: 8, inflight: 1, congested: true, horizon: 4 * time.Second, margin: 2 * time.Second},
+			waiting:   []*waiter{{key: at(-10 * time.Second), lastChance: at(5 * time.Second), seq: 1}},
+			wantGrant: []time.Time{at(-10 * time.Second)}},
 		{name: "background behind a held eviction waits",
 			state:   gateState{now: now, limit: 8, inflight: 1, congested: true, horizon: 12 * time.Second},
 			waiting: []*waiter{w(20*time.Second, 1), {background: true, seq: 2}}, wantNext: at(8 * time.Second)},
