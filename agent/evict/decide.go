@@ -38,7 +38,9 @@ func (k actionKind) String() string {
 }
 
 // slot is a request's place in the gate: its order (the pod's last safe moment), must-go
-// moment and last chance (gate.go).
+// moment and last chance (gate.go), these two before the send margin: the gate takes off the
+// margin of the moment whenever it looks (admit), so that a request that waits while the margin
+// grows still goes when it must (issue 50, case 2).
 type slot struct {
 	key, mustGo, lastChance time.Time
 }
@@ -139,7 +141,7 @@ func decidePlanned(d decision) action {
 	if pl.ByDeadline {
 		fireAt = fireAt.Add(-d.margin)
 	}
-	forceAt := pl.Latest.Add(-plan.EvictionLead - d.margin)
+	forceAt := forcePoint(pl, d.margin)
 	if d.facts.nextTry.After(fireAt) {
 		fireAt = d.facts.nextTry
 	}
@@ -161,8 +163,8 @@ func decidePlanned(d decision) action {
 		return a
 	}
 	// The last chance leaves the least grace and the kubelet's tail (plan.Tail) before the
-	// window's end.
-	a.gate = slot{key: gateKey(pl, w), mustGo: mustGo(w, forceAt), lastChance: lastChance(w, d.margin, d.minKill+pl.Tail)}
+	// window's end. Both moments go to the gate without the margin (slot).
+	a.gate = slot{key: gateKey(pl, w), mustGo: mustGo(w, forcePoint(pl, 0)), lastChance: lastChance(w, 0, d.minKill+pl.Tail)}
 	a.kind = actEvict
 	if w.HasDeadline() && d.facts.attempts > 0 && !now.Before(forceAt) {
 		// Refused or failed before, and the force point has come: the machine is going
@@ -172,11 +174,18 @@ func decidePlanned(d decision) action {
 	return a
 }
 
-// atGrant is what a request decided as a does when the gate lets it go at now: its own kind,
-// or, for an eviction refused or failed before whose force point came while it waited for its
-// turn, the force point's DELETE, which takes a turn of its own.
+// forcePoint is the force point of a pod planned as pl with the send margin margin: its last
+// safe moment less the request's lead and the margin.
+func forcePoint(pl plan.Plan, margin time.Duration) time.Time {
+	return pl.Latest.Add(-plan.EvictionLead - margin)
+}
+
+// atGrant is what a request decided as a does when the gate lets it go at now, with the send
+// margin of that moment: its own kind, or, for an eviction refused or failed before whose force
+// point (with that margin) came while it waited for its turn, the force point's DELETE, which
+// takes a turn of its own.
 func atGrant(a action, f podFacts, margin time.Duration, now time.Time) actionKind {
-	if a.kind == actEvict && a.w.HasDeadline() && f.attempts > 0 && !now.Before(a.forceAt) {
+	if a.kind == actEvict && a.w.HasDeadline() && f.attempts > 0 && !now.Before(forcePoint(a.pl, margin)) {
 		return actForce
 	}
 	return a.kind
@@ -202,7 +211,7 @@ func decideShorten(d decision, w plan.Window) action {
 	tail := plan.Tail(d.pod)
 	last := w.End().Add(-d.minKill - tail)
 	return action{kind: actShorten, w: w, pl: plan.Plan{Tail: tail},
-		gate: slot{key: last, mustGo: last.Add(-plan.EvictionLead - d.margin), lastChance: lastChance(w, d.margin, d.minKill+tail)}}
+		gate: slot{key: last, mustGo: last.Add(-plan.EvictionLead), lastChance: lastChance(w, 0, d.minKill+tail)}}
 }
 
 // sent is what a request asks for when it leaves at now with the measured margin queue: its

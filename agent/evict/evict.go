@@ -300,20 +300,23 @@ func (e *Executor) send(ctx context.Context, key string, pod *v1.Pod, st *podSta
 	e.mu.Lock()
 	f := st.facts()
 	e.mu.Unlock()
-	if k := atGrant(a, f, 0, now); k != a.kind {
+	// The margin the server's queue takes now: it may have grown while the request waited.
+	queue := e.gate.sendMargin()
+	if k := atGrant(a, f, queue, now); k != a.kind {
 		// Its force point came while it waited for its turn: the DELETE takes its own turn.
 		t.done(errNotSent)
 		a.kind = k
 		return e.request(ctx, key, pod, st, view, a, async)
 	}
-	// And it leaves the request the margin the server's queue takes now.
-	queue := e.gate.sendMargin()
+	// And it leaves the request that margin.
 	s := sendGrace(actEvict, a, time.Time{}, now, queue)
 	pl, w := a.pl, a.w
 	klog.FromContext(ctx).Info("Evicting pod", "pod", klog.KObj(pod), "grace", s.grace, "podGrace", pl.Grace,
 		"planned", pl.EvictAt, "due", pl.Due, "latest", pl.Latest, "byDeadline", pl.ByDeadline, "queueMargin", queue, "attempt", f.attempts+f.throttled+1)
 	err := e.evict(ctx, pod, s.grace, s.bound)
 	t.done(gateResult(err, s.bound))
+	// The answer is judged against the force point of its moment, with the margin it measured.
+	a.forceAt = forcePoint(a.pl, e.gate.sendMargin())
 	r := outcome(actEvict, a, err, f, e.o.Clock.Now(), e.gate.pauseLeft())
 	logger := klog.FromContext(ctx)
 	switch r.kind {

@@ -109,6 +109,11 @@ const recentAnswers = 8
 func (g *gate) sendMargin() time.Duration {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	return g.margin()
+}
+
+// margin is sendMargin. Called with mu held.
+func (g *gate) margin() time.Duration {
 	longest := time.Duration(0)
 	for _, d := range g.recent[:min(g.nRecent, recentAnswers)] {
 		longest = max(longest, d)
@@ -155,11 +160,14 @@ func newGate(clk clock.WithDelayedExecution, maxInFlight int, rnd func() float64
 // waiter is one request waiting for a slot. It holds no goroutine: the gate calls grant once
 // it may go.
 type waiter struct {
-	key        time.Time // the pod's last safe moment: smaller goes first
-	mustGo     time.Time // from then on it goes past the limit; zero: never
-	lastChance time.Time // from then on it goes past the pause too; zero: never
-	background bool
-	seq        uint64 // arrival order among equal keys
+	key time.Time // the pod's last safe moment: smaller goes first
+	// mustGo and lastChance are the moments from which it goes past the limit, and past the
+	// pause too (zero: never), before the margin: the policy takes off the send margin of the
+	// moment (admit), so that a request decided with a smaller margin goes when it must now
+	// (issue 50, case 2).
+	mustGo, lastChance time.Time
+	background         bool
+	seq                uint64 // arrival order among equal keys
 	// grant is called, with the gate's lock held, once the request may go; it must return at
 	// once (hand the ticket to a channel or a new goroutine) and must not call the gate.
 	grant func(*ticket)
@@ -293,7 +301,7 @@ type gateState struct {
 // snapshot is the gate's state for admit at now. Called with mu held.
 func (g *gate) snapshot(now time.Time) gateState {
 	return gateState{now: now, pauseUntil: g.pauseUntil, congested: g.congested(now), horizon: g.horizon(),
-		limit: g.limit, inflight: g.inflight, bg: g.bgFlight}
+		limit: g.limit, inflight: g.inflight, bg: g.bgFlight, margin: g.margin()}
 }
 
 // held reports whether w waits, slot or not, in s (rules horizon and one in flight,
@@ -311,16 +319,29 @@ func held(w *waiter, s gateState) bool {
 	}
 	// A lost budget's deadline is its last chance (to be gone in time at all).
 	if w.overdue(s.now) {
-		return w.lastChance.After(s.now.Add(s.horizon))
+		return s.lastChance(w).After(s.now.Add(s.horizon))
 	}
 	return w.key.After(s.now.Add(s.horizon))
+}
+
+// mustGo and lastChance are w's moments in s: less the margin of the moment (zero stays zero).
+func (s gateState) mustGo(w *waiter) time.Time     { return lessMargin(w.mustGo, s.margin) }
+func (s gateState) lastChance(w *waiter) time.Time { return lessMargin(w.lastChance, s.margin) }
+
+func lessMargin(t time.Time, margin time.Duration) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return t.Add(-margin)
 }
 
 // admit is the gate's policy (docs/design.md, "The gate's rules"), a pure function: given the
 // gate's state and its waiters, it returns the waiters that go now (in the order they go), the
 // rest (most urgent first), and the next moment at which one more may go without an answer
 // (the pause's end, a must-go moment or last chance, a held waiter's horizon; zero: only on an
-// answer). It does not change waiting.
+// answer). It does not change waiting. Every waiter's must-go moment and last chance are taken
+// less the margin of the moment (s.margin): the gate decides its waiters again at every
+// answer, which is when the margin changes.
 func admit(s gateState, waiting []*waiter) (grant, rest []*waiter, next time.Time) {
 	now := s.now
 	paused := now.Before(s.pauseUntil)
@@ -328,7 +349,7 @@ func admit(s gateState, waiting []*waiter) (grant, rest []*waiter, next time.Tim
 	// unless the budget is lost already (rule lost budget: past the limit it would take a
 	// seat from a budget that can still be kept).
 	for _, w := range waiting {
-		if due(w.lastChance, now) || (!paused && due(w.mustGo, now) && !w.overdue(now)) {
+		if due(s.lastChance(w), now) || (!paused && due(s.mustGo(w), now) && !w.overdue(now)) {
 			grant = append(grant, w)
 			s.inflight++
 			if w.background {
@@ -377,13 +398,13 @@ func admit(s gateState, waiting []*waiter) (grant, rest []*waiter, next time.Tim
 		earlier(s.pauseUntil)
 	}
 	for _, w := range rest {
-		earlier(w.lastChance)
+		earlier(s.lastChance(w))
 		if !paused {
-			earlier(w.mustGo)
+			earlier(s.mustGo(w))
 		}
 		if held(w, s) {
 			if w.overdue(now) {
-				earlier(w.lastChance.Add(-s.horizon))
+				earlier(s.lastChance(w).Add(-s.horizon))
 			} else {
 				earlier(w.key.Add(-s.horizon))
 			}
