@@ -577,18 +577,31 @@ func (a *Agent) lingerOnStop(parent context.Context, clk clock.WithTicker, stopW
 		}
 		if !now.Before(w.End()) {
 			// The window's summary (the InterruptionHandled event, the handled webhook, the
-			// missed deadlines) is given before the work stops, whichever loop gets there first.
-			a.exec.Summarize(context.WithoutCancel(parent), now)
-			stopWork()
-			return
+			// missed deadlines, the volumes released) is given before the work stops, whichever
+			// loop gets there first. Its volume count waits for the releases the kubelet is due
+			// to publish by the deadline, within --stop-grace (issue 50, case 6).
+			sctx := context.WithoutCancel(parent)
+			if a.exec.Summarize(sctx, now) || !now.Before(limit) {
+				a.exec.SummarizeFinal(sctx, now)
+				stopWork()
+				return
+			}
 		}
 		if !said {
 			said = true
 			logger.Info("Stop requested during an interruption: carrying out the plan until the window's end",
 				"windowEnd", w.End(), "deadline", w.Deadline)
 		}
-		// Look again every second: a withdrawn notice ends the wait early.
-		t := clk.NewTimer(min(w.End().Sub(now), time.Second))
+		// Look again every second: a withdrawn notice ends the wait early; past the window's
+		// end, a volume's release ends it.
+		next := w.End()
+		if !now.Before(next) {
+			next = w.Deadline
+			if limit.Before(next) {
+				next = limit
+			}
+		}
+		t := clk.NewTimer(max(min(next.Sub(now), time.Second), time.Millisecond))
 		select {
 		case <-t.C():
 		case <-workDone:
