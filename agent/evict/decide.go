@@ -31,10 +31,12 @@ const (
 	actForce
 	// actShorten: a DELETE that brings a terminating pod's end forward into the window.
 	actShorten
+	// actMark: the DisruptionTarget patch that precedes the force point's DELETE.
+	actMark
 )
 
 func (k actionKind) String() string {
-	return [...]string{"none", "wait", "evict", "force", "shorten"}[k]
+	return [...]string{"none", "wait", "evict", "force", "shorten", "mark"}[k]
 }
 
 // slot is a request's place in the gate: its order (the pod's last safe moment), must-go
@@ -83,6 +85,8 @@ type podFacts struct {
 	throttled, deleteFailures int
 	// atRisk is set once the pod's volume was reported at risk in this window.
 	atRisk bool
+	// marked is set once the DisruptionTarget patch was sent in this window.
+	marked bool
 }
 
 // decision is decide's input: the pod, its state, the view, the executor's settings, the

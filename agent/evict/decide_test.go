@@ -102,6 +102,33 @@ func TestDecide(t *testing.T) {
 				}
 			}},
 		{name: "refused before and past the force point: force", pod: testPod("p", 10), now: latest, facts: podFacts{attempts: 2}, want: actForce},
+		// Issue 50, case 1: the force point's DELETE follows the DisruptionTarget patch, which
+		// takes an answer's time too: the patch goes a margin before the force point, so that
+		// the DELETE leaves at the force point with the whole grace.
+		{name: "refused before, waiting: wakes a margin before the force point, for the patch", pod: testPod("p", 10), now: t0.Add(10 * time.Second),
+			margin: time.Second, facts: podFacts{attempts: 2, nextTry: t0.Add(23500 * time.Millisecond)}, want: actWait,
+			check: func(t *testing.T, a action) {
+				if !a.at.Equal(t0.Add(22500 * time.Millisecond)) {
+					t.Errorf("wait until %s, want T+22.5s (the force point T+23.5s less the margin)", a.at)
+				}
+			}},
+		{name: "refused before, a margin before the force point: the patch goes", pod: testPod("p", 10), now: t0.Add(22500 * time.Millisecond),
+			margin: time.Second, facts: podFacts{attempts: 2, nextTry: t0.Add(23500 * time.Millisecond)}, want: actMark,
+			check: func(t *testing.T, a action) {
+				if !a.forceAt.Equal(t0.Add(23500 * time.Millisecond)) {
+					t.Errorf("force point %s, want T+23.5s", a.forceAt)
+				}
+			}},
+		{name: "refused before, marked already: waits for the force point", pod: testPod("p", 10), now: t0.Add(22500 * time.Millisecond),
+			margin: time.Second, facts: podFacts{attempts: 2, nextTry: t0.Add(23500 * time.Millisecond), marked: true}, want: actWait,
+			check: func(t *testing.T, a action) {
+				if !a.at.Equal(t0.Add(23500 * time.Millisecond)) {
+					t.Errorf("wait until %s, want the force point T+23.5s", a.at)
+				}
+			}},
+		{name: "refused before, DisruptionTarget on the pod already: waits for the force point", pod: disrupted(testPod("p", 10)), now: t0.Add(22500 * time.Millisecond),
+			margin: time.Second, facts: podFacts{attempts: 2, nextTry: t0.Add(23500 * time.Millisecond)}, want: actWait},
+		{name: "never refused: no patch before its eviction", pod: testPod("p", 10), now: t0.Add(22500 * time.Millisecond), margin: time.Second, facts: podFacts{}, want: actEvict},
 		{name: "past the force point at the first try: still an eviction", pod: testPod("p", 10), now: latest, want: actEvict},
 		{name: "sent already", pod: testPod("p", 10), now: t0, facts: podFacts{done: true}, want: actNone},
 		{name: "tolerates forever: left alone, logged once", pod: forever, now: t0, want: actNone,
@@ -151,6 +178,13 @@ func TestDecide(t *testing.T) {
 			}
 		})
 	}
+}
+
+// disrupted gives p the DisruptionTarget=True condition, as the Eviction API or an earlier
+// patch leaves it.
+func disrupted(p *v1.Pod) *v1.Pod {
+	p.Status.Conditions = append(p.Status.Conditions, v1.PodCondition{Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: disruptionReason})
+	return p
 }
 
 // TestOutcome: what an answer means for the pod (the window and plan of TestDecide).
@@ -283,6 +317,22 @@ func TestAtGrant(t *testing.T) {
 		{"refused before, the margin grew by 1 s while waiting", podFacts{attempts: 1}, time.Second, a.forceAt.Add(-time.Second), actForce},
 	} {
 		if got := atGrant(a, c.facts, c.margin, c.now); got != c.want {
+			t.Errorf("%s: %s, want %s", c.name, got, c.want)
+		}
+	}
+	// Issue 50, case 1: a patch before the force point that got its turn only at the force
+	// point is the force point's DELETE (which patches first).
+	m := a
+	m.kind = actMark
+	for _, c := range []struct {
+		name string
+		now  time.Time
+		want actionKind
+	}{
+		{"the patch, before the force point", a.forceAt.Add(-time.Millisecond), actMark},
+		{"the patch, granted at the force point: the DELETE", a.forceAt, actForce},
+	} {
+		if got := atGrant(m, podFacts{attempts: 1}, 0, c.now); got != c.want {
 			t.Errorf("%s: %s, want %s", c.name, got, c.want)
 		}
 	}
