@@ -146,12 +146,22 @@ func decidePlanned(d decision) action {
 		fireAt = fireAt.Add(-d.margin)
 	}
 	forceAt := forcePoint(pl, d.margin)
+	// The force point's DELETE follows the DisruptionTarget patch (markDisruptionTarget), which
+	// takes an answer's time too: for a pod refused or failed before, the patch goes a margin
+	// before the force point, so that the DELETE still leaves at it with the whole grace. Sent
+	// together at the force point, a server whose answers took 1 s cost the pod a second
+	// (issue 50, case 1).
+	mark := w.HasDeadline() && d.facts.attempts > 0 && !d.facts.marked && !disruptionTarget(pod)
+	markAt := forceAt.Add(-d.margin)
 	if d.facts.nextTry.After(fireAt) {
 		fireAt = d.facts.nextTry
 	}
 	if w.HasDeadline() && fireAt.After(forceAt) {
 		// No wait outlasts the pod's last safe moment.
 		fireAt = forceAt
+	}
+	if mark && fireAt.After(markAt) {
+		fireAt = markAt
 	}
 	a := action{pl: pl, w: w, forceAt: forceAt}
 	if now.Before(fireAt) {
@@ -170,12 +180,29 @@ func decidePlanned(d decision) action {
 	// window's end. Both moments go to the gate without the margin (slot).
 	a.gate = slot{key: gateKey(pl, w), mustGo: mustGo(w, forcePoint(pl, 0)), lastChance: lastChance(w, 0, d.minKill+pl.Tail)}
 	a.kind = actEvict
-	if w.HasDeadline() && d.facts.attempts > 0 && !now.Before(forceAt) {
+	switch {
+	case w.HasDeadline() && d.facts.attempts > 0 && !now.Before(forceAt):
 		// Refused or failed before, and the force point has come: the machine is going
 		// away, a graceful delete now beats a hard stop at the deadline.
 		a.kind = actForce
+	case mark && !now.Before(markAt):
+		// Its must-go moment is the patch's: a margin before the force point's, which the
+		// gate takes off as well.
+		a.kind = actMark
+		a.gate.mustGo = mustGo(w, forcePoint(pl, 0).Add(-d.margin))
 	}
 	return a
+}
+
+// disruptionTarget reports whether pod carries DisruptionTarget=True already (the Eviction API
+// sets it, and so does an earlier patch of reprieve's).
+func disruptionTarget(pod *v1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == v1.DisruptionTarget && c.Status == v1.ConditionTrue {
+			return true
+		}
+	}
+	return false
 }
 
 // forcePoint is the force point of a pod planned as pl with the send margin margin: its last
@@ -185,11 +212,12 @@ func forcePoint(pl plan.Plan, margin time.Duration) time.Time {
 }
 
 // atGrant is what a request decided as a does when the gate lets it go at now, with the send
-// margin of that moment: its own kind, or, for an eviction refused or failed before whose force
-// point (with that margin) came while it waited for its turn, the force point's DELETE, which
-// takes a turn of its own.
+// margin of that moment: its own kind, or, for an eviction (or the patch before the force
+// point) of a pod refused or failed before whose force point (with that margin) came while it
+// waited for its turn, the force point's DELETE, which takes a turn of its own (and patches
+// first).
 func atGrant(a action, f podFacts, margin time.Duration, now time.Time) actionKind {
-	if a.kind == actEvict && a.w.HasDeadline() && f.attempts > 0 && !now.Before(forcePoint(a.pl, margin)) {
+	if (a.kind == actEvict || a.kind == actMark) && a.w.HasDeadline() && f.attempts > 0 && !now.Before(forcePoint(a.pl, margin)) {
 		return actForce
 	}
 	return a.kind

@@ -111,7 +111,7 @@ func (e *Executor) syncPod(ctx context.Context, key string) time.Duration {
 // facts is decide's view of st. Called with e.mu held.
 func (st *podState) facts() podFacts {
 	return podFacts{done: st.done, attempts: st.attempts, nextTry: st.nextTry, announced: st.announced, logged: st.logged,
-		shortenedTo: st.shortenedTo, throttled: st.throttled, deleteFailures: st.deleteFailures, atRisk: st.atRisk}
+		shortenedTo: st.shortenedTo, throttled: st.throttled, deleteFailures: st.deleteFailures, atRisk: st.atRisk, marked: st.marked}
 }
 
 // update changes st under e.mu.
@@ -290,12 +290,6 @@ func (e *Executor) send(ctx context.Context, key string, pod *v1.Pod, st *podSta
 		t.done(errNotSent)
 		return time.Nanosecond
 	}
-	switch a.kind {
-	case actShorten:
-		return e.sendShorten(ctx, key, pod, st, a, t)
-	case actForce:
-		return e.sendForce(ctx, key, pod, st, view, a, t)
-	}
 	now := e.o.Clock.Now()
 	e.mu.Lock()
 	f := st.facts()
@@ -307,6 +301,14 @@ func (e *Executor) send(ctx context.Context, key string, pod *v1.Pod, st *podSta
 		t.done(errNotSent)
 		a.kind = k
 		return e.request(ctx, key, pod, st, view, a, async)
+	}
+	switch a.kind {
+	case actShorten:
+		return e.sendShorten(ctx, key, pod, st, a, t)
+	case actForce:
+		return e.sendForce(ctx, key, pod, st, view, a, t)
+	case actMark:
+		return e.sendMark(ctx, pod, st, a, t)
 	}
 	// And it leaves the request that margin.
 	s := sendGrace(actEvict, a, time.Time{}, now, queue)
@@ -380,7 +382,7 @@ func (e *Executor) send(ctx context.Context, key string, pod *v1.Pod, st *podSta
 // queue does once now > deadline - grace.
 func (e *Executor) sendForce(ctx context.Context, key string, pod *v1.Pod, st *podState, view View, a action, t *ticket) time.Duration {
 	logger := klog.FromContext(ctx)
-	e.markDisruptionTarget(ctx, pod, st, a.w, a.pl.Tail)
+	_, _ = e.markDisruptionTarget(ctx, pod, st, a.w, a.pl.Tail)
 	e.mu.Lock()
 	f := st.facts()
 	e.mu.Unlock()
@@ -420,6 +422,15 @@ func (e *Executor) sendForce(ctx context.Context, key string, pod *v1.Pod, st *p
 	return r.retry
 }
 
+// sendMark sends the DisruptionTarget patch that precedes the force point's DELETE of a pod
+// refused or failed before, a margin before the force point (decide's actMark), and returns the
+// wait until the force point, when the DELETE leaves without a patch before it.
+func (e *Executor) sendMark(ctx context.Context, pod *v1.Pod, st *podState, a action, t *ticket) time.Duration {
+	_, err := e.markDisruptionTarget(ctx, pod, st, a.w, a.pl.Tail)
+	t.done(err)
+	return max(forcePoint(a.pl, e.gate.sendMargin()).Sub(e.o.Clock.Now()), time.Nanosecond)
+}
+
 // sendShorten brings a terminating pod's end forward: when its deletionTimestamp falls after
 // the window's end (for example, kube-controller-manager deleted it with its full grace), a
 // DELETE with the grace that is left.
@@ -429,7 +440,7 @@ func (e *Executor) sendShorten(ctx context.Context, key string, pod *v1.Pod, st 
 	margin := e.gate.sendMargin()
 	s := sendGrace(actShorten, a, pod.DeletionTimestamp.Time, e.o.Clock.Now(), margin)
 	now := e.o.Clock.Now()
-	if e.markDisruptionTarget(ctx, pod, st, w, a.pl.Tail) {
+	if sent, _ := e.markDisruptionTarget(ctx, pod, st, w, a.pl.Tail); sent {
 		// The patch took time: the grace counts from when the DELETE leaves.
 		now = e.o.Clock.Now()
 		s = sendGrace(actShorten, a, pod.DeletionTimestamp.Time, now, margin)
@@ -719,16 +730,14 @@ const (
 // pkg/controller/tainteviction/taint_eviction.go): the Eviction API sets it itself, a DELETE
 // does not, and a Job whose podFailurePolicy ignores disruptions relies on it. A failure is
 // logged and the DELETE goes ahead: ending the pod before the machine goes matters more. It
-// reports whether it sent a request.
-func (e *Executor) markDisruptionTarget(ctx context.Context, pod *v1.Pod, st *podState, w plan.Window, tail time.Duration) bool {
-	if e.o.DryRun || st.marked {
-		return false
-	}
+// reports whether it sent a request, and its error (errNotSent when it sent none).
+func (e *Executor) markDisruptionTarget(ctx context.Context, pod *v1.Pod, st *podState, w plan.Window, tail time.Duration) (bool, error) {
+	e.mu.Lock()
+	marked := st.marked
 	st.marked = true // once per pod and window, even when it failed: the DELETE is what counts
-	for _, c := range pod.Status.Conditions {
-		if c.Type == v1.DisruptionTarget && c.Status == v1.ConditionTrue {
-			return false
-		}
+	e.mu.Unlock()
+	if e.o.DryRun || marked || disruptionTarget(pod) {
+		return false, errNotSent
 	}
 	msg := "reprieve: deleting the pod before its node's reclaim deadline"
 	if w.HasDeadline() {
@@ -744,13 +753,13 @@ func (e *Executor) markDisruptionTarget(ctx context.Context, pod *v1.Pod, st *po
 	})
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Encoding the DisruptionTarget condition failed", "pod", klog.KObj(pod))
-		return false
+		return false, errNotSent
 	}
 	rctx, cancel := context.WithTimeout(ctx, markBound(w, e.gate.sendMargin(), tail, e.o.Clock.Now()))
 	defer cancel()
-	if _, err := e.o.Client.CoreV1().Pods(pod.Namespace).Patch(rctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
-		klog.FromContext(ctx).Error(fmt.Errorf("patching the DisruptionTarget condition of pod %s/%s: %w", pod.Namespace, pod.Name, err),
-			"Marking the pod as a disruption target failed; deleting it anyway", "pod", klog.KObj(pod))
+	if _, err = e.o.Client.CoreV1().Pods(pod.Namespace).Patch(rctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		err = fmt.Errorf("patching the DisruptionTarget condition of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		klog.FromContext(ctx).Error(err, "Marking the pod as a disruption target failed; deleting it anyway", "pod", klog.KObj(pod))
 	}
-	return true
+	return true, err
 }
