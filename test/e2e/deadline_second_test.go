@@ -1,11 +1,13 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -66,6 +68,13 @@ func queuedEvictions(t *testing.T, queue evictionQueue) string {
 			seen[pod]++
 			n := seen[pod]
 			mu.Unlock()
+			// Read the body first: only then does the server notice a client that goes away
+			// (net/http's background read), as APF's queue does.
+			body, err := io.ReadAll(r.Body)
+			if err != nil {
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
 			delay, retryAfter := queue(pod, n)
 			if retryAfter > 0 {
 				// As APF answers (tooManyRequests in apiserver's filters/priority-and-fairness.go):
