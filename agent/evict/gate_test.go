@@ -222,6 +222,41 @@ func TestGateSendMargin(t *testing.T) {
 	}
 }
 
+// TestGateMarginBeforeItsFirstAnswer (issue 50, case 7): a new agent process (a restart during a
+// notice) has measured the API server before its first eviction (its caches' first list, a
+// dry-run eviction): that is its margin until its own first answer, not nothing. Sent with no
+// margin, a restarted agent's first eviction of a pod whose grace was cut to the window was
+// cut at its bound by the first slow answer (0.25 s to 1.25 s: what its rounded grace left),
+// and the DELETE that followed paid the cut's time and the margin it measured: 2 s less than
+// fitted. The prior lasts a minute: an agent started long before its first notice starts
+// that notice as before.
+func TestGateMarginBeforeItsFirstAnswer(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	g := newGate(clk, 8, func() float64 { return 0 })
+	g.seed(700 * time.Millisecond)
+	g.seed(300 * time.Millisecond) // the slowest of what was measured
+	g.notice()
+	if m := g.sendMargin(); m != 700*time.Millisecond {
+		t.Fatalf("send margin %s before the first answer, after a 700 ms start-up answer: want 700 ms", m)
+	}
+	tk, err := g.acquire(context.Background(), clk.Now(), clk.Now(), clk.Now(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(40 * time.Millisecond)
+	tk.done(nil)
+	if m := g.sendMargin(); m != 40*time.Millisecond {
+		t.Fatalf("send margin %s after the first answer of 40 ms: want it alone", m)
+	}
+	old := newGate(clk, 8, func() float64 { return 0 })
+	old.seed(700 * time.Millisecond)
+	clk.Step(time.Minute)
+	old.notice()
+	if m := old.sendMargin(); m != 0 {
+		t.Fatalf("send margin %s at a notice a minute after the start-up answers: want none (nothing measured since)", m)
+	}
+}
+
 // TestGateJitter: a fleet of agents throttled in the same second comes back spread over
 // [Retry-After, 1.5 x Retry-After), each agent drawing its own.
 func TestGateJitter(t *testing.T) {
