@@ -395,6 +395,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	// Started and awaited as a SharedInformerFactory's Start and Shutdown do.
 	var informers sync.WaitGroup
 	defer informers.Wait()
+	syncStart := a.clock.Now()
 	for _, inf := range []cache.SharedIndexInformer{a.nodeInformer, a.podInformer} {
 		informers.Go(func() { inf.RunWithContext(ctx) })
 	}
@@ -407,6 +408,12 @@ func (a *Agent) Run(ctx context.Context) error {
 			return fmt.Errorf("waiting for the %s cache to sync: %w", inf.name, ctx.Err())
 		}
 	}
+	// The caches' first list is this process's first measure of the API server: the margin its
+	// first evictions leave (a restart during a notice evicts within seconds), until their own
+	// first answer (issue 50, case 7).
+	synced := a.clock.Since(syncStart)
+	a.exec.Seed(synced)
+	logger.V(2).Info("Caches synced", "took", synced)
 
 	if a.pressure == nil {
 		// With pressure handling on, the pressure loop says it at its start; without it the

@@ -292,6 +292,11 @@ func (e *Executor) Background(ctx context.Context) (done func(error), err error)
 	return t.done, nil
 }
 
+// Seed gives the executor an answer time of the API server measured outside its own requests
+// (the agent's caches' first list): the margin its requests leave until their own first answer,
+// for a minute (gate.seed).
+func (e *Executor) Seed(d time.Duration) { e.gate.seed(d) }
+
 // IsPDBRefusal reports whether an eviction failed because a PodDisruptionBudget allows no
 // disruption.
 func IsPDBRefusal(err error) bool { return isPDBRefusal(err) }

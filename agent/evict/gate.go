@@ -78,6 +78,10 @@ type gate struct {
 	// meanwhile (see above). reseed makes the next measured answer the margin's first
 	// measurement.
 	probing, reseed bool
+	// prior is the slowest answer measured outside the gate at priorAt (seed): the margin
+	// until the gate's first answer.
+	prior   time.Duration
+	priorAt time.Time
 }
 
 // queueMarginMax caps the measured queueing margin: past it the grace is better spent on the
@@ -114,6 +118,13 @@ func (g *gate) sendMargin() time.Duration {
 
 // margin is sendMargin. Called with mu held.
 func (g *gate) margin() time.Duration {
+	if g.nRecent == 0 {
+		// No answer of its own yet: what was measured at start, while it is recent (seed).
+		if !g.priorAt.IsZero() && g.clock.Now().Sub(g.priorAt) < priorFor {
+			return min(g.prior, queueMarginMax)
+		}
+		return 0
+	}
 	longest := time.Duration(0)
 	for _, d := range g.recent[:min(g.nRecent, recentAnswers)] {
 		longest = max(longest, d)
@@ -121,8 +132,28 @@ func (g *gate) margin() time.Duration {
 	return min(g.srtt+4*g.rttvar, longest, queueMarginMax)
 }
 
-// seed records d, an answer of the API server measured outside the gate. Called without mu.
-func (g *gate) seed(time.Duration) {}
+// priorFor is how long an answer measured outside the gate (seed) stands for the margin before
+// the gate's own first answer: a restart during a notice evicts within seconds of its start;
+// an agent started long before its first notice starts that notice with nothing measured, as
+// before.
+const priorFor = time.Minute
+
+// seed records d, an answer of the API server that the agent measured outside the gate (its
+// caches' first list at start), as the margin until the gate's own first answer, for priorFor;
+// of several, the slowest. A new process knows nothing of the server's queue otherwise: its
+// first eviction of a pod whose grace was cut to the window went with no margin, a slow first
+// answer cut it at its bound (0.25 s to 1.25 s, what its rounded grace left), and the DELETE
+// that followed paid the cut's time and the margin it measured, 2 s less than fitted (issue 50,
+// case 7).
+func (g *gate) seed(d time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := g.clock.Now()
+	if g.priorAt.IsZero() || now.Sub(g.priorAt) >= priorFor || d > g.prior {
+		g.prior = d
+	}
+	g.priorAt = now
+}
 
 // observe feeds one answer's time into the margin (RFC 6298, 2.2 and 2.3: alpha 1/8, beta 1/4).
 // Called with mu held.

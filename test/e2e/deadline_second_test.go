@@ -23,8 +23,11 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/providers/aws"
 	"github.com/reprieve-dev/reprieve/test/fakes/azureevents"
+	"github.com/reprieve-dev/reprieve/test/fakes/faultproxy"
 	"github.com/reprieve-dev/reprieve/test/scenario"
+	"github.com/reprieve-dev/reprieve/test/testenv"
 )
 
 // Issue 50 on the real control plane: the deadline to the second. Each test puts the agent
@@ -44,6 +47,28 @@ type evictionQueue func(pod string, n int) (delay time.Duration, retryAfter int)
 // queue, where an abandoned request is dropped (APF's queueset drops a request whose context
 // ended before dispatch).
 func queuedEvictions(t *testing.T, queue evictionQueue) string {
+	return proxiedAgent(t, func(r *http.Request) (string, bool) {
+		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/eviction") {
+			parts := strings.Split(strings.TrimSuffix(r.URL.Path, "/eviction"), "/")
+			return parts[len(parts)-1], true
+		}
+		return "", false
+	}, queue)
+}
+
+// heldPodWrites is a kubeconfig for an agent whose evictions, pod deletes and pod status
+// patches never reach the API server (held until the agent goes away): an agent killed before
+// it acted on any pod.
+func heldPodWrites(t *testing.T) string {
+	return proxiedAgent(t, func(r *http.Request) (string, bool) {
+		write := r.Method == http.MethodPost || r.Method == http.MethodDelete || r.Method == http.MethodPatch
+		return "", write && strings.Contains(r.URL.Path, "/pods/")
+	}, func(string, int) (time.Duration, int) { return time.Hour, 0 })
+}
+
+// proxiedAgent is the proxy of queuedEvictions for the requests match picks (with the pod it
+// names, for queue).
+func proxiedAgent(t *testing.T, match func(*http.Request) (string, bool), queue evictionQueue) string {
 	t.Helper()
 	cfg, err := clientcmd.LoadFromFile(agentKubeconfig)
 	if err != nil {
@@ -61,9 +86,7 @@ func queuedEvictions(t *testing.T, queue evictionQueue) string {
 	var mu sync.Mutex
 	seen := map[string]int{}
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/eviction") {
-			parts := strings.Split(strings.TrimSuffix(r.URL.Path, "/eviction"), "/")
-			pod := parts[len(parts)-1]
+		if pod, ok := match(r); ok {
 			mu.Lock()
 			seen[pod]++
 			n := seen[pod]
@@ -404,4 +427,85 @@ func TestSecondVolumeCountedWhenDue(t *testing.T) {
 			t.Errorf("want %s %s: %s", series, want, grep(text, "reprieve_window_volumes_total"))
 		}
 	}
+}
+
+// TestSecondRestartOnASlowServer (issue 50, case 7): a spot notice, and the agent killed at T+3
+// before it acted on any pod (its pod writes never reached the server); the new agent starts
+// while spot/instance-action fails (the record drives it), behind an API server that answers
+// every request 1.3 s late. Its first evictions, of two pods whose grace the window cuts, leave
+// with the margin its caches' first list measured: each lands within its bound, through the
+// Eviction API, with the grace that fits. Before, they left with no margin, were cut at their
+// bound (at most 1.25 s, what the rounded grace left) and forced with a DELETE that paid the cut
+// and the margin it measured: 2 s less than fitted.
+func TestSecondRestartOnASlowServer(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const ns, node = "sec-restart", "sec-restart-node"
+	const latency = 1300 * time.Millisecond
+	pods := []string{"clamped", "clamped-2"}
+	taint, obs := observedNode(ctx, t, ns, node, []scenario.Pod{
+		{Name: "clamped", Kind: scenario.Plain, Tolerate: ptr64(600), Grace: ptr64(120)},
+		{Name: "clamped-2", Kind: scenario.Plain, Grace: ptr64(90)},
+	})
+	deadline := time.Now().Add(45 * time.Second).UTC().Truncate(time.Second)
+	mock, backend, err := testenv.StartIMDSMock(ctx, logDir, "--imdsv2", "spot", "--action=terminate", "--time="+deadline.Format(time.RFC3339))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = mock.Stop() }()
+	proxy, err := faultproxy.New(backend)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	fault := &failPath{next: proxy, suffix: "/" + aws.PathSpotInstanceAction}
+	imds := httptest.NewServer(fault)
+	defer imds.Close()
+	args := []string{"--provider=aws", "--aws-imds-endpoint=" + imds.URL}
+	first, _, err := scenario.StartReprieve(ctx, reprieveBin, logDir, node, append(args, "--kubeconfig="+heldPodWrites(t))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = first.Stop() }()
+	n := waitRecord(ctx, t, node, 30*time.Second, taint, aws.PathSpotInstanceAction, aws.PathRebalance)
+	T := recordOf(n, taint).TimeAdded
+	sleepUntil(ctx, t, T.Add(3*time.Second))
+	if err := first.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	fault.failing.Store(true)
+	second, addr, err := scenario.StartReprieveBlind(ctx, reprieveBin, logDir, node+"-2",
+		append(args, "--kubeconfig="+slowAgentKubeconfig(t, latency), "--node-name="+node)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = second.Stop() }()
+	end := deadline.Add(-agent.DefaultConfig().SafetyMargin)
+	waitLong(ctx, t, time.Until(end)+10*time.Second, "the clamped pods gone", func() bool { return allGone(obs, pods...) })
+	recs := figures(t, obs, T, pods...)
+	goneBy(t, recs, end, T, pods...)
+	log := second.LogTail(400)
+	for _, name := range pods {
+		r := recs[name]
+		if r.DeletedAt.Before(T.Add(3 * time.Second)) {
+			t.Errorf("%s was deleted at T%+.2fs, before the restart: the first agent's writes must not land", name, r.DeletedAt.Sub(T).Seconds())
+		}
+		// From when the server saw the request, the window leaves floor(end - then) s; the
+		// request's allowance and the rounding may cost one of them, never two.
+		if fits := int64(end.Sub(r.DeletedAt) / time.Second); r.Grace < fits-1 {
+			t.Errorf("%s evicted at T%+.2fs with %d s where %d s fitted from then", name, r.DeletedAt.Sub(T).Seconds(), r.Grace, fits)
+		}
+		if cut := grepLines(grepLines(log, ns+"/"+name), "context deadline exceeded"); cut != "" {
+			t.Errorf("%s's first eviction was cut at its bound:\n%s", name, cut)
+		}
+	}
+	text, err := scenario.Scrape(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text, `reprieve_evictions_requests_total{result="forced_delete"} 0`) {
+		t.Errorf("the restarted agent forced a DELETE: %s\n%s", grep(text, "reprieve_evictions_requests_total"), grepLines(log, "Caches synced"))
+	}
+	t.Logf("the restarted agent: %s", grepLines(log, "Caches synced"))
 }
