@@ -35,9 +35,9 @@ import (
 // the second. Times are logged relative to the interruption taint's timeAdded (T).
 
 // evictionQueue is what the queueing proxy does with the n-th eviction (from 1) of pod: hold it
-// for delay before it reaches the API server, as APF's queue holds a request (a request whose
-// client gives up meanwhile never reaches it), or answer APF's 429 with Retry-After
-// retryAfter seconds at once (retryAfter > 0).
+// for delay, as APF's queue holds a request (a request whose client gives up meanwhile never
+// reaches the server), then pass it on, or answer APF's 429 with Retry-After retryAfter
+// seconds (retryAfter > 0).
 type evictionQueue func(pod string, n int) (delay time.Duration, retryAfter int)
 
 // queuedEvictions is an HTTPS proxy in front of the API server that passes each eviction of the
@@ -99,6 +99,11 @@ func proxiedAgent(t *testing.T, match func(*http.Request) (string, bool), queue 
 			}
 			r.Body = io.NopCloser(bytes.NewReader(body))
 			delay, retryAfter := queue(pod, n)
+			select {
+			case <-time.After(delay):
+			case <-r.Context().Done():
+				return // the client gave up while its request was queued: it never reaches the server
+			}
 			if retryAfter > 0 {
 				// As APF answers (tooManyRequests in apiserver's filters/priority-and-fairness.go):
 				// 429 with Retry-After, a Status without a DisruptionBudget cause.
@@ -107,11 +112,6 @@ func proxiedAgent(t *testing.T, match func(*http.Request) (string, bool), queue 
 				w.WriteHeader(http.StatusTooManyRequests)
 				_, _ = fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Too many requests, please try again later.","reason":"TooManyRequests","details":{"retryAfterSeconds":%d},"code":429}`, retryAfter)
 				return
-			}
-			select {
-			case <-time.After(delay):
-			case <-r.Context().Done():
-				return // the client gave up while its request was queued: it never reaches the server
 			}
 		}
 		rp.ServeHTTP(w, r)
@@ -144,18 +144,19 @@ func noticeAt(ctx context.Context, t *testing.T, node string, taint v1.Taint, wi
 }
 
 // TestSecondForcedDeleteOnASlowServer (issue 50, case 1): a pod held by its budget (no
-// disruption controller: the Eviction API refuses with 429), with a 30 s grace in a 60 s window,
-// behind an API server that answers every request 1 s late. Its evictions are refused until its
-// force point; then it is deleted with its whole 30 s, after DisruptionTarget=True. Before, the
-// retry of a refusal counted from the send was applied from the answer, and the patch before the
-// DELETE took its own answer's time: the DELETE left two answers late, with 28 s.
+// disruption controller: the Eviction API refuses with 429), due at once, with a 30 s grace in a
+// 60 s window, behind an API server that answers every request 1 s late. Its evictions are
+// refused from the notice on, with backoff, until its force point; then it is deleted with its
+// whole 30 s, after DisruptionTarget=True. Before, the retry of a refusal counted from the send
+// was applied from the answer, and the patch before the DELETE took its own answer's time: the
+// DELETE left two answers late, with 28 s.
 func TestSecondForcedDeleteOnASlowServer(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	const ns, node, grace = "sec-force", "sec-force-node", 30
 	const latency = time.Second
-	taint, obs := observedNode(ctx, t, ns, node, []scenario.Pod{{Name: "guarded", Kind: scenario.Plain, Tolerate: ptr64(600), Grace: ptr64(grace), PDB: true}})
+	taint, obs := observedNode(ctx, t, ns, node, []scenario.Pod{{Name: "guarded", Kind: scenario.Plain, Grace: ptr64(grace), PDB: true}})
 	p, addr, err := scenario.StartReprieve(ctx, reprieveBin, logDir, node, "--kubeconfig="+slowAgentKubeconfig(t, latency), "--provider=none")
 	if err != nil {
 		t.Fatal(err)
@@ -189,6 +190,9 @@ func TestSecondForcedDeleteOnASlowServer(t *testing.T) {
 	if r.DeletedAt.After(latest.Add(evictionSlack)) || r.DeletedAt.Before(latest.Add(-3*time.Second)) {
 		t.Errorf("guarded deleted at T%+.2fs, want at its last safe moment T%+.2fs", r.DeletedAt.Sub(T).Seconds(), latest.Sub(T).Seconds())
 	}
+	if log := p.LogTail(300); strings.Count(log, "Eviction blocked by a PodDisruptionBudget") < 3 {
+		t.Errorf("want the budget's refusals from the notice on:\n%s", grepLines(log, "sec-force/guarded"))
+	}
 	if cond == nil || cond.Status != v1.ConditionTrue {
 		t.Errorf("the deleted pod has no DisruptionTarget=True condition: %+v", cond)
 	}
@@ -196,27 +200,32 @@ func TestSecondForcedDeleteOnASlowServer(t *testing.T) {
 	wantCounted(t, addr, "the budget's refusals", `reprieve_evictions_requests_total{result="pdb_blocked"}`)
 }
 
-// TestSecondMarginGrowsWhileWaiting (issue 50, case 2): two pods due at the notice in a 40 s
-// window (E = T+35). The API server queues "slow"'s eviction 3 s and answers "throttled"'s first
-// one at once with APF's 429 and Retry-After: 30, so "throttled" waits out a pause of 30 to 45 s
-// while the measured margin grows from nothing to 3 s (slow's answer), and every later eviction
-// is queued 3 s too. "throttled" goes past the pause at its last chance with the margin of the
-// moment (T+29.5), not of its submission (T+32.5, which ended it 2.5 s past the window), and is
-// gone by the window's end.
+// TestSecondMarginGrowsWhileWaiting (issue 50, case 2): three pods due at the notice in a 40 s
+// window (E = T+35). The API server answers "probe" at once, queues "slow"'s eviction 3 s,
+// answers "throttled"'s first one after 1 s with APF's 429 and Retry-After: 30, and queues every
+// later eviction 3 s. So "throttled" waits out a pause of 30 to 45 s, submitted with the 1 s
+// margin of its 429, while slow's answer grows the margin to 3 s. It goes past the pause at its
+// last chance with the margin of the moment (T+29.5) and is gone by the window's end; with the
+// margin of its submission it went at T+31.5 and was gone past it.
 func TestSecondMarginGrowsWhileWaiting(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	const ns, node = "sec-margin", "sec-margin-node"
 	const queued = 3 * time.Second
-	// Last safe moments T+1 and T+2: "slow" is the notice's probe, "throttled" goes beside it.
+	// Last safe moments T+2 (the notice's probe), T+3 and T+30: slow's grace leaves it 5 s to
+	// wait for its answer, so that its 3 s in the queue are measured, not cut.
 	taint, obs := observedNode(ctx, t, ns, node, []scenario.Pod{
-		{Name: "slow", Kind: scenario.Plain, Grace: ptr64(34)},
-		{Name: "throttled", Kind: scenario.Plain, Grace: ptr64(33)},
+		{Name: "probe", Kind: scenario.Plain, Grace: ptr64(33)},
+		{Name: "throttled", Kind: scenario.Plain, Grace: ptr64(32)},
+		{Name: "slow", Kind: scenario.Plain, Grace: ptr64(5)},
 	})
 	kubeconfig := queuedEvictions(t, func(pod string, n int) (time.Duration, int) {
-		if pod == "throttled" && n == 1 {
-			return 0, 30
+		switch {
+		case pod == "probe":
+			return 0, 0
+		case pod == "throttled" && n == 1:
+			return time.Second, 30
 		}
 		return queued, 0
 	})
@@ -226,14 +235,15 @@ func TestSecondMarginGrowsWhileWaiting(t *testing.T) {
 	}
 	defer func() { _ = p.Stop() }()
 	_, end, T := noticeAt(ctx, t, node, taint, 40*time.Second)
-	waitLong(ctx, t, time.Until(end)+15*time.Second, "both pods gone", func() bool { return allGone(obs, "slow", "throttled") })
-	recs := figures(t, obs, T, "slow", "throttled")
-	goneBy(t, recs, end, T, "slow", "throttled")
+	waitLong(ctx, t, time.Until(end)+15*time.Second, "every pod gone", func() bool { return allGone(obs, "probe", "slow", "throttled") })
+	recs := figures(t, obs, T, "probe", "slow", "throttled")
+	goneBy(t, recs, end, T, "probe", "slow", "throttled")
+	log := p.LogTail(400)
 	if r := recs["throttled"]; r.DeletedAt.Before(T.Add(20 * time.Second)) {
-		t.Errorf("throttled evicted at T%+.2fs: want it held by the 30 s pause, then at its last chance\n%s", r.DeletedAt.Sub(T).Seconds(), p.LogTail(40))
+		t.Errorf("throttled evicted at T%+.2fs: want it held by the 30 s pause, then at its last chance\n%s", r.DeletedAt.Sub(T).Seconds(), grepLines(log, "sec-margin/"))
 	}
-	if log := p.LogTail(400); !strings.Contains(log, `queueMargin="3`) {
-		t.Errorf("no eviction left with the 3 s margin that slow's answer measured:\n%s", grepLines(log, "Evicting pod"))
+	if !strings.Contains(grepLines(grepLines(log, "sec-margin/throttled"), "Evicting pod"), `queueMargin="3`) {
+		t.Errorf("throttled's last eviction did not leave with the 3 s margin that slow's answer measured:\n%s", grepLines(log, "sec-margin/"))
 	}
 }
 
