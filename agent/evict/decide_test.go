@@ -250,6 +250,25 @@ func TestOutcome(t *testing.T) {
 			}
 		})
 	}
+	// Issue 50, case 1: with a 1 s margin the force point is T+23.5 and the DisruptionTarget
+	// patch is due a margin before it: a refusal whose backoff reaches past T+22.5 looks at the
+	// pod again then, or the patch would only go with the DELETE, a margin late.
+	slow := decide(decision{pod: testPod("p", 10), view: v, now: t0, margin: time.Second, minKill: minKill})
+	got := outcome(actEvict, slow, pdb, podFacts{attempts: 9}, t0.Add(20*time.Second), 0)
+	want := result{kind: resRefused, retry: 2500 * time.Millisecond, nextTry: t0.Add(23500 * time.Millisecond)}
+	if got != want {
+		t.Errorf("refused at T+20 with a 1 s margin: outcome %+v, want %+v (looked at again at the patch's moment T+22.5)", got, want)
+	}
+	got = outcome(actEvict, slow, pdb, podFacts{attempts: 9}, t0.Add(22800*time.Millisecond), 0)
+	if want := (result{kind: resRefused, retry: time.Nanosecond, nextTry: t0.Add(23500 * time.Millisecond)}); got != want {
+		t.Errorf("refused at T+22.8, past the patch's moment: outcome %+v, want %+v (the patch at once)", got, want)
+	}
+	// A pod that carries DisruptionTarget already needs no patch: its backoff runs to the force point.
+	got = outcome(actEvict, decide(decision{pod: disrupted(testPod("p", 10)), view: v, now: t0, margin: time.Second, minKill: minKill}),
+		pdb, podFacts{attempts: 9}, t0.Add(20*time.Second), 0)
+	if want := (result{kind: resRefused, retry: 3500 * time.Millisecond, nextTry: t0.Add(23500 * time.Millisecond)}); got != want {
+		t.Errorf("refused at T+20, DisruptionTarget on the pod already: outcome %+v, want %+v", got, want)
+	}
 }
 
 // TestSendGrace: the grace a request asks for when it leaves: its own, cut to end by the
