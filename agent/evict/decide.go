@@ -70,7 +70,20 @@ type action struct {
 	pl      plan.Plan
 	w       plan.Window
 	forceAt time.Time
-	gate    slot
+	// mark says that a force point's DELETE would follow the DisruptionTarget patch, due at
+	// markAt, a margin before the force point.
+	mark   bool
+	markAt time.Time
+	gate   slot
+}
+
+// atMargin is a with its force point and the patch's moment for the send margin margin.
+func (a action) atMargin(margin time.Duration) action {
+	a.forceAt = forcePoint(a.pl, margin)
+	if a.mark {
+		a.markAt = a.forceAt.Add(-margin)
+	}
+	return a
 }
 
 // podFacts is what decide reads of a pod's state in the current drain.
@@ -151,7 +164,8 @@ func decidePlanned(d decision) action {
 	// before the force point, so that the DELETE still leaves at it with the whole grace. Sent
 	// together at the force point, a server whose answers took 1 s cost the pod a second
 	// (issue 50, case 1).
-	mark := w.HasDeadline() && d.facts.attempts > 0 && !d.facts.marked && !disruptionTarget(pod)
+	patch := w.HasDeadline() && !d.facts.marked && !disruptionTarget(pod)
+	mark := patch && d.facts.attempts > 0
 	markAt := forceAt.Add(-d.margin)
 	if d.facts.nextTry.After(fireAt) {
 		fireAt = d.facts.nextTry
@@ -163,7 +177,10 @@ func decidePlanned(d decision) action {
 	if mark && fireAt.After(markAt) {
 		fireAt = markAt
 	}
-	a := action{pl: pl, w: w, forceAt: forceAt}
+	a := action{pl: pl, w: w, forceAt: forceAt, mark: patch}
+	if patch {
+		a.markAt = markAt
+	}
 	if now.Before(fireAt) {
 		a.kind, a.at = actWait, fireAt
 		a.announce = d.facts.attempts == 0 && !d.facts.announced.Equal(pl.EvictAt)
@@ -367,5 +384,10 @@ func outcome(k actionKind, a action, err error, f podFacts, now time.Time, pause
 	if w.HasDeadline() && next.After(a.forceAt) {
 		next = a.forceAt
 	}
-	return result{kind: kind, retry: next.Sub(now), nextTry: next}
+	retry := next.Sub(now)
+	if a.mark && next.After(a.markAt) {
+		// The DisruptionTarget patch is due before the backoff ends (decide's actMark).
+		retry = max(a.markAt.Sub(now), time.Nanosecond)
+	}
+	return result{kind: kind, retry: retry, nextTry: next}
 }

@@ -318,7 +318,7 @@ func (e *Executor) send(ctx context.Context, key string, pod *v1.Pod, st *podSta
 	err := e.evict(ctx, pod, s.grace, s.bound)
 	t.done(gateResult(err, s.bound))
 	// The answer is judged against the force point of its moment, with the margin it measured.
-	a.forceAt = forcePoint(a.pl, e.gate.sendMargin())
+	a = a.atMargin(e.gate.sendMargin())
 	r := outcome(actEvict, a, err, f, e.o.Clock.Now(), e.gate.pauseLeft())
 	logger := klog.FromContext(ctx)
 	switch r.kind {
