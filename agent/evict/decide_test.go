@@ -129,6 +129,18 @@ func TestDecide(t *testing.T) {
 		{name: "refused before, DisruptionTarget on the pod already: waits for the force point", pod: disrupted(testPod("p", 10)), now: t0.Add(22500 * time.Millisecond),
 			margin: time.Second, facts: podFacts{attempts: 2, nextTry: t0.Add(23500 * time.Millisecond)}, want: actWait},
 		{name: "never refused: no patch before its eviction", pod: testPod("p", 10), now: t0.Add(22500 * time.Millisecond), margin: time.Second, facts: podFacts{}, want: actEvict},
+		// Issue 50, case 1: a retry whose answer would come after the force point (within a
+		// margin of it) is not sent: its refusal would hold the DELETE one answer past the force
+		// point (TestSecondForcedDeleteOnASlowServer: 29 s of 30).
+		{name: "refused before and marked, the retry due within a margin of the force point: waits for it", pod: testPod("p", 10), now: t0.Add(23 * time.Second),
+			margin: time.Second, facts: podFacts{attempts: 8, nextTry: t0.Add(23 * time.Second), marked: true}, want: actWait,
+			check: func(t *testing.T, a action) {
+				if !a.at.Equal(t0.Add(23500 * time.Millisecond)) {
+					t.Errorf("wait until %s, want the force point T+23.5s", a.at)
+				}
+			}},
+		{name: "refused before, the retry due a margin before the force point: sent", pod: disrupted(testPod("p", 10)), now: t0.Add(22500 * time.Millisecond),
+			margin: time.Second, facts: podFacts{attempts: 8, nextTry: t0.Add(22500 * time.Millisecond)}, want: actEvict},
 		{name: "past the force point at the first try: still an eviction", pod: testPod("p", 10), now: latest, want: actEvict},
 		{name: "sent already", pod: testPod("p", 10), now: t0, facts: podFacts{done: true}, want: actNone},
 		{name: "tolerates forever: left alone, logged once", pod: forever, now: t0, want: actNone,
