@@ -170,8 +170,10 @@ func decidePlanned(d decision) action {
 	if d.facts.nextTry.After(fireAt) {
 		fireAt = d.facts.nextTry
 	}
-	if w.HasDeadline() && fireAt.After(forceAt) {
-		// No wait outlasts the pod's last safe moment.
+	if w.HasDeadline() && (fireAt.After(forceAt) || d.facts.attempts > 0 && fireAt.After(markAt)) {
+		// No wait outlasts the pod's last safe moment; and a retry whose answer would come
+		// after the force point is not sent: its refusal would hold the DELETE one answer
+		// past it (issue 50, case 1).
 		fireAt = forceAt
 	}
 	if mark && fireAt.After(markAt) {
