@@ -296,10 +296,10 @@ func TestSecondTheKubeletsTail(t *testing.T) {
 }
 
 // TestSecondQueueBoundLeavesTheTail (issue 50, case 4): a pod with a preStop hook and a 60 s
-// grace, cut to the window at the notice, behind an API server that queues every eviction 2.5 s.
+// grace, cut to the window at the notice, behind an API server that queues every eviction 2.3 s.
 // The request may wait only what its grace leaves before the window's end less its 2 s tail:
 // cut there, the pod is deleted at once with the grace that is left, and the kubelet stops it
-// by the window's end. Before, the bound left the tail out: the eviction waited its 2.5 s and
+// by the window's end. Before, the bound left the tail out: the eviction waited its 2.3 s and
 // landed with a grace that, with the tail, ended the pod up to 2 s past the window.
 func TestSecondQueueBoundLeavesTheTail(t *testing.T) {
 	t.Parallel()
@@ -310,7 +310,9 @@ func TestSecondQueueBoundLeavesTheTail(t *testing.T) {
 		p.Spec.Containers[0].Lifecycle = &v1.Lifecycle{PreStop: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"sleep", "5"}}}}
 	}
 	taint, obs := observedNode(ctx, t, ns, node, []scenario.Pod{{Name: "hooked", Kind: scenario.Plain, Grace: ptr64(60), Edit: hook}})
-	kubeconfig := queuedEvictions(t, func(string, int) (time.Duration, int) { return 2500 * time.Millisecond, 0 })
+	// 2.3 s: more than what the rounded grace leaves with the tail (up to 1.25 s), less than
+	// what it leaves without (2.25 s and up), where the eviction landed and ended the pod late.
+	kubeconfig := queuedEvictions(t, func(string, int) (time.Duration, int) { return 2300 * time.Millisecond, 0 })
 	p, _, err := scenario.StartReprieve(ctx, reprieveBin, logDir, node, "--kubeconfig="+kubeconfig, "--provider=none")
 	if err != nil {
 		t.Fatal(err)
