@@ -14,9 +14,11 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -1075,5 +1077,64 @@ func TestDrainedWaitsForTheVolumesRelease(t *testing.T) {
 				t.Errorf("drained %v, want %v", ok, c.want)
 			}
 		})
+	}
+}
+
+// TestForcedDeleteOnASlowServer (issue 50, case 1), the executor whole on a fake clock: a pod
+// held by its budget (every eviction refused), due at once, with a 30 s grace in a 60 s window
+// (the window's end T+55, its last safe moment T+25), on a server each of whose answers takes
+// 1 s (evictions, the DisruptionTarget patch, the DELETE). Its DELETE leaves at its force point
+// T+23.5 (the last safe moment less the lead and the 1 s margin its answers measured) with its
+// whole 30 s, after the patch. Before, the retry counted from the send was applied from the
+// answer and the patch went with the DELETE: it left at T+24.5 with 29 s, or later with 28 s.
+func TestForcedDeleteOnASlowServer(t *testing.T) {
+	const answer = time.Second
+	f := newFixture(t, testPod("p", 30))
+	pdb := apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 0)
+	pdb.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: policyv1.DisruptionBudgetCause}}
+	got := f.recordEvictions(func(context.Context, int) error {
+		f.clock.Step(answer)
+		return pdb
+	})
+	var patchedAt, deletedAt time.Time
+	var deleteGrace int64 = -1
+	f.client.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if patchedAt.IsZero() {
+			patchedAt = f.clock.Now()
+		}
+		f.clock.Step(answer)
+		return false, nil, nil
+	})
+	f.client.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		deletedAt = f.clock.Now()
+		if g := a.(k8stesting.DeleteAction).GetDeleteOptions().GracePeriodSeconds; g != nil {
+			deleteGrace = *g
+		}
+		f.clock.Step(answer)
+		return false, nil, nil
+	})
+	f.e.SetView(view(t0.Add(60 * time.Second)))
+	for step := 0; step < 200 && deletedAt.IsZero(); step++ {
+		after := f.e.SyncPod(context.Background(), "ns/p")
+		if deletedAt.IsZero() && after > 0 {
+			f.clock.Step(after)
+		}
+	}
+	if deletedAt.IsZero() {
+		t.Fatalf("never deleted; evictions %v", f.sentSoFar(got))
+	}
+	sent := f.sentSoFar(got)
+	t.Logf("%d refused evictions, the last at T+%s; the patch at T+%s; the DELETE at T+%s with %d s",
+		len(sent), sent[len(sent)-1].at.Sub(t0), patchedAt.Sub(t0), deletedAt.Sub(t0), deleteGrace)
+	if want := t0.Add(23500 * time.Millisecond); deletedAt.Sub(want).Abs() > time.Millisecond || deleteGrace != 30 {
+		t.Errorf("the DELETE left at T+%s with %d s, want at the force point T+%s with the whole 30 s", deletedAt.Sub(t0), deleteGrace, want.Sub(t0))
+	}
+	if patchedAt.IsZero() || !patchedAt.Add(answer).After(sent[len(sent)-1].at) || patchedAt.Add(answer).After(deletedAt) {
+		t.Errorf("the DisruptionTarget patch at T+%s: want it answered before the DELETE left (T+%s)", patchedAt.Sub(t0), deletedAt.Sub(t0))
+	}
+	for _, s := range sent {
+		if s.at.Add(answer).After(deletedAt) {
+			t.Errorf("an eviction sent at T+%s was answered past the DELETE's moment T+%s", s.at.Sub(t0), deletedAt.Sub(t0))
+		}
 	}
 }
