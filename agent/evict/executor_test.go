@@ -1138,3 +1138,78 @@ func TestForcedDeleteOnASlowServer(t *testing.T) {
 		}
 	}
 }
+
+// TestMarginGrowsWhileWaiting (issue 50, case 2), the executor whole on a fake clock: three
+// pods due at the notice in a 40 s window (its end E = T+35). The server answers "probe" at
+// once, "slow" after 3 s, and "throttled"'s first eviction after 1 s with APF's 429 and
+// Retry-After: 30. So throttled waits out a pause to T+31, submitted with the margin of its
+// answer, while slow's answer grows the margin to 3 s. It goes at its last chance with the
+// margin of the moment, T+29.5 (E less the kubelet's least grace, the lead and 3 s), not at the
+// last chance its submission fixed (T+31.5 and later).
+func TestMarginGrowsWhileWaiting(t *testing.T) {
+	f := newFixture(t, testPod("probe", 33), testPod("throttled", 32), testPod("slow", 5))
+	// answers holds the fake-clock moment each request out is answered at.
+	answers := map[string]time.Time{}
+	after := func(ctx context.Context, key string, d time.Duration) {
+		f.mu.Lock()
+		answers[key] = f.clock.Now().Add(d)
+		ch := f.clock.After(d)
+		f.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+		f.mu.Lock()
+		delete(answers, key)
+		f.mu.Unlock()
+	}
+	var throttledAt []time.Time
+	f.evict = func(ctx context.Context, ev *policyv1.Eviction) error {
+		switch ev.Name {
+		case "slow":
+			after(ctx, "slow", 3*time.Second)
+		case "throttled":
+			f.mu.Lock()
+			throttledAt = append(throttledAt, f.clock.Now())
+			n := len(throttledAt)
+			f.mu.Unlock()
+			if n == 1 {
+				after(ctx, "throttled", time.Second)
+				return apierrors.NewTooManyRequests("Too many requests, please try again later.", 30)
+			}
+		}
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go f.e.Run(ctx, 4)
+	f.e.SetView(view(t0.Add(40 * time.Second)))
+	quiet := func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		_, inflight, _, _ := f.e.gate.state()
+		for _, at := range answers {
+			if !at.After(f.clock.Now()) {
+				return false
+			}
+		}
+		return f.e.queue.Len() == 0 && len(answers) == inflight
+	}
+	sent := func() int {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return len(throttledAt)
+	}
+	for step := 0; step < 400 && sent() < 2; step++ {
+		until(t, "every request out to wait for its answer", quiet)
+		f.clock.Step(100 * time.Millisecond)
+	}
+	until(t, "throttled sent again", func() bool { return sent() >= 2 })
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	again := throttledAt[1]
+	t.Logf("throttled refused at T+%s, sent again at T+%s", throttledAt[0].Sub(t0), again.Sub(t0))
+	if want := t0.Add(29500 * time.Millisecond); again.After(want.Add(100*time.Millisecond)) || again.Before(want.Add(-time.Second)) {
+		t.Errorf("throttled sent again at T+%s, want at its last chance with the margin of the moment, T+%s", again.Sub(t0), want.Sub(t0))
+	}
+}
