@@ -395,6 +395,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	// Started and awaited as a SharedInformerFactory's Start and Shutdown do.
 	var informers sync.WaitGroup
 	defer informers.Wait()
+	syncStart := a.clock.Now()
 	for _, inf := range []cache.SharedIndexInformer{a.nodeInformer, a.podInformer} {
 		informers.Go(func() { inf.RunWithContext(ctx) })
 	}
@@ -407,6 +408,12 @@ func (a *Agent) Run(ctx context.Context) error {
 			return fmt.Errorf("waiting for the %s cache to sync: %w", inf.name, ctx.Err())
 		}
 	}
+	// The caches' first list is this process's first measure of the API server: the margin its
+	// first evictions leave (a restart during a notice evicts within seconds), until their own
+	// first answer (issue 50, case 7).
+	synced := a.clock.Since(syncStart)
+	a.exec.Seed(synced)
+	logger.V(2).Info("Caches synced", "took", synced)
 
 	if a.pressure == nil {
 		// With pressure handling on, the pressure loop says it at its start; without it the
@@ -577,18 +584,31 @@ func (a *Agent) lingerOnStop(parent context.Context, clk clock.WithTicker, stopW
 		}
 		if !now.Before(w.End()) {
 			// The window's summary (the InterruptionHandled event, the handled webhook, the
-			// missed deadlines) is given before the work stops, whichever loop gets there first.
-			a.exec.Summarize(context.WithoutCancel(parent), now)
-			stopWork()
-			return
+			// missed deadlines, the volumes released) is given before the work stops, whichever
+			// loop gets there first. Its volume count waits for the releases the kubelet is due
+			// to publish by the deadline, within --stop-grace (issue 50, case 6).
+			sctx := context.WithoutCancel(parent)
+			if a.exec.Summarize(sctx, now) || !now.Before(limit) {
+				a.exec.SummarizeFinal(sctx, now)
+				stopWork()
+				return
+			}
 		}
 		if !said {
 			said = true
 			logger.Info("Stop requested during an interruption: carrying out the plan until the window's end",
 				"windowEnd", w.End(), "deadline", w.Deadline)
 		}
-		// Look again every second: a withdrawn notice ends the wait early.
-		t := clk.NewTimer(min(w.End().Sub(now), time.Second))
+		// Look again every second: a withdrawn notice ends the wait early; past the window's
+		// end, a volume's release ends it.
+		next := w.End()
+		if !now.Before(next) {
+			next = w.Deadline
+			if limit.Before(next) {
+				next = limit
+			}
+		}
+		t := clk.NewTimer(max(min(next.Sub(now), time.Second), time.Millisecond))
 		select {
 		case <-t.C():
 		case <-workDone:

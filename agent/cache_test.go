@@ -322,6 +322,10 @@ func TestTrimKeepsWhatEveryUnitReads(t *testing.T) {
 	add("prestop-hook", func(p *v1.Pod) {
 		p.Spec.Containers[0].Lifecycle = &v1.Lifecycle{PreStop: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"sleep", "5"}}}}
 	})
+	add("sidecar-prestop-hook", func(p *v1.Pod) {
+		p.Spec.InitContainers = []v1.Container{{Name: "proxy", RestartPolicy: ptr(v1.ContainerRestartPolicyAlways),
+			Lifecycle: &v1.Lifecycle{PreStop: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"sleep", "5"}}}}}}
+	})
 	add("shared-ip", func(p *v1.Pod) { p.Status.PodIP, p.Status.PodIPs = "10.0.0.1", []v1.PodIP{{IP: "10.0.0.1"}} })
 	add("dual-stack", func(p *v1.Pod) { p.Status.PodIPs = append(p.Status.PodIPs, v1.PodIP{IP: "fd00::7"}) })
 	add("succeeded", func(p *v1.Pod) { p.Status.Phase = v1.PodSucceeded })

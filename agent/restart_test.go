@@ -5,6 +5,7 @@ import (
 	"errors"
 	goruntime "runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -265,6 +266,68 @@ func TestStopMidWindowSummarizes(t *testing.T) {
 	evs := h.drainEvents()
 	if !hasEvent(evs, "Warning InterruptionHandled") || !hasEvent(evs, "Warning MissedDeadline") {
 		t.Fatalf("events at the stop %q: want the window's summary and the missed deadline", evs)
+	}
+}
+
+// TestStopWaitsForTheVolumeCount (issue 50, case 6): SIGTERM mid-window, and at the window's
+// end the node still lists a volume of a pod reprieve planned with the volume rule: the kubelet
+// is due to publish its release only by the deadline, so the agent lingers (within
+// --stop-grace) until the release comes or the deadline does, and the summary counts it then.
+func TestStopWaitsForTheVolumeCount(t *testing.T) {
+	const vol = v1.UniqueVolumeName("kubernetes.io/csi/ebs.csi.aws.com^vol-db")
+	for _, c := range []struct {
+		name     string
+		released time.Duration // after t0; 0: never
+		stopAt   time.Duration
+		want     string
+	}{
+		{name: "released at D-3s", released: 37 * time.Second, stopAt: 37 * time.Second, want: "1 released"},
+		{name: "still listed at D", stopAt: 40 * time.Second, want: "1 still in use"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			node := testNode()
+			node.Status.VolumesInUse = []v1.UniqueVolumeName{vol}
+			db := testPod("db", 5, spotToleration(secs(600)))
+			db.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "data-db"}}}}
+			h := newHarness(t, func(c *Config) { c.VolumeRelease = "16s" }, node, db)
+			h.notice(t0.Add(40 * time.Second)) // window end t0+35s
+			h.a.exec.SyncPod(h.ctx, "ns/db")   // planned with the volume rule: its volumes are read
+			h.drainEvents()
+			parent, cancel := context.WithCancel(h.ctx)
+			cancel() // the signal
+			stopped := make(chan struct{})
+			workDone := make(chan struct{})
+			defer close(workDone)
+			clk := clocktesting.NewFakeClock(t0.Add(30 * time.Second))
+			h.clock.SetTime(t0.Add(35 * time.Second))
+			go h.a.lingerOnStop(parent, clk, func() { close(stopped) }, workDone)
+			for done := false; !done; {
+				select {
+				case <-stopped:
+					done = true
+				default:
+					if !clk.HasWaiters() {
+						goruntime.Gosched()
+						continue
+					}
+					if c.released > 0 && !clk.Now().Before(t0.Add(c.released)) {
+						h.a.exec.ObserveVolumes(nil, clk.Now())
+					}
+					clk.Step(100 * time.Millisecond)
+				}
+			}
+			if got := clk.Now().Sub(t0); got < c.stopAt || got > c.stopAt+time.Second {
+				t.Errorf("stopped at T+%v, want at T+%v", got, c.stopAt)
+			}
+			evs := h.drainEvents()
+			found := false
+			for _, e := range evs {
+				found = found || strings.Contains(e, "InterruptionHandled") && strings.Contains(e, c.want)
+			}
+			if !found {
+				t.Errorf("events at the stop %q: want the window's summary with %q", evs, c.want)
+			}
+		})
 	}
 }
 

@@ -8,9 +8,9 @@ import (
 
 // keepTail keeps in the trimmed pod out what plan.Tail reads of p: whether a regular container
 // has a preStop hook (an empty handler marks it) and each native sidecar (a restartable init
-// container, its name and restart policy alone), so that the plan leaves room for the time the
-// kubelet may take past the grace (issue 38, case 2). It also keeps what makes a pod a CSI node
-// plugin (keepVolumePlugin).
+// container: its restart policy, and whether it has a preStop hook of its own), so that the plan
+// leaves room for the time the kubelet may take past the grace (issue 38, case 2; issue 50, case
+// 3). It also keeps what makes a pod a CSI node plugin (keepVolumePlugin).
 func keepTail(p, out *v1.Pod) {
 	keepVolumePlugin(p, out)
 	for _, c := range p.Spec.Containers {
@@ -26,8 +26,13 @@ func keepTail(p, out *v1.Pod) {
 		if c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways {
 			always := v1.ContainerRestartPolicyAlways
 			// No resources: the requests the pressure loop ranks by are in the requests
-			// container already, sidecars' included.
-			out.Spec.InitContainers = append(out.Spec.InitContainers, v1.Container{Name: "sidecar", RestartPolicy: &always})
+			// container already, sidecars' included. A sidecar's own preStop hook lengthens
+			// the tail (plan.SidecarHookTail): an empty handler marks it.
+			sc := v1.Container{Name: "sidecar", RestartPolicy: &always}
+			if c.Lifecycle != nil && c.Lifecycle.PreStop != nil {
+				sc.Lifecycle = &v1.Lifecycle{PreStop: &v1.LifecycleHandler{}}
+			}
+			out.Spec.InitContainers = append(out.Spec.InitContainers, sc)
 		}
 	}
 }

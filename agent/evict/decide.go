@@ -31,14 +31,18 @@ const (
 	actForce
 	// actShorten: a DELETE that brings a terminating pod's end forward into the window.
 	actShorten
+	// actMark: the DisruptionTarget patch that precedes the force point's DELETE.
+	actMark
 )
 
 func (k actionKind) String() string {
-	return [...]string{"none", "wait", "evict", "force", "shorten"}[k]
+	return [...]string{"none", "wait", "evict", "force", "shorten", "mark"}[k]
 }
 
 // slot is a request's place in the gate: its order (the pod's last safe moment), must-go
-// moment and last chance (gate.go).
+// moment and last chance (gate.go), these two before the send margin: the gate takes off the
+// margin of the moment whenever it looks (admit), so that a request that waits while the margin
+// grows still goes when it must (issue 50, case 2).
 type slot struct {
 	key, mustGo, lastChance time.Time
 }
@@ -66,7 +70,20 @@ type action struct {
 	pl      plan.Plan
 	w       plan.Window
 	forceAt time.Time
-	gate    slot
+	// mark says that a force point's DELETE would follow the DisruptionTarget patch, due at
+	// markAt, a margin before the force point.
+	mark   bool
+	markAt time.Time
+	gate   slot
+}
+
+// atMargin is a with its force point and the patch's moment for the send margin margin.
+func (a action) atMargin(margin time.Duration) action {
+	a.forceAt = forcePoint(a.pl, margin)
+	if a.mark {
+		a.markAt = a.forceAt.Add(-margin)
+	}
+	return a
 }
 
 // podFacts is what decide reads of a pod's state in the current drain.
@@ -81,6 +98,8 @@ type podFacts struct {
 	throttled, deleteFailures int
 	// atRisk is set once the pod's volume was reported at risk in this window.
 	atRisk bool
+	// marked is set once the DisruptionTarget patch was sent in this window.
+	marked bool
 }
 
 // decision is decide's input: the pod, its state, the view, the executor's settings, the
@@ -139,15 +158,31 @@ func decidePlanned(d decision) action {
 	if pl.ByDeadline {
 		fireAt = fireAt.Add(-d.margin)
 	}
-	forceAt := pl.Latest.Add(-plan.EvictionLead - d.margin)
+	forceAt := forcePoint(pl, d.margin)
+	// The force point's DELETE follows the DisruptionTarget patch (markDisruptionTarget), which
+	// takes an answer's time too: for a pod refused or failed before, the patch goes a margin
+	// before the force point, so that the DELETE still leaves at it with the whole grace. Sent
+	// together at the force point, a server whose answers took 1 s cost the pod a second
+	// (issue 50, case 1).
+	patch := w.HasDeadline() && !d.facts.marked && !disruptionTarget(pod)
+	mark := patch && d.facts.attempts > 0
+	markAt := forceAt.Add(-d.margin)
 	if d.facts.nextTry.After(fireAt) {
 		fireAt = d.facts.nextTry
 	}
-	if w.HasDeadline() && fireAt.After(forceAt) {
-		// No wait outlasts the pod's last safe moment.
+	if w.HasDeadline() && (fireAt.After(forceAt) || d.facts.attempts > 0 && fireAt.After(markAt)) {
+		// No wait outlasts the pod's last safe moment; and a retry whose answer would come
+		// after the force point is not sent: its refusal would hold the DELETE one answer
+		// past it (issue 50, case 1).
 		fireAt = forceAt
 	}
-	a := action{pl: pl, w: w, forceAt: forceAt}
+	if mark && fireAt.After(markAt) {
+		fireAt = markAt
+	}
+	a := action{pl: pl, w: w, forceAt: forceAt, mark: patch}
+	if patch {
+		a.markAt = markAt
+	}
 	if now.Before(fireAt) {
 		a.kind, a.at = actWait, fireAt
 		a.announce = d.facts.attempts == 0 && !d.facts.announced.Equal(pl.EvictAt)
@@ -161,22 +196,47 @@ func decidePlanned(d decision) action {
 		return a
 	}
 	// The last chance leaves the least grace and the kubelet's tail (plan.Tail) before the
-	// window's end.
-	a.gate = slot{key: gateKey(pl, w), mustGo: mustGo(w, forceAt), lastChance: lastChance(w, d.margin, d.minKill+pl.Tail)}
+	// window's end. Both moments go to the gate without the margin (slot).
+	a.gate = slot{key: gateKey(pl, w), mustGo: mustGo(w, forcePoint(pl, 0)), lastChance: lastChance(w, 0, d.minKill+pl.Tail)}
 	a.kind = actEvict
-	if w.HasDeadline() && d.facts.attempts > 0 && !now.Before(forceAt) {
+	switch {
+	case w.HasDeadline() && d.facts.attempts > 0 && !now.Before(forceAt):
 		// Refused or failed before, and the force point has come: the machine is going
 		// away, a graceful delete now beats a hard stop at the deadline.
 		a.kind = actForce
+	case mark && !now.Before(markAt):
+		// Its must-go moment is the patch's: a margin before the force point's, which the
+		// gate takes off as well.
+		a.kind = actMark
+		a.gate.mustGo = mustGo(w, forcePoint(pl, 0).Add(-d.margin))
 	}
 	return a
 }
 
-// atGrant is what a request decided as a does when the gate lets it go at now: its own kind,
-// or, for an eviction refused or failed before whose force point came while it waited for its
-// turn, the force point's DELETE, which takes a turn of its own.
-func atGrant(a action, f podFacts, now time.Time) actionKind {
-	if a.kind == actEvict && a.w.HasDeadline() && f.attempts > 0 && !now.Before(a.forceAt) {
+// disruptionTarget reports whether pod carries DisruptionTarget=True already (the Eviction API
+// sets it, and so does an earlier patch of reprieve's).
+func disruptionTarget(pod *v1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == v1.DisruptionTarget && c.Status == v1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// forcePoint is the force point of a pod planned as pl with the send margin margin: its last
+// safe moment less the request's lead and the margin.
+func forcePoint(pl plan.Plan, margin time.Duration) time.Time {
+	return pl.Latest.Add(-plan.EvictionLead - margin)
+}
+
+// atGrant is what a request decided as a does when the gate lets it go at now, with the send
+// margin of that moment: its own kind, or, for an eviction (or the patch before the force
+// point) of a pod refused or failed before whose force point (with that margin) came while it
+// waited for its turn, the force point's DELETE, which takes a turn of its own (and patches
+// first).
+func atGrant(a action, f podFacts, margin time.Duration, now time.Time) actionKind {
+	if (a.kind == actEvict || a.kind == actMark) && a.w.HasDeadline() && f.attempts > 0 && !now.Before(forcePoint(a.pl, margin)) {
 		return actForce
 	}
 	return a.kind
@@ -202,7 +262,7 @@ func decideShorten(d decision, w plan.Window) action {
 	tail := plan.Tail(d.pod)
 	last := w.End().Add(-d.minKill - tail)
 	return action{kind: actShorten, w: w, pl: plan.Plan{Tail: tail},
-		gate: slot{key: last, mustGo: last.Add(-plan.EvictionLead - d.margin), lastChance: lastChance(w, d.margin, d.minKill+tail)}}
+		gate: slot{key: last, mustGo: last.Add(-plan.EvictionLead), lastChance: lastChance(w, 0, d.minKill+tail)}}
 }
 
 // sent is what a request asks for when it leaves at now with the measured margin queue: its
@@ -220,8 +280,9 @@ type sent struct {
 // sendGrace is sent for a request of kind k for a pod planned as a (actEvict, actForce) or
 // terminating until deletion (actShorten).
 //
-// The grace also leaves the kubelet's tail (plan.Tail: a preStop hook or a native sidecar that
-// uses the whole grace adds 2 s each in the kubelet) before the window's end.
+// The grace also leaves the kubelet's tail (plan.Tail: 2 s where a preStop hook or native
+// sidecars may use the whole grace, 3 s where a sidecar has a hook of its own) before the
+// window's end.
 func sendGrace(k actionKind, a action, deletion, at time.Time, queue time.Duration) sent {
 	lands := at.Add(plan.RequestAllowance + queue)
 	var grace time.Duration
@@ -234,7 +295,7 @@ func sendGrace(k actionKind, a action, deletion, at time.Time, queue time.Durati
 	if k == actShorten {
 		end = lands.Add(grace)
 	}
-	return sent{grace: grace, end: end, bound: QueueBound(a.w, grace, at)}
+	return sent{grace: grace, end: end, bound: QueueBound(a.w, grace, a.pl.Tail, at)}
 }
 
 // resultKind sorts an answer.
@@ -266,10 +327,10 @@ type result struct {
 	nextTry time.Time
 }
 
-// outcome sorts the answer err to a request of kind k, sent at sentAt (now: when the answer
-// came) for a pod planned as a, whose state counted f's refusals or failures, requests without
-// a seat and failed deletes before this one, with the gate's pause still pauseLeft.
-func outcome(k actionKind, a action, err error, f podFacts, sentAt, now time.Time, pauseLeft time.Duration) result {
+// outcome sorts the answer err to a request of kind k, answered at now, for a pod planned as a,
+// whose state counted f's refusals or failures, requests without a seat and failed deletes
+// before this one, with the gate's pause still pauseLeft. Its retry counts from now.
+func outcome(k actionKind, a action, err error, f podFacts, now time.Time, pauseLeft time.Duration) result {
 	switch {
 	case errors.Is(err, errNotSent):
 		return result{kind: resStale, retry: time.Nanosecond}
@@ -314,13 +375,21 @@ func outcome(k actionKind, a action, err error, f podFacts, sentAt, now time.Tim
 		// return.
 		kind, limit = resRefused, EvictionBackoffMax
 	}
-	if w.HasDeadline() && !sentAt.Before(a.forceAt) {
+	if w.HasDeadline() && !now.Before(a.forceAt) {
 		// The machine is going away: a graceful delete now beats a hard stop at the deadline.
 		return result{kind: kind, force: true}
 	}
-	next := sentAt.Add(min(evictionBackoffBase<<min(f.attempts, 10), limit))
+	// The backoff runs from the answer, which is when the actuator applies the retry. Counted
+	// from the send, a pod whose answers took 1 s was looked at again one answer after its
+	// force point, and deleted a second late with a second less (issue 50, case 1).
+	next := now.Add(min(evictionBackoffBase<<min(f.attempts, 10), limit))
 	if w.HasDeadline() && next.After(a.forceAt) {
 		next = a.forceAt
 	}
-	return result{kind: kind, retry: next.Sub(sentAt), nextTry: next}
+	retry := next.Sub(now)
+	if a.mark && next.After(a.markAt) {
+		// The DisruptionTarget patch is due before the backoff ends (decide's actMark).
+		retry = max(a.markAt.Sub(now), time.Nanosecond)
+	}
+	return result{kind: kind, retry: retry, nextTry: next}
 }

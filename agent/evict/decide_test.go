@@ -50,6 +50,26 @@ func TestDecide(t *testing.T) {
 					t.Errorf("slot %+v", a.gate)
 				}
 			}},
+		// Issue 50, case 2: the slot leaves the margin to the gate, which takes off the margin
+		// of the moment whenever it looks (admit): a request that waits is decided again when
+		// the margin grows.
+		{name: "due now with a margin: the slot's moments come without it", pod: testPod("p", 10), now: t0, margin: 300 * time.Millisecond, want: actEvict,
+			check: func(t *testing.T, a action) {
+				if !a.gate.mustGo.Equal(latest.Add(-plan.EvictionLead)) || !a.gate.lastChance.Equal(t0.Add(35*time.Second-minKill-plan.EvictionLead)) {
+					t.Errorf("slot %+v, want the must-go moment and last chance without the margin", a.gate)
+				}
+				if !a.forceAt.Equal(latest.Add(-plan.EvictionLead - 300*time.Millisecond)) {
+					t.Errorf("force point %s, want it less the margin", a.forceAt)
+				}
+			}},
+		{name: "terminating past the window, with a margin: the slot's moments come without it", pod: terminating(t0.Add(100*time.Second), 100), now: t0,
+			margin: 300 * time.Millisecond, want: actShorten,
+			check: func(t *testing.T, a action) {
+				last := t0.Add(35*time.Second - minKill)
+				if !a.gate.mustGo.Equal(last.Add(-plan.EvictionLead)) || !a.gate.lastChance.Equal(last.Add(-plan.EvictionLead)) {
+					t.Errorf("slot %+v, want the must-go moment and last chance without the margin", a.gate)
+				}
+			}},
 		{name: "due later by tolerationSeconds: wait, announced", pod: tolerating(8), now: t0, want: actWait,
 			check: func(t *testing.T, a action) {
 				if !a.at.Equal(t0.Add(8*time.Second)) || !a.announce {
@@ -82,6 +102,45 @@ func TestDecide(t *testing.T) {
 				}
 			}},
 		{name: "refused before and past the force point: force", pod: testPod("p", 10), now: latest, facts: podFacts{attempts: 2}, want: actForce},
+		// Issue 50, case 1: the force point's DELETE follows the DisruptionTarget patch, which
+		// takes an answer's time too: the patch goes a margin before the force point, so that
+		// the DELETE leaves at the force point with the whole grace.
+		{name: "refused before, waiting: wakes a margin before the force point, for the patch", pod: testPod("p", 10), now: t0.Add(10 * time.Second),
+			margin: time.Second, facts: podFacts{attempts: 2, nextTry: t0.Add(23500 * time.Millisecond)}, want: actWait,
+			check: func(t *testing.T, a action) {
+				if !a.at.Equal(t0.Add(22500 * time.Millisecond)) {
+					t.Errorf("wait until %s, want T+22.5s (the force point T+23.5s less the margin)", a.at)
+				}
+			}},
+		{name: "refused before, a margin before the force point: the patch goes", pod: testPod("p", 10), now: t0.Add(22500 * time.Millisecond),
+			margin: time.Second, facts: podFacts{attempts: 2, nextTry: t0.Add(23500 * time.Millisecond)}, want: actMark,
+			check: func(t *testing.T, a action) {
+				if !a.forceAt.Equal(t0.Add(23500 * time.Millisecond)) {
+					t.Errorf("force point %s, want T+23.5s", a.forceAt)
+				}
+			}},
+		{name: "refused before, marked already: waits for the force point", pod: testPod("p", 10), now: t0.Add(22500 * time.Millisecond),
+			margin: time.Second, facts: podFacts{attempts: 2, nextTry: t0.Add(23500 * time.Millisecond), marked: true}, want: actWait,
+			check: func(t *testing.T, a action) {
+				if !a.at.Equal(t0.Add(23500 * time.Millisecond)) {
+					t.Errorf("wait until %s, want the force point T+23.5s", a.at)
+				}
+			}},
+		{name: "refused before, DisruptionTarget on the pod already: waits for the force point", pod: disrupted(testPod("p", 10)), now: t0.Add(22500 * time.Millisecond),
+			margin: time.Second, facts: podFacts{attempts: 2, nextTry: t0.Add(23500 * time.Millisecond)}, want: actWait},
+		{name: "never refused: no patch before its eviction", pod: testPod("p", 10), now: t0.Add(22500 * time.Millisecond), margin: time.Second, facts: podFacts{}, want: actEvict},
+		// Issue 50, case 1: a retry whose answer would come after the force point (within a
+		// margin of it) is not sent: its refusal would hold the DELETE one answer past the force
+		// point (TestSecondForcedDeleteOnASlowServer: 29 s of 30).
+		{name: "refused before and marked, the retry due within a margin of the force point: waits for it", pod: testPod("p", 10), now: t0.Add(23 * time.Second),
+			margin: time.Second, facts: podFacts{attempts: 8, nextTry: t0.Add(23 * time.Second), marked: true}, want: actWait,
+			check: func(t *testing.T, a action) {
+				if !a.at.Equal(t0.Add(23500 * time.Millisecond)) {
+					t.Errorf("wait until %s, want the force point T+23.5s", a.at)
+				}
+			}},
+		{name: "refused before, the retry due a margin before the force point: sent", pod: disrupted(testPod("p", 10)), now: t0.Add(22500 * time.Millisecond),
+			margin: time.Second, facts: podFacts{attempts: 8, nextTry: t0.Add(22500 * time.Millisecond)}, want: actEvict},
 		{name: "past the force point at the first try: still an eviction", pod: testPod("p", 10), now: latest, want: actEvict},
 		{name: "sent already", pod: testPod("p", 10), now: t0, facts: podFacts{done: true}, want: actNone},
 		{name: "tolerates forever: left alone, logged once", pod: forever, now: t0, want: actNone,
@@ -133,6 +192,13 @@ func TestDecide(t *testing.T) {
 	}
 }
 
+// disrupted gives p the DisruptionTarget=True condition, as the Eviction API or an earlier
+// patch leaves it.
+func disrupted(p *v1.Pod) *v1.Pod {
+	p.Status.Conditions = append(p.Status.Conditions, v1.PodCondition{Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: disruptionReason})
+	return p
+}
+
 // TestOutcome: what an answer means for the pod (the window and plan of TestDecide).
 func TestOutcome(t *testing.T) {
 	v := view(t0.Add(40 * time.Second))
@@ -145,7 +211,7 @@ func TestOutcome(t *testing.T) {
 		kind      actionKind
 		err       error
 		facts     podFacts
-		sent, now time.Time
+		sent, now time.Time // sent says when the request left; the answer's time (now) decides
 		pause     time.Duration
 		want      result
 	}{
@@ -175,15 +241,45 @@ func TestOutcome(t *testing.T) {
 		// or the pod only ever gets an eviction too slow to land (issue 38's flake).
 		{name: "cut at its bound past the force point: force", kind: actEvict, err: context.DeadlineExceeded, sent: a.forceAt.Add(-time.Second), now: a.forceAt.Add(3 * time.Second),
 			want: result{kind: resFailed, force: true}},
+		// Issue 50, case 1: the backoff counts from the answer, which is when the actuator
+		// applies it. Counted from the send, a pod whose answers take 1 s was looked at again
+		// one answer after its force point, and deleted a second late with a second less.
+		{name: "refused, answered 1 s after the send: the backoff runs from the answer, to the force point", kind: actEvict, err: pdb, facts: podFacts{attempts: 9},
+			sent: t0.Add(20 * time.Second), now: t0.Add(21 * time.Second),
+			want: result{kind: resRefused, retry: a.forceAt.Sub(t0.Add(21 * time.Second)), nextTry: a.forceAt}},
+		{name: "refused, answered 300 ms after the send: 400 ms from the answer", kind: actEvict, err: pdb, facts: podFacts{attempts: 2},
+			sent: t0, now: t0.Add(300 * time.Millisecond),
+			want: result{kind: resRefused, retry: 400 * time.Millisecond, nextTry: t0.Add(700 * time.Millisecond)}},
+		{name: "refused before the force point, answered past it: force at once", kind: actEvict, err: pdb, facts: podFacts{attempts: 3},
+			sent: a.forceAt.Add(-time.Second), now: a.forceAt.Add(500 * time.Millisecond), want: result{kind: resRefused, force: true}},
 		{name: "a failed delete: retried, capped", kind: actForce, err: apierrors.NewInternalError(fmt.Errorf("etcd")), facts: podFacts{deleteFailures: 9}, sent: t0, now: t0,
 			want: result{kind: resFailed, retry: deleteBackoffMax}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if got := outcome(c.kind, a, c.err, c.facts, c.sent, c.now, c.pause); got != c.want {
+			if got := outcome(c.kind, a, c.err, c.facts, c.now, c.pause); got != c.want {
 				t.Fatalf("outcome %+v, want %+v", got, c.want)
 			}
 		})
+	}
+	// Issue 50, case 1: with a 1 s margin the force point is T+23.5 and the DisruptionTarget
+	// patch is due a margin before it: a refusal whose backoff reaches past T+22.5 looks at the
+	// pod again then, or the patch would only go with the DELETE, a margin late.
+	slow := decide(decision{pod: testPod("p", 10), view: v, now: t0, margin: time.Second, minKill: minKill})
+	got := outcome(actEvict, slow, pdb, podFacts{attempts: 9}, t0.Add(20*time.Second), 0)
+	want := result{kind: resRefused, retry: 2500 * time.Millisecond, nextTry: t0.Add(23500 * time.Millisecond)}
+	if got != want {
+		t.Errorf("refused at T+20 with a 1 s margin: outcome %+v, want %+v (looked at again at the patch's moment T+22.5)", got, want)
+	}
+	got = outcome(actEvict, slow, pdb, podFacts{attempts: 9}, t0.Add(22800*time.Millisecond), 0)
+	if want := (result{kind: resRefused, retry: time.Nanosecond, nextTry: t0.Add(23500 * time.Millisecond)}); got != want {
+		t.Errorf("refused at T+22.8, past the patch's moment: outcome %+v, want %+v (the patch at once)", got, want)
+	}
+	// A pod that carries DisruptionTarget already needs no patch: its backoff runs to the force point.
+	got = outcome(actEvict, decide(decision{pod: disrupted(testPod("p", 10)), view: v, now: t0, margin: time.Second, minKill: minKill}),
+		pdb, podFacts{attempts: 9}, t0.Add(20*time.Second), 0)
+	if want := (result{kind: resRefused, retry: 3500 * time.Millisecond, nextTry: t0.Add(23500 * time.Millisecond)}); got != want {
+		t.Errorf("refused at T+20, DisruptionTarget on the pod already: outcome %+v, want %+v", got, want)
 	}
 }
 
@@ -207,6 +303,29 @@ func TestSendGrace(t *testing.T) {
 			t.Errorf("sent at T+%s with a %s queue: grace %s, want %s", c.at.Sub(t0), c.queue, s.grace, c.want)
 		}
 	}
+	// Issue 50, case 4: a pod with a preStop hook whose grace is cut to the window waits for its
+	// answer no longer than what its tail leaves: grace 32 s (35 s less the allowance and its
+	// 2 s tail, rounded down) may wait 1 s, not 3 s, which would end it 2 s past the window.
+	hooked := testPod("hooked", 40)
+	hooked.Spec.Containers = []v1.Container{{Name: "app", Lifecycle: &v1.Lifecycle{PreStop: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"sleep", "5"}}}}}}
+	a = decide(decision{pod: hooked, view: v, now: t0, minKill: minKill})
+	if s := sendGrace(actEvict, a, time.Time{}, t0, 0); s.grace != 32*time.Second || s.bound != time.Second {
+		t.Errorf("the hooked pod sent at once: grace %s bound %s, want 32s and 1s", s.grace, s.bound)
+	}
+	// Issue 50, case 3: a pod with a preStop hook and an Istio native sidecar in a 33 s window
+	// (deadline T+38): the kubelet caps the sidecar's wait by the same grace, so the tail is 2 s,
+	// not 2 s per stage, and the whole 30 s fits when it is sent at once.
+	always := v1.ContainerRestartPolicyAlways
+	mesh := testPod("mesh", 30)
+	mesh.Spec.Containers = []v1.Container{{Name: "app", Lifecycle: &v1.Lifecycle{PreStop: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"sleep", "5"}}}}}}
+	mesh.Spec.InitContainers = []v1.Container{{Name: "istio-proxy", RestartPolicy: &always}}
+	a = decide(decision{pod: mesh, view: view(t0.Add(38 * time.Second)), now: t0, minKill: minKill})
+	if a.kind != actEvict {
+		t.Fatalf("the mesh pod: decided %s, want evict at once", a.kind)
+	}
+	if s := sendGrace(actEvict, a, time.Time{}, t0, 0); s.grace != 30*time.Second {
+		t.Errorf("the mesh pod sent at once in a 33 s window: grace %s, want its whole 30s", s.grace)
+	}
 }
 
 // TestAtGrant: a granted eviction goes as decided, unless it was refused or failed before and
@@ -214,17 +333,37 @@ func TestSendGrace(t *testing.T) {
 func TestAtGrant(t *testing.T) {
 	a := decide(decision{pod: testPod("p", 10), view: view(t0.Add(40 * time.Second)), now: t0, minKill: minKill})
 	for _, c := range []struct {
-		name  string
-		facts podFacts
-		now   time.Time
-		want  actionKind
+		name   string
+		facts  podFacts
+		margin time.Duration // the margin of the moment (decided with none)
+		now    time.Time
+		want   actionKind
 	}{
-		{"first try, before the force point", podFacts{}, t0, actEvict},
-		{"first try, past the force point: still an eviction", podFacts{}, a.forceAt, actEvict},
-		{"refused before, force point not yet", podFacts{attempts: 1}, a.forceAt.Add(-time.Millisecond), actEvict},
-		{"refused before, force point came while waiting", podFacts{attempts: 1}, a.forceAt, actForce},
+		{"first try, before the force point", podFacts{}, 0, t0, actEvict},
+		{"first try, past the force point: still an eviction", podFacts{}, 0, a.forceAt, actEvict},
+		{"refused before, force point not yet", podFacts{attempts: 1}, 0, a.forceAt.Add(-time.Millisecond), actEvict},
+		{"refused before, force point came while waiting", podFacts{attempts: 1}, 0, a.forceAt, actForce},
+		// Issue 50, case 2: the force point of the moment, with the margin measured while the
+		// request waited: 1 s more of it brings the force point 1 s earlier.
+		{"refused before, the margin grew by 1 s while waiting", podFacts{attempts: 1}, time.Second, a.forceAt.Add(-time.Second), actForce},
 	} {
-		if got := atGrant(a, c.facts, c.now); got != c.want {
+		if got := atGrant(a, c.facts, c.margin, c.now); got != c.want {
+			t.Errorf("%s: %s, want %s", c.name, got, c.want)
+		}
+	}
+	// Issue 50, case 1: a patch before the force point that got its turn only at the force
+	// point is the force point's DELETE (which patches first).
+	m := a
+	m.kind = actMark
+	for _, c := range []struct {
+		name string
+		now  time.Time
+		want actionKind
+	}{
+		{"the patch, before the force point", a.forceAt.Add(-time.Millisecond), actMark},
+		{"the patch, granted at the force point: the DELETE", a.forceAt, actForce},
+	} {
+		if got := atGrant(m, podFacts{attempts: 1}, 0, c.now); got != c.want {
 			t.Errorf("%s: %s, want %s", c.name, got, c.want)
 		}
 	}

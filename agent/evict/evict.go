@@ -111,7 +111,7 @@ func (e *Executor) syncPod(ctx context.Context, key string) time.Duration {
 // facts is decide's view of st. Called with e.mu held.
 func (st *podState) facts() podFacts {
 	return podFacts{done: st.done, attempts: st.attempts, nextTry: st.nextTry, announced: st.announced, logged: st.logged,
-		shortenedTo: st.shortenedTo, throttled: st.throttled, deleteFailures: st.deleteFailures, atRisk: st.atRisk}
+		shortenedTo: st.shortenedTo, throttled: st.throttled, deleteFailures: st.deleteFailures, atRisk: st.atRisk, marked: st.marked}
 }
 
 // update changes st under e.mu.
@@ -290,31 +290,36 @@ func (e *Executor) send(ctx context.Context, key string, pod *v1.Pod, st *podSta
 		t.done(errNotSent)
 		return time.Nanosecond
 	}
-	switch a.kind {
-	case actShorten:
-		return e.sendShorten(ctx, key, pod, st, a, t)
-	case actForce:
-		return e.sendForce(ctx, key, pod, st, view, a, t)
-	}
 	now := e.o.Clock.Now()
 	e.mu.Lock()
 	f := st.facts()
 	e.mu.Unlock()
-	if k := atGrant(a, f, now); k != a.kind {
+	// The margin the server's queue takes now: it may have grown while the request waited.
+	queue := e.gate.sendMargin()
+	if k := atGrant(a, f, queue, now); k != a.kind {
 		// Its force point came while it waited for its turn: the DELETE takes its own turn.
 		t.done(errNotSent)
 		a.kind = k
 		return e.request(ctx, key, pod, st, view, a, async)
 	}
-	// And it leaves the request the margin the server's queue takes now.
-	queue := e.gate.sendMargin()
+	switch a.kind {
+	case actShorten:
+		return e.sendShorten(ctx, key, pod, st, a, t)
+	case actForce:
+		return e.sendForce(ctx, key, pod, st, view, a, t)
+	case actMark:
+		return e.sendMark(ctx, pod, st, a, t)
+	}
+	// And it leaves the request that margin.
 	s := sendGrace(actEvict, a, time.Time{}, now, queue)
 	pl, w := a.pl, a.w
 	klog.FromContext(ctx).Info("Evicting pod", "pod", klog.KObj(pod), "grace", s.grace, "podGrace", pl.Grace,
 		"planned", pl.EvictAt, "due", pl.Due, "latest", pl.Latest, "byDeadline", pl.ByDeadline, "queueMargin", queue, "attempt", f.attempts+f.throttled+1)
 	err := e.evict(ctx, pod, s.grace, s.bound)
 	t.done(gateResult(err, s.bound))
-	r := outcome(actEvict, a, err, f, now, e.o.Clock.Now(), e.gate.pauseLeft())
+	// The answer is judged against the force point of its moment, with the margin it measured.
+	a = a.atMargin(e.gate.sendMargin())
+	r := outcome(actEvict, a, err, f, e.o.Clock.Now(), e.gate.pauseLeft())
 	logger := klog.FromContext(ctx)
 	switch r.kind {
 	case resDone:
@@ -377,7 +382,7 @@ func (e *Executor) send(ctx context.Context, key string, pod *v1.Pod, st *podSta
 // queue does once now > deadline - grace.
 func (e *Executor) sendForce(ctx context.Context, key string, pod *v1.Pod, st *podState, view View, a action, t *ticket) time.Duration {
 	logger := klog.FromContext(ctx)
-	e.markDisruptionTarget(ctx, pod, st, a.w)
+	_, _ = e.markDisruptionTarget(ctx, pod, st, a.w, a.pl.Tail)
 	e.mu.Lock()
 	f := st.facts()
 	e.mu.Unlock()
@@ -388,7 +393,7 @@ func (e *Executor) sendForce(ctx context.Context, key string, pod *v1.Pod, st *p
 	logger.Info("Deleting pod: the reclaim deadline leaves no time for a blocked eviction", "pod", klog.KObj(pod), "grace", s.grace, "attempts", f.attempts)
 	err := e.deletePod(ctx, pod, s.grace, s.bound)
 	t.done(gateResult(err, s.bound))
-	r := outcome(actForce, a, err, f, now, e.o.Clock.Now(), 0)
+	r := outcome(actForce, a, err, f, e.o.Clock.Now(), 0)
 	switch r.kind {
 	case resDone:
 		e.recordSent(st, true, s.grace, s.end)
@@ -417,6 +422,15 @@ func (e *Executor) sendForce(ctx context.Context, key string, pod *v1.Pod, st *p
 	return r.retry
 }
 
+// sendMark sends the DisruptionTarget patch that precedes the force point's DELETE of a pod
+// refused or failed before, a margin before the force point (decide's actMark), and returns the
+// wait until the force point, when the DELETE leaves without a patch before it.
+func (e *Executor) sendMark(ctx context.Context, pod *v1.Pod, st *podState, a action, t *ticket) time.Duration {
+	_, err := e.markDisruptionTarget(ctx, pod, st, a.w, a.pl.Tail)
+	t.done(err)
+	return max(forcePoint(a.pl, e.gate.sendMargin()).Sub(e.o.Clock.Now()), time.Nanosecond)
+}
+
 // sendShorten brings a terminating pod's end forward: when its deletionTimestamp falls after
 // the window's end (for example, kube-controller-manager deleted it with its full grace), a
 // DELETE with the grace that is left.
@@ -426,7 +440,7 @@ func (e *Executor) sendShorten(ctx context.Context, key string, pod *v1.Pod, st 
 	margin := e.gate.sendMargin()
 	s := sendGrace(actShorten, a, pod.DeletionTimestamp.Time, e.o.Clock.Now(), margin)
 	now := e.o.Clock.Now()
-	if e.markDisruptionTarget(ctx, pod, st, w) {
+	if sent, _ := e.markDisruptionTarget(ctx, pod, st, w, a.pl.Tail); sent {
 		// The patch took time: the grace counts from when the DELETE leaves.
 		now = e.o.Clock.Now()
 		s = sendGrace(actShorten, a, pod.DeletionTimestamp.Time, now, margin)
@@ -438,7 +452,7 @@ func (e *Executor) sendShorten(ctx context.Context, key string, pod *v1.Pod, st 
 	e.mu.Lock()
 	f := st.facts()
 	e.mu.Unlock()
-	r := outcome(actShorten, a, err, f, now, e.o.Clock.Now(), 0)
+	r := outcome(actShorten, a, err, f, e.o.Clock.Now(), 0)
 	switch r.kind {
 	case resDone:
 		e.recordSent(st, false, s.grace, s.end)
@@ -596,21 +610,24 @@ func mustGo(w plan.Window, forceAt time.Time) time.Time {
 }
 
 // QueueBound is how long a request sent at sent that asks for grace may take, so that the pod
-// still ends by the window's end: APF may hold a request in its queue, and the server counts
-// the grace from when it handles it, so a request that waited longer would end the pod late.
-// Past the bound the request is cancelled (APF drops a queued request whose client went away)
-// and sent again with the grace recomputed. Never less than the RequestAllowance a request
-// needs to land, never more than RequestTimeout; RequestTimeout without a deadline.
+// still ends by the window's end, the kubelet's tail after the grace (plan.Tail) included: APF
+// may hold a request in its queue, and the server counts the grace from when it handles it, so
+// a request that waited longer would end the pod late. Past the bound the request is cancelled
+// (APF drops a queued request whose client went away) and sent again with the grace recomputed.
+// Never less than the RequestAllowance a request needs to land, never more than RequestTimeout;
+// RequestTimeout without a deadline. Leaving the tail out let a preStop hook's pod, its grace
+// cut to end 2 s before the window's end, wait 2 s longer and end 2 s past it (issue 50, case
+// 4).
 //
 // A request that asks for the least grace (plan.MinGrace) waits RequestTimeout: sent again,
 // it would ask for the same second, behind every request that arrived meanwhile. Cut at the
 // allowance (250 ms), a pod's last-chance request never got through a server slower than that:
 // each resend was cut in turn until the server sped up (TestLastChanceRequestNotCut).
-func QueueBound(w plan.Window, grace time.Duration, sent time.Time) time.Duration {
+func QueueBound(w plan.Window, grace, tail time.Duration, sent time.Time) time.Duration {
 	if !w.HasDeadline() || grace <= plan.MinGrace {
 		return RequestTimeout
 	}
-	return min(RequestTimeout, max(w.End().Sub(sent)-grace, plan.RequestAllowance))
+	return min(RequestTimeout, max(w.End().Sub(sent)-grace-tail, plan.RequestAllowance))
 }
 
 // lastChance is when a request waiting for its turn goes past everything, the gate's pause
@@ -692,13 +709,15 @@ func deleteRetryAfter(n int) time.Duration {
 
 // markBound is how long the DisruptionTarget patch before a DELETE sent at now may take: the
 // DELETE's grace is computed after it, so every second it takes is a second of the pod's
-// grace, and it may not hold the DELETE past the pod's last chance (lastChance). At least the
-// allowance a request needs to land; RequestTimeout at most, and without a deadline.
-func markBound(w plan.Window, margin time.Duration, now time.Time) time.Duration {
+// grace, and it may not hold the DELETE past the pod's last chance (lastChance, with the pod's
+// kubelet tail: without it a preStop hook's pod was deleted 2 s past its own last chance and
+// ended 1.75 s past the window, issue 50 case 4). At least the allowance a request needs to
+// land; RequestTimeout at most, and without a deadline.
+func markBound(w plan.Window, margin, tail time.Duration, now time.Time) time.Duration {
 	if !w.HasDeadline() {
 		return RequestTimeout
 	}
-	return min(RequestTimeout, max(lastChance(w, margin, minKill).Sub(now), plan.RequestAllowance))
+	return min(RequestTimeout, max(lastChance(w, margin, minKill+tail).Sub(now), plan.RequestAllowance))
 }
 
 // Reason and message of the DisruptionTarget condition reprieve sets before it deletes a pod.
@@ -711,16 +730,14 @@ const (
 // pkg/controller/tainteviction/taint_eviction.go): the Eviction API sets it itself, a DELETE
 // does not, and a Job whose podFailurePolicy ignores disruptions relies on it. A failure is
 // logged and the DELETE goes ahead: ending the pod before the machine goes matters more. It
-// reports whether it sent a request.
-func (e *Executor) markDisruptionTarget(ctx context.Context, pod *v1.Pod, st *podState, w plan.Window) bool {
-	if e.o.DryRun || st.marked {
-		return false
-	}
+// reports whether it sent a request, and its error (errNotSent when it sent none).
+func (e *Executor) markDisruptionTarget(ctx context.Context, pod *v1.Pod, st *podState, w plan.Window, tail time.Duration) (bool, error) {
+	e.mu.Lock()
+	marked := st.marked
 	st.marked = true // once per pod and window, even when it failed: the DELETE is what counts
-	for _, c := range pod.Status.Conditions {
-		if c.Type == v1.DisruptionTarget && c.Status == v1.ConditionTrue {
-			return false
-		}
+	e.mu.Unlock()
+	if e.o.DryRun || marked || disruptionTarget(pod) {
+		return false, errNotSent
 	}
 	msg := "reprieve: deleting the pod before its node's reclaim deadline"
 	if w.HasDeadline() {
@@ -736,13 +753,13 @@ func (e *Executor) markDisruptionTarget(ctx context.Context, pod *v1.Pod, st *po
 	})
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Encoding the DisruptionTarget condition failed", "pod", klog.KObj(pod))
-		return false
+		return false, errNotSent
 	}
-	rctx, cancel := context.WithTimeout(ctx, markBound(w, e.gate.sendMargin(), e.o.Clock.Now()))
+	rctx, cancel := context.WithTimeout(ctx, markBound(w, e.gate.sendMargin(), tail, e.o.Clock.Now()))
 	defer cancel()
-	if _, err := e.o.Client.CoreV1().Pods(pod.Namespace).Patch(rctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
-		klog.FromContext(ctx).Error(fmt.Errorf("patching the DisruptionTarget condition of pod %s/%s: %w", pod.Namespace, pod.Name, err),
-			"Marking the pod as a disruption target failed; deleting it anyway", "pod", klog.KObj(pod))
+	if _, err = e.o.Client.CoreV1().Pods(pod.Namespace).Patch(rctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		err = fmt.Errorf("patching the DisruptionTarget condition of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		klog.FromContext(ctx).Error(err, "Marking the pod as a disruption target failed; deleting it anyway", "pod", klog.KObj(pod))
 	}
-	return true
+	return true, err
 }

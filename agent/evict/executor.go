@@ -292,6 +292,11 @@ func (e *Executor) Background(ctx context.Context) (done func(error), err error)
 	return t.done, nil
 }
 
+// Seed gives the executor an answer time of the API server measured outside its own requests
+// (the agent's caches' first list): the margin its requests leave until their own first answer,
+// for a minute (gate.seed).
+func (e *Executor) Seed(d time.Duration) { e.gate.seed(d) }
+
 // IsPDBRefusal reports whether an eviction failed because a PodDisruptionBudget allows no
 // disruption.
 func IsPDBRefusal(err error) bool { return isPDBRefusal(err) }
@@ -417,10 +422,9 @@ const maxPodVolumeLines = 10
 
 // podVolumeSummary says, for each pod planned in window w with a volume that needs attaching,
 // when each of its volumes left the node's volumesInUse (volumes, from ObserveVolumes) relative
-// to the deadline D, or that it was still in use at the window's end; a pod whose volumes could
-// not be read is "unknown", with why. held reports a volume still in use.
-func podVolumeSummary(pods map[string]podVolumes, volumes map[v1.UniqueVolumeName]time.Time, w plan.Window) (lines []string, held bool) {
-	end := w.End()
+// to the deadline D, or that it was still in use at the count's moment at; a pod whose volumes
+// could not be read is "unknown", with why. held reports a volume still in use.
+func podVolumeSummary(pods map[string]podVolumes, volumes map[v1.UniqueVolumeName]time.Time, w plan.Window, at time.Time) (lines []string, held bool) {
 	for _, key := range slices.Sorted(maps.Keys(pods)) {
 		pv := pods[key]
 		var parts []string
@@ -428,15 +432,15 @@ func podVolumeSummary(pods map[string]podVolumes, volumes map[v1.UniqueVolumeNam
 			pv.err = errPodVolumesPending
 		}
 		for _, name := range pv.vols.Attach {
-			at, seen := volumes[name]
+			gone, seen := volumes[name]
 			switch {
 			case !seen:
 				parts = append(parts, fmt.Sprintf("volume %s not seen in the node's volumesInUse during the window", name))
-			case !at.IsZero() && !at.After(end):
-				parts = append(parts, fmt.Sprintf("volume %s released at D%+.1fs", name, at.Sub(w.Deadline).Seconds()))
+			case !gone.IsZero() && !gone.After(at):
+				parts = append(parts, fmt.Sprintf("volume %s released at D%+.1fs", name, gone.Sub(w.Deadline).Seconds()))
 			default:
 				held = true
-				parts = append(parts, fmt.Sprintf("volume %s still in use at the window's end", name))
+				parts = append(parts, fmt.Sprintf("volume %s still in use at D%+.1fs", name, at.Sub(w.Deadline).Seconds()))
 			}
 		}
 		for _, desc := range pv.vols.NoAttach {
@@ -457,25 +461,19 @@ func podVolumeSummary(pods map[string]podVolumes, volumes map[v1.UniqueVolumeNam
 
 // volumesToCount is what reprieve_window_volumes_total counts of a window: the volumes in use
 // during it that belong to the pods reprieve planned with the volume rule (pods), released by
-// end or not. A volume of a pod that reprieve leaves on the node on purpose (it tolerates the
-// interruption forever, a DaemonSet's, one the filter skips) is not counted: the alert on a
-// volume still in use must be one someone can act on. When some planned pod's volumes are
-// unknown, or the volume rule is off (rule false: no pod's volumes are read), every volume
-// counts: it cannot tell them apart, and with the rule off a volume still in use is the wait
-// the rule is there to spare.
-func volumesToCount(pods map[string]podVolumes, volumes map[v1.UniqueVolumeName]time.Time, end time.Time, rule bool) (released, held int) {
-	mine, unknown := map[v1.UniqueVolumeName]bool{}, !rule
-	for _, pv := range pods {
-		for _, name := range pv.vols.Attach {
-			mine[name] = true
-		}
-		unknown = unknown || pv.err != nil || pv.pending
-	}
-	for name, at := range volumes {
-		if !mine[name] && !unknown {
+// at (the count's moment) or not. A volume of a pod that reprieve leaves on the node on purpose
+// (it tolerates the interruption forever, a DaemonSet's, one the filter skips) is not counted:
+// the alert on a volume still in use must be one someone can act on. When some planned pod's
+// volumes are unknown, or the volume rule is off (rule false: no pod's volumes are read), every
+// volume counts: it cannot tell them apart, and with the rule off a volume still in use is the
+// wait the rule is there to spare.
+func volumesToCount(pods map[string]podVolumes, volumes map[v1.UniqueVolumeName]time.Time, at time.Time, rule bool) (released, held int) {
+	counts := countedVolumes(pods, rule)
+	for name, gone := range volumes {
+		if !counts(name) {
 			continue
 		}
-		if !at.IsZero() && !at.After(end) {
+		if !gone.IsZero() && !gone.After(at) {
 			released++
 		} else {
 			held++
@@ -484,11 +482,56 @@ func volumesToCount(pods map[string]podVolumes, volumes map[v1.UniqueVolumeName]
 	return released, held
 }
 
-// volumeSummary says which volumes in use during the window were released by end, and which
-// not (sorted), for the window's summary.
-func volumeSummary(volumes map[v1.UniqueVolumeName]time.Time, end time.Time) (released int, held []string) {
-	for name, at := range volumes {
-		if !at.IsZero() && !at.After(end) {
+// countedVolumes is volumesToCount's choice of the volumes it counts, as a test.
+func countedVolumes(pods map[string]podVolumes, rule bool) func(v1.UniqueVolumeName) bool {
+	mine, unknown := map[v1.UniqueVolumeName]bool{}, !rule
+	for _, pv := range pods {
+		for _, name := range pv.vols.Attach {
+			mine[name] = true
+		}
+		unknown = unknown || pv.err != nil || pv.pending
+	}
+	return func(name v1.UniqueVolumeName) bool { return unknown || mine[name] }
+}
+
+// volumesPending is how many of the volumes volumesToCount counts the node still lists in use
+// (volumes, from ObserveVolumes).
+func volumesPending(pods map[string]podVolumes, volumes map[v1.UniqueVolumeName]time.Time, rule bool) int {
+	counts, n := countedVolumes(pods, rule), 0
+	for name, gone := range volumes {
+		if gone.IsZero() && counts(name) {
+			n++
+		}
+	}
+	return n
+}
+
+// volumeCountDue reports whether the window's summary, with its volume count, may be given at
+// now, with pending counted volumes still listed in use: once the window has ended, when none
+// is, and at the deadline in any case. The volume rule has a pod gone VolumeRelease before the
+// deadline so that the kubelet publishes the release by the deadline, not by the window's end:
+// counted at the window's end, a pod gone at D - 15.4 s whose volume was unmounted in 0.5 s and
+// published at D - 4.6 s was counted still in use, and the alert said its detach would wait six
+// minutes while the controller detached it at once (issue 50, case 6).
+func volumeCountDue(w plan.Window, pending int, now time.Time) bool {
+	return !now.Before(w.End()) && (pending == 0 || !now.Before(w.Deadline))
+}
+
+// volumesHoldDrain reports whether pending counted volumes still listed in use keep the node
+// from counting as drained at now (Drained): the cloud, once told, lets the machine go, and a
+// volume the kubelet has not yet published released would wait six minutes for its detach
+// (issue 50, case 5). Bounded by the window's end: from then on the cloud gains only seconds,
+// and a volume stuck in use (its unmount hangs) must not hold the approval until the event's
+// own start.
+func volumesHoldDrain(w plan.Window, pending int, now time.Time) bool {
+	return pending > 0 && now.Before(w.End())
+}
+
+// volumeSummary says which volumes in use during the window were released by at (the count's
+// moment), and which not (sorted), for the window's summary.
+func volumeSummary(volumes map[v1.UniqueVolumeName]time.Time, at time.Time) (released int, held []string) {
+	for name, gone := range volumes {
+		if !gone.IsZero() && !gone.After(at) {
 			released++
 		} else {
 			held = append(held, string(name))
@@ -498,11 +541,24 @@ func volumeSummary(volumes map[v1.UniqueVolumeName]time.Time, end time.Time) (re
 	return released, held
 }
 
-// Summarize runs once the pending interruption's window has ended (deadline - safety margin):
-// every pod reprieve would still evict is one that missed the deadline. It records them, and one
-// event on the node (and the "handled" webhook) says how the interruption went. It reports
-// whether the current window has been summarized (by this call or an earlier one).
+// Summarize runs once the pending interruption's window has ended (deadline - safety margin)
+// and its volume count is due (volumeCountDue: no volume of the pods it evicted still listed in
+// use, or the deadline, by which the kubelet is due to publish their release): every pod
+// reprieve would still evict is one that missed the deadline. It records them, and one event on
+// the node (and the "handled" webhook) says how the interruption went and which volumes were
+// released. It reports whether the current window has been summarized (by this call or an
+// earlier one).
 func (e *Executor) Summarize(ctx context.Context, now time.Time) bool {
+	return e.summarize(ctx, now, false)
+}
+
+// SummarizeFinal is Summarize for an agent that stops: once the window has ended, the summary
+// is given now, with the volumes still listed counted as still in use.
+func (e *Executor) SummarizeFinal(ctx context.Context, now time.Time) bool {
+	return e.summarize(ctx, now, true)
+}
+
+func (e *Executor) summarize(ctx context.Context, now time.Time, final bool) bool {
 	e.mu.Lock()
 	h := e.drain
 	if !h.window.HasDeadline() || now.Before(h.window.End()) {
@@ -513,14 +569,24 @@ func (e *Executor) Summarize(ctx context.Context, now time.Time) bool {
 		e.mu.Unlock()
 		return true
 	}
+	rule := h.window.VolumeRelease > h.window.SafetyMargin
+	if !final && !volumeCountDue(h.window, volumesPending(h.podVolumes, h.volumes, rule), now) {
+		e.mu.Unlock()
+		return false
+	}
 	h.summarized = true
+	// The count's moment: a release seen after the deadline came too late for the machine.
+	at := now
+	if at.After(h.window.Deadline) {
+		at = h.window.Deadline
+	}
 	// The workers keep adding to h.acted: take a copy while the lock is held.
 	actedKeys := slices.Collect(maps.Keys(h.acted))
 	acted := len(actedKeys)
 	atRisk := maps.Clone(h.atRisk)
-	released, held := volumeSummary(h.volumes, h.window.End())
-	podLines, podHeld := podVolumeSummary(h.podVolumes, h.volumes, h.window)
-	countReleased, countHeld := volumesToCount(h.podVolumes, h.volumes, h.window.End(), h.window.VolumeRelease > h.window.SafetyMargin)
+	released, held := volumeSummary(h.volumes, at)
+	podLines, podHeld := podVolumeSummary(h.podVolumes, h.volumes, h.window, at)
+	countReleased, countHeld := volumesToCount(h.podVolumes, h.volumes, at, rule)
 	view := e.view
 	e.mu.Unlock()
 
@@ -560,7 +626,7 @@ func (e *Executor) Summarize(ctx context.Context, now time.Time) bool {
 			strings.Join(slices.Sorted(maps.Keys(atRisk)), ", "))
 	}
 	if released+len(held) > 0 {
-		summary += fmt.Sprintf("; volumes in use during the window: %d released (gone from the node's volumesInUse) by %s", released, end)
+		summary += fmt.Sprintf("; volumes in use during the window: %d released (gone from the node's volumesInUse) by %s", released, at.UTC().Format(time.RFC3339))
 		if len(held) > 0 {
 			typ = v1.EventTypeWarning
 			summary += fmt.Sprintf(", %d still in use (their detach may wait six minutes): %s", len(held), strings.Join(held, ", "))
@@ -632,12 +698,16 @@ func (e *Executor) livePods(ctx context.Context) func(*v1.Pod) bool {
 }
 
 // Drained returns the notice of the current window when every pod reprieve evicts for it is
-// gone and the cloud was not yet told so, with approved, which records that it was (for the
-// current window only: a new window is approved on its own). ok is false otherwise.
+// gone, and the node no longer lists a volume of theirs in status.volumesInUse (until the
+// window's end: volumesHoldDrain), and the cloud was not yet told so, with approved, which
+// records that it was (for the current window only: a new window is approved on its own). ok is
+// false otherwise.
 func (e *Executor) Drained() (n providers.Notice, approved func(), ok bool) {
+	now := e.o.Clock.Now()
 	e.mu.Lock()
 	h, view := e.drain, e.view
 	done := h.approved || h.notice == nil
+	pending := volumesPending(h.podVolumes, h.volumes, h.window.VolumeRelease > h.window.SafetyMargin)
 	e.mu.Unlock()
 	if done {
 		return providers.Notice{}, nil, false
@@ -656,6 +726,11 @@ func (e *Executor) Drained() (n providers.Notice, approved func(), ok bool) {
 			// once and cuts the grace the pod was given (issue 38, case 4).
 			return providers.Notice{}, nil, false
 		}
+	}
+	if volumesHoldDrain(h.window, pending, now) {
+		// The pods are gone, not yet their volumes: the kubelet publishes the release at its
+		// next status update (issue 50, case 5).
+		return providers.Notice{}, nil, false
 	}
 	return *h.notice, func() {
 		e.mu.Lock()

@@ -14,9 +14,11 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -645,7 +647,7 @@ func TestVolumesReleasedInTheSummary(t *testing.T) {
 // TestVolumesReleasedPerPodInTheSummary (issue 40, item 2): the window's summary says, for each
 // pod planned with a volume that needs attaching, when each of its volumes (read from the API
 // once, when the pod is first planned in the window) left the node's volumesInUse, relative to
-// the deadline, or that it was still in use at the window's end; a pod whose volumes could not
+// the deadline, or that it was still in use when counted (at the deadline); a pod whose volumes could not
 // be read is "unknown", never left out; a pod without such a volume is not listed; the
 // node-level figures stay.
 func TestVolumesReleasedPerPodInTheSummary(t *testing.T) {
@@ -662,7 +664,7 @@ func TestVolumesReleasedPerPodInTheSummary(t *testing.T) {
 	}{
 		{name: "read from the API server", reader: true, want: []string{
 			"ns/db-0: volume " + string(a) + " released at D-7.7s",
-			"ns/db-1: volume " + string(b) + " still in use at the window's end",
+			"ns/db-1: volume " + string(b) + " still in use at D+0.0s",
 			`ns/db-2: volumes unknown (persistentvolumeclaims "data-db-2" is forbidden)`,
 			"ns/db-3: volume data (PersistentVolume pv-nfs, nfs) attaches to no node",
 		}},
@@ -717,7 +719,12 @@ func TestVolumesReleasedPerPodInTheSummary(t *testing.T) {
 				}
 			}
 			f.e.ObserveVolumes([]v1.UniqueVolumeName{b}, t0.Add(32300*time.Millisecond))
-			f.e.Summarize(context.Background(), t0.Add(35*time.Second))
+			// b is still listed at the window's end: its release is due only by the deadline,
+			// when the summary counts it (issue 50, case 6).
+			if f.e.Summarize(context.Background(), t0.Add(35*time.Second)) {
+				t.Error("summarized at the window's end with a planned pod's volume still listed")
+			}
+			f.e.Summarize(context.Background(), t0.Add(40*time.Second))
 			var summary string
 			for len(f.events.Events) > 0 {
 				if e := <-f.events.Events; strings.Contains(e, "InterruptionHandled") {
@@ -737,7 +744,7 @@ func TestVolumesReleasedPerPodInTheSummary(t *testing.T) {
 			}
 			// The planned pods' volumes in reprieve_window_volumes_total (without a reader
 			// every volume in use counts: it cannot tell whose they are), once per window.
-			f.e.Summarize(context.Background(), t0.Add(36*time.Second))
+			f.e.Summarize(context.Background(), t0.Add(41*time.Second))
 			for result, want := range map[string]float64{metrics.VolumeReleased: 1, metrics.VolumeStillInUse: 1} {
 				if got := testutil.ToFloat64(f.e.o.Metrics.WindowVolumes.WithLabelValues(result)); got != want {
 					t.Errorf("reprieve_window_volumes_total{result=%q} = %v, want %v", result, got, want)
@@ -904,6 +911,335 @@ func TestVolumesToCount(t *testing.T) {
 			if r, h := volumesToCount(c.pods, volumes, end, !c.ruleOff); r != c.released || h != c.stillUse {
 				t.Errorf("released %d, still in use %d; want %d and %d", r, h, c.released, c.stillUse)
 			}
+			// The counted volumes still listed in use are what the count and Azure's approval
+			// wait for (issue 50, cases 5 and 6); one released after the window's end is no
+			// longer among them.
+			if got := volumesPending(c.pods, volumes, !c.ruleOff); got != c.stillUse {
+				t.Errorf("%d still listed, want %d", got, c.stillUse)
+			}
 		})
+	}
+}
+
+// TestVolumeMoments (issue 50, cases 5 and 6): the volume rule has a pod gone VolumeRelease
+// before the deadline D so that the kubelet publishes its volume's release by D, not by the
+// window's end E = D - margin. The count (reprieve_window_volumes_total, the summary) is taken
+// at E when no counted volume is still listed in use, else when the last is released or at D,
+// whichever comes first. The node is drained for Azure's approval once its pods are gone and no
+// counted volume is still listed, or from E on (Azure starts the event at D anyway).
+func TestVolumeMoments(t *testing.T) {
+	w := view(t0.Add(40 * time.Second)).Window // E = T+35, D = T+40
+	for _, c := range []struct {
+		name              string
+		pending           int
+		now               time.Time
+		countDue, holding bool
+	}{
+		{name: "before the window's end, nothing listed: no count yet, nothing holds the approval", now: t0.Add(20 * time.Second)},
+		{name: "before the window's end, a volume listed: it holds the approval", pending: 1, now: t0.Add(20 * time.Second), holding: true},
+		{name: "at the window's end, nothing listed: the count is due", now: t0.Add(35 * time.Second), countDue: true},
+		{name: "at the window's end, a volume listed: its release is due by D, no count yet", pending: 1, now: t0.Add(35 * time.Second)},
+		{name: "4.6 s before D, a volume listed: still no count", pending: 1, now: t0.Add(35400 * time.Millisecond)},
+		{name: "at D, a volume listed: the count is due, it is still in use", pending: 1, now: t0.Add(40 * time.Second), countDue: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := volumeCountDue(w, c.pending, c.now); got != c.countDue {
+				t.Errorf("count due %v, want %v", got, c.countDue)
+			}
+			if got := volumesHoldDrain(w, c.pending, c.now); got != c.holding {
+				t.Errorf("volumes hold the drain %v, want %v", got, c.holding)
+			}
+		})
+	}
+}
+
+// TestVolumeCountedWhenTheReleaseIsDue (issue 50, case 6): a pod with a claim gone at D - 15.4 s
+// whose volume is unmounted in 0.5 s is published released at D - 4.6 s, after the window's end
+// D - 5 s: counted released, not still in use, and the summary says so. A volume still listed
+// at D is counted still in use then.
+func TestVolumeCountedWhenTheReleaseIsDue(t *testing.T) {
+	vol := v1.UniqueVolumeName("kubernetes.io/csi/ebs.csi.aws.com^vol-a")
+	for _, c := range []struct {
+		name     string
+		released time.Duration // after T; 0: never
+		want     map[string]float64
+	}{
+		{name: "released at D-4.6s", released: 35400 * time.Millisecond, want: map[string]float64{metrics.VolumeReleased: 1, metrics.VolumeStillInUse: 0}},
+		{name: "still listed at D", want: map[string]float64{metrics.VolumeReleased: 0, metrics.VolumeStillInUse: 1}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := testPod("db-0", 10)
+			p.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "data-db-0"}}}}
+			f := newFixture(t, p)
+			f.e.o.PodVolumes = func(context.Context, *v1.Pod) (VolumesOf, error) {
+				return VolumesOf{Attach: []v1.UniqueVolumeName{vol}}, nil
+			}
+			vw := view(t0.Add(40 * time.Second))
+			vw.Window.VolumeRelease = 15400 * time.Millisecond
+			f.e.SetView(vw)
+			f.e.ObserveVolumes([]v1.UniqueVolumeName{vol}, t0)
+			f.e.SyncPod(context.Background(), "ns/db-0")
+			f.e.reads.Wait()
+			if err := f.store.Delete(p); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.client.CoreV1().Pods("ns").Delete(context.Background(), p.Name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			counted := func() map[string]float64 {
+				m := map[string]float64{}
+				for _, r := range []string{metrics.VolumeReleased, metrics.VolumeStillInUse} {
+					m[r] = testutil.ToFloat64(f.e.o.Metrics.WindowVolumes.WithLabelValues(r))
+				}
+				return m
+			}
+			f.e.ObserveVolumes([]v1.UniqueVolumeName{vol}, t0.Add(35*time.Second))
+			if f.e.Summarize(context.Background(), t0.Add(35*time.Second)) {
+				t.Error("summarized at the window's end while the volume's release is due only by the deadline")
+			}
+			if got := counted(); got[metrics.VolumeReleased]+got[metrics.VolumeStillInUse] != 0 {
+				t.Fatalf("counted %v at the window's end, before the release is due", got)
+			}
+			end := t0.Add(40 * time.Second)
+			if c.released > 0 {
+				end = t0.Add(c.released)
+				f.e.ObserveVolumes(nil, end)
+			} else {
+				f.e.ObserveVolumes([]v1.UniqueVolumeName{vol}, t0.Add(39900*time.Millisecond))
+				if f.e.Summarize(context.Background(), t0.Add(39900*time.Millisecond)) {
+					t.Error("summarized before the deadline with the volume still listed")
+				}
+			}
+			if !f.e.Summarize(context.Background(), end) {
+				t.Fatalf("not summarized at T+%s", end.Sub(t0))
+			}
+			f.e.Summarize(context.Background(), end.Add(time.Second)) // once per window
+			if got := counted(); got[metrics.VolumeReleased] != c.want[metrics.VolumeReleased] || got[metrics.VolumeStillInUse] != c.want[metrics.VolumeStillInUse] {
+				t.Errorf("reprieve_window_volumes_total %v, want %v", got, c.want)
+			}
+			var summary string
+			for len(f.events.Events) > 0 {
+				if e := <-f.events.Events; strings.Contains(e, "InterruptionHandled") {
+					summary = e
+				}
+			}
+			wantText := "volume " + string(vol) + " released at D-4.6s"
+			if c.released == 0 {
+				wantText = "volume " + string(vol) + " still in use at D+0.0s"
+			}
+			if !strings.Contains(summary, wantText) {
+				t.Errorf("summary %q: want %q", summary, wantText)
+			}
+		})
+	}
+}
+
+// TestDrainedWaitsForTheVolumesRelease (issue 50, case 5): with --azure-approve-events the
+// event is approved once the node is drained; its pods gone is not enough while the node's
+// status.volumesInUse still lists a volume of theirs: the machine could go before the kubelet
+// publishes the release, and the detach would wait the six minutes the volume rule is there to
+// spare. Bounded: from the window's end on, the volume holds nothing (Azure starts the event at
+// the deadline anyway). A volume of a pod reprieve leaves on the node holds nothing either.
+func TestDrainedWaitsForTheVolumesRelease(t *testing.T) {
+	mine, theirs := v1.UniqueVolumeName("kubernetes.io/csi/d^mine"), v1.UniqueVolumeName("kubernetes.io/csi/d^daemonset")
+	p := testPod("db-0", 10)
+	p.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "data-db-0"}}}}
+	for _, c := range []struct {
+		name     string
+		released bool
+		at       time.Duration
+		want     bool
+	}{
+		{name: "its volume still listed", at: 10 * time.Second, want: false},
+		{name: "its volume released", released: true, at: 10 * time.Second, want: true},
+		{name: "its volume still listed at the window's end: bounded", at: 35 * time.Second, want: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(t, p.DeepCopy())
+			f.e.o.PodVolumes = func(context.Context, *v1.Pod) (VolumesOf, error) {
+				return VolumesOf{Attach: []v1.UniqueVolumeName{mine}}, nil
+			}
+			vw := view(t0.Add(40 * time.Second))
+			vw.Window.VolumeRelease = 16 * time.Second
+			f.e.SetView(vw)
+			f.e.ObserveVolumes([]v1.UniqueVolumeName{mine, theirs}, t0)
+			f.e.SyncPod(context.Background(), "ns/db-0")
+			f.e.reads.Wait()
+			obj, _, _ := f.store.GetByKey("ns/db-0")
+			if err := f.store.Delete(obj); err != nil {
+				t.Fatal(err)
+			}
+			f.clock.SetTime(t0.Add(c.at))
+			if c.released {
+				f.e.ObserveVolumes([]v1.UniqueVolumeName{theirs}, f.clock.Now())
+			}
+			if _, _, ok := f.e.Drained(); ok != c.want {
+				t.Errorf("drained %v, want %v", ok, c.want)
+			}
+		})
+	}
+}
+
+// TestForcedDeleteOnASlowServer (issue 50, case 1), the executor whole on a fake clock: a pod
+// held by its budget (every eviction refused), due at once, with a 30 s grace in a 60 s window
+// (the window's end T+55, its last safe moment T+25), on a server each of whose answers takes
+// 1 s (evictions, the DisruptionTarget patch, the DELETE). Its DELETE leaves at its force point
+// T+23.5 (the last safe moment less the lead and the 1 s margin its answers measured) with its
+// whole 30 s, after the patch. Before, the retry counted from the send was applied from the
+// answer and the patch went with the DELETE: it left at T+24.5 with 29 s, or later with 28 s.
+func TestForcedDeleteOnASlowServer(t *testing.T) {
+	const answer = time.Second
+	f := newFixture(t, testPod("p", 30))
+	pdb := apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 0)
+	pdb.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: policyv1.DisruptionBudgetCause}}
+	got := f.recordEvictions(func(context.Context, int) error {
+		f.clock.Step(answer)
+		return pdb
+	})
+	var patchedAt, deletedAt time.Time
+	var deleteGrace int64 = -1
+	f.client.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if patchedAt.IsZero() {
+			patchedAt = f.clock.Now()
+		}
+		f.clock.Step(answer)
+		return false, nil, nil
+	})
+	f.client.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		deletedAt = f.clock.Now()
+		if g := a.(k8stesting.DeleteAction).GetDeleteOptions().GracePeriodSeconds; g != nil {
+			deleteGrace = *g
+		}
+		f.clock.Step(answer)
+		return false, nil, nil
+	})
+	f.e.SetView(view(t0.Add(60 * time.Second)))
+	for step := 0; step < 200 && deletedAt.IsZero(); step++ {
+		after := f.e.SyncPod(context.Background(), "ns/p")
+		if deletedAt.IsZero() && after > 0 {
+			f.clock.Step(after)
+		}
+	}
+	if deletedAt.IsZero() {
+		t.Fatalf("never deleted; evictions %v", f.sentSoFar(got))
+	}
+	sent := f.sentSoFar(got)
+	t.Logf("%d refused evictions, the last at T+%s; the patch at T+%s; the DELETE at T+%s with %d s",
+		len(sent), sent[len(sent)-1].at.Sub(t0), patchedAt.Sub(t0), deletedAt.Sub(t0), deleteGrace)
+	if want := t0.Add(23500 * time.Millisecond); deletedAt.Sub(want).Abs() > time.Millisecond || deleteGrace != 30 {
+		t.Errorf("the DELETE left at T+%s with %d s, want at the force point T+%s with the whole 30 s", deletedAt.Sub(t0), deleteGrace, want.Sub(t0))
+	}
+	if patchedAt.IsZero() || !patchedAt.Add(answer).After(sent[len(sent)-1].at) || patchedAt.Add(answer).After(deletedAt) {
+		t.Errorf("the DisruptionTarget patch at T+%s: want it answered before the DELETE left (T+%s)", patchedAt.Sub(t0), deletedAt.Sub(t0))
+	}
+	for _, s := range sent {
+		if s.at.Add(answer).After(deletedAt) {
+			t.Errorf("an eviction sent at T+%s was answered past the DELETE's moment T+%s", s.at.Sub(t0), deletedAt.Sub(t0))
+		}
+	}
+}
+
+// TestMarginGrowsWhileWaiting (issue 50, case 2), the executor whole on a fake clock: three
+// pods due at the notice in a 40 s window (its end E = T+35). The server answers "probe" at
+// once, "slow" after 3 s, and "throttled"'s first eviction after 1 s with APF's 429 and
+// Retry-After: 30. So throttled waits out a pause to T+31, submitted with the margin of its
+// answer, while slow's answer grows the margin to 3 s. It goes at its last chance with the
+// margin of the moment, T+29.5 (E less the kubelet's least grace, the lead and 3 s), not at the
+// last chance its submission fixed (T+31.5 and later).
+func TestMarginGrowsWhileWaiting(t *testing.T) {
+	f := newFixture(t, testPod("probe", 33), testPod("throttled", 32), testPod("slow", 5))
+	// answers holds the fake-clock moment each request out is answered at.
+	answers := map[string]time.Time{}
+	after := func(ctx context.Context, key string, d time.Duration) {
+		f.mu.Lock()
+		answers[key] = f.clock.Now().Add(d)
+		ch := f.clock.After(d)
+		f.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+		f.mu.Lock()
+		delete(answers, key)
+		f.mu.Unlock()
+	}
+	var throttledAt []time.Time
+	f.evict = func(ctx context.Context, ev *policyv1.Eviction) error {
+		switch ev.Name {
+		case "slow":
+			after(ctx, "slow", 3*time.Second)
+		case "throttled":
+			f.mu.Lock()
+			throttledAt = append(throttledAt, f.clock.Now())
+			n := len(throttledAt)
+			f.mu.Unlock()
+			if n == 1 {
+				after(ctx, "throttled", time.Second)
+				return apierrors.NewTooManyRequests("Too many requests, please try again later.", 30)
+			}
+		}
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f.e.SetView(view(t0.Add(40 * time.Second)))
+	// The notice's probe (gate.go) first, answered at once: then throttled and slow go together.
+	f.e.SyncPod(ctx, "ns/probe")
+	go f.e.Run(ctx, 4)
+	quiet := func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		_, inflight, _, _ := f.e.gate.state()
+		for _, at := range answers {
+			if !at.After(f.clock.Now()) {
+				return false
+			}
+		}
+		// The gate's timer fires on a goroutine of its own: a moment that has come is not
+		// yet dispatched while it is still armed.
+		f.e.gate.mu.Lock()
+		armed := f.e.gate.timerAt
+		f.e.gate.mu.Unlock()
+		return f.e.queue.Len() == 0 && len(answers) == inflight && !due(armed, f.clock.Now())
+	}
+	// Once refused, throttled is parked in the gate until it is sent again; on its way there
+	// it waits in the queue's delay (on the fake clock too), which a millisecond hands on.
+	parked := func() bool {
+		f.mu.Lock()
+		_, out := answers["throttled"]
+		refused := len(throttledAt) == 1 && !out
+		f.mu.Unlock()
+		if !refused {
+			return true
+		}
+		f.e.mu.Lock()
+		defer f.e.mu.Unlock()
+		for _, st := range f.e.waiters {
+			if st.key.key == "ns/throttled" {
+				return true
+			}
+		}
+		return false
+	}
+	sent := func() int {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return len(throttledAt)
+	}
+	for step := 0; step < 5000 && sent() < 2; step++ {
+		until(t, "every request out to wait for its answer", quiet)
+		if !parked() {
+			f.clock.Step(time.Millisecond)
+			continue
+		}
+		f.clock.Step(100 * time.Millisecond)
+	}
+	until(t, "throttled sent again", func() bool { return sent() >= 2 })
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	again := throttledAt[1]
+	t.Logf("throttled first sent at T+%s (refused 1 s later), sent again at T+%s", throttledAt[0].Sub(t0), again.Sub(t0))
+	if want := t0.Add(29500 * time.Millisecond); again.After(want.Add(100*time.Millisecond)) || again.Before(want.Add(-time.Second)) {
+		t.Errorf("throttled sent again at T+%s, want at its last chance with the margin of the moment, T+%s", again.Sub(t0), want.Sub(t0))
 	}
 }

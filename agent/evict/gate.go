@@ -78,6 +78,10 @@ type gate struct {
 	// meanwhile (see above). reseed makes the next measured answer the margin's first
 	// measurement.
 	probing, reseed bool
+	// prior is the slowest answer measured outside the gate at priorAt (seed): the margin
+	// until the gate's first answer.
+	prior   time.Duration
+	priorAt time.Time
 }
 
 // queueMarginMax caps the measured queueing margin: past it the grace is better spent on the
@@ -109,11 +113,46 @@ const recentAnswers = 8
 func (g *gate) sendMargin() time.Duration {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	return g.margin()
+}
+
+// margin is sendMargin. Called with mu held.
+func (g *gate) margin() time.Duration {
+	if g.nRecent == 0 {
+		// No answer of its own yet: what was measured at start, while it is recent (seed).
+		if !g.priorAt.IsZero() && g.clock.Now().Sub(g.priorAt) < priorFor {
+			return min(g.prior, queueMarginMax)
+		}
+		return 0
+	}
 	longest := time.Duration(0)
 	for _, d := range g.recent[:min(g.nRecent, recentAnswers)] {
 		longest = max(longest, d)
 	}
 	return min(g.srtt+4*g.rttvar, longest, queueMarginMax)
+}
+
+// priorFor is how long an answer measured outside the gate (seed) stands for the margin before
+// the gate's own first answer: a restart during a notice evicts within seconds of its start;
+// an agent started long before its first notice starts that notice with nothing measured, as
+// before.
+const priorFor = time.Minute
+
+// seed records d, an answer of the API server that the agent measured outside the gate (its
+// caches' first list at start), as the margin until the gate's own first answer, for priorFor;
+// of several, the slowest. A new process knows nothing of the server's queue otherwise: its
+// first eviction of a pod whose grace was cut to the window went with no margin, a slow first
+// answer cut it at its bound (0.25 s to 1.25 s, what its rounded grace left), and the DELETE
+// that followed paid the cut's time and the margin it measured, 2 s less than fitted (issue 50,
+// case 7).
+func (g *gate) seed(d time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := g.clock.Now()
+	if g.priorAt.IsZero() || now.Sub(g.priorAt) >= priorFor || d > g.prior {
+		g.prior = d
+	}
+	g.priorAt = now
 }
 
 // observe feeds one answer's time into the margin (RFC 6298, 2.2 and 2.3: alpha 1/8, beta 1/4).
@@ -155,11 +194,14 @@ func newGate(clk clock.WithDelayedExecution, maxInFlight int, rnd func() float64
 // waiter is one request waiting for a slot. It holds no goroutine: the gate calls grant once
 // it may go.
 type waiter struct {
-	key        time.Time // the pod's last safe moment: smaller goes first
-	mustGo     time.Time // from then on it goes past the limit; zero: never
-	lastChance time.Time // from then on it goes past the pause too; zero: never
-	background bool
-	seq        uint64 // arrival order among equal keys
+	key time.Time // the pod's last safe moment: smaller goes first
+	// mustGo and lastChance are the moments from which it goes past the limit, and past the
+	// pause too (zero: never), before the margin: the policy takes off the send margin of the
+	// moment (admit), so that a request decided with a smaller margin goes when it must now
+	// (issue 50, case 2).
+	mustGo, lastChance time.Time
+	background         bool
+	seq                uint64 // arrival order among equal keys
 	// grant is called, with the gate's lock held, once the request may go; it must return at
 	// once (hand the ticket to a channel or a new goroutine) and must not call the gate.
 	grant func(*ticket)
@@ -286,12 +328,14 @@ type gateState struct {
 	congested           bool
 	horizon             time.Duration
 	limit, inflight, bg int // the in-flight limit, requests in flight, background ones of them
+	// margin is the send margin of the moment (sendMargin).
+	margin time.Duration
 }
 
 // snapshot is the gate's state for admit at now. Called with mu held.
 func (g *gate) snapshot(now time.Time) gateState {
 	return gateState{now: now, pauseUntil: g.pauseUntil, congested: g.congested(now), horizon: g.horizon(),
-		limit: g.limit, inflight: g.inflight, bg: g.bgFlight}
+		limit: g.limit, inflight: g.inflight, bg: g.bgFlight, margin: g.margin()}
 }
 
 // held reports whether w waits, slot or not, in s (rules horizon and one in flight,
@@ -309,16 +353,29 @@ func held(w *waiter, s gateState) bool {
 	}
 	// A lost budget's deadline is its last chance (to be gone in time at all).
 	if w.overdue(s.now) {
-		return w.lastChance.After(s.now.Add(s.horizon))
+		return s.lastChance(w).After(s.now.Add(s.horizon))
 	}
 	return w.key.After(s.now.Add(s.horizon))
+}
+
+// mustGo and lastChance are w's moments in s: less the margin of the moment (zero stays zero).
+func (s gateState) mustGo(w *waiter) time.Time     { return lessMargin(w.mustGo, s.margin) }
+func (s gateState) lastChance(w *waiter) time.Time { return lessMargin(w.lastChance, s.margin) }
+
+func lessMargin(t time.Time, margin time.Duration) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return t.Add(-margin)
 }
 
 // admit is the gate's policy (docs/design.md, "The gate's rules"), a pure function: given the
 // gate's state and its waiters, it returns the waiters that go now (in the order they go), the
 // rest (most urgent first), and the next moment at which one more may go without an answer
 // (the pause's end, a must-go moment or last chance, a held waiter's horizon; zero: only on an
-// answer). It does not change waiting.
+// answer). It does not change waiting. Every waiter's must-go moment and last chance are taken
+// less the margin of the moment (s.margin): the gate decides its waiters again at every
+// answer, which is when the margin changes.
 func admit(s gateState, waiting []*waiter) (grant, rest []*waiter, next time.Time) {
 	now := s.now
 	paused := now.Before(s.pauseUntil)
@@ -326,7 +383,7 @@ func admit(s gateState, waiting []*waiter) (grant, rest []*waiter, next time.Tim
 	// unless the budget is lost already (rule lost budget: past the limit it would take a
 	// seat from a budget that can still be kept).
 	for _, w := range waiting {
-		if due(w.lastChance, now) || (!paused && due(w.mustGo, now) && !w.overdue(now)) {
+		if due(s.lastChance(w), now) || (!paused && due(s.mustGo(w), now) && !w.overdue(now)) {
 			grant = append(grant, w)
 			s.inflight++
 			if w.background {
@@ -375,13 +432,13 @@ func admit(s gateState, waiting []*waiter) (grant, rest []*waiter, next time.Tim
 		earlier(s.pauseUntil)
 	}
 	for _, w := range rest {
-		earlier(w.lastChance)
+		earlier(s.lastChance(w))
 		if !paused {
-			earlier(w.mustGo)
+			earlier(s.mustGo(w))
 		}
 		if held(w, s) {
 			if w.overdue(now) {
-				earlier(w.lastChance.Add(-s.horizon))
+				earlier(s.lastChance(w).Add(-s.horizon))
 			} else {
 				earlier(w.key.Add(-s.horizon))
 			}

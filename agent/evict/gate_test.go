@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	goruntime "runtime"
 	"testing"
 	"time"
 
@@ -221,6 +222,41 @@ func TestGateSendMargin(t *testing.T) {
 	}
 }
 
+// TestGateMarginBeforeItsFirstAnswer (issue 50, case 7): a new agent process (a restart during a
+// notice) has measured the API server before its first eviction (its caches' first list, a
+// dry-run eviction): that is its margin until its own first answer, not nothing. Sent with no
+// margin, a restarted agent's first eviction of a pod whose grace was cut to the window was
+// cut at its bound by the first slow answer (0.25 s to 1.25 s: what its rounded grace left),
+// and the DELETE that followed paid the cut's time and the margin it measured: 2 s less than
+// fitted. The prior lasts a minute: an agent started long before its first notice starts
+// that notice as before.
+func TestGateMarginBeforeItsFirstAnswer(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	g := newGate(clk, 8, func() float64 { return 0 })
+	g.seed(700 * time.Millisecond)
+	g.seed(300 * time.Millisecond) // the slowest of what was measured
+	g.notice()
+	if m := g.sendMargin(); m != 700*time.Millisecond {
+		t.Fatalf("send margin %s before the first answer, after a 700 ms start-up answer: want 700 ms", m)
+	}
+	tk, err := g.acquire(context.Background(), clk.Now(), clk.Now(), clk.Now(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(40 * time.Millisecond)
+	tk.done(nil)
+	if m := g.sendMargin(); m != 40*time.Millisecond {
+		t.Fatalf("send margin %s after the first answer of 40 ms: want it alone", m)
+	}
+	old := newGate(clk, 8, func() float64 { return 0 })
+	old.seed(700 * time.Millisecond)
+	clk.Step(time.Minute)
+	old.notice()
+	if m := old.sendMargin(); m != 0 {
+		t.Fatalf("send margin %s at a notice a minute after the start-up answers: want none (nothing measured since)", m)
+	}
+}
+
 // TestGateJitter: a fleet of agents throttled in the same second comes back spread over
 // [Retry-After, 1.5 x Retry-After), each agent drawing its own.
 func TestGateJitter(t *testing.T) {
@@ -305,48 +341,58 @@ func TestGateBackgroundYields(t *testing.T) {
 	}
 }
 
-// TestQueueBound: how long a request may wait so that its pod still ends by the window's end.
+// TestQueueBound: how long a request may wait so that its pod still ends by the window's end,
+// the kubelet's tail after its grace included (issue 50, case 4).
 func TestQueueBound(t *testing.T) {
 	w := view(t0.Add(40 * time.Second)).Window // ends at t0+35s
 	for _, c := range []struct {
-		name  string
-		grace time.Duration
-		sent  time.Time
-		want  time.Duration
+		name        string
+		grace, tail time.Duration
+		sent        time.Time
+		want        time.Duration
 	}{
-		{"a deadline-bound pod sent at its force point keeps the lead", 30 * time.Second, t0.Add(5*time.Second - 500*time.Millisecond), 500 * time.Millisecond},
-		{"a pod with slack waits at most the request timeout", 5 * time.Second, t0, RequestTimeout},
-		{"a cut grace leaves what rounding down left", 34 * time.Second, t0.Add(100 * time.Millisecond), 900 * time.Millisecond},
-		{"never less than the allowance to land", 3 * time.Second, t0.Add(31900 * time.Millisecond), 250 * time.Millisecond},
-		{"the least grace waits the request timeout: a resend could ask no less", plan.MinGrace, t0.Add(34800 * time.Millisecond), RequestTimeout},
+		{"a deadline-bound pod sent at its force point keeps the lead", 30 * time.Second, 0, t0.Add(5*time.Second - 500*time.Millisecond), 500 * time.Millisecond},
+		{"a pod with slack waits at most the request timeout", 5 * time.Second, 0, t0, RequestTimeout},
+		{"a cut grace leaves what rounding down left", 34 * time.Second, 0, t0.Add(100 * time.Millisecond), 900 * time.Millisecond},
+		{"never less than the allowance to land", 3 * time.Second, 0, t0.Add(31900 * time.Millisecond), 250 * time.Millisecond},
+		{"the least grace waits the request timeout: a resend could ask no less", plan.MinGrace, 0, t0.Add(34800 * time.Millisecond), RequestTimeout},
+		// A preStop hook's pod, its grace cut to end 2 s before the window's end: waiting 2.9 s
+		// would end it 2 s past.
+		{"a cut grace leaves the kubelet's tail too", 32 * time.Second, plan.HookTail, t0.Add(100 * time.Millisecond), 900 * time.Millisecond},
+		{"a deadline-bound pod with a tail, sent at its force point, keeps the lead", 28 * time.Second, plan.HookTail, t0.Add(5*time.Second - 500*time.Millisecond), 500 * time.Millisecond},
 	} {
-		if got := QueueBound(w, c.grace, c.sent); got != c.want {
+		if got := QueueBound(w, c.grace, c.tail, c.sent); got != c.want {
 			t.Errorf("%s: QueueBound = %s, want %s", c.name, got, c.want)
 		}
 	}
-	if got := QueueBound(View{}.Window, time.Second, t0); got != RequestTimeout {
+	if got := QueueBound(View{}.Window, time.Second, 0, t0); got != RequestTimeout {
 		t.Errorf("no deadline: QueueBound = %s, want %s", got, RequestTimeout)
 	}
 }
 
 // TestMarkBound: the DisruptionTarget patch before a DELETE may not hold it past the pod's last
-// chance (the kubelet's 2 s least grace with the lead and the margin before the window's end).
+// chance (the kubelet's 2 s least grace and the pod's tail, with the lead and the margin, before
+// the window's end; issue 50, case 4).
 func TestMarkBound(t *testing.T) {
-	w := view(t0.Add(40 * time.Second)).Window // ends at t0+35s; last chance t0+32.5s less the margin
+	w := view(t0.Add(40 * time.Second)).Window // ends at t0+35s; last chance t0+32.5s less the margin and the tail
 	for _, c := range []struct {
 		name string
+		tail time.Duration
 		now  time.Time
 		want time.Duration
 	}{
-		{"far from the last chance: the request timeout", t0, RequestTimeout},
-		{"the time to the last chance", t0.Add(31 * time.Second), time.Second + 300*time.Millisecond},
-		{"at the last chance: the allowance to land", t0.Add(34 * time.Second), plan.RequestAllowance},
+		{"far from the last chance: the request timeout", 0, t0, RequestTimeout},
+		{"the time to the last chance", 0, t0.Add(31 * time.Second), time.Second + 300*time.Millisecond},
+		{"at the last chance: the allowance to land", 0, t0.Add(34 * time.Second), plan.RequestAllowance},
+		// A preStop hook's pod: its last chance is 2 s earlier, t0+30.3s.
+		{"a pod with a tail: the time to its own last chance", plan.HookTail, t0.Add(29 * time.Second), time.Second + 300*time.Millisecond},
+		{"a pod with a tail, past its own last chance: the allowance to land", plan.HookTail, t0.Add(31 * time.Second), plan.RequestAllowance},
 	} {
-		if got := markBound(w, 200*time.Millisecond, c.now); got != c.want {
+		if got := markBound(w, 200*time.Millisecond, c.tail, c.now); got != c.want {
 			t.Errorf("%s: markBound = %s, want %s", c.name, got, c.want)
 		}
 	}
-	if got := markBound(View{}.Window, 0, t0); got != RequestTimeout {
+	if got := markBound(View{}.Window, 0, 0, t0); got != RequestTimeout {
 		t.Errorf("no deadline: markBound = %s, want %s", got, RequestTimeout)
 	}
 }
@@ -657,20 +703,28 @@ func TestGateRestartsAtNotice(t *testing.T) {
 // safe moment waits with slots free until its last chance is within the horizon (12 s here):
 // sent earlier it would sit in the server's queue ahead of other agents' pods whose budget can
 // still be kept; its last chance is its deadline now (a 1 s grace), and the horizon is how far
-// ahead of a deadline a request goes.
+// ahead of a deadline a request goes. Its last chance is less the margin of the moment (2 s
+// here, issue 50 case 2): it goes 6 s from now, not 8 s.
 func TestGateLostBudgetWaitsWhileCongested(t *testing.T) {
 	clk := clocktesting.NewFakeClock(t0)
 	g := newGate(clk, 8, func() float64 { return 0 })
 	congest(t, g, clk)
+	if m := g.sendMargin(); m != 2*time.Second {
+		t.Fatalf("send margin %s, want 2s (the one 2 s answer)", m)
+	}
 	now := clk.Now()
 	lost := acquireAsync(g, now.Add(-10*time.Second), now.Add(-11*time.Second), now.Add(20*time.Second), false)
 	until(t, "the lost budget's timer", func() bool { _, _, w, _ := g.state(); return w == 1 && clk.HasWaiters() })
-	clk.Step(8*time.Second - time.Millisecond)
+	clk.Step(6*time.Second - time.Millisecond)
+	// The gate's timer fires on a goroutine of its own: give a wrong grant its chance.
+	for range 100 {
+		goruntime.Gosched()
+	}
 	if _, ok := granted(lost); ok {
 		t.Fatal("a pod past its last safe moment went 20 s before its last chance while the server was congested")
 	}
 	clk.Step(time.Millisecond)
-	until(t, "the lost budget 12 s before its last chance", func() bool { _, ok := granted(lost); return ok })
+	until(t, "the lost budget 12 s before its last chance less the margin", func() bool { _, ok := granted(lost); return ok })
 }
 
 // TestGateBackgroundWaitsBehindHeld: a background write (the early warning) does not take a
@@ -749,6 +803,25 @@ func TestAdmit(t *testing.T) {
 		{name: "a lost budget goes after a kept one",
 			state: idle, waiting: []*waiter{w(-5*time.Second, 1), w(20*time.Second, 2)},
 			wantGrant: []time.Time{at(20 * time.Second), at(-5 * time.Second)}},
+		// Issue 50, case 2: a waiter's must-go moment and last chance come without a margin;
+		// the policy takes off the margin of the moment, which grows while a request waits (a
+		// 30 s pause, answers slowing from 0 to 3 s): the request goes when it must now, not
+		// when it had to at its submission.
+		{name: "paused: a last chance the margin of the moment has brought to now goes",
+			state:     gateState{now: now, limit: 4, pauseUntil: at(30 * time.Second), congested: true, horizon: horizonMin, margin: 3 * time.Second},
+			waiting:   []*waiter{{key: at(-10 * time.Second), lastChance: at(3 * time.Second), seq: 1}},
+			wantGrant: []time.Time{at(-10 * time.Second)}},
+		{name: "paused: the next moment is the last chance less the margin of the moment",
+			state:   gateState{now: now, limit: 4, pauseUntil: at(30 * time.Second), congested: true, horizon: horizonMin, margin: 3 * time.Second},
+			waiting: []*waiter{{key: at(-10 * time.Second), lastChance: at(13 * time.Second), seq: 1}}, wantNext: at(10 * time.Second)},
+		{name: "limit reached: a must-go moment the margin of the moment has brought to now goes past it",
+			state:     gateState{now: now, limit: 1, inflight: 1, horizon: horizonMin, margin: 2 * time.Second},
+			waiting:   []*waiter{w(3*time.Second, 1)},
+			wantGrant: []time.Time{at(3 * time.Second)}},
+		{name: "congested: a lost budget's horizon counts from its last chance less the margin",
+			state:     gateState{now: now, limit: 8, inflight: 1, congested: true, horizon: 4 * time.Second, margin: 2 * time.Second},
+			waiting:   []*waiter{{key: at(-10 * time.Second), lastChance: at(5 * time.Second), seq: 1}},
+			wantGrant: []time.Time{at(-10 * time.Second)}},
 		{name: "background behind a held eviction waits",
 			state:   gateState{now: now, limit: 8, inflight: 1, congested: true, horizon: 12 * time.Second},
 			waiting: []*waiter{w(20*time.Second, 1), {background: true, seq: 2}}, wantNext: at(8 * time.Second)},

@@ -231,8 +231,9 @@ func (l *Loop) maybeApprove(ctx context.Context) {
 }
 
 // ApproveOnce tells a cloud that supports it (Azure's StartRequests) that the machine is ready
-// for its event: once the interruption taint is on the node and every pod reprieve evicts for
-// the event is gone, so maintenance can start sooner. Only with --azure-approve-events.
+// for its event: once the interruption taint is on the node, every pod reprieve evicts for the
+// event is gone and the node no longer lists their volumes in use (the executor's Drained), so
+// maintenance can start sooner. Only with --azure-approve-events.
 func (l *Loop) ApproveOnce(ctx context.Context) {
 	if !l.o.ApproveEvents {
 		return
@@ -263,7 +264,7 @@ func (l *Loop) ApproveOnce(ctx context.Context) {
 	approved()
 	logger.Info("Approved the event: the node is drained", "provider", n.Provider, "id", n.ID)
 	l.o.Recorder.Eventf(events.NodeRef(l.o.NodeName), v1.EventTypeNormal, events.ReasonEventApproved,
-		"Approved %s %s %s early: every pod reprieve evicts for it is gone", n.Provider, n.Kind, n.ID)
+		"Approved %s %s %s early: every pod reprieve evicts for it is gone, and the node no longer lists their volumes in use", n.Provider, n.Kind, n.ID)
 }
 
 // Approving reports whether an approval call is in flight.

@@ -49,8 +49,9 @@ type Metrics struct {
 	BlockedPods           prometheus.Gauge
 	MissedDeadlineTotal   prometheus.Counter
 	VolumeAtRiskTotal     prometheus.Counter
-	// WindowVolumes counts, at each window's end, the volumes the node listed in use during
-	// the window by whether they were released by its end (VolumeReleased, VolumeStillInUse).
+	// WindowVolumes counts, at each window's summary (when their release is due: the window's
+	// end, or the last released, or the deadline), the volumes the node listed in use during
+	// the window by whether they were released by then (VolumeReleased, VolumeStillInUse).
 	WindowVolumes *prometheus.CounterVec
 	// EvictionCheck is the last dry-run eviction's verdict on the eviction path (RBAC, the
 	// policies, the eviction guard), one status at 1.
@@ -123,7 +124,7 @@ func New(reg prometheus.Registerer, provider string) (*Metrics, error) {
 		}),
 		WindowVolumes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Subsystem: "window", Name: "volumes_total",
-			Help: "At each interruption window's end, the volumes the node listed in status.volumesInUse during the window: released (gone from the list by the window's end) or still_in_use (the attach/detach controller may wait six minutes to detach it from the reclaimed machine).",
+			Help: "At each interruption window's summary, when the volumes' release is due (the window's end, or while a volume of the evicted pods is still listed in use the last release or the deadline), the volumes the node listed in status.volumesInUse during the window: released (gone from the list by then) or still_in_use (the attach/detach controller may wait six minutes to detach it from the reclaimed machine).",
 		}, []string{"result"}),
 		EvictionCheck: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: Namespace, Subsystem: "evictions", Name: "check_status",

@@ -21,16 +21,28 @@ const DefaultGracePeriod = 30 * time.Second
 // running pod without the kubelet's confirmation, never what a graceful handler wants.
 const MinGrace = 2 * time.Second
 
-// HookTail is how long past its grace the kubelet may take per stage of a pod's stop that can
-// use the whole grace: killContainer runs a preStop hook within the grace, takes the time it
-// used off it and raises what is left to minimumGracePeriodInSeconds, so a hook that uses the
-// whole grace adds 2 s; a native sidecar (a restartable init container) is stopped after the
-// regular containers, with what is left, floored the same way.
-const HookTail = 2 * time.Second
+// HookTail is how long past its grace the kubelet may take to stop a pod whose stop has a stage
+// that can use the whole grace, and SidecarHookTail where a native sidecar has a preStop hook of
+// its own. killContainersWithSyncResult (pkg/kubelet/kuberuntime/kuberuntime_container.go,
+// v1.37.2) kills every container at once, each with the same grace; killContainer runs a preStop
+// hook within it and takes the whole seconds it used, rounded down, off it; a native sidecar
+// then waits for its turn (terminationOrdering.waitForTurn, kuberuntime_termination_order.go:
+// every regular container, and the next sidecar in spec order) at most what is left, and the
+// whole seconds it waited come off too; what is left below minimumGracePeriodInSeconds is raised
+// to 2 s. So a regular container's hook that uses the whole grace ends its container by grace +
+// 2 s, and every sidecar's wait ends by the same grace, counted from the same start, however
+// many sidecars wait in turn: each is stopped by grace + 2 s. A sidecar's own hook loses up to
+// a second more to the two roundings (its hook's and its wait's): grace + 3 s.
+const (
+	HookTail        = 2 * time.Second
+	SidecarHookTail = 3 * time.Second
+)
 
 // Tail is how long past its grace the kubelet may take to stop pod: HookTail when a regular
-// container has a preStop hook, and HookTail more per native sidecar. It is a bound, not a
-// measure: a hook that ends early leaves that time to the containers, within the grace.
+// container has a preStop hook or the pod has native sidecars (restartable init containers),
+// SidecarHookTail when a native sidecar has a preStop hook of its own, zero otherwise. It is a
+// bound, not a measure: a hook that ends early leaves that time to the containers, within the
+// grace.
 func Tail(pod *v1.Pod) time.Duration {
 	var tail time.Duration
 	for _, c := range pod.Spec.Containers {
@@ -40,9 +52,13 @@ func Tail(pod *v1.Pod) time.Duration {
 		}
 	}
 	for _, c := range pod.Spec.InitContainers {
-		if c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways {
-			tail += HookTail
+		if c.RestartPolicy == nil || *c.RestartPolicy != v1.ContainerRestartPolicyAlways {
+			continue
 		}
+		if c.Lifecycle != nil && c.Lifecycle.PreStop != nil {
+			return SidecarHookTail
+		}
+		tail = HookTail
 	}
 	return tail
 }

@@ -367,24 +367,10 @@ func TestPlanPodBeforeTheKubeletsShutdown(t *testing.T) {
 	}
 }
 
-// kubeletEnd is when the kubelet has stopped a pod whose eviction asked for asked and landed at
-// lands, at the latest: killContainer (pkg/kubelet/kuberuntime/kuberuntime_container.go, v1.37)
-// runs a preStop hook within the grace, takes the time it used off the grace and raises what is
-// left below minimumGracePeriodInSeconds (2) to 2 s; the containers then get that long. A
-// native sidecar is stopped after the regular containers, the same way.
-func kubeletEnd(lands time.Time, asked time.Duration, hooks int) time.Time {
-	if hooks == 0 {
-		return lands.Add(max(asked, 2*time.Second))
-	}
-	// Each stage that may use its whole grace (the hook of the regular containers, then each
-	// sidecar) leaves the next one the 2 s floor.
-	return lands.Add(asked + time.Duration(hooks)*2*time.Second)
-}
-
 // TestPlanPodKubeletMinimum (issue 38, case 2): the kubelet never stops a container in under
-// 2 s, and a preStop hook or a native sidecar that uses the whole grace adds 2 s each. A pod
-// whose grace is 0 or 1 s, and one with a hook, sent at its plan's send time, is stopped by the
-// window's end, with a 1 s margin too.
+// 2 s, and a preStop hook or native sidecars that use the whole grace add their tail
+// (kubeletStop). A pod whose grace is 0 or 1 s, and one with a hook, sent at its plan's send
+// time, is stopped by the window's end, with a 1 s margin too.
 func TestPlanPodKubeletMinimum(t *testing.T) {
 	spot := []v1.Taint{taint("cloud", "spot", v1.TaintEffectNoExecute, t0)}
 	w := Window{Deadline: t0.Add(120 * time.Second), SafetyMargin: time.Second}
@@ -394,21 +380,25 @@ func TestPlanPodKubeletMinimum(t *testing.T) {
 		name  string
 		grace int64
 		edit  func(*v1.Pod)
-		hooks int
 	}{
 		{name: "grace 0", grace: 0},
 		{name: "grace 1", grace: 1},
-		{name: "grace 10, preStop hook", grace: 10, hooks: 1,
+		{name: "grace 10, preStop hook", grace: 10,
 			edit: func(p *v1.Pod) { p.Spec.Containers = []v1.Container{{Name: "app", Lifecycle: hook}} }},
-		{name: "grace 10, native sidecar", grace: 10, hooks: 1,
+		{name: "grace 10, native sidecar", grace: 10,
 			edit: func(p *v1.Pod) {
 				p.Spec.Containers = []v1.Container{{Name: "app"}}
 				p.Spec.InitContainers = []v1.Container{{Name: "proxy", RestartPolicy: &always}}
 			}},
-		{name: "grace 10, preStop hook and a native sidecar", grace: 10, hooks: 2,
+		{name: "grace 10, preStop hook and a native sidecar", grace: 10,
 			edit: func(p *v1.Pod) {
 				p.Spec.Containers = []v1.Container{{Name: "app", Lifecycle: hook}}
 				p.Spec.InitContainers = []v1.Container{{Name: "proxy", RestartPolicy: &always}, {Name: "setup"}}
+			}},
+		{name: "grace 10, a native sidecar with its own preStop hook", grace: 10,
+			edit: func(p *v1.Pod) {
+				p.Spec.Containers = []v1.Container{{Name: "app", Lifecycle: hook}}
+				p.Spec.InitContainers = []v1.Container{{Name: "proxy", RestartPolicy: &always, Lifecycle: hook}}
 			}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -420,7 +410,7 @@ func TestPlanPodKubeletMinimum(t *testing.T) {
 			send := SendAt(pl)
 			lands := send.Add(RequestAllowance)
 			asked := GraceAt(pl.Grace, w, lands.Add(pl.Tail))
-			if end := kubeletEnd(lands, asked, c.hooks); end.After(w.End()) {
+			if end := lands.Add(kubeletStop(p, max(asked, MinGrace)) - 2*runtimeStop); end.After(w.End()) {
 				t.Fatalf("plan %+v: sent at %v with %v, the kubelet stops it by %v, after the window's end %v", pl, send, asked, end, w.End())
 			}
 			if asked < time.Duration(min(max(c.grace, 2), 10))*time.Second {
@@ -428,7 +418,8 @@ func TestPlanPodKubeletMinimum(t *testing.T) {
 			}
 			// At its last moment, the least grace it can ask still ends in time.
 			late := w.End().Add(-MinGrace - pl.Tail - RequestAllowance)
-			if end := kubeletEnd(late.Add(RequestAllowance), GraceAt(pl.Grace, w, late.Add(RequestAllowance+pl.Tail)), c.hooks); end.After(w.End()) {
+			lateAsked := GraceAt(pl.Grace, w, late.Add(RequestAllowance+pl.Tail))
+			if end := late.Add(RequestAllowance + kubeletStop(p, lateAsked) - 2*runtimeStop); end.After(w.End()) {
 				t.Fatalf("sent at its last moment %v, the kubelet stops it by %v, after the window's end %v", late, end, w.End())
 			}
 		})

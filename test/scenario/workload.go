@@ -43,6 +43,9 @@ type Pod struct {
 	// ServiceAccount runs the pod as that ServiceAccount (tokens can then be bound to it);
 	// empty means the namespace's default.
 	ServiceAccount string
+	// Edit, when set, changes the pod object before it is created (a preStop hook, a native
+	// sidecar, a claim).
+	Edit func(*v1.Pod)
 }
 
 // Forever is the Tolerate value for a toleration without tolerationSeconds.
@@ -161,6 +164,9 @@ func Create(ctx context.Context, c kubernetes.Interface, ns, node string, taint 
 			obj.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: ds.Name, UID: ds.UID, Controller: &yes}}
 		case Mirror:
 			obj.Annotations = map[string]string{v1.MirrorPodAnnotationKey: "static-" + p.Name}
+		}
+		if p.Edit != nil {
+			p.Edit(obj)
 		}
 		if _, err := c.CoreV1().Pods(ns).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("creating pod %s: %w", p.Name, err)
