@@ -45,6 +45,11 @@ import (
 // agentUser is the identity agentKubeconfig authenticates as (the shipped ServiceAccount).
 const agentUser = "system:serviceaccount:" + scenario.AgentNamespace + ":" + scenario.AgentServiceAccount
 
+// evictionSlack is how late an eviction may be seen by a test's watch after its planned time:
+// the agent's timer, the request and the watch's delivery on a loaded 2-core machine. The
+// tests of this file time evictions by the API server's receipt instead (evictedAt).
+const evictionSlack = 1500 * time.Millisecond
+
 // recordState is what a restart must leave alone: the interruption taint's timeAdded, the
 // deadline annotation and the interruption record.
 type recordState struct {
