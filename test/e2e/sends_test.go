@@ -33,12 +33,17 @@ type agentSend struct {
 }
 
 // klogLine is a text klog line: its header's time, then the message and its key/value pairs.
-var klogLine = regexp.MustCompile(`^I(\d{4} \d{2}:\d{2}:\d{2}\.\d{6})\s+\d+ \S+\] "Evicting pod" (.*)$`)
+var klogLine = regexp.MustCompile(`^I(\d{4} \d{2}:\d{2}:\d{2}\.\d{6})\s+\d+ \S+\] "(?:Evicting pod|` + forceMsg + `)" (.*)$`)
+
+// forceMsg is the agent's line as it sends a forced delete (evict.go's sendForce): a send too,
+// with the queueing margin its grace was cut by.
+const forceMsg = "Deleting pod: the reclaim deadline leaves no time for a blocked eviction"
 
 // klogValue is one key="value" or key=value pair of a text klog line.
 var klogValue = regexp.MustCompile(`(\w+)=("(?:[^"\\]|\\.)*"|\S+)`)
 
-// agentSends reads every "Evicting pod" line of an agent's log, in text (klog) or JSON format.
+// agentSends reads every "Evicting pod" line of an agent's log, and every forced delete's
+// (forceMsg), in text (klog) or JSON format.
 func agentSends(path string) ([]agentSend, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -51,7 +56,7 @@ func agentSends(path string) ([]agentSend, error) {
 	year := time.Now().Year()
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.Contains(line, `Evicting pod"`) {
+		if !strings.Contains(line, `Evicting pod"`) && !strings.Contains(line, forceMsg+`"`) {
 			continue
 		}
 		var s agentSend
@@ -140,6 +145,7 @@ func TestAgentSendsParsed(t *testing.T) {
 	t.Parallel()
 	const text = `I1205 10:49:15.971103   13412 evict.go:315] "Evicting pod" pod="lc-up/latest" grace="5s" podGrace="5s" planned="2026-12-05 10:49:17 +0000 UTC" due="2026-12-05 10:58:57 +0000 UTC" latest="2026-12-05 10:49:17 +0000 UTC" byDeadline=true queueMargin="529.707194ms" attempt=1
 I1205 10:49:15.972000   13412 evict.go:320] "Eviction blocked by a PodDisruptionBudget; retrying" pod="lc-up/other" attempt=1
+I1205 12:57:01.054399    2667 evict.go:391] "Deleting pod: the reclaim deadline leaves no time for a blocked eviction" pod="spot/pdb-blocked" grace="4s" attempts=9 queueMargin="3.388932672s"
 {"time":"2026-12-05T10:49:17.19612116Z","level":"INFO","msg":"Evicting pod","pod":{"name":"latest","namespace":"lc-up-v2"},"grace":5000000000,"podGrace":5000000000,"planned":"2026-12-05T10:49:18Z","due":"2026-12-05T10:58:58Z","latest":"2026-12-05T10:49:18Z","byDeadline":true,"queueMargin":305005139,"attempt":2}
 `
 	path := t.TempDir() + "/reprieve.log"
@@ -154,6 +160,7 @@ I1205 10:49:15.972000   13412 evict.go:320] "Eviction blocked by a PodDisruption
 	want := []agentSend{
 		{At: time.Date(year, 12, 5, 10, 49, 15, 971103000, time.Local), Pod: "lc-up/latest", Planned: time.Date(2026, 12, 5, 10, 49, 17, 0, time.UTC),
 			ByDeadline: true, Margin: 529707194 * time.Nanosecond, Attempt: 1},
+		{At: time.Date(year, 12, 5, 12, 57, 1, 54399000, time.Local), Pod: "spot/pdb-blocked", Margin: 3388932672 * time.Nanosecond},
 		{At: time.Date(2026, 12, 5, 10, 49, 17, 196121160, time.UTC), Pod: "lc-up-v2/latest", Planned: time.Date(2026, 12, 5, 10, 49, 18, 0, time.UTC),
 			ByDeadline: true, Margin: 305005139 * time.Nanosecond, Attempt: 2},
 	}

@@ -218,6 +218,42 @@ func (tm timing) margin(t *testing.T, at time.Time) time.Duration {
 	return m
 }
 
+// sendOf is the agent's last logged send of pod at or before at (the server's receipt of the
+// request checked), and whether there is one: when the request left and the queueing margin
+// the agent measured then.
+func (tm timing) sendOf(t *testing.T, pod string, at time.Time) (agentSend, bool) {
+	t.Helper()
+	var last agentSend
+	found := false
+	for _, path := range tm.logs {
+		sends, err := agentSends(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range sends {
+			if s.Pod == tm.ns+"/"+pod && !s.At.After(at) && (!found || s.At.After(last.At)) {
+				last, found = s, true
+			}
+		}
+	}
+	return last, found
+}
+
+// graceFitted is the grace, in whole seconds, that fitted a pod of grace own (at most) before
+// end when the agent's request for it left (sendOf): the agent allows the request
+// plan.RequestAllowance plus the queueing margin it measured to reach the server
+// (evict.sendGrace), a figure of the run. Without a logged send it is what fitted at the
+// server's receipt.
+func (tm timing) graceFitted(t *testing.T, pod string, own int64, received, end time.Time) int64 {
+	t.Helper()
+	lands := received
+	if s, ok := tm.sendOf(t, pod, received); ok {
+		lands = s.At.Add(plan.RequestAllowance + s.Margin)
+	}
+	fit := int64(end.Sub(lands) / time.Second)
+	return max(min(own, fit), int64(plan.MinGrace/time.Second))
+}
+
 // checkInTime checks that the agent's requests for pod reached the server early enough for
 // the grace each asked to end by end, and that the end the server set (deletionTimestamp,
 // whole seconds, as the watch last saw it) is by end too.
