@@ -389,8 +389,11 @@ func (e *Executor) sendForce(ctx context.Context, key string, pod *v1.Pod, st *p
 	// From the clock now, not from before the eviction that failed: that request may have
 	// hung for seconds, and a grace computed before it would end the pod past the window.
 	now := e.o.Clock.Now()
-	s := sendGrace(actForce, a, time.Time{}, now, e.gate.sendMargin())
-	logger.Info("Deleting pod: the reclaim deadline leaves no time for a blocked eviction", "pod", klog.KObj(pod), "grace", s.grace, "attempts", f.attempts)
+	queue := e.gate.sendMargin()
+	s := sendGrace(actForce, a, time.Time{}, now, queue)
+	// With the queueing margin the grace was cut by, as "Evicting pod" logs it: what the
+	// end-to-end tests check the grace against (test/e2e/sends_test.go).
+	logger.Info("Deleting pod: the reclaim deadline leaves no time for a blocked eviction", "pod", klog.KObj(pod), "grace", s.grace, "attempts", f.attempts, "queueMargin", queue)
 	err := e.deletePod(ctx, pod, s.grace, s.bound)
 	t.done(gateResult(err, s.bound))
 	r := outcome(actForce, a, err, f, e.o.Clock.Now(), 0)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -81,13 +82,10 @@ func TestRestartMidInterruption(t *testing.T) {
 		}
 		return true
 	})
-	recs := obs.Records()
+	// The countdown runs from timeAdded, not from the restart.
+	t.Logf("restarted at T%+.2fs", restartedAt.Sub(timeAdded).Seconds())
 	for name, d := range later {
-		planned := timeAdded.Add(d)
-		if got := recs[name].DeletedAt; got.Before(planned.Add(-slack)) || got.After(planned.Add(slack)) {
-			t.Errorf("pod %s: evicted at T%+.2fs, planned T%+.0fs (restart at T%+.2fs): the countdown must run from timeAdded",
-				name, got.Sub(timeAdded).Seconds(), d.Seconds(), restartedAt.Sub(timeAdded).Seconds())
-		}
+		evictedAt(ctx, t, obs, ns, name, timeAdded.Add(d), timeAdded, false, first, second)
 	}
 	if got := taintOf(getNode(ctx, t, node), taint).TimeAdded.Time; !got.Equal(timeAdded) {
 		t.Errorf("timeAdded changed across the restart: %v, was %v", got, timeAdded)
@@ -145,7 +143,8 @@ func TestConcurrentWriters(t *testing.T) {
 	stop := make(chan struct{})
 	stopWriter := func() { close(stop) }
 	var wg sync.WaitGroup
-	var writes, conflicts, lastOK int
+	var writes atomic.Int64
+	var conflicts, lastOK int
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -181,14 +180,18 @@ func TestConcurrentWriters(t *testing.T) {
 				return err
 			})
 			if err == nil {
-				writes++
+				writes.Add(1)
 				lastOK = i
 			}
 		}
 	}()
 
-	// Reprieve's side: set and withdraw the deadline three times during the writes.
-	for round := range 3 {
+	// Reprieve's side: set and withdraw the deadline during the writes, three times and then
+	// until the other writer has made minWrites: each round takes reprieve a poll or two,
+	// whatever the machine's load, while the other writer's pace is the API server's and this
+	// process's share of two cores (9 writes in three rounds once, beside 30 other tests).
+	const minWrites, maxRounds = 10, 20
+	for round := 0; round < 3 || writes.Load() < minWrites && round < maxRounds; round++ {
 		deadline := time.Now().Add(5 * time.Minute).UTC().Truncate(time.Second).Format(time.RFC3339)
 		setDeadline(ctx, t, node, deadline)
 		waitNode(ctx, t, node, fmt.Sprintf("the taint (round %d)", round), func(n *v1.Node) bool { return hasTaint(n, taint.Key, taint.Effect) })
@@ -200,9 +203,9 @@ func TestConcurrentWriters(t *testing.T) {
 	waitNode(ctx, t, node, "the final taint", func(n *v1.Node) bool { return hasTaint(n, taint.Key, taint.Effect) })
 	stopWriter()
 	wg.Wait()
-	t.Logf("the other writer made %d writes (%d conflicts) while reprieve wrote", writes, conflicts)
-	if writes < 10 {
-		t.Fatalf("only %d concurrent writes: the test did not contend", writes)
+	t.Logf("the other writer made %d writes (%d conflicts) while reprieve wrote", writes.Load(), conflicts)
+	if writes.Load() < minWrites {
+		t.Fatalf("only %d concurrent writes in %d rounds: the test did not contend", writes.Load(), maxRounds)
 	}
 
 	n := getNode(ctx, t, node)
@@ -332,21 +335,22 @@ func TestAPIServerOutage(t *testing.T) {
 		}
 		return true
 	})
-	recs := obs.Records()
-	if r := recs["due-at-once"]; r.DeletedAt.After(up.Add(3 * time.Second)) {
-		t.Errorf("due-at-once evicted %v after the server came back, want within 3s", r.DeletedAt.Sub(up))
+	// When the agent's own server received each request (its audit log: timing_test.go).
+	tm := auditTiming(ctx, t, server, ns, agentUser, []string{rp.LogPath()}, "due-at-once", "latest-passed", "after-outage")
+	if a, _ := tm.first("due-at-once"); a.Received.After(up.Add(3 * time.Second)) {
+		t.Errorf("due-at-once: its eviction reached the API server %v after the server came back, want within 3s", a.Received.Sub(up))
 	}
 	// Its latest start (window end - 25 s) passed during the outage: evicted on the server's
-	// return with the grace that is left, computed when the request leaves. A just-restarted
-	// server answers slowly: one run here saw the deletionTimestamp 570 ms after the agent's
-	// clock said T+19.0, so allow a second for the request (the margin itself is 5 s).
-	if r := recs["latest-passed"]; r.Grace >= 25 || r.DeletedAt.Add(time.Duration(r.Grace)*time.Second).After(end.Add(time.Second)) {
+	// return with the grace that is left, computed when the request leaves, and received by
+	// the server in time for it to end by the window's end.
+	recs := obs.Records()
+	if r := recs["latest-passed"]; r.Grace >= 25 {
 		t.Errorf("latest-passed: deleted at T%+.2fs with grace %ds; want a shortened grace ending by the window's end T%+.0fs",
 			r.DeletedAt.Sub(timeAdded).Seconds(), r.Grace, end.Sub(timeAdded).Seconds())
 	}
-	if planned := timeAdded.Add(30 * time.Second); absDur(recs["after-outage"].DeletedAt.Sub(planned)) > slack {
-		t.Errorf("after-outage evicted at %v, planned %v (from timeAdded)", recs["after-outage"].DeletedAt, planned)
-	}
+	tm.checkInTime(t, "latest-passed", recs["latest-passed"].DeletionTimestamp, end)
+	// Planned from timeAdded, and sent then: the server is back.
+	tm.checkSent(t, "after-outage", timeAdded.Add(30*time.Second), time.Time{}, time.Time{}, false)
 	// The log says what was late, and the summary and the missed-deadline metric agree.
 	summary := waitHandled(ctx, t, node)
 	if log := rp.LogTail(400); !strings.Contains(log, "Eviction is late") {
@@ -382,13 +386,6 @@ func TestAPIServerOutage(t *testing.T) {
 	t.Logf("summary: %s", summary.Message)
 	t.Logf("outage %v; notice seen %v after the outage began; server back at T%+.1fs; window end T%+.1fs",
 		up.Sub(down).Round(time.Millisecond), noticeSeen.Sub(down).Round(time.Millisecond), up.Sub(timeAdded).Seconds(), end.Sub(timeAdded).Seconds())
-}
-
-func absDur(d time.Duration) time.Duration {
-	if d < 0 {
-		return -d
-	}
-	return d
 }
 
 // TestStuckDeletedAndReplacedPods: a pod that a finalizer keeps terminating is evicted once and
@@ -450,13 +447,11 @@ func TestStuckDeletedAndReplacedPods(t *testing.T) {
 	if summary := waitHandled(ctx, t, node); !strings.HasSuffix(summary.Message, ", 1 still present") {
 		t.Errorf("summary %q, want the finalizer pod as the one still present", summary.Message)
 	}
+	// on-time is not held up by the others; the new replaced pod goes at its own plan, T+20
+	// (the old one's was T+10).
+	evictedAt(ctx, t, obs, ns, "on-time", timeAdded.Add(8*time.Second), timeAdded, false, rp)
+	evictedAt(ctx, t, obs, ns, "replaced", timeAdded.Add(20*time.Second), timeAdded, false, rp)
 	recs := obs.Records()
-	if got, planned := recs["on-time"].DeletedAt, timeAdded.Add(8*time.Second); absDur(got.Sub(planned)) > slack {
-		t.Errorf("on-time: evicted at T%+.2fs, planned T+8s: held up by the others", got.Sub(timeAdded).Seconds())
-	}
-	if got, planned := recs["replaced"].DeletedAt, timeAdded.Add(20*time.Second); absDur(got.Sub(planned)) > slack {
-		t.Errorf("replaced: the new pod evicted at T%+.2fs, want its own plan T+20s (the old one's was T+10s)", got.Sub(timeAdded).Seconds())
-	}
 	if r := recs["finalizer"]; r.DeletedAt.IsZero() || !r.GoneAt.IsZero() {
 		t.Errorf("finalizer pod: deleted %v, gone %v; want evicted and still terminating", r.DeletedAt, r.GoneAt)
 	}

@@ -119,8 +119,8 @@ func upgradeMidWindow(t *testing.T, ns string, extra []string) {
 	watch.check(t, T, before)
 	t.Logf("old agent stopped at T%+.2fs, the upgraded one ready at T%+.2fs (its own first sight + 30 s would be T%+.2fs)",
 		stopped.Sub(T).Seconds(), ready.Sub(T).Seconds(), ready.Add(30*time.Second).Sub(T).Seconds())
-	evictedAt(t, obs, "tol-12", T.Add(12*time.Second), T)
-	evictedAt(t, obs, "latest", latest, T)
+	evictedAt(ctx, t, obs, ns, "tol-12", T.Add(12*time.Second), T, false, old, upgraded)
+	evictedAt(ctx, t, obs, ns, "latest", latest, T, true, old, upgraded)
 	noTaintRemoved(ctx, t, node, taint, stopped)
 	if log := upgraded.LogTail(200); !strings.Contains(log, `"msg"`) {
 		t.Errorf("the upgraded agent does not log JSON (the second render's logFormat):\n%s", log)

@@ -45,8 +45,9 @@ import (
 // agentUser is the identity agentKubeconfig authenticates as (the shipped ServiceAccount).
 const agentUser = "system:serviceaccount:" + scenario.AgentNamespace + ":" + scenario.AgentServiceAccount
 
-// evictionSlack is how late an eviction may be seen after its planned time: the agent's
-// timer, the request and the watch's delivery on a loaded 2-core machine.
+// evictionSlack is how late an eviction may be seen by a test's watch after its planned time:
+// the agent's timer, the request and the watch's delivery on a loaded 2-core machine. The
+// tests of this file time evictions by the API server's receipt instead (evictedAt).
 const evictionSlack = 1500 * time.Millisecond
 
 // recordState is what a restart must leave alone: the interruption taint's timeAdded, the
@@ -190,20 +191,24 @@ func eventually(ctx context.Context, timeout time.Duration, cond func() bool) bo
 	}) == nil
 }
 
-// evictedAt checks that pod was evicted at planned (not before it less slack, not after it
-// plus evictionSlack) and logs it.
-func evictedAt(t *testing.T, obs *scenario.Observer, pod string, planned, T time.Time) {
+// evictedAt checks when the API server received the agent's first accepted request for pod
+// against its plan (timing.checkSent: never before it, nor later than slack plus the time the
+// agent's other requests were in the server's hands) and logs it. obs is the test's watch: the
+// pod must have been seen terminating. agents are the agent processes of the run (their logs
+// hold the margin a deadline-bound pod leaves before its plan).
+func evictedAt(ctx context.Context, t *testing.T, obs *scenario.Observer, ns, pod string, planned, T time.Time, byDeadline bool, agents ...*testenv.Process) {
 	t.Helper()
-	got := obs.Records()[pod].DeletedAt
-	if got.IsZero() {
+	if obs.Records()[pod].DeletedAt.IsZero() {
 		t.Errorf("pod %s never evicted, planned T%+.2fs", pod, planned.Sub(T).Seconds())
 		return
 	}
-	if got.Before(planned.Add(-slack)) || got.After(planned.Add(evictionSlack)) {
-		t.Errorf("pod %s evicted at T%+.2fs, planned T%+.2fs", pod, got.Sub(T).Seconds(), planned.Sub(T).Seconds())
-		return
+	var logs []string
+	for _, a := range agents {
+		logs = append(logs, a.LogPath())
 	}
-	t.Logf("pod %s evicted at T%+.2fs, planned T%+.2fs (%+.0f ms)", pod, got.Sub(T).Seconds(), planned.Sub(T).Seconds(), float64(got.Sub(planned).Milliseconds()))
+	a := auditTiming(ctx, t, env, ns, agentUser, logs, pod).checkSent(t, pod, planned, time.Time{}, time.Time{}, byDeadline)
+	t.Logf("pod %s: the API server received its %s at T%+.2fs, planned T%+.2fs (%+.0f ms)", pod, what(a),
+		a.Received.Sub(T).Seconds(), planned.Sub(T).Seconds(), float64(a.Received.Sub(planned).Milliseconds()))
 }
 
 // noTaintRemoved fails the test if the agent recorded a TaintRemoved event for node that names
@@ -309,7 +314,7 @@ func TestRecordRestartAWSPartialAnswer(t *testing.T) {
 
 	t.Logf("killed at T%+.2fs; the new agent ready at T%+.2fs with %s failing (%d answers of 500 to it); the spot source answered again at T+%.0fs",
 		killed.Sub(T).Seconds(), restarted.Sub(T).Seconds(), aws.PathSpotInstanceAction, answered, float64(tolerate))
-	evictedAt(t, obs, "tol-8", T.Add(tolerate*time.Second), T)
+	evictedAt(ctx, t, obs, ns, "tol-8", T.Add(tolerate*time.Second), T, false, first, second)
 	noTaintRemoved(ctx, t, node, taint, killed)
 	if answered == 0 {
 		t.Error("no request of the new agent met the failing spot source")
@@ -375,7 +380,7 @@ func TestRecordRestartAzureFirstCallOutstanding(t *testing.T) {
 		t.Errorf("the new agent is not ready 3 s after the first answer: %d %s\n%s", code, body, second.LogTail(20))
 	}
 	t.Logf("killed at T%+.2fs; the new agent serving at T%+.2fs; its first call answered at T%+.2fs", killed.Sub(T).Seconds(), restarted.Sub(T).Seconds(), answerAt.Sub(T).Seconds())
-	evictedAt(t, obs, "tol-5", T.Add(tolerate*time.Second), T)
+	evictedAt(ctx, t, obs, ns, "tol-5", T.Add(tolerate*time.Second), T, false, first, second)
 	if !evictedBeforeAnswer {
 		t.Errorf("tol-5 was not evicted before the first call answered (T%+.2fs): the record alone must drive the plan", answerAt.Sub(T).Seconds())
 	}
@@ -470,8 +475,8 @@ func TestRecordRestartGCPPreemption(t *testing.T) {
 			watch.check(t, T, before)
 			t.Logf("killed at T%+.2fs; the new agent ready at T%+.2fs: its own first sight + 30 s would be after T%+.2fs",
 				killed.Sub(T).Seconds(), restarted.Sub(T).Seconds(), killed.Add(30*time.Second).Sub(T).Seconds())
-			evictedAt(t, obs, "tol-15", T.Add(15*time.Second), T)
-			evictedAt(t, obs, "latest", latest, T)
+			evictedAt(ctx, t, obs, ns, "tol-15", T.Add(15*time.Second), T, false, first, second)
+			evictedAt(ctx, t, obs, ns, "latest", latest, T, true, first, second)
 			noTaintRemoved(ctx, t, node, taint, killed)
 			if failing {
 				if got := srv.Count(gcpmeta.PathPreempted); got == 0 {
@@ -541,7 +546,7 @@ func TestRecordRestartGCPMaintenance(t *testing.T) {
 	watch.check(t, T, before)
 	t.Logf("killed %v after the value changed, the new agent ready %v after it: its own first sight + %v would be after T%+.2fs, %v further than the lead",
 		killed.Sub(posted).Round(time.Millisecond), restarted.Sub(posted).Round(time.Millisecond), notice, killed.Add(notice).Sub(T).Seconds(), notice-lead)
-	evictedAt(t, obs, "latest", latest, T)
+	evictedAt(ctx, t, obs, ns, "latest", latest, T, true, first, second)
 	noTaintRemoved(ctx, t, node, taint, killed)
 }
 
@@ -666,17 +671,27 @@ func TestRecordSlowNodeWrite(t *testing.T) {
 	recs := figures(t, obs, T, "now", "tol-3")
 	t.Logf("notice at T%+.2fs; %d writes held; released at T%+.2fs; taint on the node at T%+.2fs",
 		noticeAt.Sub(T).Seconds(), heldThen, releasedAt.Sub(T).Seconds(), landed.Sub(T).Seconds())
-	if d := recs["now"].DeletedAt.Sub(noticeAt); recs["now"].DeletedAt.IsZero() || d > time.Second {
-		t.Errorf("the pod without a toleration was evicted %v after the notice, want within 1 s while the node write is held", d.Round(time.Millisecond))
+	// From when the API server had written the deadline to when it received the eviction (its
+	// audit log): on a loaded machine the server took up to 0.9 s to answer either, and this
+	// process's watch saw the eviction later still (issue 52).
+	tm := auditTiming(ctx, t, env, ns, agentUser, nil, "now")
+	now, _ := tm.first("now")
+	notice, ok := tm.nodeWrite(testenv.AdminUser, node, noticeAt)
+	if !ok {
+		t.Fatalf("the API server's audit log has no write of the deadline to %s", node)
+	}
+	if d := now.Received.Sub(notice.Answered); recs["now"].DeletedAt.IsZero() || d > time.Second {
+		t.Errorf("the eviction of the pod without a toleration reached the API server %v after the notice was written, want within 1 s while the node write is held", d.Round(time.Millisecond))
 	} else {
-		t.Logf("the pod without a toleration was evicted %v after the notice, the taint's PATCH held", d.Round(time.Millisecond))
+		t.Logf("the eviction of the pod without a toleration reached the API server %v after the notice was written (the server took %v to write the notice, %v to answer the eviction), the taint's PATCH held",
+			d.Round(time.Millisecond), notice.Answered.Sub(notice.Received).Round(time.Millisecond), now.Answered.Sub(now.Received).Round(time.Millisecond))
 	}
 	// timeAdded is when the agent saw the notice, in whole seconds: within a second of it, not
 	// when the write finally went through.
 	if d := T.Sub(noticeAt); d < -time.Second || d > time.Second {
 		t.Errorf("timeAdded T is %v after the notice; want the notice's second, not the write's", d)
 	}
-	evictedAt(t, obs, "tol-3", T.Add(3*time.Second), T)
+	evictedAt(ctx, t, obs, ns, "tol-3", T.Add(3*time.Second), T, false, p)
 }
 
 // TestRecordSIGTERMSummary (issue 20 case 6): SIGTERM at T+3 in a 20 s window whose end is
@@ -745,7 +760,7 @@ func TestRecordSIGTERMSummary(t *testing.T) {
 	if err != nil || len(evs.Items) != 1 || evs.Items[0].InvolvedObject.Name != "stuck" {
 		t.Errorf("MissedDeadline events: %+v, %v; want one, on the stuck pod", evs, err)
 	}
-	evictedAt(t, obs, "tol-6", T.Add(6*time.Second), T)
+	evictedAt(ctx, t, obs, ns, "tol-6", T.Add(6*time.Second), T, false, p)
 }
 
 // recordForeverIgnoresOtherTaints (issue 20 case 9; TestWithTaintEvictionController runs it):
@@ -820,7 +835,7 @@ func recordForeverIgnoresOtherTaints(ctx context.Context, t *testing.T) {
 	if r := recs["forever"]; !r.DeletedAt.IsZero() {
 		t.Errorf("the pod that tolerates the interruption forever was deleted at T%+.2fs (grace %d s)", r.DeletedAt.Sub(T).Seconds(), r.Grace)
 	}
-	evictedAt(t, obs, "tol-5", T.Add(5*time.Second), T)
+	evictedAt(ctx, t, obs, ns, "tol-5", T.Add(5*time.Second), T, false, p)
 }
 
 // TestRecordWriteCheckTaintPolicy (issue 20 case 10, the write check): a ValidatingAdmissionPolicy

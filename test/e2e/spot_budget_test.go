@@ -77,5 +77,5 @@ func TestSpotSwitchOfEvictionModeMidWindow(t *testing.T) {
 	eventually(ctx, time.Until(T.Add(tolerate*time.Second))+10*time.Second, func() bool {
 		return !obs.Records()["tol-12"].DeletedAt.IsZero()
 	})
-	evictedAt(t, obs, "tol-12", T.Add(tolerate*time.Second), T)
+	evictedAt(ctx, t, obs, ns, "tol-12", T.Add(tolerate*time.Second), T, false, first, second)
 }

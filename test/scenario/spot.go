@@ -145,6 +145,8 @@ type SpotResult struct {
 	NodeEvents, PodEvents []v1.Event
 	// LogPath is reprieve's log file, for a failing test to quote (AgentLines).
 	LogPath string
+	// Namespace holds the run's pods.
+	Namespace string
 }
 
 // AgentLines returns the last n lines of reprieve's log that name a pod or an error: what a
@@ -257,7 +259,7 @@ func RunSpot(ctx context.Context, o SpotOptions) (*SpotResult, error) {
 		return nil, fmt.Errorf("%w\nreprieve log (%s):\n%s", err, rp.LogPath(), rp.LogTail(40))
 	}
 
-	res := &SpotResult{}
+	res := &SpotResult{Namespace: o.Namespace}
 	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, o.NoticeDelay+30*time.Second, true, func(ctx context.Context) (bool, error) {
 		n, err := c.CoreV1().Nodes().Get(ctx, o.Node, metav1.GetOptions{})
 		if err != nil {

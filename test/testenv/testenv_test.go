@@ -106,6 +106,18 @@ func TestSmoke(t *testing.T) {
 		})
 		gone := time.Since(deleted)
 		t.Logf("pod gone %s after the delete", gone.Round(time.Millisecond))
+		// The server's audit log has the delete, on the machine's clock, between the call and
+		// its return (audit.go): what the timing tests read in place of their watch's sight.
+		audit, err := env.Audit()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a, ok := FirstPodEnd(audit, ns, "p"); !ok {
+			t.Errorf("the audit log has no accepted delete of %s/p: %+v", ns, audit)
+		} else if a.Received.Before(deleted) || a.Answered.Before(a.Received) || a.Answered.After(deleted.Add(gone)) || a.User.Username != adminUser {
+			t.Errorf("audited delete of %s/p by %s received %v, answered %v; want by %s between the call at %v and the pod's end %v later",
+				ns, a.User.Username, a.Received, a.Answered, adminUser, deleted, gone)
+		}
 		if gone < 1900*time.Millisecond || gone > 3500*time.Millisecond {
 			t.Errorf("pod vanished %s after a delete with 3 s grace, want 2-3.5 s (deletionTimestamp is whole seconds)", gone)
 		}
