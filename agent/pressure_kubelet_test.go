@@ -51,6 +51,13 @@ func (h *harness) read(sample kubelet.Sample) {
 	h.syncStores()
 }
 
+// steadyFall is a fall of 100 MiB/s to 1000 MiB, just under pressureConfig's threshold (1Gi):
+// 9 s from the kubelet's 100Mi, where a 30 s pod's grace no longer fits and, precision first, it
+// goes with 3 s (Decide). (Before issue 47 these tests read 1200, 1000, 800, 600: a fall of
+// 200 MiB/s with the hard threshold 2.5 s away at the last reading, where a grace cut to 1 s
+// gains nothing over the kubelet's own eviction.)
+var steadyFall = []int64{1300, 1200, 1100, 1000}
+
 func usageOf(gib map[string]float64) map[types.UID]kubelet.PodUsage {
 	out := map[types.UID]kubelet.PodUsage{}
 	for name, g := range gib {
@@ -125,7 +132,7 @@ func TestPressureRanksDaemonSetAndForgedPods(t *testing.T) {
 				pressurePod("critical", 30, func(p *v1.Pod) { p.Spec.Priority = &crit }),
 			)
 			usage := usageOf(map[string]float64{"hog": 4, "web": 1.5, "mirror": 6, "critical": 6})
-			for _, mi := range []int64{1200, 1000, 800, 600} {
+			for _, mi := range steadyFall {
 				h.read(kubelet.Sample{Node: kubelet.Observations{kubelet.MemoryAvailable: {Available: mi << 20, Capacity: 16 * giB}}, Pods: usage})
 			}
 			if got := evictionNames(h.evictions()); !slices.Equal(got, []string{"hog"}) {
@@ -154,7 +161,7 @@ func TestPressureCutsATerminatingHog(t *testing.T) {
 	usage := usageOf(map[string]float64{"rollout": 6, "neighbour": 1.2})
 	// Until the DELETE: the fake clientset then removes the pod at once, where the API server
 	// would keep it terminating for the grace given.
-	for _, mi := range []int64{1200, 1000, 800, 600} {
+	for _, mi := range steadyFall {
 		h.read(kubelet.Sample{Node: kubelet.Observations{kubelet.MemoryAvailable: {Available: mi << 20, Capacity: 16 * giB}}, Pods: usage})
 		if len(h.deletes()) > 0 {
 			break
@@ -214,7 +221,7 @@ func TestPressureRanksByAllocatedRequests(t *testing.T) {
 		}),
 		pressurePod("neighbour", 30, memRequest("1Gi")))
 	usage := usageOf(map[string]float64{"resized": 6, "neighbour": 2})
-	for _, mi := range []int64{1200, 1000, 800, 600} {
+	for _, mi := range steadyFall {
 		h.read(kubelet.Sample{Node: kubelet.Observations{kubelet.MemoryAvailable: {Available: mi << 20, Capacity: 16 * giB}}, Pods: usage})
 	}
 	if got := evictionNames(h.evictions()); !slices.Equal(got, []string{"resized"}) {

@@ -56,6 +56,10 @@ type LoopOptions struct {
 	TrendWindow      time.Duration
 	TaintEffect      string
 	SafetyMargin     time.Duration
+	// CutEarly evicts a pod whose whole grace no longer fits as soon as it is due, with what
+	// fits (Input.CutEarly): the timeliness-first rule, measured beside the default in
+	// docs/benchmarks.md, not a flag.
+	CutEarly bool
 	// PodNamespace and PodName are the agent's own pod, never evicted.
 	PodNamespace, PodName string
 	DryRun                bool
@@ -83,18 +87,27 @@ type Loop struct {
 	inFlight map[types.UID]inFlight
 	// blocked are pods a PodDisruptionBudget protected, with when to try again.
 	blocked map[types.UID]blockedPod
+	// retry are pods whose pressure eviction failed otherwise (Candidate.Retry).
+	retry   map[types.UID]bool
 	lastErr string
 	// warned remembers the signals already warned about (a threshold not above the kubelet's).
 	warned map[kubelet.Signal]bool
 	// taints are the pressure taints wanted on the node.
 	taints map[Resource]bool
+	// estimates are each signal's trend at this reading (Observe).
+	estimates map[kubelet.Signal]Estimate
+	// pods are each pod's usage over the trend window, by pod and kind, from which the pods are
+	// ranked where the kubelet would rank them (project).
+	pods map[podUsageKey]*series
+	// rootfsOnImageFs says the last reading's writable layers are on imagefs.
+	rootfsOnImageFs bool
 }
 
 // NewLoop returns the pressure loop; Start takes its first reading.
 func NewLoop(o LoopOptions) *Loop {
 	return &Loop{o: o, tracker: NewTracker(o.TransitionPeriod), soft: NewSoftTracker(), trend: NewTrend(o.TrendWindow),
-		pace: NewPace(o.TrendWindow), inFlight: map[types.UID]inFlight{}, blocked: map[types.UID]blockedPod{}, warned: map[kubelet.Signal]bool{},
-		taints: map[Resource]bool{}}
+		pace: NewPace(o.TrendWindow), inFlight: map[types.UID]inFlight{}, blocked: map[types.UID]blockedPod{}, retry: map[types.UID]bool{}, warned: map[kubelet.Signal]bool{},
+		taints: map[Resource]bool{}, estimates: map[kubelet.Signal]Estimate{}, pods: map[podUsageKey]*series{}}
 }
 
 type inFlight struct {
@@ -213,9 +226,14 @@ func (lp *Loop) Observe(ctx context.Context) {
 		if l.At.IsZero() || l.At.After(now) {
 			l.At = now
 		}
-		lp.trend.Add(l.At, l.Signal, l.Available)
-		lp.pace.Add(now, l.Signal, lp.timeToHard(now, *l))
-		if l.Threshold <= l.Hard && l.Hard > 0 && !lp.warned[l.Signal] {
+		lp.trend.AddLevel(*l)
+		prev := lp.estimates[l.Signal]
+		e := lp.trend.Estimate(l.Signal)
+		lp.estimates[l.Signal] = e
+		lp.pace.Add(now, l.Signal, lp.timeToHard(now, *l), e.SteeperThan(prev))
+		// A signal reprieve only taints for: the kubelet deletes images first, and a threshold at
+		// its own is where it reports DiskPressure (Levels).
+		if l.Threshold <= l.Hard && l.Hard > 0 && evictsFor(l.Signal, sample.DedicatedImageFs) && !lp.warned[l.Signal] {
 			lp.warned[l.Signal] = true
 			logger.Error(nil, "reprieve's pressure threshold is not above the kubelet's hard threshold: the kubelet will evict first",
 				"signal", l.Signal, "threshold", l.Threshold, "kubeletHard", l.Hard)
@@ -225,6 +243,7 @@ func (lp *Loop) Observe(ctx context.Context) {
 		lp.o.Metrics.PressureThreshold.WithLabelValues(s, "reprieve").Set(float64(l.Threshold))
 		lp.o.Metrics.PressureThreshold.WithLabelValues(s, "kubelet_hard").Set(float64(l.Hard))
 	}
+	lp.observePods(now, levels, sample)
 	for _, ch := range lp.tracker.Observe(now, levels) {
 		lp.reportPressureChange(ctx, ch)
 		lp.setTaint(ch.Resource, ch.Active)
@@ -311,6 +330,11 @@ func (lp *Loop) evictForPressure(ctx context.Context, now time.Time, levels []Le
 			delete(lp.blocked, uid)
 		}
 	}
+	for uid := range lp.retry {
+		if _, ok := present[uid]; !ok {
+			delete(lp.retry, uid)
+		}
+	}
 	view := lp.o.Executor.View()
 	for _, r := range Resources {
 		var soft []kubelet.Signal
@@ -389,14 +413,17 @@ func (lp *Loop) evictForPressure(ctx context.Context, now time.Time, levels []Le
 		}
 		decided := false
 		if lvl.Signal != "" && lp.tracker.Active(r) {
-			lp.shortenInFlight(ctx, now, r, ttl, present)
 			in := Input{
 				Level: lvl, Active: true, TimeToHard: ttl,
-				Ranked:       Candidates(lvl.Signal, evictable, usageFor(lvl.Signal), podGrace),
+				Ranked:       lp.retrying(lp.project(lvl.Signal, Candidates(lvl.Signal, evictable, usageFor(lvl.Signal), podGrace), ttl)),
 				SafetyMargin: lp.o.SafetyMargin, Allowance: plan.RequestAllowance, Interval: lp.o.Interval,
+				Pending: lp.estimates[lvl.Signal].Pending, CutEarly: lp.o.CutEarly,
 			}
 			in.Gap, in.Jump = lp.pace.Of(lvl.Signal, ttl)
 			in.InFlight, in.Reclaiming = inFlightOf(lvl.Signal)
+			if !in.Pending {
+				lp.shortenInFlight(ctx, now, r, ttl, in.Lead(), present)
+			}
 			for _, ev := range Decide(in) {
 				lp.pressureEvict(ctx, now, r, lvl, ttl, in.Lead(), ev, view)
 				decided = true
@@ -428,11 +455,25 @@ func (lp *Loop) evictForPressure(ctx context.Context, now time.Time, levels []Le
 	}
 }
 
+// retrying marks the candidates whose eviction failed at an earlier reading.
+func (lp *Loop) retrying(cs []Candidate) []Candidate {
+	for i := range cs {
+		cs[i].Retry = lp.retry[cs[i].Pod.UID]
+	}
+	return cs
+}
+
 // timeToHard is the estimate of when l's signal reaches the kubelet's hard threshold, from its
-// trend, at now.
+// trend, at now (Observe's estimate of this reading): Never when it is not falling beyond the
+// noise, or falls within a sawtooth, above its lowest recent trough (Estimate). What the kubelet
+// reclaims first counts as available (Level.Effective).
 func (lp *Loop) timeToHard(now time.Time, l Level) time.Duration {
-	slope, ok := lp.trend.Slope(l.Signal)
-	t := TimeTo(l.Available, l.Hard, slope, ok)
+	e := lp.estimates[l.Signal]
+	a := l.Effective()
+	if e.Sawtooth && float64(a) > e.Floor-e.Tolerance && a > l.Hard {
+		return Never
+	}
+	t := TimeTo(a, l.Hard, e.Slope, e.OK && e.Falling)
 	if t != Never {
 		// The estimate runs from when the source measured, not from now.
 		t = max(t-now.Sub(l.At), 0)
@@ -441,18 +482,25 @@ func (lp *Loop) timeToHard(now time.Time, l Level) time.Duration {
 }
 
 // shortenInFlight shortens the grace of the pods already evicted for r that would outlive the
-// current estimate (the fall sped up since): a later DELETE can only shorten a grace.
-func (lp *Loop) shortenInFlight(ctx context.Context, now time.Time, r Resource, ttl time.Duration, present map[types.UID]*v1.Pod) {
+// current estimate (the fall sped up since): a later DELETE can only shorten a grace. Only by
+// more than lead (the estimate moves by that between two readings without the fall speeding
+// up: the pod was due a reading early for it), and never to less than MinCutGrace, which gains
+// the pod nothing over the kubelet's own eviction (issue 47: a ±10 MiB reading cut a 3 s pod's
+// grace to 1 s).
+func (lp *Loop) shortenInFlight(ctx context.Context, now time.Time, r Resource, ttl, lead time.Duration, present map[types.UID]*v1.Pod) {
 	if ttl == Never {
 		return
 	}
-	end := now.Add(max(ttl-lp.o.SafetyMargin, MinGrace))
+	end := now.Add(max(ttl-lp.o.SafetyMargin, MinGrace) + lead)
 	for uid, f := range lp.inFlight {
 		pod := present[uid]
 		if f.resource != r || pod == nil || pod.DeletionTimestamp == nil || !pod.DeletionTimestamp.After(end) {
 			continue
 		}
 		grace := max((ttl - lp.o.SafetyMargin - plan.RequestAllowance).Truncate(time.Second), MinGrace)
+		if grace < MinCutGrace {
+			continue
+		}
 		if pod.DeletionGracePeriodSeconds != nil && time.Duration(*pod.DeletionGracePeriodSeconds)*time.Second <= grace {
 			continue
 		}
@@ -498,6 +546,7 @@ func (lp *Loop) pressureEvict(ctx context.Context, now time.Time, r Resource, lv
 	case err == nil:
 		lp.inFlight[pod.UID] = inFlight{key: pod.Namespace + "/" + pod.Name, resource: r, signal: lvl.Signal, usage: ev.Usage}
 		delete(lp.blocked, pod.UID)
+		delete(lp.retry, pod.UID)
 		lp.o.Metrics.PressureEvictionsTotal.WithLabelValues(string(lvl.Signal)).Inc()
 		lp.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultEvicted).Inc()
 		logger.Info("Evicted pod for pressure", "pod", klog.KObj(pod), "signal", lvl.Signal, "available", lvl.Available,
@@ -525,6 +574,7 @@ func (lp *Loop) pressureEvict(ctx context.Context, now time.Time, r Resource, lv
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		// Gone, or replaced by a pod of the same name: nothing to do.
 	default:
+		lp.retry[pod.UID] = true
 		lp.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultFailed).Inc()
 		logger.Error(err, "Evicting pod for pressure failed; will retry", "pod", klog.KObj(pod))
 	}

@@ -159,11 +159,16 @@ func TestTrendSlope(t *testing.T) {
 	if s, ok := tr.Slope(kubelet.MemoryAvailable); !ok || math.Abs(s+200) > 1e-9 {
 		t.Fatalf("slope %v %v after the fall sped up, want -200", s, ok)
 	}
-	// A rise in the last readings does not hide the fall over the window.
+	// Issue 47: a fall that stopped is no fall. Before, a rise in the last readings did not hide
+	// the fall over the window: the window's fit (a shallower rise) stood. Now the rise is a new
+	// pace, pending at its first reading and the trend from its second.
 	tr.Add(t0.Add(8*time.Second), kubelet.MemoryAvailable, 1000)
+	if e := tr.Estimate(kubelet.MemoryAvailable); !e.Pending {
+		t.Fatalf("estimate %+v at the first reading of the rise, want it pending", e)
+	}
 	tr.Add(t0.Add(9*time.Second), kubelet.MemoryAvailable, 2000)
-	if s, ok := tr.Slope(kubelet.MemoryAvailable); !ok || s >= 100 {
-		t.Fatalf("slope %v %v, want the shallower rise of the whole window", s, ok)
+	if e := tr.Estimate(kubelet.MemoryAvailable); e.Falling {
+		t.Fatalf("estimate %+v after the rise, want no fall", e)
 	}
 	// Two readings are not a trend.
 	tr2 := NewTrend(time.Minute)
@@ -384,7 +389,7 @@ func TestDecide(t *testing.T) {
 		return func(in *Input) {
 			p := NewPace(20 * time.Second)
 			for i, d := range []time.Duration{Never, 2 * time.Hour, ttl} {
-				p.Add(t0.Add(time.Duration(i)*time.Second), kubelet.MemoryAvailable, d)
+				p.Add(t0.Add(time.Duration(i)*time.Second), kubelet.MemoryAvailable, d, true)
 			}
 			in.TimeToHard, in.Interval = ttl, time.Second
 			in.Gap, in.Jump = p.Of(kubelet.MemoryAvailable, ttl)
@@ -408,12 +413,27 @@ func TestDecide(t *testing.T) {
 		// Issue 37 case 4: the kubelet frees to its hard threshold (100) plus the minimum
 		// reclaim (200), from the hard threshold: 200 MiB, which a covers alone. (Before: up to
 		// reprieve's threshold, 500 MiB, and a, c and d went.)
-		{"just inside: graces cut to fit", func(in *Input) { in.TimeToHard = 34 * time.Second },
+		//
+		// Issue 47: a pod whose whole grace no longer fits waits for the last reading that leaves
+		// it MinCutGrace (precision first), and goes with what fits then; never with less, which
+		// gains nothing over the kubelet's own eviction. CutEarly (timeliness first) is the rule
+		// before: at once, with what fits.
+		{"just inside: the grace cut waits", func(in *Input) { in.TimeToHard = 34 * time.Second }, nil, nil},
+		{"just inside, cut early: graces cut to fit", func(in *Input) { in.TimeToHard = 34 * time.Second; in.CutEarly = true },
 			[]string{"a"}, []int{28}},
-		{"already past: the least grace", func(in *Input) { in.TimeToHard = 0 },
+		{"the last reading that leaves 3 s", func(in *Input) { in.TimeToHard = 9 * time.Second }, []string{"a"}, []int{3}},
+		{"the reading before it", func(in *Input) { in.TimeToHard = 9250 * time.Millisecond }, nil, nil},
+		{"already past: left to the kubelet", func(in *Input) { in.TimeToHard = 0 }, nil, nil},
+		{"already past, cut early: the least grace", func(in *Input) { in.TimeToHard = 0; in.CutEarly = true },
 			[]string{"a"}, []int{1}},
-		{"pods in flight cover part of it", func(in *Input) { in.TimeToHard = 20 * time.Second; in.InFlight = 1; in.Reclaiming = 100 * mi },
-			[]string{"a"}, []int{14}},
+		{"pods in flight cover part of it", func(in *Input) {
+			in.TimeToHard = 20 * time.Second
+			in.InFlight = 1
+			in.Reclaiming = 100 * mi
+			in.CutEarly = true
+		}, []string{"a"}, []int{14}},
+		// Issue 47: nothing goes at a reading that jumped off the trend.
+		{"a pending reading", func(in *Input) { in.TimeToHard = 36 * time.Second; in.Pending = true }, nil, nil},
 		{"pods in flight cover it all", func(in *Input) { in.TimeToHard = 20 * time.Second; in.InFlight = 2; in.Reclaiming = 600 * mi },
 			nil, nil},
 		// Issue 37: what can go by before the next reading, not a fixed second. Readings every
@@ -510,6 +530,7 @@ func TestDecideWithoutUsageNotAboveTheThreshold(t *testing.T) {
 		t.Fatalf("evicts %s with the signal above threshold + reclaim (1250 MiB against 1000 + 200)", got[0].Pod.Name)
 	}
 	in.Level = mem(1150) // above the threshold, short of the minimum reclaim: still under pressure
+	in.CutEarly = true   // the timing aside (3 s left: the kubelet's, precision first)
 	if got := Decide(in); len(got) != 1 {
 		t.Fatalf("evicts %d pods within the minimum reclaim, want the next one", len(got))
 	}
@@ -522,7 +543,7 @@ func TestDecideNoStormWhenPodsCannotCover(t *testing.T) {
 	for i := range 10 {
 		ranked = append(ranked, cand(string(rune('a'+i)), 15*mi, true, 30*time.Second))
 	}
-	in := Input{Level: mem(100), Active: true, TimeToHard: 0, SafetyMargin: 5 * time.Second, Ranked: ranked}
+	in := Input{Level: mem(100), Active: true, TimeToHard: 0, SafetyMargin: 5 * time.Second, Ranked: ranked, CutEarly: true}
 	got := Decide(in)
 	if len(got) != 1 || got[0].Pod.Name != "a" {
 		t.Fatalf("evicts %d pods, want one (a): 10 x 15 MiB cannot cover the 200 MiB to the hard threshold plus the minimum reclaim", len(got))
@@ -573,12 +594,12 @@ func TestPace(t *testing.T) {
 		{25 * time.Second, 0, 9 * time.Second, 0}, // past: nothing to measure
 	}
 	for _, st := range steps {
-		p.Add(t0.Add(st.at), s, st.ttl)
+		p.Add(t0.Add(st.at), s, st.ttl, true)
 		check(st.at, st.ttl, st.gap, st.jump)
 	}
 	// The long gap counts until it is out of the window.
 	for at := 26 * time.Second; at <= 36*time.Second; at += time.Second {
-		p.Add(t0.Add(at), s, 0)
+		p.Add(t0.Add(at), s, 0, true)
 		want := 9 * time.Second
 		if at == 36*time.Second {
 			want = time.Second
@@ -587,5 +608,23 @@ func TestPace(t *testing.T) {
 	}
 	if gap, jump := p.Of(kubelet.PIDAvailable, 10*time.Second); gap != 0 || jump != 0 {
 		t.Fatalf("a signal never read: gap %v, jump %v", gap, jump)
+	}
+}
+
+// Issue 47: an estimate that falls further than the time between two readings while the trend
+// did not steepen (the noise of a flat or steady signal's fit) is no jump: the lead stays the
+// reading's gap.
+func TestPaceJumpOnlyWhenSteeper(t *testing.T) {
+	p := NewPace(20 * time.Second)
+	s := kubelet.MemoryAvailable
+	for i, ttl := range []time.Duration{Never, 150 * time.Second, 60 * time.Second, 200 * time.Second, 40 * time.Second} {
+		p.Add(t0.Add(time.Duration(i)*time.Second), s, ttl, false)
+	}
+	if gap, jump := p.Of(s, 40*time.Second); gap != time.Second || jump != 0 {
+		t.Fatalf("gap %v, jump %v from a noisy estimate; want 1s and no jump", gap, jump)
+	}
+	p.Add(t0.Add(5*time.Second), s, 20*time.Second, true) // 19 s expected: a jump of 1/39
+	if _, jump := p.Of(s, 20*time.Second); jump <= 0 {
+		t.Fatalf("no jump when the trend steepened")
 	}
 }

@@ -1,0 +1,546 @@
+package pressure
+
+import (
+	"math"
+	"slices"
+	"time"
+
+	"github.com/reprieve-dev/reprieve/kubelet"
+)
+
+// Trend keeps each signal's recent readings and tells how fast it falls (Estimate), as issue 47
+// asks: a fall that persists, not jitter, a step or a sawtooth.
+//
+//   - The slope is a least-squares fit over the window (the short-term trend), with the reading
+//     noise measured (Estimate.Noise): a slope within the noise is no fall, and the fit over
+//     the last minSamples readings replaces the window's only when it is steeper by more than
+//     the noise allows (the fall sped up).
+//   - A reading that jumps off the trend by more than the noise (and by more than JumpShare of
+//     the capacity) is a step when the next reading goes on at the old pace (a JVM's heap taken,
+//     kept): the level moved, the trend did not, and the fit treats the readings before and
+//     after as one trend at two levels. Until that next reading the jump is Pending: a step and
+//     the start of a fall look alike there. A jump that the next reading undoes is a spike, left
+//     out. A jump followed by a new pace is a change of pace: the trend is then fitted to the
+//     readings since, so a fall that stopped (a page cache filled, then held) is no fall, and a
+//     fall that started is its own pace, not the window's blend.
+//   - A rise by such a jump frees (a garbage collector, a job that ended): the lowest reading of
+//     the fall before it is the sawtooth's trough, and while the next fall lasts no longer than
+//     one and a half times the last ones did it stays a sawtooth (Estimate.Sawtooth, Floor):
+//     the node held that level lately, and the kubelet left it alone.
+type Trend struct {
+	// Window is how far back readings count in the slope.
+	Window time.Duration
+	// History is how far back readings are kept for the noise and the sawtooth's troughs.
+	History time.Duration
+	series  map[kubelet.Signal]*series
+}
+
+// point is one reading.
+type point struct {
+	at    time.Time
+	value float64
+}
+
+// series is one signal's (or one pod's usage's) readings over the history, its capacity, and the
+// frees seen.
+type series struct {
+	capacity int64
+	points   []point
+	frees    []free
+	// sigma caches noise() for the current points (valid when sigmaOK).
+	sigma   float64
+	sigmaOK bool
+}
+
+// free is a rise by a jump: when, the trough of the fall before it, and how long that fall took
+// from its peak.
+type free struct {
+	at     time.Time
+	trough float64
+	fall   time.Duration
+}
+
+// The estimate's constants.
+const (
+	// minSamples is how many readings a slope needs: two points make a slope out of any jitter.
+	minSamples = 3
+	// TrendHistory is how long readings are kept for the noise and a sawtooth's troughs.
+	TrendHistory = 5 * time.Minute
+	// noiseSamples is how many of the latest readings the noise is measured on, noiseMin how
+	// many it takes.
+	noiseSamples, noiseMin = 120, 6
+	// JumpShare is the least jump of a reading off the trend that can be a step, as a share of the
+	// capacity: 0.5% (41 MiB of 8 GiB, 328 MiB of 64 GiB). Below it, a change of pace goes into
+	// the fit as it comes (a fall speeding up by 10 MiB/s every second is no jump).
+	JumpShare = 0.005
+	// jumpK, slopeK and steepK are how many standard deviations of the noise a jump, a slope and
+	// a steepening must exceed: 4 each, a false alarm at about 1 reading in 30 000 for normal
+	// noise (3 gave 5 to 10 falls in an hour of ±10 MiB of flat noise, the window's readings
+	// being correlated).
+	jumpK, slopeK, steepK = 4.0, 4.0, 4.0
+	// sawtoothSpan is how long after a free the sawtooth holds, as a multiple of the longest fall
+	// before a free.
+	sawtoothSpan = 1.5
+)
+
+// NewTrend returns an empty trend over window, keeping TrendHistory (or window, if longer).
+func NewTrend(window time.Duration) *Trend {
+	return &Trend{Window: window, History: max(window, TrendHistory), series: map[kubelet.Signal]*series{}}
+}
+
+// Add records a reading of s measured at at, without its capacity (no jump share: steps are
+// told from the noise alone); AddLevel is the loop's.
+func (t *Trend) Add(at time.Time, s kubelet.Signal, available int64) { t.add(at, s, available, 0) }
+
+// AddLevel records l's reading, measured at l.At. A reading not newer than the last one is the
+// same stats served again (the Summary API's cache): it is skipped, or the fit would see a flat
+// stretch and then a cliff.
+func (t *Trend) AddLevel(l Level) { t.add(l.At, l.Signal, l.Effective(), l.Capacity) }
+
+func (t *Trend) add(at time.Time, s kubelet.Signal, available, capacity int64) {
+	ts := t.series[s]
+	if ts == nil {
+		ts = &series{}
+		t.series[s] = ts
+	}
+	ts.add(at, float64(available), capacity, t.Window, t.History)
+}
+
+func (ts *series) add(at time.Time, v float64, capacity int64, window, history time.Duration) {
+	if capacity > 0 {
+		ts.capacity = capacity
+	}
+	if n := len(ts.points); n > 0 && !at.After(ts.points[n-1].at) {
+		return
+	}
+	ts.points = append(ts.points, point{at: at, value: v})
+	ts.sigmaOK = false
+	cut := 0
+	for cut < len(ts.points)-1 && at.Sub(ts.points[cut].at) > history {
+		cut++
+	}
+	ts.points = append(ts.points[:0], ts.points[cut:]...)
+	for len(ts.frees) > 0 && at.Sub(ts.frees[0].at) > history {
+		ts.frees = ts.frees[1:]
+	}
+	ts.noteFree(window)
+}
+
+// noteFree records a free when the last reading rose off the trend by a jump.
+func (ts *series) noteFree(window time.Duration) {
+	ps := ts.points
+	n := len(ps)
+	if n < minSamples {
+		return
+	}
+	w := ts.window(window)
+	ref := medianRate(w[:len(w)-1])
+	last, prev := ps[n-1], ps[n-2]
+	d := last.value - prev.value
+	if d <= 0 || d-ref*last.at.Sub(prev.at).Seconds() <= ts.jumpThreshold() {
+		return
+	}
+	if k := len(ts.frees); k > 0 && ts.frees[k-1].at.Equal(prev.at) {
+		ts.frees[k-1].at = last.at // one free over several readings
+		return
+	}
+	// The fall before it: from the highest reading since the last free to the lowest after.
+	from := 0
+	if k := len(ts.frees); k > 0 {
+		for from < n-1 && !ps[from].at.After(ts.frees[k-1].at) {
+			from++
+		}
+	}
+	peak := from
+	for i := from; i < n-1; i++ {
+		if ps[i].value >= ps[peak].value {
+			peak = i
+		}
+	}
+	trough := peak
+	for i := peak; i < n-1; i++ {
+		if ps[i].value <= ps[trough].value {
+			trough = i
+		}
+	}
+	ts.frees = append(ts.frees, free{at: last.at, trough: ps[trough].value, fall: ps[trough].at.Sub(ps[peak].at)})
+}
+
+// window is the readings within window of the last.
+func (ts *series) window(window time.Duration) []point {
+	n := len(ts.points)
+	if n == 0 {
+		return nil
+	}
+	last := ts.points[n-1].at
+	i := n - 1
+	for i > 0 && last.Sub(ts.points[i-1].at) <= window {
+		i--
+	}
+	return ts.points[i:]
+}
+
+// noise is the readings' standard deviation about a straight line, from the median absolute
+// second difference of the latest readings (robust to a step, which moves two of them, and to a
+// steady trend, which moves none): for independent noise of deviation s a second difference has
+// deviation s*sqrt(6).
+func (ts *series) noise() float64 {
+	if !ts.sigmaOK {
+		ts.sigma, ts.sigmaOK = ts.measureNoise(), true
+	}
+	return ts.sigma
+}
+
+func (ts *series) measureNoise() float64 {
+	ps := ts.points[max(len(ts.points)-noiseSamples, 0):]
+	if len(ps) < noiseMin {
+		// Too few readings to measure it: the noise a jump's share of the capacity would be
+		// (jumpThreshold), so that the first readings' slope is no fall unless it clears that.
+		return JumpShare * float64(ts.capacity) / (jumpK * math.Sqrt(6))
+	}
+	dd := make([]float64, 0, len(ps)-2)
+	for i := 2; i < len(ps); i++ {
+		d1 := ps[i-1].value - ps[i-2].value
+		d2 := ps[i].value - ps[i-1].value
+		dt1, dt2 := ps[i-1].at.Sub(ps[i-2].at).Seconds(), ps[i].at.Sub(ps[i-1].at).Seconds()
+		dd = append(dd, math.Abs(d2-d1*dt2/dt1))
+	}
+	return 1.4826 * median(dd) / math.Sqrt(6)
+}
+
+// jumpThreshold is how far a difference must be off the pace to be a jump: jumpK deviations
+// of a second difference, and JumpShare of the capacity.
+func (ts *series) jumpThreshold() float64 {
+	return max(jumpK*math.Sqrt(6)*ts.noise(), JumpShare*float64(ts.capacity))
+}
+
+// Estimate is a signal's trend at its last reading.
+type Estimate struct {
+	// Slope is how fast it changes, in units per second (negative when falling). OK is false
+	// with fewer than minSamples readings in the window, or when they all share one instant.
+	Slope float64
+	OK    bool
+	// SE is the slope's standard error for the noise measured.
+	SE float64
+	// Falling says the slope is a fall beyond the noise: slopeK standard errors below zero;
+	// Rising a rise beyond it.
+	Falling, Rising bool
+	// Steeper says the slope is that of the latest readings, a significantly steeper fall than
+	// the window's before (the fall sped up, or started).
+	Steeper bool
+	// Pending says the last reading jumped off the trend: a step or the start of a fall, which
+	// the next reading tells apart. It is left out of the slope.
+	Pending bool
+	// Noise is the readings' standard deviation about the trend.
+	Noise float64
+	// Sawtooth says a free came lately, within sawtoothSpan of the falls before it; Floor is the
+	// lowest trough of those falls, and Tolerance how far below it a reading may be and still be
+	// the same sawtooth (the noise, half a jump).
+	Sawtooth         bool
+	Floor, Tolerance float64
+}
+
+// SteeperThan reports whether e's fall is steeper than prev's beyond what the noise of both
+// allows: the trend steepened from one reading to the next.
+func (e Estimate) SteeperThan(prev Estimate) bool {
+	if !e.OK || !e.Falling {
+		return false
+	}
+	if !prev.OK {
+		return true
+	}
+	return e.Slope < prev.Slope-steepK*math.Hypot(e.SE, prev.SE)
+}
+
+// Estimate returns s's trend at its last reading.
+func (t *Trend) Estimate(s kubelet.Signal) Estimate {
+	ts := t.series[s]
+	if ts == nil {
+		return Estimate{}
+	}
+	return ts.estimate(t.Window)
+}
+
+// Slope returns how fast s changes, in units per second, and whether it can tell (Estimate).
+func (t *Trend) Slope(s kubelet.Signal) (perSecond float64, ok bool) {
+	e := t.Estimate(s)
+	return e.Slope, e.OK
+}
+
+func (ts *series) estimate(window time.Duration) Estimate {
+	w := ts.window(window)
+	e := Estimate{Noise: ts.noise()}
+	if len(w) < minSamples {
+		return e
+	}
+	jump := ts.jumpThreshold()
+	n := len(w)
+	// brk[i]: the difference from w[i-1] to w[i] is left out (a step, or either side of a
+	// spike); change is the last change of pace.
+	brk := make([]bool, n)
+	change := 0
+	ref := medianRate(w)
+	off := func(i int, rate float64) float64 {
+		return w[i].value - w[i-1].value - rate*w[i].at.Sub(w[i-1].at).Seconds()
+	}
+	var steps []int // the steps' indexes
+	staircase := false
+	for i := 1; i < n; i++ {
+		if math.Abs(off(i, ref)) <= jump {
+			continue
+		}
+		switch {
+		case i == n-1:
+			e.Pending, brk[i] = true, true
+		case math.Abs(off(i+1, ref)) <= jump:
+			brk[i] = true // a step: the next difference goes on at the old pace
+			steps = append(steps, i)
+		case math.Abs(w[i+1].value-w[i-1].value-ref*w[i+1].at.Sub(w[i-1].at).Seconds()) <= jump:
+			brk[i], brk[i+1] = true, true // a spike: the next reading undoes it
+			i++
+		default:
+			change = i // a new pace from w[i-1] on
+			ref = (w[i].value - w[i-1].value) / w[i].at.Sub(w[i-1].at).Seconds()
+		}
+	}
+	// Two steps or more the same way are a staircase, not a level moved once: memory taken a
+	// block at a time is a fall at their pace.
+	for _, dir := range []float64{-1, 1} {
+		var same []int
+		for _, i := range steps {
+			if off(i, 0)*dir > 0 {
+				same = append(same, i)
+			}
+		}
+		if len(same) >= 2 {
+			for _, i := range same {
+				brk[i] = false
+			}
+			staircase = true
+		}
+	}
+	// Since a change of pace, the readings after the interval it happened in: that interval
+	// blends the two paces (a fall that ended half-way through it).
+	fitFrom := change
+	ps, pb := w[fitFrom:], brk[fitFrom:]
+	slope, se, ok := fixedEffects(ps, pb, e.Noise)
+	if !ok {
+		return e
+	}
+	e.Slope, e.SE, e.OK = slope, se, true
+	if change > 0 {
+		// The pace since the change, against the window's before it.
+		if before, seB, okB := fixedEffects(w[:change], brk[:change], e.Noise); okB && slope < before-steepK*math.Hypot(se, seB) {
+			e.Steeper = true
+		}
+	}
+	end := len(ps) - b2i(e.Pending)
+	if staircase {
+		// Its pace is its steps' over the window: a part of it is a step or a stretch between two.
+	} else if h, ok := bestHinge(ps[:end], pb[:end], e.Noise); ok {
+		// A change of pace by less than a jump, minSamples readings or more ago (a fall that
+		// began, sped up or stopped gradually): the pace since.
+		e.Slope, e.SE, se = h.post, h.se, h.se
+		e.Steeper = e.Steeper || h.post < h.pre-steepK*h.se
+	} else if end >= minSamples && !slices.Contains(pb[end-minSamples+1:end], true) {
+		// The last minSamples readings, unbroken: a fall that sped up within two readings,
+		// by less than a jump.
+		short := ps[end-minSamples : end]
+		if s, seS, okS := fixedEffects(short, make([]bool, len(short)), e.Noise); okS && s < e.Slope-steepK*math.Hypot(se, seS) {
+			e.Slope, e.SE, se, e.Steeper = s, seS, seS, true
+		}
+	}
+	e.Falling = e.Slope < 0 && e.Slope < -slopeK*se
+	e.Rising = e.Slope > 0 && e.Slope > slopeK*se
+	ts.sawtooth(&e, jump)
+	return e
+}
+
+// sawtooth fills in e's sawtooth: the lowest trough of the frees of the history, while the
+// fall since the last free has lasted no longer than sawtoothSpan times the longest fall before
+// one.
+func (ts *series) sawtooth(e *Estimate, jump float64) {
+	k := len(ts.frees)
+	if k == 0 || len(ts.points) == 0 {
+		return
+	}
+	var longest time.Duration
+	floor := math.Inf(1)
+	for _, f := range ts.frees {
+		longest = max(longest, f.fall)
+		floor = min(floor, f.trough)
+	}
+	last := ts.points[len(ts.points)-1].at
+	if last.Sub(ts.frees[k-1].at) > time.Duration(sawtoothSpan*float64(longest)) {
+		return
+	}
+	e.Sawtooth, e.Floor, e.Tolerance = true, floor, max(slopeK*e.Noise, jump/2)
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// fixedEffects is the least-squares slope, per second, of ps taken as segments split where brk
+// is set, each segment at its own level with one slope for all, and its standard error for
+// readings of deviation noise. ok is false when no segment has two readings at distinct
+// instants.
+func fixedEffects(ps []point, brk []bool, noise float64) (slope, se float64, ok bool) {
+	if len(ps) == 0 {
+		return 0, 0, false
+	}
+	t0 := ps[0].at
+	var sxy, sxx float64
+	start := 0
+	flush := func(end int) {
+		seg := ps[start:end]
+		if len(seg) < 2 {
+			return
+		}
+		var mx, my float64
+		for _, p := range seg {
+			mx += p.at.Sub(t0).Seconds()
+			my += p.value
+		}
+		mx /= float64(len(seg))
+		my /= float64(len(seg))
+		for _, p := range seg {
+			x := p.at.Sub(t0).Seconds() - mx
+			sxx += x * x
+			sxy += x * (p.value - my)
+		}
+	}
+	for i := 1; i < len(ps); i++ {
+		if brk[i] {
+			flush(i)
+			start = i
+		}
+	}
+	flush(len(ps))
+	if sxx == 0 {
+		return 0, 0, false
+	}
+	return sxy / sxx, noise / math.Sqrt(sxx), true
+}
+
+// hinge is a fit of two paces joined at a reading: pre before it, post after, and post's
+// standard error.
+type hinge struct{ pre, post, se float64 }
+
+// hingeK is how many deviations of the noise a hinge must improve the fit by (its sum of squares
+// by hingeK² noise²) to be taken over one straight line: 5, as the best of up to 17 joints of a
+// 20 s window is tried.
+const hingeK = 5.0
+
+// bestHinge fits ps (segments split at brk, each at its own level) as two paces joined at one of
+// its readings, with at least minSamples readings from the joint on, and returns the best joint
+// when it fits better than one pace by more than the noise explains. Without noise (exact
+// readings) any improvement counts.
+func bestHinge(ps []point, brk []bool, noise float64) (hinge, bool) {
+	n := len(ps)
+	if n < minSamples+2 {
+		return hinge{}, false
+	}
+	line, _, ok := fixedEffects(ps, brk, noise)
+	if !ok {
+		return hinge{}, false
+	}
+	// Each reading's time, value and segment; the segments' sizes.
+	x, y, seg := make([]float64, n), make([]float64, n), make([]int, n)
+	for i := range n {
+		x[i], y[i] = ps[i].at.Sub(ps[0].at).Seconds(), ps[i].value
+		if i > 0 {
+			seg[i] = seg[i-1]
+			if brk[i] {
+				seg[i]++
+			}
+		}
+	}
+	m := seg[n-1] + 1
+	cnt, sum := make([]float64, m), make([]float64, m)
+	demean := func(v, out []float64) {
+		clear(sum)
+		clear(cnt)
+		for i := range n {
+			sum[seg[i]] += v[i]
+			cnt[seg[i]]++
+		}
+		for i := range n {
+			out[i] = v[i] - sum[seg[i]]/cnt[seg[i]]
+		}
+	}
+	xs, ys, h, hs := make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n)
+	demean(x, xs)
+	demean(y, ys)
+	var sseLine, sxx, sxy float64
+	for i := range n {
+		r := ys[i] - line*xs[i]
+		sseLine += r * r
+		sxx += xs[i] * xs[i]
+		sxy += xs[i] * ys[i]
+	}
+	best, bestSSE := hinge{}, math.Inf(1)
+	for k := 1; k <= n-minSamples; k++ {
+		for i := range n {
+			h[i] = max(0, x[i]-x[k])
+		}
+		demean(h, hs)
+		var sxh, shh, shy float64
+		for i := range n {
+			sxh += xs[i] * hs[i]
+			shh += hs[i] * hs[i]
+			shy += hs[i] * ys[i]
+		}
+		det := sxx*shh - sxh*sxh
+		if det <= 1e-9*sxx*shh {
+			continue
+		}
+		b1 := (shh*sxy - sxh*shy) / det
+		d := (sxx*shy - sxh*sxy) / det
+		// The residual sum of squares of the two-pace fit, from the normal equations.
+		sse := 0.0
+		for i := range n {
+			r := ys[i] - b1*xs[i] - d*hs[i]
+			sse += r * r
+		}
+		if sse < bestSSE {
+			// var(b1 + d) = noise² (M⁻¹₁₁ + 2 M⁻¹₁₂ + M⁻¹₂₂) for M the normal matrix.
+			v := (shh - 2*sxh + sxx) / det
+			best, bestSSE = hinge{pre: b1, post: b1 + d, se: noise * math.Sqrt(max(v, 0))}, sse
+		}
+	}
+	if math.IsInf(bestSSE, 1) || sseLine-bestSSE <= hingeK*hingeK*noise*noise || sseLine-bestSSE <= 1e-9*(1+sseLine) {
+		return hinge{}, false
+	}
+	return best, true
+}
+
+// medianRate is the median of the rates between consecutive readings of ps, per second.
+func medianRate(ps []point) float64 {
+	if len(ps) < 2 {
+		return 0
+	}
+	rs := make([]float64, 0, len(ps)-1)
+	for i := 1; i < len(ps); i++ {
+		if dt := ps[i].at.Sub(ps[i-1].at).Seconds(); dt > 0 {
+			rs = append(rs, (ps[i].value-ps[i-1].value)/dt)
+		}
+	}
+	return median(rs)
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if n := len(s); n%2 == 1 {
+		return s[n/2]
+	} else {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+}
