@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/reprieve-dev/reprieve/agent/pressure"
+	"github.com/reprieve-dev/reprieve/agent/pressure/replay"
 	"github.com/reprieve-dev/reprieve/kubelet"
 )
 
@@ -226,5 +227,44 @@ func TestPressureRanksByAllocatedRequests(t *testing.T) {
 	}
 	if got := evictionNames(h.evictions()); !slices.Equal(got, []string{"resized"}) {
 		t.Fatalf("evictions %v, want resized (6Gi, 2Gi above its allocated 4Gi)", got)
+	}
+}
+
+// Issue 47, point 3: the kubelet ranks at the pass where its threshold is met, on that pass's
+// stats. leak grows 50 MiB/s from 2 GiB beside big, steady at 7 GiB: where the 1Gi threshold is
+// met leak uses more, and the kubelet evicts it alone. reprieve, ranking on the usage of then
+// (each pod's own trend carried forward), evicts leak, and big stays; ranked on the usage of
+// now it evicted big first, then leak anyway.
+func TestPressureRanksWhereTheThresholdIsMet(t *testing.T) {
+	h := newHarness(t, derivedPressure(t, "evictionHard:\n  memory.available: 1Gi\n"), testNode(),
+		pressurePod("leak", 30), pressurePod("big", 30))
+	leak := 2.0
+	for avail := int64(7 << 10); avail > 1024 && len(h.evictions()) == 0; avail -= 50 {
+		h.read(kubelet.Sample{Node: kubelet.Observations{kubelet.MemoryAvailable: {Available: avail << 20, Capacity: 64 * giB}},
+			Pods: usageOf(map[string]float64{"leak": leak, "big": 7})})
+		leak += 50.0 / 1024
+	}
+	evs := h.evictions()
+	if len(evs) != 1 || evs[0].Name != "leak" {
+		t.Fatalf("evictions %v, want leak alone", evictionNames(evs))
+	}
+	if leak > 7 {
+		t.Fatalf("leak evicted when it used %.1f GiB, more than big: ranked on the usage of now would pick it too", leak)
+	}
+}
+
+// The replay (agent/pressure/replay) runs the series as the chart runs reprieve: its defaults
+// are the agent's.
+func TestReplayOptionsAreTheAgentDefaults(t *testing.T) {
+	cfg := DefaultConfig()
+	o := replay.DefaultOptions()
+	headroom, err := parsePercent(cfg.PressureHeadroom)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Interval != cfg.PressureInterval || o.TransitionPeriod != cfg.PressureTransitionPeriod || o.TrendWindow != cfg.PressureTrendWindow ||
+		o.SafetyMargin != cfg.SafetyMargin || o.Headroom != headroom {
+		t.Fatalf("replay options %+v, the agent's %v %v %v %v %v", o, cfg.PressureInterval, cfg.PressureTransitionPeriod,
+			cfg.PressureTrendWindow, cfg.SafetyMargin, headroom)
 	}
 }

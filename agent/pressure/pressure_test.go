@@ -628,3 +628,73 @@ func TestPaceJumpOnlyWhenSteeper(t *testing.T) {
 		t.Fatalf("no jump when the trend steepened")
 	}
 }
+
+// Issue 47, point 4: on a filesystem the kubelet's image garbage collection frees (imagefs;
+// nodefs when the images share it), a derived threshold never lies inside the collection's band
+// (85% to 80% used by default): halfway from the kubelet's threshold to where the collection
+// starts, or one unit above the kubelet's own when that is already there (imagefs.available<15%
+// against 85%). A dedicated nodefs, a collection turned off and explicit thresholds keep the
+// usual derivation. What the kubelet reclaims first counts as available.
+func TestLevelsImageGCBand(t *testing.T) {
+	hard, err := kubelet.ParseThresholds("nodefs.available<10%,imagefs.available<15%")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const g = int64(1) << 30
+	shared := kubelet.Observations{
+		kubelet.NodeFsAvailable:  {Available: 50 * g, Capacity: 100 * g},
+		kubelet.ImageFsAvailable: {Available: 50 * g, Capacity: 100 * g, Reclaimable: 30 * g},
+	}
+	dedicated := kubelet.Observations{
+		kubelet.NodeFsAvailable:  {Available: 50 * g, Capacity: 100 * g},
+		kubelet.ImageFsAvailable: {Available: 20 * g, Capacity: 50 * g},
+	}
+	gc := Thresholds{Headroom: 0.05, Hard: hard, ImageGC: true, ImageGCLow: 0.80, ImageGCHigh: 0.85}
+	off := gc
+	off.ImageGC = false
+	threshold := func(ls []Level, s kubelet.Signal) int64 {
+		for _, l := range ls {
+			if l.Signal == s {
+				return l.Threshold
+			}
+		}
+		t.Fatalf("no level of %s", s)
+		return 0
+	}
+	for _, c := range []struct {
+		name            string
+		t               Thresholds
+		obs             kubelet.Observations
+		nodefs, imagefs int64
+	}{
+		{"shared, GC on", gc, shared, 12*g + g/2, 15 * g},
+		{"dedicated, GC on", gc, dedicated, 15 * g, 7*g + g/2},
+		{"shared, GC off", off, shared, 15 * g, 20 * g},
+	} {
+		ls := c.t.Levels(c.obs)
+		near := func(a, b int64) bool { return a-b < 1<<20 && b-a < 1<<20 } // percentages of capacity in floating point
+		if n, i := threshold(ls, kubelet.NodeFsAvailable), threshold(ls, kubelet.ImageFsAvailable); !near(n, c.nodefs) || !near(i, c.imagefs) {
+			t.Errorf("%s: nodefs threshold %d, imagefs %d; want %d and %d", c.name, n, i, c.nodefs, c.imagefs)
+		}
+		for _, l := range ls {
+			if c.t.ImageGC && l.Signal == kubelet.ImageFsAvailable && l.Threshold != l.Hard+1 {
+				t.Errorf("%s: imagefs threshold %d, want the kubelet's %d and one", c.name, l.Threshold, l.Hard)
+			}
+		}
+	}
+	explicit, err := kubelet.ParseThresholds("nodefs.available<25%")
+	if err != nil {
+		t.Fatal(err)
+	}
+	withExplicit := gc
+	withExplicit.Explicit = explicit
+	if got := threshold(withExplicit.Levels(shared), kubelet.NodeFsAvailable); got != 25*g {
+		t.Errorf("explicit nodefs threshold %d, want the 25%% given", got)
+	}
+	// imagefs.available 50 GiB with 30 GiB reclaimable: 80 GiB effective.
+	for _, l := range gc.Levels(kubelet.Observations{kubelet.ImageFsAvailable: {Available: 10 * g, Capacity: 100 * g, Reclaimable: 30 * g}}) {
+		if l.Effective() != 40*g || l.Met(false) {
+			t.Errorf("imagefs at 10 GiB with 30 GiB the kubelet reclaims: effective %d, met %v; want 40 GiB, not met", l.Effective(), l.Met(false))
+		}
+	}
+}
