@@ -108,6 +108,20 @@ func (n *Node) Import(ctx context.Context, ref string, img v1.Image) error {
 	return nil
 }
 
+// ImportFiller imports an image of one file of sizeMiB zeros tagged ref, as a pull of an
+// image of that size would fill imagefs: the layer is unpacked into containerd's snapshots
+// (its compressed blob is small). The file's name makes each ref's layer its own.
+func (n *Node) ImportFiller(ctx context.Context, ref string, sizeMiB int) error {
+	img, err := Image([]File{{Path: "/filler/" + strings.NewReplacer("/", "_", ":", "_").Replace(ref), Mode: 0o644, Data: make([]byte, sizeMiB<<20)}}, v1.Config{})
+	if err != nil {
+		return err
+	}
+	err = n.Import(ctx, ref, img)
+	// The archive written for the import lies on the machine's disk: not kept.
+	_ = os.RemoveAll(filepath.Join(n.Dir, "images", strings.NewReplacer("/", "_", ":", "_").Replace(ref)+".tar"))
+	return err
+}
+
 // pauseImage builds the sandbox image from the pause program beside this package.
 func pauseImage(ctx context.Context, n *Node) (v1.Image, error) {
 	bin := filepath.Join(n.Dir, "pause")

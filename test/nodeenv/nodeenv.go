@@ -87,6 +87,9 @@ type Options struct {
 	Labels map[string]string
 	// NodeFsSize is the size of the kubelet's root filesystem; 0 means 4 GiB (sparse).
 	NodeFsSize int64
+	// ImageFsSize, when set, makes containerd's root (imagefs) a filesystem of its own of that
+	// size (sparse), which images can fill; 0 leaves it on the machine's disk.
+	ImageFsSize int64
 	// Kubelet changes the kubelet's configuration before each start (evictionHard, ...).
 	Kubelet func(*KubeletConfig)
 	// Logf receives progress messages.
@@ -157,6 +160,9 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 	if err := n.mountNodeFs(ctx); err != nil {
 		return nil, fmt.Errorf("nodefs: %w", err)
 	}
+	if err := n.mountImageFs(ctx); err != nil {
+		return nil, fmt.Errorf("imagefs: %w", err)
+	}
 	if err := n.startContainerd(ctx); err != nil {
 		return nil, fmt.Errorf("containerd: %w", err)
 	}
@@ -212,7 +218,7 @@ func (n *Node) Stop() {
 	removeKubeCgroups()
 	if n.Dir != "" {
 		// The logs are kept; the rest (images, snapshots, volumes) goes.
-		for _, sub := range []string{"containerd", "kubelet", "nodefs.img"} {
+		for _, sub := range []string{"containerd", "kubelet", "nodefs.img", "imagefs.img"} {
 			_ = os.RemoveAll(filepath.Join(n.Dir, sub))
 		}
 	}

@@ -87,6 +87,10 @@ type Reading struct {
 	Pods map[string]Usage `json:"p,omitempty"`
 	// ImageFsUsed is the Summary API's node.runtime.imageFs.usedBytes, 0 when not read.
 	ImageFsUsed int64 `json:"images,omitempty"`
+	// MeasuredMs is when the source measured the node's signals, from the start, when that is
+	// not the reading's time: the Summary API serves the stats the kubelet refreshes about every
+	// 10 s, read by the loop every second.
+	MeasuredMs *int64 `json:"m,omitempty"`
 }
 
 // Usage is one pod's usage at a reading.

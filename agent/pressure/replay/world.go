@@ -67,7 +67,10 @@ func (w *world) sample(i int, t0 time.Time) kubelet.Sample {
 	obs := kubelet.Observations{}
 	for sig, v := range r.Node {
 		o := kubelet.Observation{Available: v[0], Capacity: v[1]}
-		if w.s.Source == "summary" {
+		switch {
+		case r.MeasuredMs != nil:
+			o.Time = t0.Add(time.Duration(*r.MeasuredMs) * time.Millisecond)
+		case w.s.Source == "summary":
 			o.Time = t0.Add(at)
 		}
 		switch sig {
