@@ -94,8 +94,10 @@ type Loop struct {
 	warned map[kubelet.Signal]bool
 	// taints are the pressure taints wanted on the node.
 	taints map[Resource]bool
-	// estimates are each signal's trend at this reading (Observe).
-	estimates map[kubelet.Signal]Estimate
+	// estimates are each signal's trend at this reading (Observe), and fallingFor how many
+	// readings in a row it has been falling.
+	estimates  map[kubelet.Signal]Estimate
+	fallingFor map[kubelet.Signal]int
 	// pods are each pod's usage over the trend window, by pod and kind, from which the pods are
 	// ranked where the kubelet would rank them (project).
 	pods map[podUsageKey]*series
@@ -107,7 +109,7 @@ type Loop struct {
 func NewLoop(o LoopOptions) *Loop {
 	return &Loop{o: o, tracker: NewTracker(o.TransitionPeriod), soft: NewSoftTracker(), trend: NewTrend(o.TrendWindow),
 		pace: NewPace(o.TrendWindow), inFlight: map[types.UID]inFlight{}, blocked: map[types.UID]blockedPod{}, retry: map[types.UID]bool{}, warned: map[kubelet.Signal]bool{},
-		taints: map[Resource]bool{}, estimates: map[kubelet.Signal]Estimate{}, pods: map[podUsageKey]*series{}}
+		taints: map[Resource]bool{}, estimates: map[kubelet.Signal]Estimate{}, fallingFor: map[kubelet.Signal]int{}, pods: map[podUsageKey]*series{}}
 }
 
 type inFlight struct {
@@ -230,7 +232,15 @@ func (lp *Loop) Observe(ctx context.Context) {
 		prev := lp.estimates[l.Signal]
 		e := lp.trend.Estimate(l.Signal)
 		lp.estimates[l.Signal] = e
-		lp.pace.Add(now, l.Signal, lp.timeToHard(now, *l), e.SteeperThan(prev))
+		// A steepening counts once the fall is established (minSamples readings): before, the
+		// estimate comes down as the fit learns the new pace, which is no acceleration, and
+		// counted as one it made pods due twice as far ahead for three readings.
+		if e.Falling {
+			lp.fallingFor[l.Signal]++
+		} else {
+			lp.fallingFor[l.Signal] = 0
+		}
+		lp.pace.Add(now, l.Signal, lp.timeToHard(now, *l), e.SteeperThan(prev) && lp.fallingFor[l.Signal] > minSamples)
 		// A signal reprieve only taints for: the kubelet deletes images first, and a threshold at
 		// its own is where it reports DiskPressure (Levels).
 		if l.Threshold <= l.Hard && l.Hard > 0 && evictsFor(l.Signal, sample.DedicatedImageFs) && !lp.warned[l.Signal] {
@@ -472,6 +482,11 @@ func (lp *Loop) timeToHard(now time.Time, l Level) time.Duration {
 	a := l.Effective()
 	if e.Sawtooth && float64(a) > e.Floor-e.Tolerance && a > l.Hard {
 		return Never
+	}
+	if e.OK && a > l.Hard {
+		// From where the fit puts the signal, not the reading alone: the reading's noise over a
+		// slow fall is seconds of the estimate (±10 MiB at 10 MiB/s: ±1 s).
+		a = min(a+int64(3*e.Noise), max(int64(e.Level), l.Hard))
 	}
 	t := TimeTo(a, l.Hard, e.Slope, e.OK && e.Falling)
 	if t != Never {

@@ -255,8 +255,12 @@ type Input struct {
 // and counted whole it made every pod due that much early for the whole trend window (a 30 s
 // stall: 30 s early for 20 s). The jump counts up to MaxJumpShare of TimeToHard.
 func (in Input) Lead() time.Duration {
-	gap := max(time.Second, in.Interval, min(in.Gap, MaxGap(in.Interval)))
-	return gap + min(max(in.Jump, 0), time.Duration(MaxJumpShare*float64(in.TimeToHard)))
+	return in.gapLead() + min(max(in.Jump, 0), time.Duration(MaxJumpShare*float64(in.TimeToHard)))
+}
+
+// gapLead is the lead's first part: the time to the next reading, without the estimate's jump.
+func (in Input) gapLead() time.Duration {
+	return max(time.Second, in.Interval, min(in.Gap, MaxGap(in.Interval)))
 }
 
 // MaxJumpShare is the largest share of the estimate the lead counts as its jump. The onset of a
@@ -337,9 +341,15 @@ func Decide(in Input) []Eviction {
 		}
 		g := max(fits.Truncate(time.Second), MinGrace)
 		switch {
-		case in.CutEarly, c.Retry:
+		case in.CutEarly, c.Retry, fits >= c.Grace-in.gapLead():
+			// Cut early; a decided eviction retried; or its whole grace just missed, by less
+			// than a reading (the estimate fell faster than the lead, or the noise moved it):
+			// the same decision as a reading ago, with what fits.
 			return Eviction{Candidate: c, Grace: g}, true
-		case g < MinCutGrace, fits-lead >= MinCutGrace:
+		case g < MinCutGrace, fits-in.gapLead() >= MinCutGrace:
+			// The next reading still leaves MinCutGrace: wait for it. How far off it is counts,
+			// not the estimate's jump: where the estimate has just come down (a fall that
+			// began), the jump would make it act a reading or more before the last one.
 			return Eviction{}, false
 		}
 		return Eviction{Candidate: c, Grace: g}, true

@@ -422,6 +422,9 @@ func TestDecide(t *testing.T) {
 		{"just inside, cut early: graces cut to fit", func(in *Input) { in.TimeToHard = 34 * time.Second; in.CutEarly = true },
 			[]string{"a"}, []int{28}},
 		{"the last reading that leaves 3 s", func(in *Input) { in.TimeToHard = 9 * time.Second }, []string{"a"}, []int{3}},
+		// The whole grace just missed, by less than a reading (the estimate fell faster than
+		// the lead): the decision a reading ago, with what fits.
+		{"the whole grace missed by less than a reading", func(in *Input) { in.TimeToHard = 34750 * time.Millisecond }, []string{"a"}, []int{29}},
 		{"the reading before it", func(in *Input) { in.TimeToHard = 9250 * time.Millisecond }, nil, nil},
 		{"already past: left to the kubelet", func(in *Input) { in.TimeToHard = 0 }, nil, nil},
 		{"already past, cut early: the least grace", func(in *Input) { in.TimeToHard = 0; in.CutEarly = true },

@@ -69,10 +69,11 @@ const (
 	// noiseSamples is how many of the latest readings the noise is measured on, noiseMin how
 	// many it takes.
 	noiseSamples, noiseMin = 120, 6
-	// JumpShare is the least jump of a reading off the trend that can be a step, as a share of the
-	// capacity: 0.5% (41 MiB of 8 GiB, 328 MiB of 64 GiB). Below it, a change of pace goes into
-	// the fit as it comes (a fall speeding up by 10 MiB/s every second is no jump).
-	JumpShare = 0.005
+	// JumpShare is the least jump of a reading off the pace, as a share of the capacity: 0.1%
+	// (8 MiB of 8 GiB, 66 MiB of 64 GiB), so that exact readings (no noise measured) still
+	// have one. paceShare is the least, as a share of the pace itself: a fall of 100 MiB/s
+	// that speeds up by 10 MiB/s is no jump, one that doubles is.
+	JumpShare, paceShare = 0.001, 0.5
 	// jumpK, slopeK and steepK are how many standard deviations of the noise a jump, a slope and
 	// a steepening must exceed: 4 each, a false alarm at about 1 reading in 30 000 for normal
 	// noise (3 gave 5 to 10 falls in an hour of ±10 MiB of flat noise, the window's readings
@@ -137,7 +138,8 @@ func (ts *series) noteFree(window time.Duration) {
 	ref := medianRate(w[:len(w)-1])
 	last, prev := ps[n-1], ps[n-2]
 	d := last.value - prev.value
-	if d <= 0 || d-ref*last.at.Sub(prev.at).Seconds() <= ts.jumpThreshold() {
+	dt := last.at.Sub(prev.at).Seconds()
+	if d <= 0 || d-ref*dt <= ts.jumpThreshold(ref, dt) {
 		return
 	}
 	if k := len(ts.frees); k > 0 && ts.frees[k-1].at.Equal(prev.at) {
@@ -196,7 +198,7 @@ func (ts *series) measureNoise() float64 {
 	if len(ps) < noiseMin {
 		// Too few readings to measure it: the noise a jump's share of the capacity would be
 		// (jumpThreshold), so that the first readings' slope is no fall unless it clears that.
-		return JumpShare * float64(ts.capacity) / (jumpK * math.Sqrt(6))
+		return JumpShare * float64(ts.capacity) / math.Sqrt(6)
 	}
 	dd := make([]float64, 0, len(ps)-2)
 	for i := 2; i < len(ps); i++ {
@@ -208,10 +210,11 @@ func (ts *series) measureNoise() float64 {
 	return 1.4826 * median(dd) / math.Sqrt(6)
 }
 
-// jumpThreshold is how far a difference must be off the pace to be a jump: jumpK deviations
-// of a second difference, and JumpShare of the capacity.
-func (ts *series) jumpThreshold() float64 {
-	return max(jumpK*math.Sqrt(6)*ts.noise(), JumpShare*float64(ts.capacity))
+// jumpThreshold is how far a difference over dt seconds must be off a pace of rate per second
+// to be a jump: jumpK deviations of a second difference, JumpShare of the capacity, and
+// paceShare of what the pace moves in dt.
+func (ts *series) jumpThreshold(rate, dt float64) float64 {
+	return max(jumpK*math.Sqrt(6)*ts.noise(), JumpShare*float64(ts.capacity), paceShare*math.Abs(rate)*dt)
 }
 
 // Estimate is a signal's trend at its last reading.
@@ -220,8 +223,9 @@ type Estimate struct {
 	// with fewer than minSamples readings in the window, or when they all share one instant.
 	Slope float64
 	OK    bool
-	// SE is the slope's standard error for the noise measured.
-	SE float64
+	// SE is the slope's standard error for the noise measured; Level is where the fit puts the
+	// last reading (the pending one aside), in the signal's unit.
+	SE, Level float64
 	// Falling says the slope is a fall beyond the noise: slopeK standard errors below zero;
 	// Rising a rise beyond it.
 	Falling, Rising bool
@@ -273,7 +277,6 @@ func (ts *series) estimate(window time.Duration) Estimate {
 	if len(w) < minSamples {
 		return e
 	}
-	jump := ts.jumpThreshold()
 	n := len(w)
 	// brk[i]: the difference from w[i-1] to w[i] is left out (a step, or either side of a
 	// spike); change is the last change of pace.
@@ -283,19 +286,24 @@ func (ts *series) estimate(window time.Duration) Estimate {
 	off := func(i int, rate float64) float64 {
 		return w[i].value - w[i-1].value - rate*w[i].at.Sub(w[i-1].at).Seconds()
 	}
+	// jumps says whether the move from w[a] to w[b] is off a pace of rate by a jump.
+	jumps := func(a, b int, rate float64) bool {
+		dt := w[b].at.Sub(w[a].at).Seconds()
+		return math.Abs(w[b].value-w[a].value-rate*dt) > ts.jumpThreshold(rate, dt)
+	}
 	var steps []int // the steps' indexes
 	staircase := false
 	for i := 1; i < n; i++ {
-		if math.Abs(off(i, ref)) <= jump {
+		if !jumps(i-1, i, ref) {
 			continue
 		}
 		switch {
 		case i == n-1:
 			e.Pending, brk[i] = true, true
-		case math.Abs(off(i+1, ref)) <= jump:
+		case !jumps(i, i+1, ref):
 			brk[i] = true // a step: the next difference goes on at the old pace
 			steps = append(steps, i)
-		case math.Abs(w[i+1].value-w[i-1].value-ref*w[i+1].at.Sub(w[i-1].at).Seconds()) <= jump:
+		case !jumps(i-1, i+1, ref):
 			brk[i], brk[i+1] = true, true // a spike: the next reading undoes it
 			i++
 		default:
@@ -335,24 +343,28 @@ func (ts *series) estimate(window time.Duration) Estimate {
 		}
 	}
 	end := len(ps) - b2i(e.Pending)
+	e.Level = levelAt(ps[:end], pb[:end], slope)
 	if staircase {
 		// Its pace is its steps' over the window: a part of it is a step or a stretch between two.
 	} else if h, ok := bestHinge(ps[:end], pb[:end], e.Noise); ok {
 		// A change of pace by less than a jump, minSamples readings or more ago (a fall that
-		// began, sped up or stopped gradually): the pace since.
+		// began, sped up or stopped gradually): the pace since. Or a step within the noise:
+		// the pace kept, at the new level.
 		e.Slope, e.SE, se = h.post, h.se, h.se
-		e.Steeper = e.Steeper || h.post < h.pre-steepK*h.se
+		e.Steeper = e.Steeper || !h.step && h.post < h.pre-steepK*h.se
+		e.Level = levelAt(ps[h.from:end], pb[h.from:end], h.post)
 	} else if end >= minSamples && !slices.Contains(pb[end-minSamples+1:end], true) {
 		// The last minSamples readings, unbroken: a fall that sped up within two readings,
 		// by less than a jump.
 		short := ps[end-minSamples : end]
 		if s, seS, okS := fixedEffects(short, make([]bool, len(short)), e.Noise); okS && s < e.Slope-steepK*math.Hypot(se, seS) {
 			e.Slope, e.SE, se, e.Steeper = s, seS, seS, true
+			e.Level = levelAt(short, make([]bool, len(short)), s)
 		}
 	}
 	e.Falling = e.Slope < 0 && e.Slope < -slopeK*se
 	e.Rising = e.Slope > 0 && e.Slope > slopeK*se
-	ts.sawtooth(&e, jump)
+	ts.sawtooth(&e, ts.jumpThreshold(0, 0))
 	return e
 }
 
@@ -426,9 +438,36 @@ func fixedEffects(ps []point, brk []bool, noise float64) (slope, se float64, ok 
 	return sxy / sxx, noise / math.Sqrt(sxx), true
 }
 
-// hinge is a fit of two paces joined at a reading: pre before it, post after, and post's
-// standard error.
-type hinge struct{ pre, post, se float64 }
+// hinge is a fit of two paces joined at a reading (from, in the readings fitted): pre before
+// it, post after, and post's standard error.
+type hinge struct {
+	pre, post, se float64
+	from          int
+	// step says the readings fit better as one pace with the level moved at from (a step
+	// within the noise) than as two paces: post is that one pace.
+	step bool
+}
+
+// levelAt is where the fit of slope through ps (segments split at brk, each at its own level)
+// puts the last reading: the last segment's mean carried to its last instant. Less noisy than
+// the reading itself, by the square root of the segment's length.
+func levelAt(ps []point, brk []bool, slope float64) float64 {
+	n := len(ps)
+	if n == 0 {
+		return 0
+	}
+	start := n - 1
+	for start > 0 && !brk[start] {
+		start--
+	}
+	var mx, my float64
+	for _, p := range ps[start:] {
+		mx += p.at.Sub(ps[n-1].at).Seconds()
+		my += p.value
+	}
+	k := float64(n - start)
+	return my/k - slope*mx/k
+}
 
 // hingeK is how many deviations of the noise a hinge must improve the fit by (its sum of squares
 // by hingeK² noise²) to be taken over one straight line: 5, as the best of up to 17 joints of a
@@ -451,7 +490,7 @@ func bestHinge(ps []point, brk []bool, noise float64) (hinge, bool) {
 	// Each reading's time, value and segment; the segments' sizes.
 	x, y, seg := make([]float64, n), make([]float64, n), make([]int, n)
 	for i := range n {
-		x[i], y[i] = ps[i].at.Sub(ps[0].at).Seconds(), ps[i].value
+		x[i], y[i] = ps[i].at.Sub(ps[0].at).Seconds(), ps[i].value-ps[0].value // from the first: the sums keep their precision
 		if i > 0 {
 			seg[i] = seg[i-1]
 			if brk[i] {
@@ -509,7 +548,50 @@ func bestHinge(ps []point, brk []bool, noise float64) (hinge, bool) {
 		if sse < bestSSE {
 			// var(b1 + d) = noise² (M⁻¹₁₁ + 2 M⁻¹₁₂ + M⁻¹₂₂) for M the normal matrix.
 			v := (shh - 2*sxh + sxx) / det
-			best, bestSSE = hinge{pre: b1, post: b1 + d, se: noise * math.Sqrt(max(v, 0))}, sse
+			best, bestSSE = hinge{pre: b1, post: b1 + d, se: noise * math.Sqrt(max(v, 0)), from: k}, sse
+		}
+	}
+	// A step, a level moved at a reading with the pace kept, is the other way a pace can seem to
+	// bend: one below a jump (within the noise) fits as a short steep fall as well. Whichever
+	// fits better is taken. Each segment's centered sums come from prefix sums, so that every
+	// split is tried at the cost of one.
+	var cx, cy, cxx, cxy, cyy []float64 = make([]float64, n+1), make([]float64, n+1), make([]float64, n+1), make([]float64, n+1), make([]float64, n+1)
+	for i := range n {
+		cx[i+1], cy[i+1] = cx[i]+x[i], cy[i]+y[i]
+		cxx[i+1], cxy[i+1], cyy[i+1] = cxx[i]+x[i]*x[i], cxy[i]+x[i]*y[i], cyy[i]+y[i]*y[i]
+	}
+	// centered returns the centered sums of squares and products of readings [a, b).
+	centered := func(a, b int) (sxx, sxy, syy float64) {
+		k := float64(b - a)
+		sx, sy := cx[b]-cx[a], cy[b]-cy[a]
+		return cxx[b] - cxx[a] - sx*sx/k, cxy[b] - cxy[a] - sx*sy/k, cyy[b] - cyy[a] - sy*sy/k
+	}
+	var txx, txy, tyy float64
+	starts := []int{0}
+	for i := 1; i < n; i++ {
+		if brk[i] {
+			starts = append(starts, i)
+		}
+	}
+	starts = append(starts, n)
+	for j := 0; j+1 < len(starts); j++ {
+		a, b, c := centered(starts[j], starts[j+1])
+		txx, txy, tyy = txx+a, txy+b, tyy+c
+	}
+	for j := 0; j+1 < len(starts); j++ {
+		a, b := starts[j], starts[j+1]
+		sxx0, sxy0, syy0 := centered(a, b)
+		for k := a + 1; k < b; k++ {
+			l1, l2, l3 := centered(a, k)
+			r1, r2, r3 := centered(k, b)
+			sxx2, sxy2, syy2 := txx-sxx0+l1+r1, txy-sxy0+l2+r2, tyy-syy0+l3+r3
+			if sxx2 <= 0 {
+				continue
+			}
+			slope := sxy2 / sxx2
+			if sse := syy2 - sxy2*slope; sse < bestSSE {
+				best, bestSSE = hinge{pre: slope, post: slope, se: noise / math.Sqrt(sxx2), from: k, step: true}, sse
+			}
 		}
 	}
 	if math.IsInf(bestSSE, 1) || sseLine-bestSSE <= hingeK*hingeK*noise*noise || sseLine-bestSSE <= 1e-9*(1+sseLine) {
