@@ -223,15 +223,22 @@ func (lp *Loop) Observe(ctx context.Context) {
 		lp.lastErr = ""
 	}
 	levels := lp.o.Thresholds.Levels(sample.Node)
+	prev := map[kubelet.Signal]Estimate{}
 	for i := range levels {
 		l := &levels[i]
 		if l.At.IsZero() || l.At.After(now) {
 			l.At = now
 		}
 		lp.trend.AddLevel(*l)
-		prev := lp.estimates[l.Signal]
-		e := lp.trend.Estimate(l.Signal)
-		lp.estimates[l.Signal] = e
+		prev[l.Signal] = lp.estimates[l.Signal]
+		lp.estimates[l.Signal] = lp.trend.Estimate(l.Signal)
+	}
+	// The pods' own usage, before any time to the threshold: a fall their own sawtooth explains
+	// is no fall (timeToHard).
+	lp.observePods(now, levels, sample)
+	for i := range levels {
+		l := &levels[i]
+		e := lp.estimates[l.Signal]
 		// A steepening counts once the fall is established (minSamples readings): before, the
 		// estimate comes down as the fit learns the new pace, which is no acceleration, and
 		// counted as one it made pods due twice as far ahead for three readings.
@@ -240,7 +247,7 @@ func (lp *Loop) Observe(ctx context.Context) {
 		} else {
 			lp.fallingFor[l.Signal] = 0
 		}
-		lp.pace.Add(now, l.Signal, lp.timeToHard(now, *l), e.SteeperThan(prev) && lp.fallingFor[l.Signal] > minSamples)
+		lp.pace.Add(now, l.Signal, lp.timeToHard(now, *l), e.SteeperThan(prev[l.Signal]) && lp.fallingFor[l.Signal] > minSamples)
 		// A signal reprieve only taints for: the kubelet deletes images first, and a threshold at
 		// its own is where it reports DiskPressure (Levels).
 		if l.Threshold <= l.Hard && l.Hard > 0 && evictsFor(l.Signal, sample.DedicatedImageFs) && !lp.warned[l.Signal] {
@@ -253,7 +260,6 @@ func (lp *Loop) Observe(ctx context.Context) {
 		lp.o.Metrics.PressureThreshold.WithLabelValues(s, "reprieve").Set(float64(l.Threshold))
 		lp.o.Metrics.PressureThreshold.WithLabelValues(s, "kubelet_hard").Set(float64(l.Hard))
 	}
-	lp.observePods(now, levels, sample)
 	for _, ch := range lp.tracker.Observe(now, levels) {
 		lp.reportPressureChange(ctx, ch)
 		lp.setTaint(ch.Resource, ch.Active)
@@ -481,6 +487,9 @@ func (lp *Loop) timeToHard(now time.Time, l Level) time.Duration {
 	e := lp.estimates[l.Signal]
 	a := l.Effective()
 	if e.Sawtooth && float64(a) > e.Floor-e.Tolerance && a > l.Hard {
+		return Never
+	}
+	if e.Falling && ResourceOf(l.Signal) == Memory && lp.podsSawtooth(l, e) {
 		return Never
 	}
 	if e.OK && a > l.Hard {

@@ -26,7 +26,7 @@ const (
 
 // observePods records each pod's usage of this reading (at the memory reading's measurement
 // time, as the Summary API serves them together), and forgets the pods no longer read. Each
-// series keeps the trend window only.
+// series keeps the trend window's readings, and the drops of TrendHistory.
 func (lp *Loop) observePods(now time.Time, levels []Level, sample kubelet.Sample) {
 	if sample.Pods == nil {
 		return
@@ -52,7 +52,8 @@ func (lp *Loop) observePods(now time.Time, levels []Level, sample kubelet.Sample
 			ts = &series{}
 			lp.pods[k] = ts
 		}
-		ts.add(at, float64(v), capacity[kind], lp.o.TrendWindow, lp.o.TrendWindow)
+		// The window's readings; the drops of the trend's history (podsSawtooth).
+		ts.addKeeping(at, float64(v), capacity[kind], lp.o.TrendWindow, lp.o.TrendWindow, max(lp.o.TrendWindow, TrendHistory))
 	}
 	for uid, u := range sample.Pods {
 		add(uid, usageMemory, u.MemoryWorkingSet)
@@ -131,4 +132,38 @@ func (lp *Loop) kindsOf(s kubelet.Signal) []usageKind {
 		return []usageKind{usageLocal, usageRootfs}
 	}
 	return nil
+}
+
+// explainedShare is how much of a memory signal's fall the pods in their own sawtooth must
+// explain for their peaks to bound it (podsSawtooth).
+const explainedShare = 0.8
+
+// podsSawtooth reports whether l's fall is the pods' own sawtooth, not headed for the hard
+// threshold: the pods whose memory grows after a drop of theirs (a collector that freed, a cache
+// dropped; in the last 5 minutes) and below the lowest of their peaks (ceiling) grow at 80% or more of the
+// fall's pace, and what they can still take until those peaks leaves the signal above the hard
+// threshold. The node may then fall as far as they did before, no further, and the kubelet left
+// it alone there. Memory signals, with per-pod usage; a pod past its peak is no sawtooth's.
+func (lp *Loop) podsSawtooth(l Level, e Estimate) bool {
+	var pace, room float64
+	for k, ts := range lp.pods {
+		if k.kind != usageMemory || len(ts.points) == 0 {
+			continue
+		}
+		pe := ts.estimate(lp.o.TrendWindow)
+		if !pe.Rising {
+			continue
+		}
+		peak, ok := ts.ceiling()
+		usage := ts.points[len(ts.points)-1].value
+		if !ok || usage > peak+pe.Noise*slopeK {
+			continue
+		}
+		pace += pe.Slope
+		room += max(peak-usage, 0)
+	}
+	if pace <= 0 || pace < -e.Slope*explainedShare {
+		return false
+	}
+	return float64(l.Effective())-room-slopeK*e.Noise > float64(l.Hard)
 }

@@ -46,7 +46,8 @@ type point struct {
 type series struct {
 	capacity int64
 	points   []point
-	frees    []free
+	// frees are the rises by a jump, drops the falls by one.
+	frees, drops []free
 	// sigma caches noise() for the current points (valid when sigmaOK).
 	sigma   float64
 	sigmaOK bool
@@ -108,6 +109,11 @@ func (t *Trend) add(at time.Time, s kubelet.Signal, available, capacity int64) {
 }
 
 func (ts *series) add(at time.Time, v float64, capacity int64, window, history time.Duration) {
+	ts.addKeeping(at, v, capacity, window, history, history)
+}
+
+// addKeeping is add, keeping the readings for history and the turns for turns.
+func (ts *series) addKeeping(at time.Time, v float64, capacity int64, window, history, turns time.Duration) {
 	if capacity > 0 {
 		ts.capacity = capacity
 	}
@@ -121,51 +127,79 @@ func (ts *series) add(at time.Time, v float64, capacity int64, window, history t
 		cut++
 	}
 	ts.points = append(ts.points[:0], ts.points[cut:]...)
-	for len(ts.frees) > 0 && at.Sub(ts.frees[0].at) > history {
+	for len(ts.frees) > 0 && at.Sub(ts.frees[0].at) > turns {
 		ts.frees = ts.frees[1:]
+	}
+	for len(ts.drops) > 0 && at.Sub(ts.drops[0].at) > turns {
+		ts.drops = ts.drops[1:]
 	}
 	ts.noteFree(window)
 }
 
-// noteFree records a free when the last reading rose off the trend by a jump.
+// noteFree records a free when the last reading rose off the trend by a jump, and a drop when
+// it fell by one (a pod's usage freed: its own sawtooth, turned over).
 func (ts *series) noteFree(window time.Duration) {
+	ts.frees = ts.noteTurn(window, 1, ts.frees)
+	ts.drops = ts.noteTurn(window, -1, ts.drops)
+}
+
+// noteTurn records in turns a move of the last reading by a jump in direction dir (1 up, -1
+// down), with the extreme of the opposite move before it (the trough before a rise, the peak
+// before a drop) and how long that move took.
+func (ts *series) noteTurn(window time.Duration, dir float64, turns []free) []free {
 	ps := ts.points
 	n := len(ps)
 	if n < minSamples {
-		return
+		return turns
 	}
 	w := ts.window(window)
 	ref := medianRate(w[:len(w)-1])
 	last, prev := ps[n-1], ps[n-2]
 	d := last.value - prev.value
 	dt := last.at.Sub(prev.at).Seconds()
-	if d <= 0 || d-ref*dt <= ts.jumpThreshold(ref, dt) {
-		return
+	if d*dir <= 0 || (d-ref*dt)*dir <= ts.jumpThreshold(ref, dt) {
+		return turns
 	}
-	if k := len(ts.frees); k > 0 && ts.frees[k-1].at.Equal(prev.at) {
-		ts.frees[k-1].at = last.at // one free over several readings
-		return
+	if k := len(turns); k > 0 && turns[k-1].at.Equal(prev.at) {
+		turns[k-1].at = last.at // one turn over several readings
+		return turns
 	}
-	// The fall before it: from the highest reading since the last free to the lowest after.
+	// The move before it: from the farthest reading the other way since the last turn...
 	from := 0
-	if k := len(ts.frees); k > 0 {
-		for from < n-1 && !ps[from].at.After(ts.frees[k-1].at) {
+	if k := len(turns); k > 0 {
+		for from < n-1 && !ps[from].at.After(turns[k-1].at) {
 			from++
 		}
 	}
-	peak := from
+	start := from
 	for i := from; i < n-1; i++ {
-		if ps[i].value >= ps[peak].value {
-			peak = i
+		if ps[i].value*dir >= ps[start].value*dir {
+			start = i
 		}
 	}
-	trough := peak
-	for i := peak; i < n-1; i++ {
-		if ps[i].value <= ps[trough].value {
-			trough = i
+	// ...to the farthest after it.
+	end := start
+	for i := start; i < n-1; i++ {
+		if ps[i].value*dir <= ps[end].value*dir {
+			end = i
 		}
 	}
-	ts.frees = append(ts.frees, free{at: last.at, trough: ps[trough].value, fall: ps[trough].at.Sub(ps[peak].at)})
+	return append(turns, free{at: last.at, trough: ps[end].value, fall: ps[end].at.Sub(ps[start].at)})
+}
+
+// ceiling is, for a pod's usage, what its own sawtooth bounds it by: the lowest peak before its
+// drops of the history (a collector that freed, a cache dropped, a batch that ended). Below it
+// the pod grows within what it held lately; past it, it is no sawtooth's. ok is false without a
+// drop.
+func (ts *series) ceiling() (peak float64, ok bool) {
+	if len(ts.drops) == 0 {
+		return 0, false
+	}
+	peak = math.Inf(1)
+	for _, f := range ts.drops {
+		peak = min(peak, f.trough)
+	}
+	return peak, true
 }
 
 // window is the readings within window of the last.

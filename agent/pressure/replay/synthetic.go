@@ -234,6 +234,72 @@ var synthetic = []func() *Series{
 				return map[string]int64{"agent": a, "web": 700 * mib}
 			}, seed: 9}.build()
 	},
+	// A sawtooth whose troughs another pod moves: jvm's heap grows 50 MiB/s for 20 s and is
+	// freed, its troughs 1.2 GiB above the kubelet's threshold, until model takes 800 MiB at once
+	// two minutes in: from then on the troughs are 400 MiB above it, below every trough the node
+	// saw. jvm's own peaks still bound its growth, and the kubelet never evicts.
+	func() *Series {
+		pods := []Pod{{Name: "jvm", Grace: 120}, {Name: "model", Grace: 30}}
+		return memorySeries{name: "synthetic-sawtooth-moved-64g", desc: "64 GiB node; jvm's heap grows 50 MiB/s for 20 s and is freed, troughs 1.2 GiB above memory.available<1Gi, until model takes 800 MiB at once at 2 min: troughs 400 MiB above; ±10 MiB of noise",
+			kubelet: hard1Gi, capacity: 64 * gib, start: gib + 2200*mib, length: 10 * time.Minute, jitter: 10 * mib, pods: pods,
+			usage: func(t time.Duration) map[string]int64 {
+				u := map[string]int64{"jvm": 4 * gib, "model": 2 * gib}
+				u["jvm"] += min(int64(t/time.Second)%21, 20) * 50 * mib
+				if t >= 2*time.Minute {
+					u["model"] += 800 * mib
+				}
+				return u
+			}, seed: 13}.build()
+	},
+	// Falling: a pod that dropped 1 GiB (a batch ended) then leaks past where it was: its own
+	// peak no longer bounds it. cache (10 s) at 7 GiB frees 1 GiB at 60 s, leaks 30 MiB/s from
+	// 90 s.
+	func() *Series {
+		pods, use := issuePods()
+		use["cache"] = 7 * gib
+		return memorySeries{name: "synthetic-drop-then-leak-64g", desc: "64 GiB node at 3 GiB above memory.available<1Gi; cache (10 s, 7 GiB) frees 1 GiB at 60 s, then leaks 30 MiB/s from 90 s past its old peak; ±10 MiB of noise",
+			kubelet: hard1Gi, capacity: 64 * gib, start: 4 * gib, length: 5 * time.Minute, jitter: 10 * mib, pods: pods,
+			usage: func(t time.Duration) map[string]int64 {
+				u := copyUsage(use)
+				if t >= time.Minute {
+					u["cache"] -= gib
+				}
+				if t >= 90*time.Second {
+					u["cache"] += int64((t-90*time.Second)/time.Second) * 30 * mib
+				}
+				return u
+			}, seed: 14}.build()
+	},
+	// The real node's healthy soak on paper: a 24 GiB node, its workloads at once (a step of
+	// 800 MiB kept, a sawtooth to 1000 MiB at 50 MiB/s, 1500 MiB of page cache filled at
+	// 300 MiB/s, held a minute and dropped every three, 600 ± 60 MiB of jitter), together within
+	// 700 MiB of the kubelet's threshold at their peaks and under reprieve's (5% of 24 GiB above
+	// it) for most of the time: the sawtooth's troughs move with the others, and only its own
+	// peaks bound it.
+	func() *Series {
+		pods := []Pod{{Name: "quiet", Grace: 3, MemoryRequest: "64Mi"}, {Name: "model", Grace: 30}, {Name: "jvm", Grace: 120},
+			{Name: "reader", Grace: 10, EmptyDir: true}, {Name: "cache", Grace: 30}}
+		rng := rand.New(rand.NewPCG(12, 47))
+		jitter := int64(600) * mib
+		return memorySeries{name: "synthetic-mixed-24g", desc: "24 GiB node, the soak's workloads at once: a kept step, a sawtooth, page cache filled and dropped, jitter; 700 MiB above memory.available<1Gi at their peaks",
+			kubelet: hard1Gi, capacity: 24 * gib, start: gib + 3760*mib, length: 15 * time.Minute, jitter: 10 * mib, pods: pods,
+			usage: func(t time.Duration) map[string]int64 {
+				u := map[string]int64{"quiet": 10 * mib, "model": 20 * mib, "jvm": 50 * mib, "reader": 10 * mib, "cache": jitter}
+				if t >= time.Minute {
+					u["model"] += 800 * mib
+				}
+				into := int64(t/time.Second) % 21
+				u["jvm"] += min(into, 20) * 50 * mib
+				switch p := t % (3 * time.Minute); {
+				case p < 5*time.Second:
+					u["reader"] += int64(p/time.Second+1) * 300 * mib
+				case p < 65*time.Second:
+					u["reader"] += 1500 * mib
+				}
+				jitter = max(540*mib, min(660*mib, jitter+rng.Int64N(121*mib)-60*mib))
+				return u
+			}, seed: 12}.build()
+	},
 	imageGC(false),
 	imageGC(true),
 }
