@@ -97,7 +97,7 @@ func TestCase4FreesWhatTheKubeletFrees(t *testing.T) {
 	lvl := Level{Signal: kubelet.MemoryAvailable, Capacity: capacity, Available: 5 * gi, Hard: 100 * mi,
 		Threshold: 100*mi + capacity/20, MinReclaim: 1 * gi}
 	// How many, the timing aside: with CutEarly a pod whose grace is cut goes as soon as it is due.
-	in := Input{Level: lvl, Active: true, TimeToHard: 20 * time.Second, SafetyMargin: 5 * time.Second, CutEarly: true,
+	in := Input{Level: lvl, Active: true, TimeToHard: 20 * time.Second, SafetyMargin: 5 * time.Second, CutEarly: true, Falling: time.Hour,
 		Ranked: []Candidate{cand("a", 20*gi, true, 30*time.Second), cand("b", 20*gi, true, 30*time.Second), cand("c", 20*gi, true, 30*time.Second)}}
 	got := Decide(in)
 	if len(got) != 1 || got[0].Pod.Name != "a" {
@@ -144,7 +144,7 @@ func TestCase5RanksByAllocatedRequests(t *testing.T) {
 func TestCase7LaterPodsGetTheirGrace(t *testing.T) {
 	lvl := Level{Signal: kubelet.MemoryAvailable, Capacity: 8192 * mi, Available: 1000 * mi, Hard: 100 * mi, Threshold: 1200 * mi, MinReclaim: 600 * mi}
 	ranked := []Candidate{cand("short", 300*mi, true, 10*time.Second), cand("long", 400*mi, true, 120*time.Second), cand("spare", 900*mi, true, 30*time.Second)}
-	in := Input{Level: lvl, Active: true, SafetyMargin: 5 * time.Second, Allowance: 250 * time.Millisecond, Ranked: ranked}
+	in := Input{Level: lvl, Active: true, SafetyMargin: 5 * time.Second, Allowance: 250 * time.Millisecond, Ranked: ranked, Falling: time.Hour}
 	in.TimeToHard = 130 * time.Second
 	if got := Decide(in); len(got) != 0 {
 		t.Fatalf("evicts %v 130 s before the hard threshold, want none", evictionsOf(got))

@@ -98,6 +98,8 @@ type Loop struct {
 	// readings in a row it has been falling.
 	estimates  map[kubelet.Signal]Estimate
 	fallingFor map[kubelet.Signal]int
+	// fallSince is when each signal's slope last turned below zero (Input.Falling).
+	fallSince map[kubelet.Signal]time.Time
 	// pods are each pod's usage over the trend window, by pod and kind, from which the pods are
 	// ranked where the kubelet would rank them (project).
 	pods map[podUsageKey]*series
@@ -109,7 +111,7 @@ type Loop struct {
 func NewLoop(o LoopOptions) *Loop {
 	return &Loop{o: o, tracker: NewTracker(o.TransitionPeriod), soft: NewSoftTracker(), trend: NewTrend(o.TrendWindow),
 		pace: NewPace(o.TrendWindow), inFlight: map[types.UID]inFlight{}, blocked: map[types.UID]blockedPod{}, retry: map[types.UID]bool{}, warned: map[kubelet.Signal]bool{},
-		taints: map[Resource]bool{}, estimates: map[kubelet.Signal]Estimate{}, fallingFor: map[kubelet.Signal]int{}, pods: map[podUsageKey]*series{}}
+		taints: map[Resource]bool{}, estimates: map[kubelet.Signal]Estimate{}, fallingFor: map[kubelet.Signal]int{}, fallSince: map[kubelet.Signal]time.Time{}, pods: map[podUsageKey]*series{}}
 }
 
 type inFlight struct {
@@ -246,6 +248,11 @@ func (lp *Loop) Observe(ctx context.Context) {
 			lp.fallingFor[l.Signal]++
 		} else {
 			lp.fallingFor[l.Signal] = 0
+		}
+		if !e.OK || e.Slope >= 0 {
+			delete(lp.fallSince, l.Signal)
+		} else if _, ok := lp.fallSince[l.Signal]; !ok {
+			lp.fallSince[l.Signal] = l.At
 		}
 		lp.pace.Add(now, l.Signal, lp.timeToHard(now, *l), e.SteeperThan(prev[l.Signal]) && lp.fallingFor[l.Signal] > minSamples)
 		// A signal reprieve only taints for: the kubelet deletes images first, and a threshold at
@@ -434,6 +441,14 @@ func (lp *Loop) evictForPressure(ctx context.Context, now time.Time, levels []Le
 				Ranked:       lp.retrying(lp.project(lvl.Signal, Candidates(lvl.Signal, evictable, usageFor(lvl.Signal), podGrace), ttl)),
 				SafetyMargin: lp.o.SafetyMargin, Allowance: plan.RequestAllowance, Interval: lp.o.Interval,
 				Pending: lp.estimates[lvl.Signal].Pending, CutEarly: lp.o.CutEarly,
+			}
+			// How long the pace the estimate extrapolates has held: the readings it was fitted
+			// on, or, for the window's fit, as long as the slope has been below zero.
+			if e := lp.estimates[lvl.Signal]; e.OK && e.Slope < 0 {
+				in.Falling = e.Span
+				if since, ok := lp.fallSince[lvl.Signal]; ok && e.WholeWindow {
+					in.Falling = max(in.Falling, lvl.At.Sub(since))
+				}
 			}
 			in.Gap, in.Jump = lp.pace.Of(lvl.Signal, ttl)
 			in.InFlight, in.Reclaiming = inFlightOf(lvl.Signal)

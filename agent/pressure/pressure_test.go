@@ -379,7 +379,7 @@ func cand(name string, usage int64, known bool, grace time.Duration) Candidate {
 
 func TestDecide(t *testing.T) {
 	lvl := mem(700) // threshold 1000, reclaim 200: short by 500 MiB
-	base := Input{Level: lvl, Active: true, SafetyMargin: 5 * time.Second, Allowance: 250 * time.Millisecond}
+	base := Input{Level: lvl, Active: true, SafetyMargin: 5 * time.Second, Allowance: 250 * time.Millisecond, Falling: time.Hour}
 	ranked := []Candidate{cand("a", 300*mi, true, 30*time.Second), cand("b", 0, true, 30*time.Second),
 		cand("c", 100*mi, true, 10*time.Second), cand("d", 400*mi, true, 60*time.Second)}
 	// onset is a 3 s pod's input at the onset of a fall: readings a second apart whose estimate
@@ -437,6 +437,10 @@ func TestDecide(t *testing.T) {
 		}, []string{"a"}, []int{14}},
 		// Issue 47: nothing goes at a reading that jumped off the trend.
 		{"a pending reading", func(in *Input) { in.TimeToHard = 36 * time.Second; in.Pending = true }, nil, nil},
+		// Issue 47: backed by a fall that persists: a quarter of the 36 s it is extrapolated over.
+		{"a fall too new for its horizon", func(in *Input) { in.TimeToHard = 36 * time.Second; in.Falling = 8 * time.Second }, nil, nil},
+		{"a fall held a quarter of its horizon", func(in *Input) { in.TimeToHard = 36 * time.Second; in.Falling = 9 * time.Second },
+			[]string{"a"}, []int{30}},
 		{"pods in flight cover it all", func(in *Input) { in.TimeToHard = 20 * time.Second; in.InFlight = 2; in.Reclaiming = 600 * mi },
 			nil, nil},
 		// Issue 37: what can go by before the next reading, not a fixed second. Readings every
@@ -510,7 +514,7 @@ func TestDecide(t *testing.T) {
 
 // Without per-pod figures: one pod at a time, the next once the last is gone.
 func TestDecideWithoutUsage(t *testing.T) {
-	in := Input{Level: mem(700), Active: true, TimeToHard: 8 * time.Second, SafetyMargin: 5 * time.Second,
+	in := Input{Level: mem(700), Active: true, TimeToHard: 8 * time.Second, SafetyMargin: 5 * time.Second, Falling: time.Hour,
 		Ranked: []Candidate{cand("a", 0, false, 30*time.Second), cand("b", 0, false, 30*time.Second)}}
 	got := Decide(in)
 	if len(got) != 1 || got[0].Pod.Name != "a" || got[0].Grace != 3*time.Second {
@@ -527,7 +531,7 @@ func TestDecideWithoutUsage(t *testing.T) {
 // signal is back above the threshold plus the minimum reclaim: nothing more is evicted, as with
 // per-pod usage (where the shortfall is already counted). Before, the next pod went.
 func TestDecideWithoutUsageNotAboveTheThreshold(t *testing.T) {
-	in := Input{Level: mem(1250), Active: true, TimeToHard: 3 * time.Second, SafetyMargin: 5 * time.Second,
+	in := Input{Level: mem(1250), Active: true, TimeToHard: 3 * time.Second, SafetyMargin: 5 * time.Second, Falling: time.Hour,
 		Ranked: []Candidate{cand("quiet", 0, false, 30*time.Second)}}
 	if got := Decide(in); len(got) != 0 {
 		t.Fatalf("evicts %s with the signal above threshold + reclaim (1250 MiB against 1000 + 200)", got[0].Pod.Name)
@@ -546,7 +550,7 @@ func TestDecideNoStormWhenPodsCannotCover(t *testing.T) {
 	for i := range 10 {
 		ranked = append(ranked, cand(string(rune('a'+i)), 15*mi, true, 30*time.Second))
 	}
-	in := Input{Level: mem(100), Active: true, TimeToHard: 0, SafetyMargin: 5 * time.Second, Ranked: ranked, CutEarly: true}
+	in := Input{Level: mem(100), Active: true, TimeToHard: 0, SafetyMargin: 5 * time.Second, Ranked: ranked, CutEarly: true, Falling: time.Hour}
 	got := Decide(in)
 	if len(got) != 1 || got[0].Pod.Name != "a" {
 		t.Fatalf("evicts %d pods, want one (a): 10 x 15 MiB cannot cover the 200 MiB to the hard threshold plus the minimum reclaim", len(got))

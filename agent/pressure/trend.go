@@ -260,6 +260,11 @@ type Estimate struct {
 	// SE is the slope's standard error for the noise measured; Level is where the fit puts the
 	// last reading (the pending one aside), in the signal's unit.
 	SE, Level float64
+	// Span is how long the readings the slope was fitted on run: the window, or since the
+	// change of pace, or the last minSamples readings. WholeWindow says the fit is the
+	// window's, with no change of pace in it: the pace may have held longer.
+	Span        time.Duration
+	WholeWindow bool
 	// Falling says the slope is a fall beyond the noise: slopeK standard errors below zero;
 	// Rising a rise beyond it.
 	Falling, Rising bool
@@ -378,6 +383,7 @@ func (ts *series) estimate(window time.Duration) Estimate {
 	}
 	end := len(ps) - b2i(e.Pending)
 	e.Level = levelAt(ps[:end], pb[:end], slope)
+	e.Span, e.WholeWindow = ps[end-1].at.Sub(ps[0].at), change == 0
 	if staircase {
 		// Its pace is its steps' over the window: a part of it is a step or a stretch between two.
 	} else if h, ok := bestHinge(ps[:end], pb[:end], e.Noise); ok {
@@ -387,6 +393,7 @@ func (ts *series) estimate(window time.Duration) Estimate {
 		e.Slope, e.SE, se = h.post, h.se, h.se
 		e.Steeper = e.Steeper || !h.step && h.post < h.pre-steepK*h.se
 		e.Level = levelAt(ps[h.from:end], pb[h.from:end], h.post)
+		e.Span, e.WholeWindow = ps[end-1].at.Sub(ps[h.from].at), false
 	} else if end >= minSamples && !slices.Contains(pb[end-minSamples+1:end], true) {
 		// The last minSamples readings, unbroken: a fall that sped up within two readings,
 		// by less than a jump.
@@ -394,6 +401,7 @@ func (ts *series) estimate(window time.Duration) Estimate {
 		if s, seS, okS := fixedEffects(short, make([]bool, len(short)), e.Noise); okS && s < e.Slope-steepK*math.Hypot(se, seS) {
 			e.Slope, e.SE, se, e.Steeper = s, seS, seS, true
 			e.Level = levelAt(short, make([]bool, len(short)), s)
+			e.Span, e.WholeWindow = short[len(short)-1].at.Sub(short[0].at), false
 		}
 	}
 	e.Falling = e.Slope < 0 && e.Slope < -slopeK*se
