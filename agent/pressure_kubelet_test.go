@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -58,6 +59,16 @@ func (h *harness) read(sample kubelet.Sample) {
 // 200 MiB/s with the hard threshold 2.5 s away at the last reading, where a grace cut to 1 s
 // gains nothing over the kubelet's own eviction.)
 var steadyFall = []int64{1300, 1200, 1100, 1000}
+
+// growing is usage with the pod grower's working set grown by the fall's 100 MiB for each of i
+// readings: the pod whose leak the fall is (issue 47: a fall no pod explains must hold longer).
+func growing(usage map[types.UID]kubelet.PodUsage, grower string, i int) map[types.UID]kubelet.PodUsage {
+	out := maps.Clone(usage)
+	u := out[types.UID(grower)]
+	u.MemoryWorkingSet += int64(i) * 100 << 20
+	out[types.UID(grower)] = u
+	return out
+}
 
 func usageOf(gib map[string]float64) map[types.UID]kubelet.PodUsage {
 	out := map[types.UID]kubelet.PodUsage{}
@@ -133,8 +144,8 @@ func TestPressureRanksDaemonSetAndForgedPods(t *testing.T) {
 				pressurePod("critical", 30, func(p *v1.Pod) { p.Spec.Priority = &crit }),
 			)
 			usage := usageOf(map[string]float64{"hog": 4, "web": 1.5, "mirror": 6, "critical": 6})
-			for _, mi := range steadyFall {
-				h.read(kubelet.Sample{Node: kubelet.Observations{kubelet.MemoryAvailable: {Available: mi << 20, Capacity: 16 * giB}}, Pods: usage})
+			for i, mi := range steadyFall {
+				h.read(kubelet.Sample{Node: kubelet.Observations{kubelet.MemoryAvailable: {Available: mi << 20, Capacity: 16 * giB}}, Pods: growing(usage, "hog", i)})
 			}
 			if got := evictionNames(h.evictions()); !slices.Equal(got, []string{"hog"}) {
 				t.Fatalf("evictions %v, want hog alone", got)
@@ -162,8 +173,8 @@ func TestPressureCutsATerminatingHog(t *testing.T) {
 	usage := usageOf(map[string]float64{"rollout": 6, "neighbour": 1.2})
 	// Until the DELETE: the fake clientset then removes the pod at once, where the API server
 	// would keep it terminating for the grace given.
-	for _, mi := range steadyFall {
-		h.read(kubelet.Sample{Node: kubelet.Observations{kubelet.MemoryAvailable: {Available: mi << 20, Capacity: 16 * giB}}, Pods: usage})
+	for i, mi := range steadyFall {
+		h.read(kubelet.Sample{Node: kubelet.Observations{kubelet.MemoryAvailable: {Available: mi << 20, Capacity: 16 * giB}}, Pods: growing(usage, "rollout", i)})
 		if len(h.deletes()) > 0 {
 			break
 		}
@@ -222,8 +233,8 @@ func TestPressureRanksByAllocatedRequests(t *testing.T) {
 		}),
 		pressurePod("neighbour", 30, memRequest("1Gi")))
 	usage := usageOf(map[string]float64{"resized": 6, "neighbour": 2})
-	for _, mi := range steadyFall {
-		h.read(kubelet.Sample{Node: kubelet.Observations{kubelet.MemoryAvailable: {Available: mi << 20, Capacity: 16 * giB}}, Pods: usage})
+	for i, mi := range steadyFall {
+		h.read(kubelet.Sample{Node: kubelet.Observations{kubelet.MemoryAvailable: {Available: mi << 20, Capacity: 16 * giB}}, Pods: growing(usage, "resized", i)})
 	}
 	if got := evictionNames(h.evictions()); !slices.Equal(got, []string{"resized"}) {
 		t.Fatalf("evictions %v, want resized (6Gi, 2Gi above its allocated 4Gi)", got)

@@ -449,6 +449,7 @@ func (lp *Loop) evictForPressure(ctx context.Context, now time.Time, levels []Le
 				if since, ok := lp.fallSince[lvl.Signal]; ok && e.WholeWindow {
 					in.Falling = max(in.Falling, lvl.At.Sub(since))
 				}
+				in.Unexplained = lp.unexplained(lvl.Signal, e, usageFor(lvl.Signal) != nil)
 			}
 			in.Gap, in.Jump = lp.pace.Of(lvl.Signal, ttl)
 			in.InFlight, in.Reclaiming = inFlightOf(lvl.Signal)

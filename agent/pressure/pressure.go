@@ -248,6 +248,11 @@ type Input struct {
 	// fit): a pod is due only on a fall that has held for PersistShare of the time it is
 	// extrapolated over.
 	Falling time.Duration
+	// Unexplained says the pods' own usage explains less than half of the fall (the pods'
+	// figures are known and none grows at its pace): something outside them takes the memory,
+	// and such a fall must have held as long as the time it is extrapolated over
+	// (UnexplainedPersistShare).
+	Unexplained bool
 }
 
 // PersistShare is how long a fall must have held, as a share of the time to the hard threshold
@@ -256,6 +261,12 @@ type Input struct {
 // 25 MiB/s read as a fall 35 s from the threshold and took a 30 s pod; a leak is due after a
 // quarter of its own horizon held (a 3 s pod 9 s from the threshold: 2.5 s; a 120 s pod: 31 s).
 const PersistShare = 0.25
+
+// UnexplainedPersistShare is PersistShare for a fall no pod's growth explains: the whole
+// horizon. On the real node the machine's other work took 30 MiB/s for 25 s after a pod filled
+// its page cache, 1 GiB above the kubelet's threshold, and gave it back; no pod grew. The kubelet
+// evicts a pod for such a fall too, if it lasts: reprieve then acts late, with what fits.
+const UnexplainedPersistShare = 1.0
 
 // Lead is how far ahead of the point where a pod's grace would have to be cut it is due: what
 // TimeToHard can fall by before the next reading. That is the time to the next reading (the
@@ -347,7 +358,11 @@ func Decide(in Input) []Eviction {
 		if in.TimeToHard-lead >= c.Grace+in.SafetyMargin+in.Allowance {
 			return Eviction{}, false // not due yet
 		}
-		if in.Falling < time.Duration(PersistShare*float64(in.TimeToHard)) {
+		share := PersistShare
+		if in.Unexplained {
+			share = UnexplainedPersistShare
+		}
+		if in.Falling < time.Duration(share*float64(in.TimeToHard)) {
 			return Eviction{}, false // a fall too new for the time it is extrapolated over
 		}
 		if fits >= c.Grace {

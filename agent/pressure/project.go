@@ -1,6 +1,7 @@
 package pressure
 
 import (
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -166,4 +167,24 @@ func (lp *Loop) podsSawtooth(l Level, e Estimate) bool {
 		return false
 	}
 	return float64(l.Effective())-room-slopeK*e.Noise > float64(l.Hard)
+}
+
+// unexplained reports whether the pods' own growth explains less than half of s's fall e, when
+// their figures for s are known (known): the pods' usage series of what s measures, each rising
+// beyond its noise, added up.
+func (lp *Loop) unexplained(s kubelet.Signal, e Estimate, known bool) bool {
+	kinds := lp.kindsOf(s)
+	if !known || len(kinds) == 0 || e.Slope >= 0 {
+		return false
+	}
+	var growth float64
+	for k, ts := range lp.pods {
+		if !slices.Contains(kinds, k.kind) {
+			continue
+		}
+		if pe := ts.estimate(lp.o.TrendWindow); pe.Rising {
+			growth += pe.Slope
+		}
+	}
+	return growth < -e.Slope/2
 }

@@ -350,12 +350,17 @@ func (ts *series) estimate(window time.Duration) Estimate {
 			ref = (w[i].value - w[i-1].value) / w[i].at.Sub(w[i-1].at).Seconds()
 		}
 	}
-	// Two steps or more the same way are a staircase, not a level moved once: memory taken a
-	// block at a time is a fall at their pace.
+	// Two steps or more the same way, of like size, are a staircase, not a level moved once:
+	// memory taken a block at a time is a fall at their pace. A step a quarter the size of the
+	// largest or less is another thing (a page cache filled beside a few MiB of noise).
 	for _, dir := range []float64{-1, 1} {
+		var largest float64
+		for _, i := range steps {
+			largest = max(largest, off(i, 0)*dir)
+		}
 		var same []int
 		for _, i := range steps {
-			if off(i, 0)*dir > 0 {
+			if d := off(i, 0) * dir; d > 0 && d > largest/4 {
 				same = append(same, i)
 			}
 		}
