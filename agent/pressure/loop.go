@@ -60,6 +60,9 @@ type LoopOptions struct {
 	// fits (Input.CutEarly): the timeliness-first rule, measured beside the default in
 	// docs/benchmarks.md, not a flag.
 	CutEarly bool
+	// AnyFall drops the rule that a fall must have held a share of the time it is extrapolated
+	// over (Input.AnyFall): measured beside the default in docs/benchmarks.md, not a flag.
+	AnyFall bool
 	// PodNamespace and PodName are the agent's own pod, never evicted.
 	PodNamespace, PodName string
 	DryRun                bool
@@ -440,7 +443,7 @@ func (lp *Loop) evictForPressure(ctx context.Context, now time.Time, levels []Le
 				Level: lvl, Active: true, TimeToHard: ttl,
 				Ranked:       lp.retrying(lp.project(lvl.Signal, Candidates(lvl.Signal, evictable, usageFor(lvl.Signal), podGrace), ttl)),
 				SafetyMargin: lp.o.SafetyMargin, Allowance: plan.RequestAllowance, Interval: lp.o.Interval,
-				Pending: lp.estimates[lvl.Signal].Pending, CutEarly: lp.o.CutEarly,
+				Pending: lp.estimates[lvl.Signal].Pending, CutEarly: lp.o.CutEarly, AnyFall: lp.o.AnyFall,
 			}
 			// How long the pace the estimate extrapolates has held: the readings it was fitted
 			// on, or, for the window's fit, as long as the slope has been below zero.

@@ -253,6 +253,9 @@ type Input struct {
 	// and such a fall must have held as long as the time it is extrapolated over
 	// (UnexplainedPersistShare).
 	Unexplained bool
+	// AnyFall drops the persistence rule (Falling, PersistShare): the timeliness-first choice,
+	// measured beside the default in docs/benchmarks.md, not a flag.
+	AnyFall bool
 }
 
 // PersistShare is how long a fall must have held, as a share of the time to the hard threshold
@@ -362,7 +365,7 @@ func Decide(in Input) []Eviction {
 		if in.Unexplained {
 			share = UnexplainedPersistShare
 		}
-		if in.Falling < time.Duration(share*float64(in.TimeToHard)) {
+		if !in.AnyFall && in.Falling < time.Duration(share*float64(in.TimeToHard)) {
 			return Eviction{}, false // a fall too new for the time it is extrapolated over
 		}
 		if fits >= c.Grace {

@@ -50,12 +50,14 @@ func (b *bench) replayPressure(ctx context.Context, rep *report) error {
 		series = append(series, s)
 	}
 	def := replay.DefaultOptions()
-	early, host := def, def
+	early, anyFall, host := def, def, def
 	early.CutEarly = true
+	anyFall.AnyFall = true
 	host.NoReclaimable = true
 	r := &replayReport{Skipped: skipped, Variants: []*replayVariant{
-		{Name: "reprieve", What: "as the chart runs it: precision first, a grace cut waits for the last reading that leaves 3 s", Options: def},
-		{Name: "cut early", What: "the timeliness-first rule: a pod whose grace no longer fits goes as soon as it is due, with what fits", Options: early},
+		{Name: "reprieve", What: "as the chart runs it: precision first, a grace cut waits for the last reading that leaves 3 s, a fall must have held a quarter of its horizon", Options: def},
+		{Name: "cut early", What: "the timeliness-first rule for grace cuts: a pod whose grace no longer fits goes as soon as it is due, with what fits", Options: early},
+		{Name: "any fall", What: "without the persistence rule: a fall counts however new", Options: anyFall},
 		{Name: "no image figures", What: "the host source's view of a disk: no imageFs.usedBytes, nothing counted as reclaimable", Options: host},
 	}}
 	for _, v := range r.Variants {

@@ -45,8 +45,9 @@ type Options struct {
 	// NoReclaimable replays as if the source had no image filesystem figures (the host source):
 	// a disk signal then does not count what the kubelet's image garbage collection frees.
 	NoReclaimable bool
-	// CutEarly is the pressure loop's timeliness-first rule (pressure.LoopOptions.CutEarly).
-	CutEarly bool
+	// CutEarly and AnyFall are the pressure loop's timeliness-first rules
+	// (pressure.LoopOptions).
+	CutEarly, AnyFall bool
 }
 
 // DefaultOptions are the agent's defaults.
@@ -90,7 +91,7 @@ func Run(ctx context.Context, s *Series, o Options) (*Result, error) {
 	lp := pressure.NewLoop(pressure.LoopOptions{NodeName: NodeName, Source: r, SourceName: "replay",
 		Thresholds: pressure.ThresholdsFrom(kc, explicit, o.Headroom, reclaim), KubeletConfig: kc,
 		Interval: o.Interval, TransitionPeriod: o.TransitionPeriod, TrendWindow: o.TrendWindow,
-		TaintEffect: string(v1.TaintEffectNoSchedule), SafetyMargin: o.SafetyMargin, CutEarly: o.CutEarly,
+		TaintEffect: string(v1.TaintEffectNoSchedule), SafetyMargin: o.SafetyMargin, CutEarly: o.CutEarly, AnyFall: o.AnyFall,
 		Clock: r.clock, Metrics: r.metrics, Recorder: r.recorder, Pods: r.lister, Node: r.node,
 		Executor: r.exec, Writer: r.writer})
 	var tainted time.Duration

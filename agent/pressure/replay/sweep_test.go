@@ -16,12 +16,22 @@ import (
 // prints, per family, how many evictions the kubelet would not make and how the kubelet's
 // evictions went; docs/benchmarks.md has the figures. A sawtooth's evictions are split into its
 // first cycle, which cannot be told from a fall (docs/pressure.md, Limits), and the later ones.
-// It asserts nothing: REPRIEVE_REPLAY_SWEEP=1 runs it.
+// It asserts nothing: REPRIEVE_REPLAY_SWEEP=1 runs it as the chart runs reprieve;
+// REPRIEVE_REPLAY_SWEEP=cut-early, any-fall or no-image-figures with that choice of
+// replay.Options.
 func TestReplaySweep(t *testing.T) {
-	if os.Getenv("REPRIEVE_REPLAY_SWEEP") != "1" {
-		t.Skip("set REPRIEVE_REPLAY_SWEEP=1 for the sweep (about a minute and a half)")
-	}
 	o := DefaultOptions()
+	switch v := os.Getenv("REPRIEVE_REPLAY_SWEEP"); v {
+	case "1":
+	case "cut-early":
+		o.CutEarly = true
+	case "any-fall":
+		o.AnyFall = true
+	case "no-image-figures":
+		o.NoReclaimable = true
+	default:
+		t.Skip("set REPRIEVE_REPLAY_SWEEP=1 for the sweep (about a minute and a half), or to a variant")
+	}
 	type tally struct{ series, unwanted, kubelet, whole, cut, missed int }
 	families := map[string]*tally{}
 	order := []string{"jitter", "step", "sawtooth, first cycle", "sawtooth, later cycles", "leak"}
