@@ -380,9 +380,10 @@ func Decide(in Input) []Eviction {
 			// the same decision as a reading ago, with what fits.
 			return Eviction{Candidate: c, Grace: g}, true
 		case g < MinCutGrace, fits-in.gapLead() >= MinCutGrace:
-			// The next reading still leaves MinCutGrace: wait for it. How far off it is counts,
-			// not the estimate's jump: where the estimate has just come down (a fall that
-			// began), the jump would make it act a reading or more before the last one.
+			// Less than MinCutGrace gains the pod nothing over the kubelet's own eviction; and
+			// while the next reading still leaves MinCutGrace, it waits for it. How far off that
+			// reading is counts, not the estimate's jump: where the estimate has just come down
+			// (a fall that began), the jump would make it act a reading or more early.
 			return Eviction{}, false
 		}
 		return Eviction{Candidate: c, Grace: g}, true

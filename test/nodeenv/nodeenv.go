@@ -117,6 +117,8 @@ type Node struct {
 	mu      sync.Mutex
 	kubelet *testenv.Process
 	config  KubeletConfig
+	// imageIDs are the images ImportFiller imported, by tag, with their CRI ID.
+	imageIDs map[string]string
 }
 
 // Start sets the host up, starts containerd and the kubelet, and waits until the node is

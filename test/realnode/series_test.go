@@ -43,8 +43,13 @@ type seriesCase struct {
 	falling bool
 	// summary reads the Summary API (per-pod disk, imageFs.usedBytes) instead of the host.
 	summary bool
-	// during runs beside the recording (image pulls), until ctx ends.
-	during func(ctx context.Context, t *testing.T)
+	// prepare runs before the kubelet restarts for the run (images pulled before: the kubelet
+	// detects them at its start); during runs beside the recording (image pulls), until ctx ends.
+	prepare func(ctx context.Context, t *testing.T)
+	during  func(ctx context.Context, t *testing.T)
+	// diskSignal is the run's disk signal, which the kubelet's eviction message does not name
+	// ("ephemeral-storage").
+	diskSignal kubelet.Signal
 	// soft is the kubelet's soft eviction grace when the run's threshold is a soft one.
 	soft int64
 }
@@ -161,17 +166,18 @@ var seriesCases = []seriesCase{
 			return ps
 		}},
 	{name: "realnode-jitter", desc: "a pod holds 1200 MiB and takes or gives back up to 60 MiB every 250 ms",
-		configure: healthyKubelet(2000), restore: restoreMemory, length: 4 * time.Minute,
+		configure: healthyKubelet(2300), restore: restoreMemory, length: 4 * time.Minute,
 		pods: onePod("cache", 30, "jitter", "-base", "1200", "-amp", "60")},
-	{name: "realnode-image-gc", desc: "images pulled into a 3 GiB imagefs of its own fill it past 85%; the kubelet's image GC (85%/80%) and its reclaim at imagefs.available<15% free it",
-		summary: true, length: 8 * time.Minute,
+	{name: "realnode-image-gc", desc: "a 3 GiB imagefs of its own holds 2.2 GiB of unused images when the kubelet starts; a pull of 100 MiB every 20 s takes it past 85%, where the kubelet's reclaim at imagefs.available<15% and its image GC (85%/80%) delete the older ones",
+		summary: true, length: 8 * time.Minute, diskSignal: kubelet.ImageFsAvailable,
 		configure: func(k *nodeenv.KubeletConfig, _ int64) (string, error) {
 			imageGCKubelet(k)
 			return "", nil
 		},
 		restore: restoreImageGC,
 		pods:    onePod("web", 30, "term"),
-		during:  pullImages},
+		prepare: prefillImages,
+		during:  func(ctx context.Context, t *testing.T) { pullImages(ctx, t, 100, 20*time.Second) }},
 	fromPressureCase("realnode-leak", "a pod allocating 50 MiB/s to 2000 MiB beside a quiet pod (TestMemoryPressureOnRealNode)", memoryCase),
 	fromPressureCase("realnode-daemonset-leak", "a DaemonSet's pod leaking past its request, of a higher priority than the web pod (TestDaemonSetLeakOnRealNode)", daemonSetCase),
 	fromPressureCase("realnode-soft", "a soft threshold held 15 s, evictionMaxPodGracePeriod 4 (TestSoftThresholdOnRealNode)", softCase),
@@ -184,28 +190,54 @@ var seriesCases = []seriesCase{
 		},
 		restore: restoreMemory, length: 2 * time.Minute,
 		pods: onePod("hog", 3, "alloc", "-rate", "50", "-max", "3000", "-step", "800", "-start-after", "20s")},
-	{name: "realnode-two-pods", desc: "one pod leaking 50 MiB/s from 200 MiB beside one holding 700 MiB: where the kubelet's threshold is met the leaking one uses more", falling: true,
+	// The kubelet's threshold 2900 MiB under the machine's: big takes 700 MiB at once, leak
+	// grows 50 MiB/s from 15 s and meets the threshold at about 2200 MiB, three times big's; 36 s
+	// before (where a 30 s pod is due) it used 400 MiB, under big's 700. reprieve's threshold
+	// 2000 MiB above the kubelet's, 40 s ahead at that pace.
+	{name: "realnode-two-pods", desc: "one pod leaking 50 MiB/s beside one holding 700 MiB, both of 30 s: where the kubelet's threshold is met the leaking one uses three times more; 36 s before, less", falling: true,
 		configure: func(k *nodeenv.KubeletConfig, avail int64) (string, error) {
-			hard := avail - 1500
+			hard := avail - 2900
 			k.EvictionHard["memory.available"] = fmt.Sprintf("%dMi", hard)
-			return fmt.Sprintf("memory.available<%dMi", hard+600), nil
+			return fmt.Sprintf("memory.available<%dMi", hard+2000), nil
 		},
 		restore: restoreMemory, length: 2 * time.Minute,
 		pods: func(ctx context.Context, t *testing.T, ns, out string) []seriesPod {
 			big := workloadPod(ns, "big", out, []string{"alloc", "-out", "/out/big", "-rate", "700", "-max", "700"})
-			leak := workloadPod(ns, "leak", out, []string{"alloc", "-out", "/out/leak", "-rate", "50", "-max", "3000", "-start-after", "15s"})
-			big.Spec.TerminationGracePeriodSeconds, leak.Spec.TerminationGracePeriodSeconds = ptrTo[int64](5), ptrTo[int64](5)
+			leak := workloadPod(ns, "leak", out, []string{"alloc", "-out", "/out/leak", "-rate", "50", "-max", "4000", "-start-after", "15s"})
+			big.Spec.TerminationGracePeriodSeconds, leak.Spec.TerminationGracePeriodSeconds = ptrTo[int64](30), ptrTo[int64](30)
 			return []seriesPod{{pod: big}, {pod: leak}}
 		}},
 }
 
 // imageGCKubelet is the kubelet of the image GC runs: its defaults for the disk (nodefs 10%,
-// imagefs 15%, image GC from 85% down to 80%), an image old enough to collect after 30 s.
+// imagefs 15%, image GC from 85% down to 80%), an image old enough to collect 10 s after the
+// kubelet first saw it. The kubelet sees an image at its start, at its image GC every 5
+// minutes, and when it reclaims (detectImages, pkg/kubelet/images): one pulled since is new
+// there, not collected, and a pull of several that fills the disk between two of those makes
+// it evict pods (the first recording of this run did: imagefs filled by 200 MiB every 10 s).
 func imageGCKubelet(k *nodeenv.KubeletConfig) {
 	k.EvictionHard["nodefs.available"] = "10%"
 	k.EvictionHard["imagefs.available"] = "15%"
 	k.ImageGCHighThresholdPercent, k.ImageGCLowThresholdPercent = ptrTo[int32](85), ptrTo[int32](80)
-	k.ImageMinimumGCAge = metav1.Duration{Duration: 30 * time.Second}
+	k.ImageMinimumGCAge = metav1.Duration{Duration: 10 * time.Second}
+}
+
+// prefillImages pulls unused images until the image filesystem is 73% used, before the kubelet
+// starts (it sees them then): a node that ran other pods' images before.
+func prefillImages(ctx context.Context, t *testing.T) {
+	for i := 0; ctx.Err() == nil; i++ {
+		free, err1 := statfsAvail(node.ContainerdRoot, false)
+		size, err2 := statfsSize(node.ContainerdRoot)
+		if err1 != nil || err2 != nil {
+			t.Fatal(err1, err2)
+		}
+		if 1-free/size >= 0.73 {
+			return
+		}
+		if err := node.ImportFiller(ctx, fmt.Sprintf("reprieve.test/old-%d:1", i), 200); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 func restoreImageGC(k *nodeenv.KubeletConfig) {
@@ -214,20 +246,20 @@ func restoreImageGC(k *nodeenv.KubeletConfig) {
 	k.ImageMinimumGCAge = metav1.Duration{}
 }
 
-// pullImages imports an image of 200 MiB every 10 s (a node pulling its pods' images) until ctx
-// ends, as long as the image filesystem has room for it; the kubelet's garbage collection is
+// pullImages imports an image of sizeMiB every interval (a node pulling its pods' images) until
+// ctx ends, as long as the image filesystem has room for it; the kubelet's garbage collection is
 // left to free them.
-func pullImages(ctx context.Context, t *testing.T) {
+func pullImages(ctx context.Context, t *testing.T, sizeMiB int, every time.Duration) {
 	for i := 0; ctx.Err() == nil; i++ {
 		avail, err := statfsAvail(node.ContainerdRoot, false)
-		if err == nil && avail > 400<<20 {
-			if err := node.ImportFiller(ctx, fmt.Sprintf("reprieve.test/filler-%d:1", i), 200); err != nil && ctx.Err() == nil {
+		if err == nil && avail > float64(2*sizeMiB)*(1<<20) {
+			if err := node.ImportFiller(ctx, fmt.Sprintf("reprieve.test/filler-%d:1", i), sizeMiB); err != nil && ctx.Err() == nil {
 				t.Logf("pulling filler %d: %v", i, err)
 			}
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(10 * time.Second):
+		case <-time.After(every):
 		}
 	}
 }
@@ -278,6 +310,23 @@ func recordSeries(t *testing.T, c seriesCase, withReprieve bool) *replay.Series 
 	avail, err := hostMemoryAvailable()
 	if err != nil {
 		t.Fatal(err)
+	}
+	if c.prepare != nil || c.during != nil {
+		// The images pulled go with the run: the next one's kubelet counts the image filesystem
+		// too (its imagefs.available<1%).
+		defer func() {
+			if err := node.RemoveImages(context.Background(), "reprieve.test/"); err != nil {
+				t.Log(err)
+			}
+			// The kubelet's collection deletes every image no container uses, the test images
+			// between two pods too: they are imported again for the runs after this one.
+			if err := importImages(context.Background()); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	if c.prepare != nil {
+		c.prepare(ctx, t)
 	}
 	var thresholds string
 	var confErr error
@@ -404,6 +453,8 @@ func evictedSignal(pod *v1.Pod, c seriesCase) string {
 		}
 	}
 	switch {
+	case strings.Contains(msg, "ephemeral-storage") && c.diskSignal != "":
+		return string(c.diskSignal)
 	case strings.Contains(msg, "ephemeral-storage"):
 		return string(kubelet.NodeFsAvailable)
 	case strings.Contains(msg, "pids"):

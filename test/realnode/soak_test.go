@@ -68,6 +68,15 @@ func TestHealthyPressureSoakOnRealNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	hard := int64(avail)>>20 - soakHardBelowMiB
+	// Images of pods gone before, which the kubelet sees at its start; they go with the soak.
+	defer func() {
+		_ = node.RemoveImages(context.Background(), "reprieve.test/")
+		// The kubelet's collection may have deleted the test images no container used.
+		if err := importImages(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
+	prefillImages(ctx, t)
 	if err := node.RestartKubelet(ctx, func(k *nodeenv.KubeletConfig) {
 		k.EvictionHard["memory.available"] = itoa(hard) + "Mi"
 		imageGCKubelet(k)
@@ -119,7 +128,7 @@ func TestHealthyPressureSoakOnRealNode(t *testing.T) {
 	}
 	pctx, stopPulls := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	wg.Go(func() { pullImages(pctx, t) })
+	wg.Go(func() { pullImages(pctx, t, 100, 20*time.Second) })
 	defer func() { stopPulls(); wg.Wait() }()
 
 	start := time.Now()
