@@ -447,7 +447,10 @@ func (lp *Loop) evictForPressure(ctx context.Context, now time.Time, levels []Le
 			}
 			// How long the pace the estimate extrapolates has held: the readings it was fitted
 			// on, or, for the window's fit, as long as the slope has been below zero.
-			if e := lp.estimates[lvl.Signal]; e.OK && e.Slope < 0 {
+			if e := lp.estimates[lvl.Signal]; e.OK && e.Slope < 0 && ttl != Never {
+				// The estimate's standard error: the fitted level's (about half the readings'
+				// noise) and the slope's over the time to the threshold, at the slope's pace.
+				in.Uncertain = time.Duration(math.Hypot(e.Noise/2, ttl.Seconds()*e.SE) / -e.Slope * float64(time.Second))
 				in.Falling = e.Span
 				if since, ok := lp.fallSince[lvl.Signal]; ok && e.WholeWindow {
 					in.Falling = max(in.Falling, lvl.At.Sub(since))

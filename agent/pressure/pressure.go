@@ -235,6 +235,12 @@ type Input struct {
 	// it did over the last readings, a trend that steepens (Pace.Of). Together they are how far
 	// TimeToHard can fall before the next reading (Lead, which caps both: MaxGap, MaxJumpShare).
 	Interval, Gap, Jump time.Duration
+	// Uncertain is the estimate's own standard error, from the readings' noise in the fitted
+	// level and slope: the lead counts two of them (up to UncertainShare of TimeToHard), so that
+	// a noisy estimate, which moves by more than a reading between two readings, is not past a
+	// pod's whole grace before it was due (issue 47: on the real node a leak's estimate moved by
+	// 2 s a reading, and a 3 s pod went with 2).
+	Uncertain time.Duration
 	// Pending says the signal's last reading jumped off its trend (Estimate.Pending): a step
 	// and the start of a fall look alike there, and the next reading tells them apart. No pod is
 	// evicted on it.
@@ -281,8 +287,12 @@ const UnexplainedPersistShare = 1.0
 // and counted whole it made every pod due that much early for the whole trend window (a 30 s
 // stall: 30 s early for 20 s). The jump counts up to MaxJumpShare of TimeToHard.
 func (in Input) Lead() time.Duration {
-	return in.gapLead() + min(max(in.Jump, 0), time.Duration(MaxJumpShare*float64(in.TimeToHard)))
+	return in.gapLead() + min(max(in.Jump, 0), time.Duration(MaxJumpShare*float64(in.TimeToHard))) +
+		min(2*max(in.Uncertain, 0), time.Duration(UncertainShare*float64(in.TimeToHard)))
 }
+
+// UncertainShare is the largest share of the estimate the lead counts as its uncertainty.
+const UncertainShare = 0.25
 
 // gapLead is the lead's first part: the time to the next reading, without the estimate's jump.
 func (in Input) gapLead() time.Duration {

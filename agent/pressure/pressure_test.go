@@ -467,6 +467,28 @@ func TestDecide(t *testing.T) {
 			in.TimeToHard = 37750 * time.Millisecond
 			in.Interval, in.Gap, in.Jump = time.Second, time.Second, 1500*time.Millisecond
 		}, nil, nil},
+		// Issue 47: the estimate's own uncertainty (two standard errors) counts like a jump: a
+		// noisy estimate moves by more than a reading between two readings.
+		{"an uncertain estimate: due two errors further ahead", func(in *Input) {
+			in.TimeToHard = 37700 * time.Millisecond
+			in.Interval, in.Gap, in.Uncertain = time.Second, time.Second, 750*time.Millisecond
+		}, []string{"a"}, []int{30}},
+		{"an uncertain estimate: not further ahead than two errors", func(in *Input) {
+			in.TimeToHard = 37750 * time.Millisecond
+			in.Interval, in.Gap, in.Uncertain = time.Second, time.Second, 750*time.Millisecond
+		}, nil, nil},
+		// An estimate whose error is a minute counts only a quarter of its 16 s: a 3 s pod is not
+		// due (it would be, two minutes ahead); at 12 s, with 3 s of it ahead, it is.
+		{"a wild estimate: not more than a quarter of it ahead", func(in *Input) {
+			in.TimeToHard = 16 * time.Second
+			in.Interval, in.Gap, in.Uncertain = time.Second, time.Second, time.Minute
+			in.Ranked = []Candidate{cand("short", 300*mi, true, 3*time.Second)}
+		}, nil, nil},
+		{"a wild estimate: due a quarter of it ahead", func(in *Input) {
+			in.TimeToHard = 12 * time.Second
+			in.Interval, in.Gap, in.Uncertain = time.Second, time.Second, time.Minute
+			in.Ranked = []Candidate{cand("short", 300*mi, true, 3*time.Second)}
+		}, []string{"short"}, []int{3}},
 		// A stall of 30 s (the agent not run, the node under memory pressure) counts only as the
 		// longest gap the loop lets a reading take, the interval plus the read's timeout (4 s at a
 		// 1 s interval): not as 30 s ahead for the whole trend window. A 3 s pod 20 s from the
