@@ -15,6 +15,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -401,10 +402,21 @@ func recordSeries(t *testing.T, c seriesCase, withReprieve bool) *replay.Series 
 				continue
 			}
 			pod, err := env.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-			if err != nil || pod.UID != uid {
-				continue
+			by := ""
+			switch {
+			case err == nil && pod.UID == uid:
+				by = evictedBy(pod)
+			case err == nil || apierrors.IsNotFound(err):
+				// Gone, or replaced: a DaemonSet's controller deletes its pod as soon as the
+				// kubelet has failed it. The kubelet's Evicted event outlives it.
+				by = kubeletEvictedEvent(ctx, ns, name)
+				pod = &v1.Pod{Spec: v1.PodSpec{TerminationGracePeriodSeconds: ptrTo[int64](1)}}
+				for _, p := range s.Pods {
+					if p.Name == name {
+						pod.Spec.TerminationGracePeriodSeconds = ptrTo(p.Grace)
+					}
+				}
 			}
-			by := evictedBy(pod)
 			if by == "" {
 				continue
 			}
@@ -427,6 +439,21 @@ func recordSeries(t *testing.T, c seriesCase, withReprieve bool) *replay.Series 
 	stop()
 	wg.Wait()
 	return s
+}
+
+// kubeletEvictedEvent is the message of the kubelet's Evicted event on pod name in ns, marked
+// as the kubelet's, or "".
+func kubeletEvictedEvent(ctx context.Context, ns, name string) string {
+	list, err := env.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+	if err != nil {
+		return ""
+	}
+	for _, e := range list.Items {
+		if e.Reason == "Evicted" && e.Source.Component == "kubelet" {
+			return "TerminationByKubelet: " + e.Message
+		}
+	}
+	return ""
 }
 
 // evictedBy says who evicted pod: the kubelet's DisruptionTarget reason, the Eviction API's, or

@@ -2,11 +2,13 @@ package replay
 
 import (
 	"context"
+	"math"
 	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/pressure"
 	"github.com/reprieve-dev/reprieve/kubelet"
 )
 
@@ -40,12 +42,14 @@ func TestReplayEvictsNothingTheKubeletWouldNot(t *testing.T) {
 }
 
 // The falling half: each of the kubelet's evictions made first by reprieve, with the grace the
-// kubelet's rule gives the pod where it fits after reprieve's threshold (every falling series but
-// synthetic-leak-64g, where a 120 s pod's grace cannot fit in the 66 s from reprieve's derived
-// threshold to the kubelet's: precision first, it goes with 3 s at the last reading that leaves
-// them, docs/pressure.md).
+// kubelet's rule gives the pod wherever it fits after reprieve's threshold is crossed, in
+// hindsight and at the pace the fall had then (wholeFits). It does not in synthetic-leak-64g,
+// where a 120 s pod's grace cannot fit in the 66 s from reprieve's derived threshold to the
+// kubelet's, nor in realnode-leak, where the test's threshold, 600 MiB above the kubelet's, was
+// 8 s of the fall when crossed (the machine's own memory fell with the hog's, 70 MB/s, and slowed
+// after): precision first, such a pod goes at the last reading that leaves it 3 s, or with what
+// fits (docs/pressure.md); main made the same 2 of 3 s there.
 func TestReplayFallingSeriesKeepTheirGrace(t *testing.T) {
-	cut := map[string]bool{"synthetic-leak-64g": true}
 	for _, s := range corpus(t) {
 		if s.Healthy() {
 			continue
@@ -59,8 +63,9 @@ func TestReplayFallingSeriesKeepTheirGrace(t *testing.T) {
 			if r.Missed != 0 {
 				t.Errorf("%d of the kubelet's evictions not made first", r.Missed)
 			}
-			if !cut[s.Name] && r.Whole != r.Kubelet {
-				t.Errorf("%d of the kubelet's %d evictions made first with the whole grace, want all", r.Whole, r.Kubelet)
+			fits := wholeFits(t, s)
+			if r.Whole < fits {
+				t.Errorf("%d of the kubelet's %d evictions made first with the whole grace, want the %d where it fits after reprieve's threshold", r.Whole, r.Kubelet, fits)
 			}
 		})
 	}
@@ -128,4 +133,76 @@ func TestKubeletEvictionsRanksAtThePass(t *testing.T) {
 	if at := time.Duration(got[0].AtMs) * time.Millisecond; at < 120*time.Second || at > 140*time.Second {
 		t.Fatalf("leak evicted at %v, want where the fall meets 1Gi, about 133 s", at)
 	}
+}
+
+// wholeFits counts the kubelet's evictions of s whose pod's grace (the kubelet's rule's), the
+// safety margin, the request's allowance and a reading fit between the first reading under
+// reprieve's threshold for that signal and the kubelet's eviction, both in hindsight (the
+// kubelet's eviction's time) and as the reading saw it (foresight: the fall's pace then).
+func wholeFits(t *testing.T, s *Series) int {
+	t.Helper()
+	kc, err := kubelet.ParseConfig([]byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n" + s.Kubelet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	explicit, err := kubelet.ParseThresholds(s.Thresholds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	th := pressure.ThresholdsFrom(kc, explicit, DefaultOptions().Headroom, nil)
+	o := DefaultOptions()
+	n := 0
+	for _, e := range s.KubeletEvictions {
+		grace := time.Duration(e.Grace) * time.Second
+		if !e.Soft {
+			for _, p := range s.Pods {
+				if p.Name == e.Pod {
+					grace = time.Duration(p.Grace) * time.Second
+				}
+			}
+		}
+		for i, r := range s.Readings {
+			obs := kubelet.Observations{}
+			for sig, v := range r.Node {
+				obs[sig] = kubelet.Observation{Available: v[0], Capacity: v[1]}
+			}
+			crossed, hard := false, int64(0)
+			for _, l := range th.Levels(obs) {
+				if l.Signal == e.Signal && l.Met(false) {
+					crossed, hard = true, l.Hard
+				}
+			}
+			if crossed {
+				need := grace + o.SafetyMargin + 250*time.Millisecond + o.Interval
+				at := time.Duration(r.AtMs) * time.Millisecond
+				if time.Duration(e.AtMs)*time.Millisecond-at >= need && (e.Soft || foresight(s, i, e.Signal, hard) >= need) {
+					n++
+				}
+				break
+			}
+		}
+	}
+	return n
+}
+
+// foresight is the time the signal's fall would take from reading i to the kubelet's hard
+// threshold hard, at the slower of its paces over the last five readings and over the trend window:
+// what a predictor could know when its threshold was crossed (on the real node's leak, 8 s at
+// 70 MB/s, though the fall then slowed and the kubelet came 11 s later).
+func foresight(s *Series, i int, sig kubelet.Signal, hard int64) time.Duration {
+	j := i
+	for j > 0 && s.Readings[i].AtMs-s.Readings[j-1].AtMs <= DefaultOptions().TrendWindow.Milliseconds() {
+		j--
+	}
+	b := s.Readings[i]
+	fall := math.Inf(1)
+	for _, k := range []int{max(i-5, 0), j} {
+		if a := s.Readings[k]; k < i {
+			fall = min(fall, float64(a.Node[sig][0]-b.Node[sig][0])/float64(b.AtMs-a.AtMs)*1000)
+		}
+	}
+	if math.IsInf(fall, 1) || fall <= 0 || hard <= 0 {
+		return pressure.Never
+	}
+	return time.Duration(float64(b.Node[sig][0]-hard) / fall * float64(time.Second))
 }
