@@ -94,18 +94,19 @@ func (r *report) replayMD(p printer) {
 		"used once it has ended. *Healthy*: the kubelet evicted nobody. *Made first, whole grace*: reprieve\n" +
 		"evicted the pod the kubelet evicted, with the grace the kubelet's rule gives it (its own at a hard\n" +
 		"threshold, `min(evictionMaxPodGracePeriod, its own)` at a soft one), ending before the kubelet's\n" +
-		"eviction. *Tainted*: how long reprieve's pressure taint was on the node (the healthy series sit under\n" +
+		"eviction. *Ahead of the kubelet*: how long before the kubelet's eviction reprieve evicted the pod.\n" +
+		"*Tainted*: how long reprieve's pressure taint was on the node (the healthy series sit under\n" +
 		"reprieve's threshold by design: the taint is what keeps new pods off, and the kubelet's own condition\n" +
 		"comes later). Goal: no eviction the kubelet would not make.\n\n")
 	if r.Replay.Skipped > 0 {
 		p("%d series longer than this run's -replay-max were left out.\n\n", r.Replay.Skipped)
 	}
-	p("| variant | series | evictions the kubelet would not make | on healthy series | the kubelet's evictions made first, whole grace | grace cut (seconds) | missed | tainted on healthy series | took |\n")
-	p("|---|---|---|---|---|---|---|---|---|\n")
+	p("| variant | series | evictions the kubelet would not make | on healthy series | the kubelet's evictions made first, whole grace | grace cut (seconds) | missed | ahead of the kubelet | tainted on healthy series | took |\n")
+	p("|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, v := range r.Replay.Variants {
 		t := v.Totals
-		p("| %s: %s | %d (%d healthy) | %d | %d | %d of %d | %d (%.0f s) | %d | %s | %s |\n", v.Name, v.What, t.Series, t.Healthy,
-			t.Unwanted, t.HealthyUnwanted, t.Whole, t.Kubelet, t.Cut, t.CutBy.Seconds(), t.Missed, fmtMin(t.HealthyTainted), v.Took.Round(time.Millisecond))
+		p("| %s: %s | %d (%d healthy) | %d | %d | %d of %d | %d (%.0f s) | %d | %s | %s | %s |\n", v.Name, v.What, t.Series, t.Healthy,
+			t.Unwanted, t.HealthyUnwanted, t.Whole, t.Kubelet, t.Cut, t.CutBy.Seconds(), t.Missed, t.LeadRange(), fmtMin(t.HealthyTainted), v.Took.Round(time.Millisecond))
 	}
 	p("\nPer series, as the chart runs it:\n\n%s\n", replay.Header)
 	for _, res := range r.Replay.Variants[0].Results {

@@ -252,3 +252,26 @@ func TestReplayIssueCases(t *testing.T) {
 		})
 	}
 }
+
+// score counts, beside what reprieve evicted that the kubelet would not, how far ahead of the
+// kubelet it evicted each pod both evicted; a pod the kubelet evicted first has no lead.
+func TestScoreLeads(t *testing.T) {
+	s := &Series{Name: "t", KubeletEvictions: []KubeletEviction{
+		{Pod: "a", AtMs: 100_000, Grace: 1}, {Pod: "b", AtMs: 100_000, Grace: 1}, {Pod: "c", AtMs: 50_000, Grace: 1},
+	}}
+	r := score(s, []Action{
+		{Pod: "a", At: 60 * time.Second, Grace: 30 * time.Second, PodGrace: 30 * time.Second},
+		{Pod: "b", At: 95 * time.Second, Grace: 3 * time.Second, PodGrace: 30 * time.Second},
+		{Pod: "c", At: 70 * time.Second, Grace: 30 * time.Second, PodGrace: 30 * time.Second},
+		{Pod: "d", At: 70 * time.Second, Grace: 30 * time.Second, PodGrace: 30 * time.Second},
+	}, 0)
+	if !slices.Equal(r.Leads, []time.Duration{40 * time.Second, 5 * time.Second}) {
+		t.Fatalf("leads %v, want [40s 5s]", r.Leads)
+	}
+	if r.Whole != 1 || r.Cut != 1 || r.CutBy != 27*time.Second || r.Missed != 1 || r.Unwanted != 1 {
+		t.Fatalf("whole %d, cut %d (%v), missed %d, unwanted %d; want 1, 1 (27s), 1, 1", r.Whole, r.Cut, r.CutBy, r.Missed, r.Unwanted)
+	}
+	if got := Total([]*Result{r}).LeadRange(); got != "5 s to 40 s (median 40 s)" {
+		t.Fatalf("lead range %q", got)
+	}
+}

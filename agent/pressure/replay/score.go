@@ -2,6 +2,7 @@ package replay
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -21,6 +22,9 @@ type Result struct {
 	// short of that in all; Missed not at all (the kubelet came first).
 	Kubelet, Whole, Cut, Missed int
 	CutBy                       time.Duration
+	// Leads are, for each of the kubelet's evictions reprieve made first, how long before the
+	// kubelet's reprieve evicted the pod: the timeliness beside Unwanted's precision.
+	Leads []time.Duration
 	// Tainted is how long the node carried a pressure taint of reprieve's.
 	Tainted time.Duration
 }
@@ -57,6 +61,7 @@ func score(s *Series, actions []Action, tainted time.Duration) *Result {
 			res.Missed++
 			continue
 		}
+		res.Leads = append(res.Leads, k-a.At)
 		// The kubelet's rule: the pod's own grace at a hard threshold, the soft eviction's at a
 		// soft one; a terminating pod (cut, not evicted) has its grace cut by the kubelet too,
 		// so ending before the kubelet's eviction is the whole of what it can have.
@@ -106,14 +111,14 @@ func (r *Result) Row() string {
 	if label == "" {
 		label = "none"
 	}
-	return fmt.Sprintf("| %s | %s | %s | %s | %d | %d | %d (%.0f s) | %d | %s | %s |", r.Series.Name, r.Series.Origin, r.Kind(),
-		fmtDuration(r.Series.Duration()), r.Unwanted, r.Whole, r.Cut, r.CutBy.Seconds(), r.Missed, fmtDuration(r.Tainted),
+	return fmt.Sprintf("| %s | %s | %s | %s | %d | %d | %d (%.0f s) | %d | %s | %s | %s |", r.Series.Name, r.Series.Origin, r.Kind(),
+		fmtDuration(r.Series.Duration()), r.Unwanted, r.Whole, r.Cut, r.CutBy.Seconds(), r.Missed, fmtLeads(r.Leads), fmtDuration(r.Tainted),
 		label+" / "+what)
 }
 
 // Header is the replay table's header.
-const Header = "| series | origin | kind | length | evictions the kubelet would not make | the kubelet's, made first with the whole grace | made first, grace cut (seconds cut) | missed (the kubelet first) | tainted | the kubelet / reprieve |\n" +
-	"|---|---|---|---|---|---|---|---|---|---|"
+const Header = "| series | origin | kind | length | evictions the kubelet would not make | the kubelet's, made first with the whole grace | made first, grace cut (seconds cut) | missed (the kubelet first) | ahead of the kubelet | tainted | the kubelet / reprieve |\n" +
+	"|---|---|---|---|---|---|---|---|---|---|---|"
 
 // Totals adds results up.
 type Totals struct {
@@ -121,6 +126,7 @@ type Totals struct {
 	Unwanted, HealthyUnwanted   int
 	Kubelet, Whole, Cut, Missed int
 	CutBy, HealthyTainted       time.Duration
+	Leads                       []time.Duration
 }
 
 // Total adds rs up.
@@ -141,15 +147,38 @@ func Total(rs []*Result) Totals {
 		t.Cut += r.Cut
 		t.Missed += r.Missed
 		t.CutBy += r.CutBy
+		t.Leads = append(t.Leads, r.Leads...)
 	}
 	return t
 }
 
 // Row is t as the table's last row.
 func (t Totals) Row() string {
-	return fmt.Sprintf("| **all %d** (%d healthy, %d falling) | | | | %d (%d on healthy series) | %d of %d | %d (%.0f s) | %d | %s on healthy series | |",
+	return fmt.Sprintf("| **all %d** (%d healthy, %d falling) | | | | %d (%d on healthy series) | %d of %d | %d (%.0f s) | %d | %s | %s on healthy series | |",
 		t.Series, t.Healthy, t.Falling, t.Unwanted, t.HealthyUnwanted, t.Whole, t.Kubelet, t.Cut, t.CutBy.Seconds(), t.Missed,
-		fmtDuration(t.HealthyTainted))
+		t.LeadRange(), fmtDuration(t.HealthyTainted))
+}
+
+// fmtLeads writes each lead in whole seconds, "-" for none.
+func fmtLeads(ls []time.Duration) string {
+	if len(ls) == 0 {
+		return "-"
+	}
+	var out []string
+	for _, l := range ls {
+		out = append(out, fmt.Sprintf("%.0f s", l.Seconds()))
+	}
+	return strings.Join(out, ", ")
+}
+
+// LeadRange writes the least, the median and the most of t's leads, "-" for none.
+func (t Totals) LeadRange() string {
+	ls := t.Leads
+	if len(ls) == 0 {
+		return "-"
+	}
+	s := slices.Sorted(slices.Values(ls))
+	return fmt.Sprintf("%.0f s to %.0f s (median %.0f s)", s[0].Seconds(), s[len(s)-1].Seconds(), s[len(s)/2].Seconds())
 }
 
 func fmtDuration(d time.Duration) string {
