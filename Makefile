@@ -10,7 +10,7 @@ export REPRIEVE_TOOLS_BIN ?= $(TOOLS_BIN)
 # before any of them starts a clock: cold, the build alone takes minutes on two cores.
 E2E_BIN := $(CURDIR)/.cache/e2e/reprieve
 
-.PHONY: build release e2e-bin tools helm nth manifests promtool node-packages test test-versions unit e2e realnode lint fuzz fuzz-outside fuzz-run demo bench soak clean
+.PHONY: build release e2e-bin tools helm nth manifests promtool node-packages test test-versions unit e2e realnode lint fuzz fuzz-outside fuzz-run demo bench soak soak-pressure record-series clean
 
 ## build: the static binary the Dockerfile builds (CGO off, trimmed paths, version baked in)
 build:
@@ -151,6 +151,17 @@ bench: tools nth e2e-bin
 ## (not in make test: about 10 minutes)
 soak: tools e2e-bin
 	REPRIEVE_BIN=$(E2E_BIN) REPRIEVE_E2E_REQUIRED=1 REPRIEVE_SOAK=1 go test -count=1 -run '^TestSoak$$' -v -timeout 40m ./test/e2e/
+
+## soak-pressure: ten minutes of healthy workloads on the real node with reprieve as the chart runs
+## it, images filling the disk past 85% with the kubelet's image GC on; nothing may be evicted
+## (issue 47; root; not in make test)
+soak-pressure: e2e-bin
+	REPRIEVE_BIN=$(E2E_BIN) REPRIEVE_E2E_REQUIRED=1 REPRIEVE_PRESSURE_SOAK=1 go test -count=1 -run '^TestHealthyPressureSoakOnRealNode$$' -v -timeout 40m $(REALNODE)
+
+## record-series: record the pressure replay's real series again, each without reprieve, into
+## agent/pressure/replay/testdata (about 40 minutes; RECORD_ONLY=regexp picks some)
+record-series: e2e-bin
+	REPRIEVE_BIN=$(E2E_BIN) REPRIEVE_E2E_REQUIRED=1 REPRIEVE_RECORD_SERIES=testdata REPRIEVE_RECORD_ONLY='$(RECORD_ONLY)' go test -count=1 -run '^TestRecordPressureSeries$$' -v -timeout 90m $(REALNODE)
 
 clean:
 	rm -rf bin

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/reprieve-dev/reprieve/agent/pressure"
+	"github.com/reprieve-dev/reprieve/agent/pressure/replay"
 	"github.com/reprieve-dev/reprieve/kubelet"
 )
 
@@ -49,6 +51,23 @@ func (h *harness) read(sample kubelet.Sample) {
 	h.a.pressure.Observe(h.ctx)
 	h.reconcile()
 	h.syncStores()
+}
+
+// steadyFall is a fall of 100 MiB/s to 1000 MiB, just under pressureConfig's threshold (1Gi):
+// 9 s from the kubelet's 100Mi, where a 30 s pod's grace no longer fits and, precision first, it
+// goes with 3 s (Decide). (Before issue 47 these tests read 1200, 1000, 800, 600: a fall of
+// 200 MiB/s with the hard threshold 2.5 s away at the last reading, where a grace cut to 1 s
+// gains nothing over the kubelet's own eviction.)
+var steadyFall = []int64{1300, 1200, 1100, 1000}
+
+// growing is usage with the pod grower's working set grown by the fall's 100 MiB for each of i
+// readings: the pod whose leak the fall is (issue 47: a fall no pod explains must hold longer).
+func growing(usage map[types.UID]kubelet.PodUsage, grower string, i int) map[types.UID]kubelet.PodUsage {
+	out := maps.Clone(usage)
+	u := out[types.UID(grower)]
+	u.MemoryWorkingSet += int64(i) * 100 << 20
+	out[types.UID(grower)] = u
+	return out
 }
 
 func usageOf(gib map[string]float64) map[types.UID]kubelet.PodUsage {
@@ -125,8 +144,8 @@ func TestPressureRanksDaemonSetAndForgedPods(t *testing.T) {
 				pressurePod("critical", 30, func(p *v1.Pod) { p.Spec.Priority = &crit }),
 			)
 			usage := usageOf(map[string]float64{"hog": 4, "web": 1.5, "mirror": 6, "critical": 6})
-			for _, mi := range []int64{1200, 1000, 800, 600} {
-				h.read(kubelet.Sample{Node: kubelet.Observations{kubelet.MemoryAvailable: {Available: mi << 20, Capacity: 16 * giB}}, Pods: usage})
+			for i, mi := range steadyFall {
+				h.read(kubelet.Sample{Node: kubelet.Observations{kubelet.MemoryAvailable: {Available: mi << 20, Capacity: 16 * giB}}, Pods: growing(usage, "hog", i)})
 			}
 			if got := evictionNames(h.evictions()); !slices.Equal(got, []string{"hog"}) {
 				t.Fatalf("evictions %v, want hog alone", got)
@@ -154,8 +173,8 @@ func TestPressureCutsATerminatingHog(t *testing.T) {
 	usage := usageOf(map[string]float64{"rollout": 6, "neighbour": 1.2})
 	// Until the DELETE: the fake clientset then removes the pod at once, where the API server
 	// would keep it terminating for the grace given.
-	for _, mi := range []int64{1200, 1000, 800, 600} {
-		h.read(kubelet.Sample{Node: kubelet.Observations{kubelet.MemoryAvailable: {Available: mi << 20, Capacity: 16 * giB}}, Pods: usage})
+	for i, mi := range steadyFall {
+		h.read(kubelet.Sample{Node: kubelet.Observations{kubelet.MemoryAvailable: {Available: mi << 20, Capacity: 16 * giB}}, Pods: growing(usage, "rollout", i)})
 		if len(h.deletes()) > 0 {
 			break
 		}
@@ -214,10 +233,49 @@ func TestPressureRanksByAllocatedRequests(t *testing.T) {
 		}),
 		pressurePod("neighbour", 30, memRequest("1Gi")))
 	usage := usageOf(map[string]float64{"resized": 6, "neighbour": 2})
-	for _, mi := range []int64{1200, 1000, 800, 600} {
-		h.read(kubelet.Sample{Node: kubelet.Observations{kubelet.MemoryAvailable: {Available: mi << 20, Capacity: 16 * giB}}, Pods: usage})
+	for i, mi := range steadyFall {
+		h.read(kubelet.Sample{Node: kubelet.Observations{kubelet.MemoryAvailable: {Available: mi << 20, Capacity: 16 * giB}}, Pods: growing(usage, "resized", i)})
 	}
 	if got := evictionNames(h.evictions()); !slices.Equal(got, []string{"resized"}) {
 		t.Fatalf("evictions %v, want resized (6Gi, 2Gi above its allocated 4Gi)", got)
+	}
+}
+
+// Issue 47, point 3: the kubelet ranks at the pass where its threshold is met, on that pass's
+// stats. leak grows 50 MiB/s from 2 GiB beside big, steady at 7 GiB: where the 1Gi threshold is
+// met leak uses more, and the kubelet evicts it alone. reprieve, ranking on the usage of then
+// (each pod's own trend carried forward), evicts leak, and big stays; ranked on the usage of
+// now it evicted big first, then leak anyway.
+func TestPressureRanksWhereTheThresholdIsMet(t *testing.T) {
+	h := newHarness(t, derivedPressure(t, "evictionHard:\n  memory.available: 1Gi\n"), testNode(),
+		pressurePod("leak", 30), pressurePod("big", 30))
+	leak := 2.0
+	for avail := int64(7 << 10); avail > 1024 && len(h.evictions()) == 0; avail -= 50 {
+		h.read(kubelet.Sample{Node: kubelet.Observations{kubelet.MemoryAvailable: {Available: avail << 20, Capacity: 64 * giB}},
+			Pods: usageOf(map[string]float64{"leak": leak, "big": 7})})
+		leak += 50.0 / 1024
+	}
+	evs := h.evictions()
+	if len(evs) != 1 || evs[0].Name != "leak" {
+		t.Fatalf("evictions %v, want leak alone", evictionNames(evs))
+	}
+	if leak > 7 {
+		t.Fatalf("leak evicted when it used %.1f GiB, more than big: ranked on the usage of now would pick it too", leak)
+	}
+}
+
+// The replay (agent/pressure/replay) runs the series as the chart runs reprieve: its defaults
+// are the agent's.
+func TestReplayOptionsAreTheAgentDefaults(t *testing.T) {
+	cfg := DefaultConfig()
+	o := replay.DefaultOptions()
+	headroom, err := parsePercent(cfg.PressureHeadroom)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Interval != cfg.PressureInterval || o.TransitionPeriod != cfg.PressureTransitionPeriod || o.TrendWindow != cfg.PressureTrendWindow ||
+		o.SafetyMargin != cfg.SafetyMargin || o.Headroom != headroom {
+		t.Fatalf("replay options %+v, the agent's %v %v %v %v %v", o, cfg.PressureInterval, cfg.PressureTransitionPeriod,
+			cfg.PressureTrendWindow, cfg.SafetyMargin, headroom)
 	}
 }

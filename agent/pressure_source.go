@@ -32,15 +32,9 @@ func PressureThresholds(cfg Config) (t pressure.Thresholds, kc kubelet.Config, k
 		kubeletErr = fmt.Errorf("reading the kubelet's eviction thresholds: %w", kubeletErr)
 		def := kubelet.DefaultConfig()
 		kc.Hard, kc.EnforcePodsAllocatable = def.Hard, def.EnforcePodsAllocatable
+		kc.ImageGCHighThresholdPercent, kc.ImageGCLowThresholdPercent = def.ImageGCHighThresholdPercent, def.ImageGCLowThresholdPercent
 	}
-	// The hard thresholds the kubelet's eviction manager holds: its evictionHard, and the
-	// allocatableMemory.available copies of the memory ones (kubelet.Config.EvictionHard).
-	hard, kubeletReclaim := kc.EvictionHard()
-	if reclaim == nil {
-		reclaim = kubeletReclaim
-	}
-	return pressure.Thresholds{Explicit: explicit, Headroom: headroom, Hard: hard, Soft: kc.Soft, SoftGrace: kc.SoftGracePeriod,
-		MinReclaim: reclaim}, kc, kubeletErr, nil
+	return pressure.ThresholdsFrom(kc, explicit, headroom, reclaim), kc, kubeletErr, nil
 }
 
 // KubeletConfig reads the kubelet's configuration where the flags say: --kubelet-config and

@@ -24,6 +24,13 @@ const DefaultConfigPath = "/var/lib/kubelet/config.yaml"
 // defaultPressureTransitionPeriod is the kubelet's evictionPressureTransitionPeriod default.
 const defaultPressureTransitionPeriod = 5 * time.Minute
 
+// The kubelet's imageGCHighThresholdPercent and imageGCLowThresholdPercent defaults
+// (pkg/kubelet/apis/config/v1beta1/defaults.go).
+const (
+	defaultImageGCHigh = 85
+	defaultImageGCLow  = 80
+)
+
 // defaultNodeStatusUpdateFrequency is the kubelet's nodeStatusUpdateFrequency default
 // (pkg/kubelet/apis/config/v1beta1/defaults.go).
 const defaultNodeStatusUpdateFrequency = 10 * time.Second
@@ -57,6 +64,12 @@ type Config struct {
 	// kubelet then limits the pods cgroup to node allocatable and evicts on
 	// allocatableMemory.available too (EvictionHard).
 	EnforcePodsAllocatable bool
+	// ImageGCHighThresholdPercent and ImageGCLowThresholdPercent are the kubelet's image garbage
+	// collection (defaults 85 and 80): every 5 minutes, once the image filesystem is used to the
+	// high percentage or more, it deletes unused images until it is down to the low one
+	// (realImageGCManager.GarbageCollect, pkg/kubelet/images). A high of 100 turns it off
+	// (ImageGC).
+	ImageGCHighThresholdPercent, ImageGCLowThresholdPercent int32
 	// Ignored lists the entries the kubelet accepts but reprieve does not model
 	// ("evictionHard.containerfs.available", "evictionSoft.allocatableMemory.available", ...),
 	// so that the caller can log them.
@@ -117,6 +130,8 @@ type evictionConfig struct {
 	ShutdownGracePeriodCriticalPods  metav1.Duration   `json:"shutdownGracePeriodCriticalPods,omitempty"`
 	NodeStatusUpdateFrequency        metav1.Duration   `json:"nodeStatusUpdateFrequency,omitempty"`
 	EnforceNodeAllocatable           []string          `json:"enforceNodeAllocatable,omitempty"`
+	ImageGCHighThresholdPercent      *int32            `json:"imageGCHighThresholdPercent,omitempty"`
+	ImageGCLowThresholdPercent       *int32            `json:"imageGCLowThresholdPercent,omitempty"`
 }
 
 // decodeEvictionConfig decodes a KubeletConfiguration file as the kubelet's codec does: YAML or
@@ -140,7 +155,8 @@ func decodeEvictionConfig(data []byte) (evictionConfig, error) {
 // Its enforceNodeAllocatable is the default ["pods"].
 func DefaultConfig() Config {
 	return Config{Hard: DefaultHard(), PressureTransitionPeriod: defaultPressureTransitionPeriod,
-		NodeStatusUpdateFrequency: defaultNodeStatusUpdateFrequency, EnforcePodsAllocatable: true}
+		NodeStatusUpdateFrequency: defaultNodeStatusUpdateFrequency, EnforcePodsAllocatable: true,
+		ImageGCHighThresholdPercent: defaultImageGCHigh, ImageGCLowThresholdPercent: defaultImageGCLow}
 }
 
 // ReadConfig reads the kubelet's config file (a KubeletConfiguration YAML) at path, without
@@ -239,6 +255,18 @@ func (kc evictionConfig) config() (Config, error) {
 	}
 
 	var errs []error
+	// As SetDefaults_KubeletConfiguration and ValidateKubeletConfiguration: each within 0-100,
+	// the low one under the high one.
+	c.ImageGCHighThresholdPercent, c.ImageGCLowThresholdPercent = defaultImageGCHigh, defaultImageGCLow
+	if kc.ImageGCHighThresholdPercent != nil {
+		c.ImageGCHighThresholdPercent = *kc.ImageGCHighThresholdPercent
+	}
+	if kc.ImageGCLowThresholdPercent != nil {
+		c.ImageGCLowThresholdPercent = *kc.ImageGCLowThresholdPercent
+	}
+	if h, l := c.ImageGCHighThresholdPercent, c.ImageGCLowThresholdPercent; h < 0 || h > 100 || l < 0 || l > 100 || l >= h {
+		errs = append(errs, fmt.Errorf("imageGCHighThresholdPercent %d and imageGCLowThresholdPercent %d: want both within 0-100, the low one under the high one", h, l))
+	}
 	if c.Hard, err = c.thresholds("evictionHard", kc.EvictionHard); err != nil {
 		errs = append(errs, err)
 	}
@@ -324,6 +352,16 @@ func (c Config) EvictionHard() ([]Threshold, map[Signal]Threshold) {
 		}
 	}
 	return hard, reclaim
+}
+
+// ImageGC returns the kubelet's image garbage collection band as shares of the image
+// filesystem's capacity used: it starts at high and frees down to low. on is false when it is
+// off (a high threshold of 100: StartGarbageCollection stubs it).
+func (c Config) ImageGC() (low, high float64, on bool) {
+	if c.ImageGCHighThresholdPercent >= 100 {
+		return 0, 0, false
+	}
+	return float64(c.ImageGCLowThresholdPercent) / 100, float64(c.ImageGCHighThresholdPercent) / 100, true
 }
 
 func findThreshold(ts []Threshold, s Signal) (Threshold, bool) {

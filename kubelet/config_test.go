@@ -270,6 +270,8 @@ func TestEvictionConfigMatchesUpstream(t *testing.T) {
 		ShutdownGracePeriod:              full.ShutdownGracePeriod,
 		ShutdownGracePeriodCriticalPods:  full.ShutdownGracePeriodCriticalPods,
 		NodeStatusUpdateFrequency:        full.NodeStatusUpdateFrequency,
+		ImageGCHighThresholdPercent:      full.ImageGCHighThresholdPercent,
+		ImageGCLowThresholdPercent:       full.ImageGCLowThresholdPercent,
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("decoded\n%+v\nupstream\n%+v", got, want)
@@ -373,5 +375,44 @@ func TestEvictionHardAllocatable(t *testing.T) {
 	}
 	if hard, _ := DefaultConfig().EvictionHard(); !strings.Contains(thresholdStrings(hard), "allocatableMemory.available<100Mi") {
 		t.Errorf("the kubelet's defaults: %s, want allocatableMemory.available<100Mi too", thresholdStrings(hard))
+	}
+}
+
+// TestParseConfigImageGC reads the kubelet's image garbage collection band (issue 47): the
+// defaults 85 and 80, the file's values, off at a high threshold of 100, and what the kubelet's
+// validation refuses.
+func TestParseConfigImageGC(t *testing.T) {
+	head := "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+	for _, c := range []struct {
+		doc       string
+		low, high float64
+		on        bool
+		err       bool
+	}{
+		{"", 0.80, 0.85, true, false},
+		{"imageGCHighThresholdPercent: 90\nimageGCLowThresholdPercent: 70\n", 0.70, 0.90, true, false},
+		{"imageGCHighThresholdPercent: 100\nimageGCLowThresholdPercent: 99\n", 0, 0, false, false},
+		{"imageGCHighThresholdPercent: 80\n", 0, 0, false, true},
+		{"imageGCLowThresholdPercent: -1\n", 0, 0, false, true},
+		{"imageGCHighThresholdPercent: 101\n", 0, 0, false, true},
+	} {
+		kc, err := ParseConfig([]byte(head + c.doc))
+		if (err != nil) != c.err {
+			t.Errorf("%q: err %v, want an error: %v", c.doc, err, c.err)
+			continue
+		}
+		if err != nil {
+			if !strings.Contains(err.Error(), "imageGCHighThresholdPercent") {
+				t.Errorf("%q: err %v does not name the field", c.doc, err)
+			}
+			continue
+		}
+		low, high, on := kc.ImageGC()
+		if low != c.low || high != c.high || on != c.on {
+			t.Errorf("%q: band %v-%v on %v, want %v-%v on %v", c.doc, low, high, on, c.low, c.high, c.on)
+		}
+	}
+	if low, high, on := DefaultConfig().ImageGC(); low != 0.8 || high != 0.85 || !on {
+		t.Errorf("DefaultConfig: band %v-%v on %v, want the kubelet's 80-85", low, high, on)
 	}
 }

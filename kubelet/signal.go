@@ -55,6 +55,11 @@ func signalIndex(s Signal) int {
 // the limit it computes.
 type Observation struct {
 	Available, Capacity int64
+	// Reclaimable is what the kubelet deletes on the signal's filesystem before it evicts pods
+	// for it (reclaimNodeLevelResources: unused images and dead containers), as far as the
+	// source can tell (Sample.SetReclaimable); 0 for the other signals, and unknown (0) with
+	// the host source.
+	Reclaimable int64
 	// Time is when the source measured it; zero when it was read just now (the host source).
 	// The Summary API serves stats that the kubelet refreshes about every 10 s: a trend must
 	// use their own time, and skip a reading it has already seen.
@@ -108,10 +113,45 @@ type Sample struct {
 	// from the images (KEP-4191, KubeletSeparateDiskGC; the Summary API's runtime.containerFs
 	// differing from runtime.imageFs): the writable layers are then on nodefs.
 	SplitContainerFs bool
+	// ImageFsUsed is what the images take on the image filesystem: the Summary API's
+	// node.runtime.imageFs.usedBytes (the runtime's image filesystem usage, which with
+	// containerd also holds the containers' writable layers); 0 when not read (the host source).
+	ImageFsUsed int64
 }
 
 // Source reads the node's signals. A partial read returns what it could read and an error naming
 // what failed.
 type Source interface {
 	Read(ctx context.Context) (Sample, error)
+}
+
+// SetReclaimable sets each image filesystem signal's Reclaimable from ImageFsUsed: the bytes the
+// images take, less the containers' writable layers when they are on that filesystem too (with
+// containerd the runtime's usage counts every snapshot). The kubelet deletes unused images and
+// dead containers before it evicts for imagefs.available, and for nodefs.available when the
+// images share nodefs (buildSignalToNodeReclaimFuncs); its image garbage collection also frees
+// them from imageGCHighThresholdPercent on. Which images are in use the Summary API does not say:
+// this counts them all, the most the kubelet's reclaim can free. Without ImageFsUsed (the host
+// source) nothing is set.
+func (s *Sample) SetReclaimable() {
+	if s.ImageFsUsed <= 0 {
+		return
+	}
+	images := s.ImageFsUsed
+	if !s.SplitContainerFs {
+		for _, u := range s.Pods {
+			images -= u.Rootfs.Bytes
+		}
+	}
+	images = max(images, 0)
+	set := func(sig Signal) {
+		if o, ok := s.Node[sig]; ok {
+			o.Reclaimable = images
+			s.Node[sig] = o
+		}
+	}
+	set(ImageFsAvailable)
+	if !s.DedicatedImageFs {
+		set(NodeFsAvailable)
+	}
 }

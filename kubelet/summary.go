@@ -209,7 +209,12 @@ func ParseSummary(body []byte) (Sample, error) {
 		u.RootfsOnImageFs = dedicated && !split
 		pods[u.UID] = u
 	}
-	return Sample{Node: obs, Pods: pods, DedicatedImageFs: dedicated, SplitContainerFs: split}, errors.Join(errs...)
+	sample := Sample{Node: obs, Pods: pods, DedicatedImageFs: dedicated, SplitContainerFs: split}
+	if rt := n.Runtime; rt != nil && rt.ImageFs != nil && rt.ImageFs.UsedBytes != nil {
+		sample.ImageFsUsed = clampInt64(*rt.ImageFs.UsedBytes)
+	}
+	sample.SetReclaimable()
+	return sample, errors.Join(errs...)
 }
 
 // add adds what fs uses; a missing figure counts 0, as in the kubelet's diskUsage and
@@ -250,6 +255,9 @@ func clampInt64(v uint64) int64 {
 	}
 	return int64(v)
 }
+
+// DedicatedImageFs is dedicatedImageFs, for a caller that has the observations alone.
+func DedicatedImageFs(obs Observations) bool { return dedicatedImageFs(obs) }
 
 // dedicatedImageFs judges whether imagefs is a filesystem of its own: its capacity (bytes or
 // inodes) differs from nodefs's. Two distinct filesystems of exactly the same size read as one,

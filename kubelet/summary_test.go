@@ -279,3 +279,55 @@ func TestParseSummarySplitContainerFs(t *testing.T) {
 		}
 	}
 }
+
+// Issue 47: the Summary API's imageFs.usedBytes is read, and the image filesystem's signals count
+// what the kubelet's image and container garbage collection can delete (SetReclaimable): the
+// images' bytes less the writable layers the runtime counts with them; nodefs.available only when
+// the images share nodefs.
+func TestParseSummaryReclaimable(t *testing.T) {
+	body, err := os.ReadFile("testdata/summary.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ParseSummary(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.ImageFsUsed != 9663676416 {
+		t.Fatalf("ImageFsUsed %d, want imageFs.usedBytes 9663676416", s.ImageFsUsed)
+	}
+	var layers int64
+	for _, u := range s.Pods {
+		layers += u.Rootfs.Bytes
+	}
+	if got, want := s.Node[ImageFsAvailable].Reclaimable, 9663676416-layers; got != want || layers == 0 {
+		t.Errorf("imagefs.available reclaimable %d, want usedBytes less the writable layers (%d): %d", got, layers, want)
+	}
+	if got := s.Node[NodeFsAvailable].Reclaimable; got != 0 {
+		t.Errorf("nodefs.available reclaimable %d with a dedicated imagefs, want 0", got)
+	}
+	if got := s.Node[MemoryAvailable].Reclaimable; got != 0 {
+		t.Errorf("memory.available reclaimable %d, want 0", got)
+	}
+
+	// One filesystem: nodefs counts it too. A split container filesystem keeps the writable
+	// layers out of imagefs's usage: nothing is subtracted.
+	shared := Sample{Node: Observations{NodeFsAvailable: {Available: 10, Capacity: 100}, ImageFsAvailable: {Available: 10, Capacity: 100}},
+		Pods: map[types.UID]PodUsage{"a": {Rootfs: FsUsage{Bytes: 5}}}, ImageFsUsed: 30}
+	shared.SetReclaimable()
+	if shared.Node[NodeFsAvailable].Reclaimable != 25 || shared.Node[ImageFsAvailable].Reclaimable != 25 {
+		t.Errorf("shared filesystem: reclaimable %+v, want 25 on both", shared.Node)
+	}
+	split := Sample{Node: Observations{NodeFsAvailable: {Available: 10, Capacity: 100}, ImageFsAvailable: {Available: 10, Capacity: 50}},
+		Pods: map[types.UID]PodUsage{"a": {Rootfs: FsUsage{Bytes: 5}}}, ImageFsUsed: 30, DedicatedImageFs: true, SplitContainerFs: true}
+	split.SetReclaimable()
+	if split.Node[ImageFsAvailable].Reclaimable != 30 || split.Node[NodeFsAvailable].Reclaimable != 0 {
+		t.Errorf("split container filesystem: reclaimable %+v, want 30 on imagefs alone", split.Node)
+	}
+	// The host source reads no image figures: nothing is counted.
+	host := Sample{Node: Observations{ImageFsAvailable: {Available: 10, Capacity: 100}}}
+	host.SetReclaimable()
+	if host.Node[ImageFsAvailable].Reclaimable != 0 {
+		t.Errorf("without ImageFsUsed: reclaimable %d, want 0", host.Node[ImageFsAvailable].Reclaimable)
+	}
+}

@@ -96,7 +96,8 @@ func TestCase4FreesWhatTheKubeletFrees(t *testing.T) {
 	const capacity = 1024 * gi
 	lvl := Level{Signal: kubelet.MemoryAvailable, Capacity: capacity, Available: 5 * gi, Hard: 100 * mi,
 		Threshold: 100*mi + capacity/20, MinReclaim: 1 * gi}
-	in := Input{Level: lvl, Active: true, TimeToHard: 20 * time.Second, SafetyMargin: 5 * time.Second,
+	// How many, the timing aside: with CutEarly a pod whose grace is cut goes as soon as it is due.
+	in := Input{Level: lvl, Active: true, TimeToHard: 20 * time.Second, SafetyMargin: 5 * time.Second, CutEarly: true, Falling: time.Hour,
 		Ranked: []Candidate{cand("a", 20*gi, true, 30*time.Second), cand("b", 20*gi, true, 30*time.Second), cand("c", 20*gi, true, 30*time.Second)}}
 	got := Decide(in)
 	if len(got) != 1 || got[0].Pod.Name != "a" {
@@ -143,22 +144,37 @@ func TestCase5RanksByAllocatedRequests(t *testing.T) {
 func TestCase7LaterPodsGetTheirGrace(t *testing.T) {
 	lvl := Level{Signal: kubelet.MemoryAvailable, Capacity: 8192 * mi, Available: 1000 * mi, Hard: 100 * mi, Threshold: 1200 * mi, MinReclaim: 600 * mi}
 	ranked := []Candidate{cand("short", 300*mi, true, 10*time.Second), cand("long", 400*mi, true, 120*time.Second), cand("spare", 900*mi, true, 30*time.Second)}
-	in := Input{Level: lvl, Active: true, SafetyMargin: 5 * time.Second, Allowance: 250 * time.Millisecond, Ranked: ranked}
+	in := Input{Level: lvl, Active: true, SafetyMargin: 5 * time.Second, Allowance: 250 * time.Millisecond, Ranked: ranked, Falling: time.Hour}
 	in.TimeToHard = 130 * time.Second
 	if got := Decide(in); len(got) != 0 {
 		t.Fatalf("evicts %v 130 s before the hard threshold, want none", evictionsOf(got))
 	}
-	in.TimeToHard = 124 * time.Second
+	// A reading ahead of the last moment its whole grace fits (125.25 s: 120 s, the margin, the
+	// allowance). (Before issue 47 this was 124 s, where long went with 118 s: a grace cut now
+	// waits, below.)
+	in.TimeToHard = 125500 * time.Millisecond
 	got := Decide(in)
-	if len(got) != 1 || got[0].Pod.Name != "long" || got[0].Grace < 118*time.Second {
-		t.Fatalf("evicts %v with %v, want long alone with about its 120 s", evictionsOf(got), gracesOf(got))
+	if len(got) != 1 || got[0].Pod.Name != "long" || got[0].Grace != 120*time.Second {
+		t.Fatalf("evicts %v with %v, want long alone with its 120 s", evictionsOf(got), gracesOf(got))
 	}
-	// long in flight; 14 s left: short goes with what fits, spare is not needed.
+	// long in flight; 14 s left: short's 10 s no longer fits, spare is not needed. Precision
+	// first, short waits for the last reading that leaves it MinCutGrace (about 9.25 s: 3 s, the
+	// margin, the allowance and a reading), and goes with what fits then; with CutEarly it goes
+	// at once with what fits.
 	in.TimeToHard, in.InFlight, in.Reclaiming = 14*time.Second, 1, 400*mi
 	in.Ranked = []Candidate{ranked[0], ranked[2]}
+	if got := Decide(in); len(got) != 0 {
+		t.Fatalf("evicts %v with %v 14 s before the hard threshold, want short to wait", evictionsOf(got), gracesOf(got))
+	}
+	in.TimeToHard = 9 * time.Second
+	got = Decide(in)
+	if len(got) != 1 || got[0].Pod.Name != "short" || got[0].Grace != 3*time.Second {
+		t.Fatalf("evicts %v with %v, want short with 3 s", evictionsOf(got), gracesOf(got))
+	}
+	in.TimeToHard, in.CutEarly = 14*time.Second, true
 	got = Decide(in)
 	if len(got) != 1 || got[0].Pod.Name != "short" || got[0].Grace != 8*time.Second {
-		t.Fatalf("evicts %v with %v, want short with 8 s", evictionsOf(got), gracesOf(got))
+		t.Fatalf("CutEarly: evicts %v with %v, want short with 8 s", evictionsOf(got), gracesOf(got))
 	}
 }
 

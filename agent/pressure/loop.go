@@ -56,6 +56,13 @@ type LoopOptions struct {
 	TrendWindow      time.Duration
 	TaintEffect      string
 	SafetyMargin     time.Duration
+	// CutEarly evicts a pod whose whole grace no longer fits as soon as it is due, with what
+	// fits (Input.CutEarly): the timeliness-first rule, measured beside the default in
+	// docs/benchmarks.md, not a flag.
+	CutEarly bool
+	// AnyFall drops the rule that a fall must have held a share of the time it is extrapolated
+	// over (Input.AnyFall): measured beside the default in docs/benchmarks.md, not a flag.
+	AnyFall bool
 	// PodNamespace and PodName are the agent's own pod, never evicted.
 	PodNamespace, PodName string
 	DryRun                bool
@@ -83,18 +90,31 @@ type Loop struct {
 	inFlight map[types.UID]inFlight
 	// blocked are pods a PodDisruptionBudget protected, with when to try again.
 	blocked map[types.UID]blockedPod
+	// retry are pods whose pressure eviction failed otherwise (Candidate.Retry).
+	retry   map[types.UID]bool
 	lastErr string
 	// warned remembers the signals already warned about (a threshold not above the kubelet's).
 	warned map[kubelet.Signal]bool
 	// taints are the pressure taints wanted on the node.
 	taints map[Resource]bool
+	// estimates are each signal's trend at this reading (Observe), and fallingFor how many
+	// readings in a row it has been falling.
+	estimates  map[kubelet.Signal]Estimate
+	fallingFor map[kubelet.Signal]int
+	// fallSince is when each signal's slope last turned below zero (Input.Falling).
+	fallSince map[kubelet.Signal]time.Time
+	// pods are each pod's usage over the trend window, by pod and kind, from which the pods are
+	// ranked where the kubelet would rank them (project).
+	pods map[podUsageKey]*series
+	// rootfsOnImageFs says the last reading's writable layers are on imagefs.
+	rootfsOnImageFs bool
 }
 
 // NewLoop returns the pressure loop; Start takes its first reading.
 func NewLoop(o LoopOptions) *Loop {
 	return &Loop{o: o, tracker: NewTracker(o.TransitionPeriod), soft: NewSoftTracker(), trend: NewTrend(o.TrendWindow),
-		pace: NewPace(o.TrendWindow), inFlight: map[types.UID]inFlight{}, blocked: map[types.UID]blockedPod{}, warned: map[kubelet.Signal]bool{},
-		taints: map[Resource]bool{}}
+		pace: NewPace(o.TrendWindow), inFlight: map[types.UID]inFlight{}, blocked: map[types.UID]blockedPod{}, retry: map[types.UID]bool{}, warned: map[kubelet.Signal]bool{},
+		taints: map[Resource]bool{}, estimates: map[kubelet.Signal]Estimate{}, fallingFor: map[kubelet.Signal]int{}, fallSince: map[kubelet.Signal]time.Time{}, pods: map[podUsageKey]*series{}}
 }
 
 type inFlight struct {
@@ -208,14 +228,39 @@ func (lp *Loop) Observe(ctx context.Context) {
 		lp.lastErr = ""
 	}
 	levels := lp.o.Thresholds.Levels(sample.Node)
+	prev := map[kubelet.Signal]Estimate{}
 	for i := range levels {
 		l := &levels[i]
 		if l.At.IsZero() || l.At.After(now) {
 			l.At = now
 		}
-		lp.trend.Add(l.At, l.Signal, l.Available)
-		lp.pace.Add(now, l.Signal, lp.timeToHard(now, *l))
-		if l.Threshold <= l.Hard && l.Hard > 0 && !lp.warned[l.Signal] {
+		lp.trend.AddLevel(*l)
+		prev[l.Signal] = lp.estimates[l.Signal]
+		lp.estimates[l.Signal] = lp.trend.Estimate(l.Signal)
+	}
+	// The pods' own usage, before any time to the threshold: a fall their own sawtooth explains
+	// is no fall (timeToHard).
+	lp.observePods(now, levels, sample)
+	for i := range levels {
+		l := &levels[i]
+		e := lp.estimates[l.Signal]
+		// A steepening counts once the fall is established (minSamples readings): before, the
+		// estimate comes down as the fit learns the new pace, which is no acceleration, and
+		// counted as one it made pods due twice as far ahead for three readings.
+		if e.Falling {
+			lp.fallingFor[l.Signal]++
+		} else {
+			lp.fallingFor[l.Signal] = 0
+		}
+		if !e.OK || e.Slope >= 0 {
+			delete(lp.fallSince, l.Signal)
+		} else if _, ok := lp.fallSince[l.Signal]; !ok {
+			lp.fallSince[l.Signal] = l.At
+		}
+		lp.pace.Add(now, l.Signal, lp.timeToHard(now, *l), e.SteeperThan(prev[l.Signal]) && lp.fallingFor[l.Signal] > minSamples)
+		// A signal reprieve only taints for: the kubelet deletes images first, and a threshold at
+		// its own is where it reports DiskPressure (Levels).
+		if l.Threshold <= l.Hard && l.Hard > 0 && evictsFor(l.Signal, sample.DedicatedImageFs) && !lp.warned[l.Signal] {
 			lp.warned[l.Signal] = true
 			logger.Error(nil, "reprieve's pressure threshold is not above the kubelet's hard threshold: the kubelet will evict first",
 				"signal", l.Signal, "threshold", l.Threshold, "kubeletHard", l.Hard)
@@ -311,6 +356,11 @@ func (lp *Loop) evictForPressure(ctx context.Context, now time.Time, levels []Le
 			delete(lp.blocked, uid)
 		}
 	}
+	for uid := range lp.retry {
+		if _, ok := present[uid]; !ok {
+			delete(lp.retry, uid)
+		}
+	}
 	view := lp.o.Executor.View()
 	for _, r := range Resources {
 		var soft []kubelet.Signal
@@ -389,14 +439,29 @@ func (lp *Loop) evictForPressure(ctx context.Context, now time.Time, levels []Le
 		}
 		decided := false
 		if lvl.Signal != "" && lp.tracker.Active(r) {
-			lp.shortenInFlight(ctx, now, r, ttl, present)
 			in := Input{
 				Level: lvl, Active: true, TimeToHard: ttl,
-				Ranked:       Candidates(lvl.Signal, evictable, usageFor(lvl.Signal), podGrace),
+				Ranked:       lp.retrying(lp.project(lvl.Signal, Candidates(lvl.Signal, evictable, usageFor(lvl.Signal), podGrace), ttl)),
 				SafetyMargin: lp.o.SafetyMargin, Allowance: plan.RequestAllowance, Interval: lp.o.Interval,
+				Pending: lp.estimates[lvl.Signal].Pending, CutEarly: lp.o.CutEarly, AnyFall: lp.o.AnyFall,
+			}
+			// How long the pace the estimate extrapolates has held: the readings it was fitted
+			// on, or, for the window's fit, as long as the slope has been below zero.
+			if e := lp.estimates[lvl.Signal]; e.OK && e.Slope < 0 && ttl != Never {
+				// The estimate's standard error: the fitted level's (about half the readings'
+				// noise) and the slope's over the time to the threshold, at the slope's pace.
+				in.Uncertain = time.Duration(math.Hypot(e.Noise/2, ttl.Seconds()*e.SE) / -e.Slope * float64(time.Second))
+				in.Falling = e.Span
+				if since, ok := lp.fallSince[lvl.Signal]; ok && e.WholeWindow {
+					in.Falling = max(in.Falling, lvl.At.Sub(since))
+				}
+				in.Unexplained = lp.unexplained(lvl.Signal, e, usageFor(lvl.Signal) != nil)
 			}
 			in.Gap, in.Jump = lp.pace.Of(lvl.Signal, ttl)
 			in.InFlight, in.Reclaiming = inFlightOf(lvl.Signal)
+			if !in.Pending {
+				lp.shortenInFlight(ctx, now, r, ttl, in.Lead(), present)
+			}
 			for _, ev := range Decide(in) {
 				lp.pressureEvict(ctx, now, r, lvl, ttl, in.Lead(), ev, view)
 				decided = true
@@ -428,11 +493,33 @@ func (lp *Loop) evictForPressure(ctx context.Context, now time.Time, levels []Le
 	}
 }
 
+// retrying marks the candidates whose eviction failed at an earlier reading.
+func (lp *Loop) retrying(cs []Candidate) []Candidate {
+	for i := range cs {
+		cs[i].Retry = lp.retry[cs[i].Pod.UID]
+	}
+	return cs
+}
+
 // timeToHard is the estimate of when l's signal reaches the kubelet's hard threshold, from its
-// trend, at now.
+// trend, at now (Observe's estimate of this reading): Never when it is not falling beyond the
+// noise, or falls within a sawtooth, above its lowest recent trough (Estimate). What the kubelet
+// reclaims first counts as available (Level.Effective).
 func (lp *Loop) timeToHard(now time.Time, l Level) time.Duration {
-	slope, ok := lp.trend.Slope(l.Signal)
-	t := TimeTo(l.Available, l.Hard, slope, ok)
+	e := lp.estimates[l.Signal]
+	a := l.Effective()
+	if e.Sawtooth && float64(a) > e.Floor-e.Tolerance && a > l.Hard {
+		return Never
+	}
+	if e.Falling && ResourceOf(l.Signal) == Memory && lp.podsSawtooth(l, e) {
+		return Never
+	}
+	if e.OK && a > l.Hard {
+		// From where the fit puts the signal, not the reading alone: the reading's noise over a
+		// slow fall is seconds of the estimate (±10 MiB at 10 MiB/s: ±1 s).
+		a = min(a+int64(3*e.Noise), max(int64(e.Level), l.Hard))
+	}
+	t := TimeTo(a, l.Hard, e.Slope, e.OK && e.Falling)
 	if t != Never {
 		// The estimate runs from when the source measured, not from now.
 		t = max(t-now.Sub(l.At), 0)
@@ -441,18 +528,25 @@ func (lp *Loop) timeToHard(now time.Time, l Level) time.Duration {
 }
 
 // shortenInFlight shortens the grace of the pods already evicted for r that would outlive the
-// current estimate (the fall sped up since): a later DELETE can only shorten a grace.
-func (lp *Loop) shortenInFlight(ctx context.Context, now time.Time, r Resource, ttl time.Duration, present map[types.UID]*v1.Pod) {
+// current estimate (the fall sped up since): a later DELETE can only shorten a grace. Only by
+// more than lead (the estimate moves by that between two readings without the fall speeding
+// up: the pod was due a reading early for it), and never to less than MinCutGrace, which gains
+// the pod nothing over the kubelet's own eviction (issue 47: a ±10 MiB reading cut a 3 s pod's
+// grace to 1 s).
+func (lp *Loop) shortenInFlight(ctx context.Context, now time.Time, r Resource, ttl, lead time.Duration, present map[types.UID]*v1.Pod) {
 	if ttl == Never {
 		return
 	}
-	end := now.Add(max(ttl-lp.o.SafetyMargin, MinGrace))
+	end := now.Add(max(ttl-lp.o.SafetyMargin, MinGrace) + lead)
 	for uid, f := range lp.inFlight {
 		pod := present[uid]
 		if f.resource != r || pod == nil || pod.DeletionTimestamp == nil || !pod.DeletionTimestamp.After(end) {
 			continue
 		}
 		grace := max((ttl - lp.o.SafetyMargin - plan.RequestAllowance).Truncate(time.Second), MinGrace)
+		if grace < MinCutGrace {
+			continue
+		}
 		if pod.DeletionGracePeriodSeconds != nil && time.Duration(*pod.DeletionGracePeriodSeconds)*time.Second <= grace {
 			continue
 		}
@@ -498,6 +592,7 @@ func (lp *Loop) pressureEvict(ctx context.Context, now time.Time, r Resource, lv
 	case err == nil:
 		lp.inFlight[pod.UID] = inFlight{key: pod.Namespace + "/" + pod.Name, resource: r, signal: lvl.Signal, usage: ev.Usage}
 		delete(lp.blocked, pod.UID)
+		delete(lp.retry, pod.UID)
 		lp.o.Metrics.PressureEvictionsTotal.WithLabelValues(string(lvl.Signal)).Inc()
 		lp.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultEvicted).Inc()
 		logger.Info("Evicted pod for pressure", "pod", klog.KObj(pod), "signal", lvl.Signal, "available", lvl.Available,
@@ -525,6 +620,7 @@ func (lp *Loop) pressureEvict(ctx context.Context, now time.Time, r Resource, lv
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		// Gone, or replaced by a pod of the same name: nothing to do.
 	default:
+		lp.retry[pod.UID] = true
 		lp.o.Metrics.EvictionRequestsTotal.WithLabelValues(metrics.ResultFailed).Inc()
 		logger.Error(err, "Evicting pod for pressure failed; will retry", "pod", klog.KObj(pod))
 	}

@@ -51,15 +51,20 @@ func NewPace(window time.Duration) *Pace {
 
 // Add records that s was read at now (the loop's clock, not the source's measurement: a cached
 // reading is one more reading, its estimate aged by the time) and that its time to the hard
-// threshold was then ttl. It forgets steps older than the window, never the newest.
-func (p *Pace) Add(now time.Time, s kubelet.Signal, ttl time.Duration) {
+// threshold was then ttl. steeper says the trend's slope at this reading is a significantly
+// steeper fall than at the last one (Estimate.SteeperThan): only then does the estimate's fall beyond the
+// time count as a jump. Otherwise it is the noise of the estimate (issue 47: with ±10 MiB of
+// reading noise on a flat signal, every swing of the fit counted as a jump of half the estimate,
+// and a 120 s pod 1.5 GiB above the threshold of a 64 GiB node went at the 13th reading). It
+// forgets steps older than the window, never the newest.
+func (p *Pace) Add(now time.Time, s kubelet.Signal, ttl time.Duration, steeper bool) {
 	prev, ok := p.last[s]
 	p.last[s] = estimate{at: now, ttl: ttl}
 	if !ok || !now.After(prev.at) {
 		return
 	}
 	st := step{at: now, gap: now.Sub(prev.at)}
-	if want := prev.ttl - st.gap; prev.ttl != Never && ttl != Never && want > 0 {
+	if want := prev.ttl - st.gap; steeper && prev.ttl != Never && ttl != Never && want > 0 {
 		st.jump = float64(want-ttl) / float64(want)
 	}
 	ss := append(p.steps[s], st)

@@ -54,6 +54,11 @@ type Level struct {
 	Threshold int64
 	// MinReclaim is how far above Threshold the signal must come back before the pressure ends.
 	MinReclaim int64
+	// Reclaimable is what the kubelet deletes on the signal's filesystem before it would evict
+	// for it (its image and container garbage collection; kubelet.Observation.Reclaimable): it
+	// counts as available for the pressure state and the trend (Effective), so that images
+	// pulled and collected again are no fall.
+	Reclaimable int64
 	// Hard is the kubelet's hard eviction threshold (0 when it has none for this signal): what
 	// reprieve must act before.
 	Hard int64
@@ -65,13 +70,19 @@ type Level struct {
 }
 
 // Met reports whether the level counts as pressure: below the threshold, or, while the
-// pressure is already on, not yet back above threshold plus minimum reclaim.
+// pressure is already on, not yet back above threshold plus minimum reclaim. What the kubelet
+// reclaims first counts as available (Effective).
 func (l Level) Met(active bool) bool {
-	if l.Available < l.Threshold {
+	a := l.Effective()
+	if a < l.Threshold {
 		return true
 	}
-	return active && l.Available < satAdd(l.Threshold, l.MinReclaim)
+	return active && a < satAdd(l.Threshold, l.MinReclaim)
 }
+
+// Effective is what is available once the kubelet has reclaimed what it reclaims before it
+// evicts: Available plus Reclaimable.
+func (l Level) Effective() int64 { return satAdd(l.Available, max(l.Reclaimable, 0)) }
 
 // satAdd adds without wrapping: thresholds near MaxInt64 stay there.
 func satAdd(a, b int64) int64 {
@@ -162,83 +173,6 @@ func (t *Tracker) Restore(r Resource, now time.Time) {
 	t.state[r] = true
 }
 
-// Trend keeps each signal's recent readings and fits a line to them (least squares), which
-// says how fast the signal is falling.
-type Trend struct {
-	// Window is how far back readings count.
-	Window  time.Duration
-	samples map[kubelet.Signal][]point
-}
-
-type point struct {
-	at    time.Time
-	value float64
-}
-
-// NewTrend returns an empty trend over window.
-func NewTrend(window time.Duration) *Trend {
-	return &Trend{Window: window, samples: map[kubelet.Signal][]point{}}
-}
-
-// Add records a reading of s measured at at, and forgets readings older than the window. A
-// reading not newer than the last one is the same stats served again (the Summary API's
-// cache): it is skipped, or the fit would see a flat stretch and then a cliff.
-func (t *Trend) Add(at time.Time, s kubelet.Signal, available int64) {
-	ps := t.samples[s]
-	if n := len(ps); n > 0 && !at.After(ps[n-1].at) {
-		return
-	}
-	ps = append(ps, point{at: at, value: float64(available)})
-	cut := 0
-	for cut < len(ps) && at.Sub(ps[cut].at) > t.Window {
-		cut++
-	}
-	t.samples[s] = append(ps[:0], ps[cut:]...)
-}
-
-// minSamples is how many readings a slope needs: two points make a slope out of any jitter.
-const minSamples = 3
-
-// Slope returns how fast s changes, in units per second (negative when falling); ok is false
-// with fewer than minSamples readings in the window or when they all share one instant. It is
-// the steeper fall of two fits: over the whole window, which smooths jitter, and over the last
-// minSamples readings, which sees an acceleration within two readings (a fit over the window
-// alone would lag it by half the window, and a pod evicted on that estimate would get a grace
-// longer than the time left).
-func (t *Trend) Slope(s kubelet.Signal) (perSecond float64, ok bool) {
-	ps := t.samples[s]
-	if len(ps) < minSamples {
-		return 0, false
-	}
-	long, ok := fit(ps)
-	if !ok {
-		return 0, false
-	}
-	if short, ok := fit(ps[len(ps)-minSamples:]); ok && short < long {
-		return short, true
-	}
-	return long, true
-}
-
-// fit is the least-squares slope of ps per second.
-func fit(ps []point) (float64, bool) {
-	t0 := ps[0].at
-	var n, sx, sy, sxx, sxy float64
-	for _, p := range ps {
-		x := p.at.Sub(t0).Seconds()
-		n++
-		sx += x
-		sy += p.value
-		sxx += x * x
-		sxy += x * p.value
-	}
-	den := n*sxx - sx*sx
-	if den == 0 {
-		return 0, false
-	}
-	return (n*sxy - sx*sy) / den, true
-}
-
 // Never is what TimeTo returns for a signal that is not heading for its target.
 const Never = time.Duration(math.MaxInt64)
 
@@ -267,6 +201,10 @@ type Candidate struct {
 	Known bool
 	// Grace is the grace the pod asks for (its terminationGracePeriodSeconds), before any cut.
 	Grace time.Duration
+	// Retry says its eviction was decided at an earlier reading and failed (the API server's
+	// throttling, a timeout): it goes again with what fits, down to MinGrace, where a first
+	// decision to cut its grace waits for MinCutGrace (Decide).
+	Retry bool
 }
 
 // Eviction is one pod to evict now, with the grace it gets.
@@ -297,7 +235,47 @@ type Input struct {
 	// it did over the last readings, a trend that steepens (Pace.Of). Together they are how far
 	// TimeToHard can fall before the next reading (Lead, which caps both: MaxGap, MaxJumpShare).
 	Interval, Gap, Jump time.Duration
+	// Uncertain is the estimate's own standard error, from the readings' noise in the fitted
+	// level and slope: the lead counts two of them (up to UncertainShare of TimeToHard), so that
+	// a noisy estimate, which moves by more than a reading between two readings, is not past a
+	// pod's whole grace before it was due (issue 47: on the real node a leak's estimate moved by
+	// 2 s a reading, and a 3 s pod went with 2).
+	Uncertain time.Duration
+	// Pending says the signal's last reading jumped off its trend (Estimate.Pending): a step
+	// and the start of a fall look alike there, and the next reading tells them apart. No pod is
+	// evicted on it.
+	Pending bool
+	// CutEarly evicts a pod whose whole grace no longer fits as soon as it is due, with what
+	// fits: the timeliness-first rule. Without it (the default, precision first) such a pod
+	// waits for the last reading that still leaves it MinCutGrace (Decide).
+	CutEarly bool
+	// Falling is how long the pace of the fall TimeToHard extrapolates has held (the readings
+	// its slope was fitted on, or as long as the slope has been below zero for the window's
+	// fit): a pod is due only on a fall that has held for PersistShare of the time it is
+	// extrapolated over.
+	Falling time.Duration
+	// Unexplained says the pods' own usage explains less than half of the fall (the pods'
+	// figures are known and none grows at its pace): something outside them takes the memory,
+	// and such a fall must have held as long as the time it is extrapolated over
+	// (UnexplainedPersistShare).
+	Unexplained bool
+	// AnyFall drops the persistence rule (Falling, PersistShare): the timeliness-first choice,
+	// measured beside the default in docs/benchmarks.md, not a flag.
+	AnyFall bool
 }
+
+// PersistShare is how long a fall must have held, as a share of the time to the hard threshold
+// it predicts, before a pod is evicted on it (issue 47: "backed by a fall that persists"). On the
+// real node, whose memory the machine's other work moves by ±70 MiB, a few readings' drift of
+// 25 MiB/s read as a fall 35 s from the threshold and took a 30 s pod; a leak is due after a
+// quarter of its own horizon held (a 3 s pod 9 s from the threshold: 2.5 s; a 120 s pod: 31 s).
+const PersistShare = 0.25
+
+// UnexplainedPersistShare is PersistShare for a fall no pod's growth explains: the whole
+// horizon. On the real node the machine's other work took 30 MiB/s for 25 s after a pod filled
+// its page cache, 1 GiB above the kubelet's threshold, and gave it back; no pod grew. The kubelet
+// evicts a pod for such a fall too, if it lasts: reprieve then acts late, with what fits.
+const UnexplainedPersistShare = 1.0
 
 // Lead is how far ahead of the point where a pod's grace would have to be cut it is due: what
 // TimeToHard can fall by before the next reading. That is the time to the next reading (the
@@ -309,8 +287,16 @@ type Input struct {
 // and counted whole it made every pod due that much early for the whole trend window (a 30 s
 // stall: 30 s early for 20 s). The jump counts up to MaxJumpShare of TimeToHard.
 func (in Input) Lead() time.Duration {
-	gap := max(time.Second, in.Interval, min(in.Gap, MaxGap(in.Interval)))
-	return gap + min(max(in.Jump, 0), time.Duration(MaxJumpShare*float64(in.TimeToHard)))
+	return in.gapLead() + min(max(in.Jump, 0), time.Duration(MaxJumpShare*float64(in.TimeToHard))) +
+		min(2*max(in.Uncertain, 0), time.Duration(UncertainShare*float64(in.TimeToHard)))
+}
+
+// UncertainShare is the largest share of the estimate the lead counts as its uncertainty.
+const UncertainShare = 0.25
+
+// gapLead is the lead's first part: the time to the next reading, without the estimate's jump.
+func (in Input) gapLead() time.Duration {
+	return max(time.Second, in.Interval, min(in.Gap, MaxGap(in.Interval)))
 }
 
 // MaxJumpShare is the largest share of the estimate the lead counts as its jump. The onset of a
@@ -337,6 +323,13 @@ func MaxGap(interval time.Duration) time.Duration { return interval + ReadTimeou
 // MinGrace is the least grace a pressure eviction gives: the kubelet's own hard-threshold grace.
 const MinGrace = time.Second
 
+// MinCutGrace is the least grace worth cutting a pod's grace to: the kubelet's own eviction at
+// its hard threshold gives 1 s, which its container stop makes 2 s
+// (minimumGracePeriodInSeconds, pkg/kubelet/kuberuntime): an eviction of reprieve's with less
+// than 3 s gains the pod nothing over the kubelet's, and on a fall that would have stopped it
+// is an eviction the kubelet never makes (issue 47: a step read as a fall, 1 s).
+const MinCutGrace = 3 * time.Second
+
 // Decide returns the pods to evict now for one signal, or none. It acts only under pressure.
 //
 // How many: the kubelet evicts at its hard threshold, one pod a pass, until the signal is back
@@ -355,26 +348,66 @@ const MinGrace = time.Second
 // due only under grace plus margin, what was left, in the whole seconds the API takes, always cut
 // one second (a 3 s pod went with 2 s on the real node); and with a fixed second's lead, readings
 // that came late or a trend that steepened between two readings still cut it (on the busy test
-// machine 3 s, 2 s and 1 s in three runs). A pod evicted later, its grace cut to fit, is gone
-// before the kubelet would have killed it with a 1 s grace.
+// machine 3 s, 2 s and 1 s in three runs).
+//
+// A pod whose whole grace no longer fits (the fall came faster than its grace) is where
+// timeliness and precision part (issue 47). Evicted at once, it gets the most of its grace the
+// estimate leaves, but on a fall that then stops (a garbage collector's sawtooth, a burst) it is
+// an eviction the kubelet never makes: the sawtooth of issue 47 took a 120 s and a 30 s pod with
+// 15 s and 14 s. So, precision first, such a pod waits for the last reading that still leaves it
+// MinCutGrace, where the fall has lasted as long as it can and still be worth acting on, and goes
+// with the grace that fits then (3 s to 3 s and a lead); and never with less than MinCutGrace,
+// which gains it nothing over the kubelet's own eviction. In.CutEarly is the timeliness-first
+// rule, measured beside it (docs/benchmarks.md, the replay). Nothing goes at a reading that
+// jumped off the trend (In.Pending): a step and the start of a fall look alike there.
 func Decide(in Input) []Eviction {
-	if !in.Active || len(in.Ranked) == 0 || in.TimeToHard == Never {
+	if !in.Active || len(in.Ranked) == 0 || in.TimeToHard == Never || in.Pending {
 		return nil
 	}
-	budget := max(in.TimeToHard-in.SafetyMargin-in.Allowance, MinGrace)
-	grace := func(c Candidate) time.Duration {
-		// Whole seconds, rounded down: what the API takes, and never more than fits.
-		return max(min(c.Grace, budget).Truncate(time.Second), MinGrace)
-	}
 	lead := in.Lead()
-	due := func(c Candidate) bool { return in.TimeToHard-lead < c.Grace+in.SafetyMargin+in.Allowance }
+	// fits is the grace that still ends a pod evicted now before the hard threshold.
+	fits := in.TimeToHard - in.SafetyMargin - in.Allowance
+	act := func(c Candidate) (Eviction, bool) {
+		if in.TimeToHard-lead >= c.Grace+in.SafetyMargin+in.Allowance {
+			return Eviction{}, false // not due yet
+		}
+		share := PersistShare
+		if in.Unexplained {
+			share = UnexplainedPersistShare
+		}
+		if !in.AnyFall && in.Falling < time.Duration(share*float64(in.TimeToHard)) {
+			return Eviction{}, false // a fall too new for the time it is extrapolated over
+		}
+		if fits >= c.Grace {
+			// Whole seconds, rounded down: what the API takes.
+			return Eviction{Candidate: c, Grace: max(c.Grace.Truncate(time.Second), MinGrace)}, true
+		}
+		g := max(fits.Truncate(time.Second), MinGrace)
+		switch {
+		case in.CutEarly, c.Retry, fits >= c.Grace-in.gapLead():
+			// Cut early; a decided eviction retried; or its whole grace just missed, by less
+			// than a reading (the estimate fell faster than the lead, or the noise moved it):
+			// the same decision as a reading ago, with what fits.
+			return Eviction{Candidate: c, Grace: g}, true
+		case g < MinCutGrace, fits-in.gapLead() >= MinCutGrace:
+			// Less than MinCutGrace gains the pod nothing over the kubelet's own eviction; and
+			// while the next reading still leaves MinCutGrace, it waits for it. How far off that
+			// reading is counts, not the estimate's jump: where the estimate has just come down
+			// (a fall that began), the jump would make it act a reading or more early.
+			return Eviction{}, false
+		}
+		return Eviction{Candidate: c, Grace: g}, true
+	}
 	next := in.Ranked[0]
 	one := func() []Eviction {
 		// One at a time, the next only once the last is gone, as the kubelet goes.
-		if in.InFlight > 0 || !due(next) {
+		if in.InFlight > 0 {
 			return nil
 		}
-		return []Eviction{{Candidate: next, Grace: grace(next)}}
+		if ev, ok := act(next); ok {
+			return []Eviction{ev}
+		}
+		return nil
 	}
 	// Nothing while the signal is back above reprieve's threshold plus the minimum reclaim,
 	// with or without per-pod usage: the kubelet evicts only for a threshold its observations
@@ -411,8 +444,8 @@ func Decide(in Input) []Eviction {
 			continue
 		}
 		need -= c.Usage
-		if due(c) {
-			out = append(out, Eviction{Candidate: c, Grace: grace(c)})
+		if ev, ok := act(c); ok {
+			out = append(out, ev)
 		}
 	}
 	return out

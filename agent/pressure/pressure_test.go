@@ -159,11 +159,16 @@ func TestTrendSlope(t *testing.T) {
 	if s, ok := tr.Slope(kubelet.MemoryAvailable); !ok || math.Abs(s+200) > 1e-9 {
 		t.Fatalf("slope %v %v after the fall sped up, want -200", s, ok)
 	}
-	// A rise in the last readings does not hide the fall over the window.
+	// Issue 47: a fall that stopped is no fall. Before, a rise in the last readings did not hide
+	// the fall over the window: the window's fit (a shallower rise) stood. Now the rise is a new
+	// pace, pending at its first reading and the trend from its second.
 	tr.Add(t0.Add(8*time.Second), kubelet.MemoryAvailable, 1000)
+	if e := tr.Estimate(kubelet.MemoryAvailable); !e.Pending {
+		t.Fatalf("estimate %+v at the first reading of the rise, want it pending", e)
+	}
 	tr.Add(t0.Add(9*time.Second), kubelet.MemoryAvailable, 2000)
-	if s, ok := tr.Slope(kubelet.MemoryAvailable); !ok || s >= 100 {
-		t.Fatalf("slope %v %v, want the shallower rise of the whole window", s, ok)
+	if e := tr.Estimate(kubelet.MemoryAvailable); e.Falling {
+		t.Fatalf("estimate %+v after the rise, want no fall", e)
 	}
 	// Two readings are not a trend.
 	tr2 := NewTrend(time.Minute)
@@ -374,7 +379,7 @@ func cand(name string, usage int64, known bool, grace time.Duration) Candidate {
 
 func TestDecide(t *testing.T) {
 	lvl := mem(700) // threshold 1000, reclaim 200: short by 500 MiB
-	base := Input{Level: lvl, Active: true, SafetyMargin: 5 * time.Second, Allowance: 250 * time.Millisecond}
+	base := Input{Level: lvl, Active: true, SafetyMargin: 5 * time.Second, Allowance: 250 * time.Millisecond, Falling: time.Hour}
 	ranked := []Candidate{cand("a", 300*mi, true, 30*time.Second), cand("b", 0, true, 30*time.Second),
 		cand("c", 100*mi, true, 10*time.Second), cand("d", 400*mi, true, 60*time.Second)}
 	// onset is a 3 s pod's input at the onset of a fall: readings a second apart whose estimate
@@ -384,7 +389,7 @@ func TestDecide(t *testing.T) {
 		return func(in *Input) {
 			p := NewPace(20 * time.Second)
 			for i, d := range []time.Duration{Never, 2 * time.Hour, ttl} {
-				p.Add(t0.Add(time.Duration(i)*time.Second), kubelet.MemoryAvailable, d)
+				p.Add(t0.Add(time.Duration(i)*time.Second), kubelet.MemoryAvailable, d, true)
 			}
 			in.TimeToHard, in.Interval = ttl, time.Second
 			in.Gap, in.Jump = p.Of(kubelet.MemoryAvailable, ttl)
@@ -408,12 +413,34 @@ func TestDecide(t *testing.T) {
 		// Issue 37 case 4: the kubelet frees to its hard threshold (100) plus the minimum
 		// reclaim (200), from the hard threshold: 200 MiB, which a covers alone. (Before: up to
 		// reprieve's threshold, 500 MiB, and a, c and d went.)
-		{"just inside: graces cut to fit", func(in *Input) { in.TimeToHard = 34 * time.Second },
+		//
+		// Issue 47: a pod whose whole grace no longer fits waits for the last reading that leaves
+		// it MinCutGrace (precision first), and goes with what fits then; never with less, which
+		// gains nothing over the kubelet's own eviction. CutEarly (timeliness first) is the rule
+		// before: at once, with what fits.
+		{"just inside: the grace cut waits", func(in *Input) { in.TimeToHard = 34 * time.Second }, nil, nil},
+		{"just inside, cut early: graces cut to fit", func(in *Input) { in.TimeToHard = 34 * time.Second; in.CutEarly = true },
 			[]string{"a"}, []int{28}},
-		{"already past: the least grace", func(in *Input) { in.TimeToHard = 0 },
+		{"the last reading that leaves 3 s", func(in *Input) { in.TimeToHard = 9 * time.Second }, []string{"a"}, []int{3}},
+		// The whole grace just missed, by less than a reading (the estimate fell faster than
+		// the lead): the decision a reading ago, with what fits.
+		{"the whole grace missed by less than a reading", func(in *Input) { in.TimeToHard = 34750 * time.Millisecond }, []string{"a"}, []int{29}},
+		{"the reading before it", func(in *Input) { in.TimeToHard = 9250 * time.Millisecond }, nil, nil},
+		{"already past: left to the kubelet", func(in *Input) { in.TimeToHard = 0 }, nil, nil},
+		{"already past, cut early: the least grace", func(in *Input) { in.TimeToHard = 0; in.CutEarly = true },
 			[]string{"a"}, []int{1}},
-		{"pods in flight cover part of it", func(in *Input) { in.TimeToHard = 20 * time.Second; in.InFlight = 1; in.Reclaiming = 100 * mi },
-			[]string{"a"}, []int{14}},
+		{"pods in flight cover part of it", func(in *Input) {
+			in.TimeToHard = 20 * time.Second
+			in.InFlight = 1
+			in.Reclaiming = 100 * mi
+			in.CutEarly = true
+		}, []string{"a"}, []int{14}},
+		// Issue 47: nothing goes at a reading that jumped off the trend.
+		{"a pending reading", func(in *Input) { in.TimeToHard = 36 * time.Second; in.Pending = true }, nil, nil},
+		// Issue 47: backed by a fall that persists: a quarter of the 36 s it is extrapolated over.
+		{"a fall too new for its horizon", func(in *Input) { in.TimeToHard = 36 * time.Second; in.Falling = 8 * time.Second }, nil, nil},
+		{"a fall held a quarter of its horizon", func(in *Input) { in.TimeToHard = 36 * time.Second; in.Falling = 9 * time.Second },
+			[]string{"a"}, []int{30}},
 		{"pods in flight cover it all", func(in *Input) { in.TimeToHard = 20 * time.Second; in.InFlight = 2; in.Reclaiming = 600 * mi },
 			nil, nil},
 		// Issue 37: what can go by before the next reading, not a fixed second. Readings every
@@ -440,6 +467,28 @@ func TestDecide(t *testing.T) {
 			in.TimeToHard = 37750 * time.Millisecond
 			in.Interval, in.Gap, in.Jump = time.Second, time.Second, 1500*time.Millisecond
 		}, nil, nil},
+		// Issue 47: the estimate's own uncertainty (two standard errors) counts like a jump: a
+		// noisy estimate moves by more than a reading between two readings.
+		{"an uncertain estimate: due two errors further ahead", func(in *Input) {
+			in.TimeToHard = 37700 * time.Millisecond
+			in.Interval, in.Gap, in.Uncertain = time.Second, time.Second, 750*time.Millisecond
+		}, []string{"a"}, []int{30}},
+		{"an uncertain estimate: not further ahead than two errors", func(in *Input) {
+			in.TimeToHard = 37750 * time.Millisecond
+			in.Interval, in.Gap, in.Uncertain = time.Second, time.Second, 750*time.Millisecond
+		}, nil, nil},
+		// An estimate whose error is a minute counts only a quarter of its 16 s: a 3 s pod is not
+		// due (it would be, two minutes ahead); at 12 s, with 3 s of it ahead, it is.
+		{"a wild estimate: not more than a quarter of it ahead", func(in *Input) {
+			in.TimeToHard = 16 * time.Second
+			in.Interval, in.Gap, in.Uncertain = time.Second, time.Second, time.Minute
+			in.Ranked = []Candidate{cand("short", 300*mi, true, 3*time.Second)}
+		}, nil, nil},
+		{"a wild estimate: due a quarter of it ahead", func(in *Input) {
+			in.TimeToHard = 12 * time.Second
+			in.Interval, in.Gap, in.Uncertain = time.Second, time.Second, time.Minute
+			in.Ranked = []Candidate{cand("short", 300*mi, true, 3*time.Second)}
+		}, []string{"short"}, []int{3}},
 		// A stall of 30 s (the agent not run, the node under memory pressure) counts only as the
 		// longest gap the loop lets a reading take, the interval plus the read's timeout (4 s at a
 		// 1 s interval): not as 30 s ahead for the whole trend window. A 3 s pod 20 s from the
@@ -487,7 +536,7 @@ func TestDecide(t *testing.T) {
 
 // Without per-pod figures: one pod at a time, the next once the last is gone.
 func TestDecideWithoutUsage(t *testing.T) {
-	in := Input{Level: mem(700), Active: true, TimeToHard: 8 * time.Second, SafetyMargin: 5 * time.Second,
+	in := Input{Level: mem(700), Active: true, TimeToHard: 8 * time.Second, SafetyMargin: 5 * time.Second, Falling: time.Hour,
 		Ranked: []Candidate{cand("a", 0, false, 30*time.Second), cand("b", 0, false, 30*time.Second)}}
 	got := Decide(in)
 	if len(got) != 1 || got[0].Pod.Name != "a" || got[0].Grace != 3*time.Second {
@@ -504,12 +553,13 @@ func TestDecideWithoutUsage(t *testing.T) {
 // signal is back above the threshold plus the minimum reclaim: nothing more is evicted, as with
 // per-pod usage (where the shortfall is already counted). Before, the next pod went.
 func TestDecideWithoutUsageNotAboveTheThreshold(t *testing.T) {
-	in := Input{Level: mem(1250), Active: true, TimeToHard: 3 * time.Second, SafetyMargin: 5 * time.Second,
+	in := Input{Level: mem(1250), Active: true, TimeToHard: 3 * time.Second, SafetyMargin: 5 * time.Second, Falling: time.Hour,
 		Ranked: []Candidate{cand("quiet", 0, false, 30*time.Second)}}
 	if got := Decide(in); len(got) != 0 {
 		t.Fatalf("evicts %s with the signal above threshold + reclaim (1250 MiB against 1000 + 200)", got[0].Pod.Name)
 	}
 	in.Level = mem(1150) // above the threshold, short of the minimum reclaim: still under pressure
+	in.CutEarly = true   // the timing aside (3 s left: the kubelet's, precision first)
 	if got := Decide(in); len(got) != 1 {
 		t.Fatalf("evicts %d pods within the minimum reclaim, want the next one", len(got))
 	}
@@ -522,7 +572,7 @@ func TestDecideNoStormWhenPodsCannotCover(t *testing.T) {
 	for i := range 10 {
 		ranked = append(ranked, cand(string(rune('a'+i)), 15*mi, true, 30*time.Second))
 	}
-	in := Input{Level: mem(100), Active: true, TimeToHard: 0, SafetyMargin: 5 * time.Second, Ranked: ranked}
+	in := Input{Level: mem(100), Active: true, TimeToHard: 0, SafetyMargin: 5 * time.Second, Ranked: ranked, CutEarly: true, Falling: time.Hour}
 	got := Decide(in)
 	if len(got) != 1 || got[0].Pod.Name != "a" {
 		t.Fatalf("evicts %d pods, want one (a): 10 x 15 MiB cannot cover the 200 MiB to the hard threshold plus the minimum reclaim", len(got))
@@ -573,12 +623,12 @@ func TestPace(t *testing.T) {
 		{25 * time.Second, 0, 9 * time.Second, 0}, // past: nothing to measure
 	}
 	for _, st := range steps {
-		p.Add(t0.Add(st.at), s, st.ttl)
+		p.Add(t0.Add(st.at), s, st.ttl, true)
 		check(st.at, st.ttl, st.gap, st.jump)
 	}
 	// The long gap counts until it is out of the window.
 	for at := 26 * time.Second; at <= 36*time.Second; at += time.Second {
-		p.Add(t0.Add(at), s, 0)
+		p.Add(t0.Add(at), s, 0, true)
 		want := 9 * time.Second
 		if at == 36*time.Second {
 			want = time.Second
@@ -587,5 +637,93 @@ func TestPace(t *testing.T) {
 	}
 	if gap, jump := p.Of(kubelet.PIDAvailable, 10*time.Second); gap != 0 || jump != 0 {
 		t.Fatalf("a signal never read: gap %v, jump %v", gap, jump)
+	}
+}
+
+// Issue 47: an estimate that falls further than the time between two readings while the trend
+// did not steepen (the noise of a flat or steady signal's fit) is no jump: the lead stays the
+// reading's gap.
+func TestPaceJumpOnlyWhenSteeper(t *testing.T) {
+	p := NewPace(20 * time.Second)
+	s := kubelet.MemoryAvailable
+	for i, ttl := range []time.Duration{Never, 150 * time.Second, 60 * time.Second, 200 * time.Second, 40 * time.Second} {
+		p.Add(t0.Add(time.Duration(i)*time.Second), s, ttl, false)
+	}
+	if gap, jump := p.Of(s, 40*time.Second); gap != time.Second || jump != 0 {
+		t.Fatalf("gap %v, jump %v from a noisy estimate; want 1s and no jump", gap, jump)
+	}
+	p.Add(t0.Add(5*time.Second), s, 20*time.Second, true) // 19 s expected: a jump of 1/39
+	if _, jump := p.Of(s, 20*time.Second); jump <= 0 {
+		t.Fatalf("no jump when the trend steepened")
+	}
+}
+
+// Issue 47, point 4: on a filesystem the kubelet's image garbage collection frees (imagefs;
+// nodefs when the images share it), a derived threshold never lies inside the collection's band
+// (85% to 80% used by default): halfway from the kubelet's threshold to where the collection
+// starts, or one unit above the kubelet's own when that is already there (imagefs.available<15%
+// against 85%). A dedicated nodefs, a collection turned off and explicit thresholds keep the
+// usual derivation. What the kubelet reclaims first counts as available.
+func TestLevelsImageGCBand(t *testing.T) {
+	hard, err := kubelet.ParseThresholds("nodefs.available<10%,imagefs.available<15%")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const g = int64(1) << 30
+	shared := kubelet.Observations{
+		kubelet.NodeFsAvailable:  {Available: 50 * g, Capacity: 100 * g},
+		kubelet.ImageFsAvailable: {Available: 50 * g, Capacity: 100 * g, Reclaimable: 30 * g},
+	}
+	dedicated := kubelet.Observations{
+		kubelet.NodeFsAvailable:  {Available: 50 * g, Capacity: 100 * g},
+		kubelet.ImageFsAvailable: {Available: 20 * g, Capacity: 50 * g},
+	}
+	gc := Thresholds{Headroom: 0.05, Hard: hard, ImageGC: true, ImageGCLow: 0.80, ImageGCHigh: 0.85}
+	off := gc
+	off.ImageGC = false
+	threshold := func(ls []Level, s kubelet.Signal) int64 {
+		for _, l := range ls {
+			if l.Signal == s {
+				return l.Threshold
+			}
+		}
+		t.Fatalf("no level of %s", s)
+		return 0
+	}
+	for _, c := range []struct {
+		name            string
+		t               Thresholds
+		obs             kubelet.Observations
+		nodefs, imagefs int64
+	}{
+		{"shared, GC on", gc, shared, 12*g + g/2, 15 * g},
+		{"dedicated, GC on", gc, dedicated, 15 * g, 7*g + g/2},
+		{"shared, GC off", off, shared, 15 * g, 20 * g},
+	} {
+		ls := c.t.Levels(c.obs)
+		near := func(a, b int64) bool { return a-b < 1<<20 && b-a < 1<<20 } // percentages of capacity in floating point
+		if n, i := threshold(ls, kubelet.NodeFsAvailable), threshold(ls, kubelet.ImageFsAvailable); !near(n, c.nodefs) || !near(i, c.imagefs) {
+			t.Errorf("%s: nodefs threshold %d, imagefs %d; want %d and %d", c.name, n, i, c.nodefs, c.imagefs)
+		}
+		for _, l := range ls {
+			if c.t.ImageGC && l.Signal == kubelet.ImageFsAvailable && l.Threshold != l.Hard+1 {
+				t.Errorf("%s: imagefs threshold %d, want the kubelet's %d and one", c.name, l.Threshold, l.Hard)
+			}
+		}
+	}
+	explicit, err := kubelet.ParseThresholds("nodefs.available<25%")
+	if err != nil {
+		t.Fatal(err)
+	}
+	withExplicit := gc
+	withExplicit.Explicit = explicit
+	if got := threshold(withExplicit.Levels(shared), kubelet.NodeFsAvailable); got != 25*g {
+		t.Errorf("explicit nodefs threshold %d, want the 25%% given", got)
+	}
+	// imagefs.available 50 GiB with 30 GiB reclaimable: 80 GiB effective.
+	for _, l := range gc.Levels(kubelet.Observations{kubelet.ImageFsAvailable: {Available: 10 * g, Capacity: 100 * g, Reclaimable: 30 * g}}) {
+		if l.Effective() != 40*g || l.Met(false) {
+			t.Errorf("imagefs at 10 GiB with 30 GiB the kubelet reclaims: effective %d, met %v; want 40 GiB, not met", l.Effective(), l.Met(false))
+		}
 	}
 }

@@ -26,6 +26,32 @@ type Thresholds struct {
 	SoftGrace map[kubelet.Signal]time.Duration
 	// MinReclaim is how far above its threshold a signal must come back to end the pressure.
 	MinReclaim map[kubelet.Signal]kubelet.Threshold
+	// ImageGC says the kubelet's image garbage collection runs, from ImageGCHigh of the image
+	// filesystem used down to ImageGCLow (kubelet.Config.ImageGC).
+	ImageGC                 bool
+	ImageGCLow, ImageGCHigh float64
+}
+
+// ThresholdsFrom is what the levels are computed from, given the kubelet's configuration kc and
+// reprieve's flags: its explicit thresholds (none: derived with headroom) and minimum reclaims
+// (nil: the kubelet's). The kubelet's hard thresholds are those its eviction manager holds: its
+// evictionHard, and the allocatableMemory.available copies of the memory ones
+// (kubelet.Config.EvictionHard).
+func ThresholdsFrom(kc kubelet.Config, explicit []kubelet.Threshold, headroom float64, reclaim map[kubelet.Signal]kubelet.Threshold) Thresholds {
+	hard, kubeletReclaim := kc.EvictionHard()
+	if reclaim == nil {
+		reclaim = kubeletReclaim
+	}
+	t := Thresholds{Explicit: explicit, Headroom: headroom, Hard: hard, Soft: kc.Soft, SoftGrace: kc.SoftGracePeriod,
+		MinReclaim: reclaim}
+	t.ImageGCLow, t.ImageGCHigh, t.ImageGC = kc.ImageGC()
+	return t
+}
+
+// imageGCSignal reports whether the kubelet's image garbage collection frees s's filesystem:
+// imagefs.available, and nodefs.available when the images share nodefs.
+func imageGCSignal(s kubelet.Signal, dedicatedImageFs bool) bool {
+	return s == kubelet.ImageFsAvailable || s == kubelet.NodeFsAvailable && !dedicatedImageFs
 }
 
 func find(ts []kubelet.Threshold, s kubelet.Signal) (kubelet.Threshold, bool) {
@@ -38,15 +64,23 @@ func find(ts []kubelet.Threshold, s kubelet.Signal) (kubelet.Threshold, bool) {
 }
 
 // Levels returns the level of every watched signal that obs holds, in kubelet.Signals order. A
-// derived threshold is the larger of the kubelet's hard and soft thresholds plus the headroom.
+// derived threshold is the larger of the kubelet's hard and soft thresholds plus the headroom,
+// except on a filesystem the kubelet's image garbage collection frees (imageGCSignal): there it
+// never lies inside the collection's band, where the kubelet deletes images every 5 minutes
+// without any pressure (from ImageGCHigh used down to ImageGCLow; a node whose images fill its
+// disk lives there). It is then halfway from the kubelet's threshold to where the collection
+// starts, or, when the kubelet's threshold is already there (imagefs.available<15% against
+// 85%: the defaults), the kubelet's own: where the kubelet reports DiskPressure, and deletes
+// unused images before it evicts.
 func (t Thresholds) Levels(obs kubelet.Observations) []Level {
+	dedicated := kubelet.DedicatedImageFs(obs)
 	var out []Level
 	for _, s := range kubelet.Signals {
 		o, ok := obs[s]
 		if !ok {
 			continue
 		}
-		l := Level{Signal: s, Available: o.Available, Capacity: o.Capacity, At: o.Time}
+		l := Level{Signal: s, Available: o.Available, Capacity: o.Capacity, At: o.Time, Reclaimable: o.Reclaimable}
 		if h, ok := find(t.Hard, s); ok {
 			l.Hard = h.Value(o.Capacity)
 		}
@@ -62,6 +96,11 @@ func (t Thresholds) Levels(obs kubelet.Observations) []Level {
 				base = max(base, soft.Value(o.Capacity))
 			}
 			l.Threshold = satAdd(base, int64(t.Headroom*float64(o.Capacity)))
+			if edge := int64((1 - t.ImageGCHigh) * float64(o.Capacity)); t.ImageGC && imageGCSignal(s, dedicated) && l.Threshold >= edge {
+				// Above the band's edge (in what is available): halfway down to the kubelet's,
+				// or one unit above it, so that reprieve's is still above the kubelet's.
+				l.Threshold = max(base+(edge-base)/2, satAdd(base, 1))
+			}
 		}
 		if m, ok := t.MinReclaim[s]; ok {
 			l.MinReclaim = m.Value(o.Capacity)

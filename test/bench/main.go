@@ -8,7 +8,9 @@
 //  3. reaction time: notice at the metadata endpoint to taint on the node;
 //  4. footprint: memory, CPU and API requests of one agent, idle and during an interruption;
 //  5. fleet scale: many agents against one API server;
-//  6. a pool reclaimed at once: many agents evicting together through API Priority and Fairness.
+//  6. a pool reclaimed at once: many agents evicting together through API Priority and Fairness;
+//  7. the pressure replay: recorded and synthetic node series through the real pressure loop,
+//     scored against what the kubelet did (issue 47).
 package main
 
 import (
@@ -76,6 +78,9 @@ type options struct {
 	// measured as installed but without its eviction guard, and with the chart's flowControl
 	// level for the agents' evictions.
 	PoolNoGuardSeats, PoolFlowControlSeats []int
+	// ReplayMax leaves series longer than this out of the replay (0: none).
+	ReplayMax time.Duration
+
 	// PoolTimeline samples the API server's APF gauges every PoolTimeline during each pool
 	// run and keeps them beside the logs (0: none; the scrapes cost the server CPU).
 	PoolTimeline time.Duration
@@ -89,7 +94,7 @@ type options struct {
 }
 
 // measurements lists the measurement names in the order they run.
-var measurements = []string{"compliance", "burst", "reaction", "footprint", "fleet", "pool"}
+var measurements = []string{"compliance", "burst", "reaction", "footprint", "fleet", "pool", "replay"}
 
 func defaultOptions() options {
 	return options{
@@ -160,6 +165,7 @@ func runMain() int {
 	poolBaseline := fs.String("pool-baseline-seats", joinInts(o.PoolBaselineSeats), "Seat counts at which the taint-alone baseline is measured too.")
 	poolNTH := fs.String("pool-nth-seats", joinInts(o.PoolNTHSeats), "Seat counts at which aws-node-termination-handler (IMDS mode) is measured too; \"\" for none.")
 	fs.DurationVar(&o.PoolTimeline, "pool-timeline", 0, "Sample kube-apiserver's APF gauges at this interval during each pool run, into pool-<side>-<seats>-apf.csv beside the logs (0: none).")
+	fs.DurationVar(&o.ReplayMax, "replay-max", o.ReplayMax, "Leave node series longer than this out of the pressure replay (0: none).")
 	fs.StringVar(&o.Command, "command", o.Command, "Command line recorded in the report.")
 	realnode := fs.String("realnode-chart", "", "Only draw -svg-dir/"+realnodeChartName+" from these comma-separated timeline files of test/realnode (REPRIEVE_REALNODE_FIGURES), and measure nothing.")
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -250,26 +256,34 @@ func run(ctx context.Context, o options) error {
 		return fmt.Errorf("creating the log folder: %w", err)
 	}
 	b := &bench{o: o, logDir: logDir, bin: o.Bin}
-	if b.bin == "" {
-		if b.bin, err = scenario.BuildReprieve(ctx, logDir); err != nil {
+	// The replay runs in this process on a fake clock: the binary and the control plane only
+	// for the others.
+	plane := false
+	for _, m := range measurements {
+		plane = plane || m != "replay" && (len(o.Only) == 0 || o.Only[m])
+	}
+	if plane {
+		if b.bin == "" {
+			if b.bin, err = scenario.BuildReprieve(ctx, logDir); err != nil {
+				return err
+			}
+		}
+		// kube-controller-manager runs for the compliance measurement only: elsewhere its
+		// taint-eviction-controller would act on the same taints and blur what is measured.
+		b.env, err = testenv.Start(ctx, testenv.Options{FastPods: true, LogDir: filepath.Join(logDir, "controlplane")})
+		if err != nil {
+			return err
+		}
+		defer b.env.Stop()
+		if b.kubeconfig, err = scenario.InstallRBAC(ctx, b.env); err != nil {
+			return err
+		}
+		if b.token, err = tokenOf(b.kubeconfig); err != nil {
 			return err
 		}
 	}
-	// kube-controller-manager runs for the compliance measurement only: elsewhere its
-	// taint-eviction-controller would act on the same taints and blur what is measured.
-	b.env, err = testenv.Start(ctx, testenv.Options{FastPods: true, LogDir: filepath.Join(logDir, "controlplane")})
-	if err != nil {
-		return err
-	}
-	defer b.env.Stop()
-	if b.kubeconfig, err = scenario.InstallRBAC(ctx, b.env); err != nil {
-		return err
-	}
-	if b.token, err = tokenOf(b.kubeconfig); err != nil {
-		return err
-	}
 	rep := &report{Options: o}
-	if rep.Machine, err = describeMachine(ctx); err != nil {
+	if rep.Machine, err = describeMachine(ctx); err != nil && plane {
 		return err
 	}
 	steps := map[string]func(context.Context, *report) error{
@@ -279,6 +293,7 @@ func run(ctx context.Context, o options) error {
 		"footprint":  b.footprint,
 		"fleet":      b.fleet,
 		"pool":       b.pool,
+		"replay":     b.replayPressure,
 	}
 	for _, m := range measurements {
 		if len(o.Only) > 0 && !o.Only[m] {

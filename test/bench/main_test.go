@@ -46,7 +46,7 @@ func TestSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"## 1. Deadline compliance", "## 2. Eviction throughput", "## 3. Reaction time",
-		"## 4. Footprint", "## 5. Fleet scale", "## 6. A pool reclaimed at once", "benchmarks-compliance-aws.svg"} {
+		"## 4. Footprint", "## 5. Fleet scale", "## 6. A pool reclaimed at once", "## 7. Pressure", "benchmarks-compliance-aws.svg"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("the report lacks %q:\n%s", want, md)
 		}
@@ -90,6 +90,7 @@ func smokeOptions(dir string) options {
 	// The guard's install runs on the reprieve side itself; without it and with the chart's
 	// flowControl level are the same install changed by a value, measured by the full run.
 	o.PoolNoGuardSeats, o.PoolFlowControlSeats = nil, nil
+	o.ReplayMax = 5 * time.Minute
 	o.Command = "go test ./test/bench (smoke)"
 	return o
 }

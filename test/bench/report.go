@@ -29,6 +29,7 @@ type report struct {
 	Footprint  *footprintResult
 	Fleet      []*fleetResult
 	Pool       []*poolRun
+	Replay     *replayReport
 }
 
 // write replaces the generated block of o.Out (creating the file when missing).
@@ -69,6 +70,7 @@ func (r *report) markdown(w *strings.Builder, o options) {
 	r.footprintMD(p, o)
 	r.fleetMD(p, o)
 	r.poolMD(p, o)
+	r.replayMD(p)
 	p("\n")
 }
 

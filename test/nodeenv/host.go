@@ -123,7 +123,20 @@ func (n *Node) mountNodeFs(ctx context.Context) error {
 	if size == 0 {
 		size = 4 << 30
 	}
-	img := filepath.Join(n.Dir, "nodefs.img")
+	return n.mountLoop(ctx, filepath.Join(n.Dir, "nodefs.img"), n.RootDir, size)
+}
+
+// mountImageFs makes containerd's root a filesystem of its own of ImageFsSize (sparse), when
+// set, so that images can fill it (the kubelet's image garbage collection, issue 47).
+func (n *Node) mountImageFs(ctx context.Context) error {
+	if n.opts.ImageFsSize == 0 {
+		return nil
+	}
+	return n.mountLoop(ctx, filepath.Join(n.Dir, "imagefs.img"), n.ContainerdRoot, n.opts.ImageFsSize)
+}
+
+// mountLoop makes a sparse ext4 image of size at img and loop-mounts it at dir until Stop.
+func (n *Node) mountLoop(ctx context.Context, img, dir string, size int64) error {
 	f, err := os.Create(img)
 	if err != nil {
 		return err
@@ -136,15 +149,15 @@ func (n *Node) mountNodeFs(ctx context.Context) error {
 	if err := run(ctx, "mkfs.ext4", "-q", "-F", "-m", "0", img); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(n.RootDir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	// mount -o loop picks a free loop device and detaches it at umount.
-	if err := run(ctx, "mount", "-o", "loop", img, n.RootDir); err != nil {
+	if err := run(ctx, "mount", "-o", "loop", img, dir); err != nil {
 		return err
 	}
 	n.undo = append(n.undo, func() error {
-		unmountUnder(n.RootDir)
+		unmountUnder(dir)
 		return nil
 	})
 	return nil

@@ -108,6 +108,66 @@ func (n *Node) Import(ctx context.Context, ref string, img v1.Image) error {
 	return nil
 }
 
+// ImportFiller imports an image of one file of sizeMiB zeros tagged ref, as a pull of an
+// image of that size would fill imagefs: the layer is unpacked into containerd's snapshots
+// (its compressed blob is small). The file's name makes each ref's layer its own.
+func (n *Node) ImportFiller(ctx context.Context, ref string, sizeMiB int) error {
+	img, err := Image([]File{{Path: "/filler/" + strings.NewReplacer("/", "_", ":", "_").Replace(ref), Mode: 0o644, Data: make([]byte, sizeMiB<<20)}}, v1.Config{})
+	if err != nil {
+		return err
+	}
+	// The CRI names an image by its config's digest too: RemoveImages removes both names.
+	id, err := img.ConfigName()
+	if err != nil {
+		return err
+	}
+	n.mu.Lock()
+	if n.imageIDs == nil {
+		n.imageIDs = map[string]string{}
+	}
+	n.imageIDs[ref] = id.String()
+	n.mu.Unlock()
+	err = n.Import(ctx, ref, img)
+	// The archive written for the import lies on the machine's disk: not kept.
+	_ = os.RemoveAll(filepath.Join(n.Dir, "images", strings.NewReplacer("/", "_", ":", "_").Replace(ref)+".tar"))
+	return err
+}
+
+// RemoveImages removes every image ImportFiller imported whose name starts with prefix, under
+// both its names (the tag, and the config's digest the CRI gives it); containerd then collects
+// their content and snapshots.
+func (n *Node) RemoveImages(ctx context.Context, prefix string) error {
+	out, err := n.ctr(ctx, "images", "ls", "-q")
+	if err != nil {
+		return err
+	}
+	present := map[string]bool{}
+	for _, ref := range strings.Fields(string(out)) {
+		present[ref] = true
+	}
+	var refs []string
+	n.mu.Lock()
+	for ref, id := range n.imageIDs {
+		if !strings.HasPrefix(ref, prefix) {
+			continue
+		}
+		for _, name := range []string{ref, id} {
+			if present[name] {
+				refs = append(refs, name)
+			}
+		}
+		delete(n.imageIDs, ref)
+	}
+	n.mu.Unlock()
+	if len(refs) == 0 {
+		return nil
+	}
+	if _, err := n.ctr(ctx, append([]string{"images", "rm", "--sync"}, refs...)...); err != nil {
+		return fmt.Errorf("removing %d images: %w", len(refs), err)
+	}
+	return nil
+}
+
 // pauseImage builds the sandbox image from the pause program beside this package.
 func pauseImage(ctx context.Context, n *Node) (v1.Image, error) {
 	bin := filepath.Join(n.Dir, "pause")

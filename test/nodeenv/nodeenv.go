@@ -87,6 +87,9 @@ type Options struct {
 	Labels map[string]string
 	// NodeFsSize is the size of the kubelet's root filesystem; 0 means 4 GiB (sparse).
 	NodeFsSize int64
+	// ImageFsSize, when set, makes containerd's root (imagefs) a filesystem of its own of that
+	// size (sparse), which images can fill; 0 leaves it on the machine's disk.
+	ImageFsSize int64
 	// Kubelet changes the kubelet's configuration before each start (evictionHard, ...).
 	Kubelet func(*KubeletConfig)
 	// Logf receives progress messages.
@@ -114,6 +117,8 @@ type Node struct {
 	mu      sync.Mutex
 	kubelet *testenv.Process
 	config  KubeletConfig
+	// imageIDs are the images ImportFiller imported, by tag, with their CRI ID.
+	imageIDs map[string]string
 }
 
 // Start sets the host up, starts containerd and the kubelet, and waits until the node is
@@ -156,6 +161,9 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 	}
 	if err := n.mountNodeFs(ctx); err != nil {
 		return nil, fmt.Errorf("nodefs: %w", err)
+	}
+	if err := n.mountImageFs(ctx); err != nil {
+		return nil, fmt.Errorf("imagefs: %w", err)
 	}
 	if err := n.startContainerd(ctx); err != nil {
 		return nil, fmt.Errorf("containerd: %w", err)
@@ -212,7 +220,7 @@ func (n *Node) Stop() {
 	removeKubeCgroups()
 	if n.Dir != "" {
 		// The logs are kept; the rest (images, snapshots, volumes) goes.
-		for _, sub := range []string{"containerd", "kubelet", "nodefs.img"} {
+		for _, sub := range []string{"containerd", "kubelet", "nodefs.img", "imagefs.img"} {
 			_ = os.RemoveAll(filepath.Join(n.Dir, sub))
 		}
 	}

@@ -145,7 +145,12 @@ func setUpAndRun(m *testing.M) (code int) {
 		return fail(err)
 	}
 	begin := time.Now()
-	node, err = nodeenv.Start(ctx, nodeenv.Options{Env: env, Name: nodeName, Labels: nodeLabels, Logf: logf})
+	opts := nodeenv.Options{Env: env, Name: nodeName, Labels: nodeLabels, Logf: logf}
+	if os.Getenv("REPRIEVE_PRESSURE_SOAK") == "1" || os.Getenv("REPRIEVE_RECORD_SERIES") != "" {
+		// An image filesystem of its own, small enough for image pulls to fill (issue 47).
+		opts.ImageFsSize = soakImageFsSize
+	}
+	node, err = nodeenv.Start(ctx, opts)
 	if err != nil {
 		return fail(err)
 	}
