@@ -425,7 +425,18 @@ func (a *Agent) Run(ctx context.Context) error {
 				strings.Join(kc.Searched, ", "))
 		}
 	}
-	// Ask the cloud once before planning anything; whatever it says (or fails to say), the
+	// A node that carries an interruption record already (a restart during a notice) is planned
+	// from it at once: the record keeps every source that has not answered, and a first call the
+	// cloud holds open (Azure's first Scheduled Events call; PollOnce waits up to the larger of
+	// two poll intervals and 3 s) must not hold the pods the record makes due (issue 52: a pod
+	// due at the new process's start went 3.1 s late). A node without a record waits for the
+	// answer: planning without it could withdraw a taint another process wrote.
+	resumed := record.HasNotices(a.cachedNode())
+	if resumed {
+		g.Go(func() error { a.evictions.run(ctx); return nil })
+		a.intr.Reconcile(ctx)
+	}
+	// Ask the cloud once before planning anything else; whatever it says (or fails to say), the
 	// interruption record the node carries keeps every source that has not answered.
 	a.intr.PollOnce(ctx)
 	if a.pressure != nil {
@@ -440,7 +451,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		// only at the next interruption, when the taint write fails.
 		g.Go(func() error { a.writer.WatchWrites(ctx, a.refusals, a.writeProbe); return nil })
 	}
-	g.Go(func() error { a.evictions.run(ctx); return nil })
+	if !resumed {
+		g.Go(func() error { a.evictions.run(ctx); return nil })
+	}
 	a.intr.Reconcile(ctx)
 	// The notice endpoint listens before the agent says it is ready: a pod that polls it once
 	// the agent is Ready must not be refused a connection.

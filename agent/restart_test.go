@@ -414,3 +414,79 @@ func TestPlatformSignalAloneAndItsWithdrawal(t *testing.T) {
 		t.Fatalf("deadline %v after the signal went, want the spot notice's %v", v.Window.Deadline, t0.Add(2*time.Minute))
 	}
 }
+
+// pollSeen is a provider whose Poll first calls seen: what the agent had planned by the time it
+// asked the cloud.
+type pollSeen struct {
+	*providertest.SourcesFake
+	seen func()
+}
+
+func (p *pollSeen) Poll(ctx context.Context) ([]providers.Notice, error) {
+	p.seen()
+	return p.SourcesFake.Poll(ctx)
+}
+
+// TestRestartPlansFromTheRecordBeforeAskingTheCloud (issue 52): a new process on a node whose
+// record holds a notice plans from it before its first call to the cloud, which the cloud may
+// hold open for seconds (Azure's first Scheduled Events call): a pod the record makes due must
+// not wait for that answer. Through Run, as the process starts.
+func TestRestartPlansFromTheRecordBeforeAskingTheCloud(t *testing.T) {
+	deadline := t0.Add(60 * time.Second)
+	preempt := providers.Notice{Provider: "azure", Source: "scheduledevents", Kind: providers.KindPreemption, ID: "evt-1",
+		NoticeTime: t0, Deadline: deadline, Action: "Preempt"}
+	first := newHarness(t, func(c *Config) { c.Provider = "azure" }, testNode())
+	p1 := providertest.NewWithSources("azure", "scheduledevents")
+	p1.SetAnswered("scheduledevents", true)
+	first.build(p1)
+	p1.Set(preempt)
+	first.step()
+
+	planned := make(chan time.Time, 1)
+	var h *harness
+	p := &pollSeen{SourcesFake: providertest.NewWithSources("azure", "scheduledevents"), seen: func() {
+		select {
+		case planned <- h.a.exec.View().Window.Deadline:
+		default:
+		}
+	}}
+	h = restarted(t, first, t0.Add(10*time.Second), p)
+	// Stopped at once, without working on to the window's end on the fake clock.
+	h.a.cfg.StopGrace = 0
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.a.Run(ctx) }()
+	select {
+	case got := <-planned:
+		if !got.Equal(deadline) {
+			t.Errorf("the window when the new process first asked the cloud: deadline %v; want the record's %v, planned before the answer", got, deadline)
+		}
+	case err := <-done:
+		t.Fatalf("the agent stopped before it asked the cloud: %v", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+
+	// A node without a record is not planned before the answer.
+	var fresh *harness
+	freshPlanned := make(chan bool, 1)
+	fp := &pollSeen{SourcesFake: providertest.NewWithSources("azure", "scheduledevents"), seen: func() {
+		select {
+		case freshPlanned <- fresh.a.exec.View().Window.HasDeadline():
+		default:
+		}
+	}}
+	fresh = newHarness(t, func(c *Config) { c.Provider = "azure" }, testNode())
+	fresh.build(fp)
+	ctx, cancel = context.WithCancel(context.Background())
+	go func() { done <- fresh.a.Run(ctx) }()
+	if has := <-freshPlanned; has {
+		t.Error("a node without a record had a window before the first answer")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}

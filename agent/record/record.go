@@ -108,6 +108,13 @@ func Read(node *v1.Node) (r Record, ok bool) {
 	return r, true
 }
 
+// HasNotices reports whether node carries a record of at least one notice: an interruption a
+// new agent process resumes.
+func HasNotices(node *v1.Node) bool {
+	r, ok := Read(node)
+	return ok && len(r.Notices) > 0
+}
+
 // Owns reports whether reprieve added the taint t (by key and effect) and the node still
 // carries it: only such a taint is reprieve's own to resume or to remove.
 func Owns(node *v1.Node, t v1.Taint) bool {
