@@ -76,7 +76,8 @@ func TestDoctorAllGreenAndMissingNode(t *testing.T) {
 	var out, errOut bytes.Buffer
 	// The kubelet package's cgroup v2 fixture stands in for the host.
 	host := filepath.Join("..", "..", "kubelet", "testdata", "cgroupv2")
-	if code := runDoctor(context.Background(), []string{"--node=n1", "--provider=none", "--host-root=" + host, "--kubelet-root-dir=/", "--imagefs-dir=/"}, &out, &errOut,
+	// The NoExecute mode, explicitly (the default is --interruption-eviction=reprieve).
+	if code := runDoctor(context.Background(), []string{"--node=n1", "--provider=none", "--host-root=" + host, "--kubelet-root-dir=/", "--imagefs-dir=/", "--interruption-eviction=kube-controller-manager"}, &out, &errOut,
 		doctorClient(permission{}, "n1")); code != 0 {
 		t.Errorf("exit %d, want 0:\n%s%s", code, out.String(), errOut.String())
 	}

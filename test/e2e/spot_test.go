@@ -243,6 +243,10 @@ func TestWithTaintEvictionController(t *testing.T) {
 		t.Parallel()
 		spotInterruptionBudgetMode(ctx, t)
 	})
+	t.Run("DefaultModeKeepsDaemonSetsAndBudgets", func(t *testing.T) {
+		t.Parallel()
+		defaultModeKeepsDaemonSetsAndBudgets(ctx, t)
+	})
 	t.Run("RecordForeverIgnoresOtherTaints", func(t *testing.T) {
 		t.Parallel()
 		recordForeverIgnoresOtherTaints(ctx, t)
