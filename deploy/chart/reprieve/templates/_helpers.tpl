@@ -66,6 +66,12 @@ of key, value and effect, for the toleration and the admission policy. */}}
 {{- end -}}
 {{- end -}}
 
+{{/* "true" when something says the agents are scraped under the job the rules select: the chart's
+PodMonitor, or monitoring.job naming the user's own scrape. */}}
+{{- define "reprieve.agentsScraped" -}}
+{{- if or .Values.podMonitor.enabled .Values.monitoring.job }}true{{ end -}}
+{{- end -}}
+
 {{/* The job label of the agent's series: monitoring.job, else the release's name. The PodMonitor
 sets it; the alert rules and the dashboard select on it, so every release sees its own agents. */}}
 {{- define "reprieve.job" -}}
