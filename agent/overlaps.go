@@ -56,7 +56,7 @@ func Overlaps(node *v1.Node, pods []*v1.Pod) []Overlap {
 	for _, l := range []string{"karpenter.sh/nodepool", "karpenter.sh/provisioner-name"} {
 		if v, ok := node.Labels[l]; ok {
 			out = append(out, Overlap{Who: "Karpenter", Evidence: fmt.Sprintf("label %s=%s", l, v),
-				Advice: "with an interruption queue (its INTERRUPTION_QUEUE setting) Karpenter drains and terminates this node on a spot notice on its own plan; run Karpenter without one, or keep reprieve off its nodes"})
+				Advice: "with an interruption queue (its settings.interruptionQueue, INTERRUPTION_QUEUE) Karpenter drains and terminates this node on a spot notice on its own plan; run Karpenter without one, or leave its nodes to it with the chart value excludeNodes: [karpenter.sh/nodepool] (docs/install.md, \"Other handlers of the same notice\")"})
 			break
 		}
 	}

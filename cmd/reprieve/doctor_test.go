@@ -352,6 +352,7 @@ func TestDoctorOverlaps(t *testing.T) {
 		t.Errorf("exit %d, want 0: an overlap is a warning\n%s%s", code, out.String(), errOut.String())
 	}
 	for _, want := range []string{"WARN  Karpenter also acts on this node's interruptions (label karpenter.sh/nodepool=spot)",
+		"leave its nodes to it with the chart value excludeNodes: [karpenter.sh/nodepool]",
 		"WARN  aws-node-termination-handler also acts on this node's interruptions (pod kube-system/nth-1)"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("no %q in\n%s", want, out.String())
