@@ -91,6 +91,18 @@ true
 {{- end }}
 
 {{/*
+"true" when this render has a cluster to look at: helm install, upgrade and uninstall, and Flux's
+helm-controller (Helm's own actions, which run hooks); not `helm template`, Argo CD's render or
+kustomize's helmCharts, where lookup gives an empty result. The namespace "default" always
+exists.
+*/}}
+{{- define "reprieve.renderedWithCluster" -}}
+{{- if lookup "v1" "Namespace" "" "default" -}}
+true
+{{- end -}}
+{{- end }}
+
+{{/*
 "true" when the admission policies are rendered: admissionPolicy.enabled and the cluster serves
 ValidatingAdmissionPolicy at admissionregistration.k8s.io/v1 (Kubernetes 1.30 and later). Where it
 does not, applying them would fail the whole release; NOTES.txt says that the node binding is off.
