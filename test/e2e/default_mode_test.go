@@ -129,8 +129,14 @@ func defaultModeKeepsDaemonSetsAndBudgets(ctx context.Context, t *testing.T) {
 	if !strings.Contains(res.Metrics, `reprieve_evictions_missed_deadline_total 0`) {
 		t.Errorf("metrics: %s", grep(res.Metrics, "reprieve_evictions_missed_deadline_total"))
 	}
-	t.Logf("log shipper %s ran through the window (end T%+.1fs); pdb-blocked deleted at T%+.2fs; kube-controller-manager deleted nothing",
-		before.Name, end.Sub(res.TimeAdded).Seconds(), row.Record.DeletedAt.Sub(res.TimeAdded).Seconds())
+	samples := 0
+	for _, l := range strings.Split(res.Metrics, "\n") {
+		if l != "" && !strings.HasPrefix(l, "#") {
+			samples++
+		}
+	}
+	t.Logf("log shipper %s ran through the window (end T%+.1fs); pdb-blocked deleted at T%+.2fs; kube-controller-manager deleted nothing; the agent's /metrics held %d samples",
+		before.Name, end.Sub(res.TimeAdded).Seconds(), row.Record.DeletedAt.Sub(res.TimeAdded).Seconds(), samples)
 }
 
 // shipperPod is the log shipper's pod in ns, nil when there is none.

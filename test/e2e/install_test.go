@@ -48,21 +48,24 @@ func installDaemonSets(ctx context.Context, t *testing.T) {
 	} {
 		t.Run(c.cloud, func(t *testing.T) { installDaemonSet(ctx, t, c.cloud, c.file, c.spot, c.refusals) })
 	}
-	// The chart's other pressure sources: no hostPath volume.
+	// The chart's other pressure sources: no hostPath volume without the kubelet's configuration
+	// (readKubeletConfig=false); with it, its read-only hostPath volumes (issue 48, item 3).
 	for _, c := range []struct {
-		cloud, source string
-		refusals      []string
+		cloud, source, readConfig string
+		refusals                  []string
 	}{
-		{"aws", "summary", []string{hostNamespaces}},
-		{"gcp", "host", []string{hostPath}},
-		{"gcp", "summary", nil},
-		{"gcp", "off", nil},
-		{"azure", "host", []string{hostPath}},
-		{"azure", "summary", nil},
+		{"aws", "summary", "false", []string{hostNamespaces}},
+		{"gcp", "host", "false", []string{hostPath}},
+		{"gcp", "summary", "false", nil},
+		{"gcp", "off", "false", nil},
+		{"azure", "host", "false", []string{hostPath}},
+		{"azure", "summary", "false", nil},
+		{"gcp", "summary", "true", []string{hostPath}},
+		{"azure", "off", "true", []string{hostPath}},
 	} {
-		name := c.cloud + "-" + c.source
+		name := c.cloud + "-" + c.source + "-config-" + c.readConfig
 		t.Run("pod-security-"+name, func(t *testing.T) {
-			ds, _ := renderDaemonSet(t, name, "--set", "cloud="+c.cloud+",pressure.source="+c.source)
+			ds, _ := renderDaemonSet(t, name, "--set", "cloud="+c.cloud+",pressure.source="+c.source+",readKubeletConfig="+c.readConfig)
 			checkBaseline(ctx, t, name, ds.Spec.Template.Spec, c.refusals)
 		})
 	}

@@ -62,3 +62,71 @@ func testChartNotes(t *testing.T) {
 		t.Errorf("NOTES do not warn when no node matches:\n%s", got)
 	}
 }
+
+// testChartNotesPlacement (issues 48 and 49): NOTES.txt, rendered against the real API server,
+// names Karpenter's nodes among those selected and the value that leaves them to Karpenter, and
+// counts them as left out once excludeNodes does; it says where the eviction guard will run: on a
+// set of nodes that are all spot capacity (the guard confined to them with
+// evictionGuard.nodeSelector), a warning with the cost, or with offSpot required that it stays
+// Pending; with a node off spot among them, neither. A PrometheusRule without the PodMonitor says
+// that ReprieveAgentAbsent was left out.
+func testChartNotesPlacement(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const label = "reprieve.test/notes-placement"
+	nodes := map[string]map[string]string{
+		"notes-karpenter-spot": {"karpenter.sh/capacity-type": "spot", "karpenter.sh/nodepool": "default", label: "spot"},
+		"notes-mng-spot":       {"eks.amazonaws.com/capacityType": "SPOT", label: "spot"},
+		"notes-on-demand":      {"eks.amazonaws.com/capacityType": "ON_DEMAND", label: "mixed"},
+	}
+	for name, l := range nodes {
+		if _, err := env.CreateNode(ctx, name, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer func() {
+		for name := range nodes {
+			_ = env.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
+		}
+	}()
+	notes := func(args ...string) string {
+		t.Helper()
+		out, err := helm(t, append([]string{"install", "notes", chartDir, "--namespace", "kube-system", "--dry-run=server",
+			"--kubeconfig", env.Kubeconfig, "-f", "deploy/chart/values-aws.yaml"}, args...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := string(out)
+		if i := strings.Index(s, "NOTES:"); i >= 0 {
+			return s[i:]
+		}
+		t.Fatalf("no NOTES in\n%s", s)
+		return ""
+	}
+	got := notes()
+	if !regexp.MustCompile(`NOTE: \d+ of the selected nodes are Karpenter's`).MatchString(got) || !strings.Contains(got, "excludeNodes={karpenter.sh/nodepool}") {
+		t.Errorf("NOTES do not name Karpenter's nodes and the value that leaves them to it:\n%s", got)
+	}
+	got = notes("--set", "excludeNodes={karpenter.sh/nodepool}")
+	if strings.Contains(got, "of the selected nodes are Karpenter's") || !regexp.MustCompile(`\d+ more are left to other handlers`).MatchString(got) {
+		t.Errorf("with excludeNodes, NOTES still name Karpenter's nodes, or do not count them left out:\n%s", got)
+	}
+	sel := "evictionGuard.nodeSelector." + strings.ReplaceAll(label, ".", `\.`)
+	got = notes("--set", sel+"=spot")
+	if !strings.Contains(got, "WARNING: no Linux node the eviction guard may use is off spot capacity, so it runs on spot") ||
+		!strings.Contains(got, "past their PodDisruptionBudgets") || !strings.Contains(got, "port 10250 of its pods") {
+		t.Errorf("NOTES do not warn that the guard runs on spot capacity, with the cost, or name its port:\n%s", got)
+	}
+	got = notes("--set", sel+"=spot,evictionGuard.offSpot=required")
+	if !strings.Contains(got, "the eviction guard stays Pending") {
+		t.Errorf("NOTES do not warn that the guard stays Pending with offSpot required:\n%s", got)
+	}
+	got = notes("--set", sel+"=mixed")
+	if strings.Contains(got, "WARNING: no Linux node the eviction guard") {
+		t.Errorf("NOTES warn with a node off spot among the guard's:\n%s", got)
+	}
+	got = notes("--set", "prometheusRule.enabled=true")
+	if !strings.Contains(got, "leaves out ReprieveAgentAbsent") {
+		t.Errorf("NOTES do not say the PrometheusRule left ReprieveAgentAbsent out:\n%s", got)
+	}
+}

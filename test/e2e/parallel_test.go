@@ -135,6 +135,7 @@ func TestCPUBound(t *testing.T) {
 		{"ChartRendersApplyServerDryRun", testChartRendersApplyServerDryRun},
 		{"ChartValues", testChartValues},
 		{"ChartGitOps", testChartGitOps},
+		{"ChartNotesPlacement", testChartNotesPlacement},
 		{"ChartGuardPlacementValues", testChartGuardPlacementValues},
 		{"ChartSelectionValues", testChartSelectionValues},
 		{"EvictionGuardChartRender", testEvictionGuardChartRender},
