@@ -100,7 +100,7 @@ func Overlaps(node *v1.Node, pods []*v1.Pod) []Overlap {
 	if len(nth) > 0 {
 		sort.Strings(nth)
 		out = append(out, Overlap{Who: nthName, Evidence: strings.Join(nth, ", "),
-			Advice: "it cordons and drains this node on the same notices, at once and with one grace for all; run one of the two on a node (docs/migrating-from-nth.md)"})
+			Advice: "it cordons and drains this node on the same notices, at once and with one grace for all; run one of the two on a node (docs/migrating-from-nth.md), or leave NTH's nodes to it with the chart value excludeNodes (a label only they carry)"})
 	}
 	return out
 }
