@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -223,8 +224,22 @@ func patchNamespace(ctx context.Context, t *testing.T, name string, labels map[s
 // the image store.
 func checkHardening(t *testing.T, cloud string, spec v1.PodSpec) {
 	t.Helper()
-	if len(spec.Containers) != 1 || len(spec.InitContainers) != 0 || len(spec.EphemeralContainers) != 0 {
-		t.Fatalf("%s: %d containers, %d init containers; want the agent's one", cloud, len(spec.Containers), len(spec.InitContainers))
+	// AKS: one init container more, which copies the kubelet's two root-only files (issue 48,
+	// item 3): root, but with every capability dropped and a read-only root filesystem.
+	wantInit := 0
+	if cloud == "azure" {
+		wantInit = 1
+	}
+	if len(spec.Containers) != 1 || len(spec.InitContainers) != wantInit || len(spec.EphemeralContainers) != 0 {
+		t.Fatalf("%s: %d containers, %d init containers; want the agent's one and %d init container", cloud, len(spec.Containers), len(spec.InitContainers), wantInit)
+	}
+	for _, ic := range spec.InitContainers {
+		isc := ic.SecurityContext
+		if isc == nil || isc.ReadOnlyRootFilesystem == nil || !*isc.ReadOnlyRootFilesystem || isc.AllowPrivilegeEscalation == nil || *isc.AllowPrivilegeEscalation ||
+			(isc.Privileged != nil && *isc.Privileged) || isc.Capabilities == nil || len(isc.Capabilities.Add) != 0 || !slices.Equal(isc.Capabilities.Drop, []v1.Capability{"ALL"}) ||
+			isc.SeccompProfile == nil || isc.SeccompProfile.Type != v1.SeccompProfileTypeRuntimeDefault || len(ic.Args) == 0 || ic.Args[0] != "copy-kubelet-files" {
+			t.Errorf("%s: init container %s %+v, args %q; want copy-kubelet-files, read-only root, no capability, no escalation, RuntimeDefault", cloud, ic.Name, isc, ic.Args)
+		}
 	}
 	c := spec.Containers[0]
 	sc := c.SecurityContext
@@ -266,12 +281,20 @@ func checkHardening(t *testing.T, cloud string, spec v1.PodSpec) {
 	switch cloud {
 	case "aws":
 		want["/etc/kubernetes/kubelet"] = v1.HostPathDirectory
+		// nodeadm's flags (/etc/eks/kubelet/environment); absent on AL2 and Bottlerocket.
+		want["/etc/eks/kubelet"] = v1.HostPathDirectoryOrCreate
 	case "gcp":
 		want["/home/kubernetes/kubelet-config.yaml"] = v1.HostPathFile
 	case "azure":
+		// The init container's alone; the agent reads its copies.
 		want["/etc/default"] = v1.HostPathDirectory
 	}
 	mounts := map[string]v1.VolumeMount{}
+	for _, ic := range spec.InitContainers {
+		for _, m := range ic.VolumeMounts {
+			mounts[m.Name] = m
+		}
+	}
 	for _, m := range c.VolumeMounts {
 		mounts[m.Name] = m
 	}

@@ -125,8 +125,23 @@ func testChartNotesPlacement(t *testing.T) {
 	if strings.Contains(got, "WARNING: no Linux node the eviction guard") {
 		t.Errorf("NOTES warn with a node off spot among the guard's:\n%s", got)
 	}
-	got = notes("--set", "prometheusRule.enabled=true")
-	if !strings.Contains(got, "leaves out ReprieveAgentAbsent") {
-		t.Errorf("NOTES do not say the PrometheusRule left ReprieveAgentAbsent out:\n%s", got)
+	// The PrometheusRule's kind is not served here (no Prometheus Operator): a client-side dry
+	// run renders the NOTES without the cluster.
+	out, err := helm(t, "install", "notes", chartDir, "--namespace", "kube-system", "--dry-run=client", "-f", "deploy/chart/values-aws.yaml",
+		"--set", "prometheusRule.enabled=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), "leaves out ReprieveAgentAbsent") || !strings.Contains(string(out), "kind: PrometheusRule") ||
+		strings.Contains(string(out), "alert: ReprieveAgentAbsent") {
+		t.Errorf("the PrometheusRule without the PodMonitor: NOTES do not say ReprieveAgentAbsent was left out, or it is in the rules:\n%s", out)
+	}
+	out, err = helm(t, "install", "notes", chartDir, "--namespace", "kube-system", "--dry-run=client", "-f", "deploy/chart/values-aws.yaml",
+		"--set", "prometheusRule.enabled=true,podMonitor.enabled=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(out), "leaves out ReprieveAgentAbsent") || !strings.Contains(string(out), "alert: ReprieveAgentAbsent") {
+		t.Errorf("the PrometheusRule with the PodMonitor: want ReprieveAgentAbsent in the rules and no note:\n%s", out)
 	}
 }
