@@ -16,7 +16,7 @@ mkdir -p "$bin"
 
 K8S_VERSION=$(cd "$here" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
 ETCD_VERSION=$(cd "$here" && go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
-KWOK_VERSION=v0.8.0
+KWOK_VERSION=$(cd "$here" && go list -m -f '{{.Version}}' sigs.k8s.io/kwok)
 IMDS_MOCK_VERSION=v1.13.0
 
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
@@ -72,12 +72,16 @@ if wanted etcd && ! fresh etcd "$ETCD_VERSION"; then
   stamp etcd "$ETCD_VERSION"
 fi
 
-# kwok and amazon-ec2-metadata-mock install from their own modules with their own pins.
+# kwok is built in this module (tools.go imports it), against the k8s.io libraries kube-apiserver
+# uses, so that a cold build compiles them once: its own go.mod pins older ones (v0.36), which
+# `go install kwok@version` compiled a second time. This module's other pins are the agent's own
+# (go.mod at the root), so that `make e2e-bin` finds client-go and the rest compiled too.
 if wanted kwok && ! fresh kwok "$KWOK_VERSION"; then
   echo "building kwok $KWOK_VERSION" >&2
-  GOBIN="$bin" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+  (cd "$here" && go build -trimpath -ldflags "-s -w" -o "$bin/kwok" sigs.k8s.io/kwok/cmd/kwok)
   stamp kwok "$KWOK_VERSION"
 fi
+# amazon-ec2-metadata-mock installs from its own module with its own pins (a small one).
 if wanted ec2-metadata-mock && ! fresh ec2-metadata-mock "$IMDS_MOCK_VERSION"; then
   echo "building ec2-metadata-mock $IMDS_MOCK_VERSION" >&2
   GOBIN="$bin" go install -trimpath -ldflags "-s -w" \
