@@ -345,7 +345,7 @@ func settings(c v1.Container) []string {
 // kubeletConfigPaths where each cloud keeps the kubelet's configuration, which it mounts too
 // unless pressure.kubeletConfig names the file.
 var (
-	hostSourcePaths    = []string{"/proc/meminfo", "/proc/loadavg", "/proc/sys/kernel/pid_max", "/proc/sys/kernel/threads-max", "/sys/fs/cgroup", "/var/lib/kubelet", "/var/lib/containerd"}
+	hostSourcePaths = []string{"/proc/meminfo", "/proc/loadavg", "/proc/sys/kernel/pid_max", "/proc/sys/kernel/threads-max", "/sys/fs/cgroup", "/var/lib/kubelet", "/var/lib/containerd"}
 	// (azure: the init container's /etc/default, from which it copies the two root-only files).
 	kubeletConfigPaths = map[string][]string{"aws": {"/etc/kubernetes/kubelet", "/etc/eks/kubelet"}, "gcp": {"/home/kubernetes/kubelet-config.yaml"}, "azure": {"/etc/default"}}
 	// excludedNodeKeys end every term of the DaemonSet's node affinity: no Fargate, no
