@@ -10,7 +10,7 @@ export REPRIEVE_TOOLS_BIN ?= $(TOOLS_BIN)
 # before any of them starts a clock: cold, the build alone takes minutes on two cores.
 E2E_BIN := $(CURDIR)/.cache/e2e/reprieve
 
-.PHONY: build release e2e-bin tools helm nth manifests promtool node-packages test test-versions unit e2e realnode lint fuzz fuzz-outside fuzz-run demo bench soak soak-pressure record-series clean
+.PHONY: build release e2e-bin tools demo-tools helm nth manifests promtool node-packages test test-versions unit e2e realnode lint fuzz fuzz-outside fuzz-run demo bench soak soak-pressure record-series clean
 
 ## build: the static binary the Dockerfile builds (CGO off, trimmed paths, version baked in)
 build:
@@ -31,6 +31,12 @@ e2e-bin:
 ## tools: build the real control plane and peers from the Go module proxy (cached)
 tools:
 	bash test/tools/build.sh
+
+## demo-tools: only what the demo runs (a fresh clone's `make demo` builds no kubelet, no CSI
+## programs, no helm, no kube-scheduler); `make tools` builds these and the rest
+DEMO_TOOLS := kube-apiserver kube-controller-manager etcd kwok ec2-metadata-mock
+demo-tools:
+	bash test/tools/build.sh $(DEMO_TOOLS)
 
 ## helm: only helm (pinned in test/tools/helm/go.mod), into the same cache; `make tools` builds it too
 helm:
@@ -132,12 +138,13 @@ realnode: e2e-bin
 
 ## demo: a spot interruption on a local control plane with a simulated cloud, with a table
 ## (PROVIDER=aws|gcp|azure), kube-controller-manager beside it. More: make demo PROVIDER=gcp
-## DEMO_ARGS=-scenario=gpu-maintenance; DEMO_ARGS=-interruption-eviction=reprieve keeps budgets
+## DEMO_ARGS=-scenario=gpu-maintenance; DEMO_ARGS=-interruption-eviction=kube-controller-manager
+## shows the NoExecute mode
 PROVIDER ?= aws
 DEMO_ARGS ?=
 # Built with e2e-bin's settings (CGO off, trimmed paths), so that a cold build compiles client-go
-# and the rest once for both.
-demo: tools e2e-bin
+# and the rest once for both. Only the demo's tools (demo-tools), not every test's.
+demo: demo-tools e2e-bin
 	REPRIEVE_BIN=$(E2E_BIN) CGO_ENABLED=0 go run -trimpath ./test/demo -provider=$(PROVIDER) $(DEMO_ARGS)
 
 ## bench: the benchmark program test/bench on the real control plane (about 20 minutes); it rewrites

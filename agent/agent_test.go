@@ -233,7 +233,8 @@ func spotToleration(s *int64) v1.Toleration {
 
 func TestReconcileTaintsThenUndoes(t *testing.T) {
 	other := v1.Taint{Key: "dedicated", Value: "x", Effect: v1.TaintEffectNoSchedule}
-	h := newHarness(t, nil, testNode(other))
+	// The NoExecute mode, explicitly (the default is --interruption-eviction=reprieve).
+	h := newHarness(t, func(c *Config) { c.InterruptionEviction = string(plan.EvictionKubeControllerManager) }, testNode(other))
 	h.clock.SetTime(t0.Add(300 * time.Millisecond))
 	h.notice(t0.Add(2 * time.Minute))
 

@@ -59,8 +59,8 @@ type Config struct {
 
 	InterruptionTaint string
 	// InterruptionEviction says who deletes the pods of an interruption (plan.Eviction):
-	// kube-controller-manager (the taint is written NoExecute) or reprieve (NoSchedule; the plan
-	// reads it as NoExecute either way).
+	// reprieve (the default: the taint is written NoSchedule) or kube-controller-manager
+	// (NoExecute); the plan reads it as NoExecute either way.
 	InterruptionEviction string
 	RebalanceTaint       string
 	MaintenanceTaint     string
@@ -189,7 +189,7 @@ func DefaultConfig() Config {
 		MetadataStaleAfter:      2 * time.Minute,
 		MaintenanceLead:         10 * time.Minute,
 		InterruptionTaint:       "cloud=spot:NoExecute",
-		InterruptionEviction:    string(plan.EvictionKubeControllerManager),
+		InterruptionEviction:    string(plan.EvictionReprieve),
 		RebalanceTaint:          "reprieve.io/rebalance-recommended=true:PreferNoSchedule",
 		MaintenanceTaint:        "reprieve.io/scheduled-maintenance=true:NoSchedule",
 		SafetyMargin:            5 * time.Second,
@@ -249,7 +249,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.MetadataStaleAfter, "metadata-stale-after", c.MetadataStaleAfter, "The agent is Ready only while every metadata source has given a good answer within this long (and once each has answered since start); past it the agent reports that it cannot see: not ready, a MetadataUnanswered event, reprieve_metadata_sources_stale.")
 	fs.DurationVar(&c.MaintenanceLead, "maintenance-lead", c.MaintenanceLead, "How long before a scheduled maintenance event the interruption taint goes on; before that the node only gets --maintenance-taint.")
 	fs.StringVar(&c.InterruptionTaint, "interruption-taint", c.InterruptionTaint, "Taint for a pending interruption, key=value:NoExecute.")
-	fs.StringVar(&c.InterruptionEviction, "interruption-eviction", c.InterruptionEviction, "Who deletes the pods of an interruption. kube-controller-manager: the interruption taint goes on NoExecute, and the taint-eviction controller deletes each pod when its toleration runs out (a pod without one at once), with its full grace and past its PodDisruptionBudget; reprieve evicts earlier only what the deadline needs. reprieve: the taint goes on NoSchedule, which that controller ignores, and reprieve alone evicts each pod, through the Eviction API, when the NoExecute taint would have made it due (from the pod's tolerations of it): budgets hold until the pod's last safe moment, then it is deleted with what fits of its grace.")
+	fs.StringVar(&c.InterruptionEviction, "interruption-eviction", c.InterruptionEviction, "Who deletes the pods of an interruption. reprieve: the interruption taint goes on NoSchedule, which kube-controller-manager's taint-eviction controller ignores, and reprieve alone evicts each pod, through the Eviction API, when the NoExecute taint would have made it due (from the pod's tolerations of it): budgets hold until the pod's last safe moment, then it is deleted with what fits of its grace, and DaemonSet pods run to the end. kube-controller-manager: the taint goes on NoExecute, and that controller deletes each pod when its toleration runs out (a pod without one at once, DaemonSet pods included), with its full grace and past its PodDisruptionBudget; reprieve evicts earlier only what the deadline needs. It still acts while reprieve is down.")
 	fs.StringVar(&c.RebalanceTaint, "rebalance-taint", c.RebalanceTaint, "Soft taint for a rebalance recommendation, key=value:Effect; its key must be in reprieve.io/.")
 	fs.StringVar(&c.MaintenanceTaint, "maintenance-taint", c.MaintenanceTaint, "Taint for scheduled maintenance further away than --maintenance-lead, key=value:Effect; its key must be in reprieve.io/.")
 	fs.DurationVar(&c.SafetyMargin, "safety-margin", c.SafetyMargin, "Every evicted pod must have finished terminating this long before the reclaim deadline.")

@@ -56,7 +56,7 @@ func Overlaps(node *v1.Node, pods []*v1.Pod) []Overlap {
 	for _, l := range []string{"karpenter.sh/nodepool", "karpenter.sh/provisioner-name"} {
 		if v, ok := node.Labels[l]; ok {
 			out = append(out, Overlap{Who: "Karpenter", Evidence: fmt.Sprintf("label %s=%s", l, v),
-				Advice: "with an interruption queue (its INTERRUPTION_QUEUE setting) Karpenter drains and terminates this node on a spot notice on its own plan; run Karpenter without one, or keep reprieve off its nodes"})
+				Advice: "with an interruption queue (its settings.interruptionQueue, INTERRUPTION_QUEUE) Karpenter drains and terminates this node on a spot notice on its own plan; run Karpenter without one, or leave its nodes to it with the chart value excludeNodes: [karpenter.sh/nodepool] (docs/install.md, \"Other handlers of the same notice\")"})
 			break
 		}
 	}
@@ -100,7 +100,7 @@ func Overlaps(node *v1.Node, pods []*v1.Pod) []Overlap {
 	if len(nth) > 0 {
 		sort.Strings(nth)
 		out = append(out, Overlap{Who: nthName, Evidence: strings.Join(nth, ", "),
-			Advice: "it cordons and drains this node on the same notices, at once and with one grace for all; run one of the two on a node (docs/migrating-from-nth.md)"})
+			Advice: "it cordons and drains this node on the same notices, at once and with one grace for all; run one of the two on a node (docs/migrating-from-nth.md), or leave NTH's nodes to it with the chart value excludeNodes (a label only they carry)"})
 	}
 	return out
 }

@@ -15,6 +15,8 @@ import (
 func TestPlanWhatIf(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.NodeName = nodeName
+	// The NoExecute mode, explicitly (the default is --interruption-eviction=reprieve).
+	cfg.InterruptionEviction = string(plan.EvictionKubeControllerManager)
 	deadline := t0.Add(120 * time.Second)
 	end := deadline.Add(-cfg.SafetyMargin)
 	at := func(d time.Duration) *time.Time { x := t0.Add(d); return &x }

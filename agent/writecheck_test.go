@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/reprieve-dev/reprieve/agent/kube/kubetest"
+	"github.com/reprieve-dev/reprieve/agent/plan"
 	"github.com/reprieve-dev/reprieve/agent/record"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -112,7 +113,11 @@ func TestNodeWriteRefusalsFromTaintWrites(t *testing.T) {
 // begins later is counted before the next interruption.
 func TestNodeWriteCheck(t *testing.T) {
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, ResourceVersion: "7"}}
-	h := newHarness(t, func(c *Config) { c.NodeWriteRefusals = 3 }, node)
+	// The NoExecute mode, explicitly (the default is --interruption-eviction=reprieve).
+	h := newHarness(t, func(c *Config) {
+		c.NodeWriteRefusals = 3
+		c.InterruptionEviction = string(plan.EvictionKubeControllerManager)
+	}, node)
 	h.a.ready.Store(true)
 	h.a.intr.PollOnce(context.Background()) // every source has answered
 	var refuse atomic.Bool

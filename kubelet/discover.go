@@ -36,7 +36,16 @@ var Locations = []Location{
 	// --config-dir=config.json.d (when the NodeConfig has kubelet settings: always on Karpenter's
 	// nodes) with nodeadm's own drop-in 40-nodeadm.conf (writeKubeletConfig, at 81fec2e8) holding
 	// the user's NodeConfig kubelet settings.
-	{Platform: "EKS AL2023 (nodeadm)", Path: "/etc/kubernetes/kubelet/config.json", DropInDir: "/etc/kubernetes/kubelet/config.json.d"},
+	// The flags: nodeadm/internal/kubelet/environment.go (writeKubeletEnvironment) writes every
+	// flag it sets (--config, --config-dir, --node-ip, --hostname-override, ...) as
+	// NODEADM_KUBELET_ARGS to /etc/eks/kubelet/environment (0644, kubeletConfigPerm), with the
+	// NodeConfig's spec.kubelet.flags appended last "to give them precedence", and the AL2023
+	// unit (templates/al2023/runtime/rootfs/etc/systemd/system/kubelet.service) runs
+	// "EnvironmentFile=/etc/eks/kubelet/environment" and "ExecStart=/usr/bin/kubelet
+	// $NODEADM_KUBELET_ARGS": a user's --eviction-hard or --node-status-update-frequency there
+	// wins over config.json and its drop-ins, as the kubelet applies flags last.
+	{Platform: "EKS AL2023 (nodeadm)", Path: "/etc/kubernetes/kubelet/config.json", DropInDir: "/etc/kubernetes/kubelet/config.json.d",
+		FlagsFile: "/etc/eks/kubelet/environment", FlagsVar: "NODEADM_KUBELET_ARGS"},
 	// awslabs/amazon-eks-ami templates/al2/runtime/kubelet-config.json, installed there and passed
 	// as --config by bootstrap.sh and the kubelet unit.
 	{Platform: "EKS AL2", Path: "/etc/kubernetes/kubelet/kubelet-config.json"},

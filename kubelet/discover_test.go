@@ -749,3 +749,92 @@ func TestFindConfigExplicitAKS(t *testing.T) {
 		t.Errorf("explicit AKS path missing: %+v %v, want unknown naming it", c, err)
 	}
 }
+
+// TestFindConfigEKSFlags (issue 48, item 3): an EKS AL2023 node's kubelet runs as
+// "kubelet $NODEADM_KUBELET_ARGS" from /etc/eks/kubelet/environment, where nodeadm appends the
+// NodeConfig's spec.kubelet.flags after its own to give them precedence (awslabs/amazon-eks-ami
+// nodeadm/internal/kubelet/environment.go): an eviction flag there wins over config.json and its
+// drop-ins, as the kubelet applies its flags last.
+func TestFindConfigEKSFlags(t *testing.T) {
+	const (
+		config = "/etc/kubernetes/kubelet/config.json"
+		dropIn = "/etc/kubernetes/kubelet/config.json.d/40-nodeadm.conf"
+		envF   = "/etc/eks/kubelet/environment"
+		eks    = "EKS AL2023 (nodeadm)"
+	)
+	mainFile := `{"apiVersion":"kubelet.config.k8s.io/v1beta1","kind":"KubeletConfiguration",` +
+		`"evictionHard":{"memory.available":"100Mi","nodefs.available":"10%","nodefs.inodesFree":"5%"},"nodeStatusUpdateFrequency":"10s"}`
+	dropInFile := `{"apiVersion":"kubelet.config.k8s.io/v1beta1","kind":"KubeletConfiguration","evictionHard":{"memory.available":"500Mi"}}`
+	// nodeadm's own flags as environment.go writes them (fmt.Sprintf("%s=%s"): unquoted, one
+	// line), then the user's.
+	nodeadm := "--cloud-provider=external --config=/etc/kubernetes/kubelet/config.json --config-dir=/etc/kubernetes/kubelet/config.json.d " +
+		"--hostname-override=ip-192-168-10-21.us-west-2.compute.internal --node-ip=192.168.10.21"
+	tests := []struct {
+		name           string
+		files          map[string]string
+		platform, hard string
+		flags          []string
+		dropIns        int
+		status         time.Duration
+	}{
+		{
+			name: "the user's flags over the file and its drop-in",
+			files: map[string]string{config: mainFile, dropIn: dropInFile,
+				envF: "KUBELET_CONFIG_DROPIN_DIR_ALPHA=on\nNODEADM_KUBELET_ARGS=" + nodeadm + " --eviction-hard=memory.available<300Mi,nodefs.available<12% --node-status-update-frequency=20s\n"},
+			platform: eks + " (config file and kubelet flags)", hard: "memory.available<300Mi,nodefs.available<12%",
+			flags:   []string{"--eviction-hard=memory.available<300Mi,nodefs.available<12%", "--node-status-update-frequency=20s"},
+			dropIns: 1, status: 20 * time.Second,
+		},
+		{
+			name: "quoted, as eks-hybrid's nodeadm writes it, without eviction flags: the file and drop-in",
+			files: map[string]string{config: mainFile, dropIn: dropInFile,
+				envF: `NODEADM_KUBELET_ARGS="` + nodeadm + `"` + "\n"},
+			platform: eks, hard: "memory.available<500Mi,nodefs.available<10%,nodefs.inodesFree<5%",
+			dropIns: 1, status: 10 * time.Second,
+		},
+		{
+			name:     "no environment file (an AMI before nodeadm wrote one): the file alone",
+			files:    map[string]string{config: mainFile},
+			platform: eks, hard: "memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%",
+			status: 10 * time.Second,
+		},
+		{
+			name: "a user's --eviction-hard=\"\": no hard eviction at all",
+			files: map[string]string{config: mainFile,
+				envF: "NODEADM_KUBELET_ARGS=" + strings.Replace(nodeadm, " --config-dir=/etc/kubernetes/kubelet/config.json.d", "", 1) + ` --eviction-hard=""` + "\n"},
+			platform: eks + " (config file and kubelet flags)", hard: "",
+			flags:  []string{"--eviction-hard="},
+			status: 10 * time.Second,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := t.TempDir()
+			for p, content := range tt.files {
+				writeHostFile(t, root, p, content)
+			}
+			c, err := FindConfig(Lookup{HostRoot: root})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !c.Found || c.Platform != tt.platform || c.Path != filepath.Join(root, config) {
+				t.Errorf("Found %v Platform %q Path %q; want true, %q, %s", c.Found, c.Platform, c.Path, tt.platform, config)
+			}
+			if got := thresholdStrings(c.Hard); got != tt.hard {
+				t.Errorf("Hard = %q, want %q", got, tt.hard)
+			}
+			if !slices.Equal(c.Flags, tt.flags) {
+				t.Errorf("Flags = %q, want %q", c.Flags, tt.flags)
+			}
+			if len(c.DropIns) != tt.dropIns {
+				t.Errorf("DropIns = %v, want %d", c.DropIns, tt.dropIns)
+			}
+			if c.NodeStatusUpdateFrequency != tt.status {
+				t.Errorf("NodeStatusUpdateFrequency = %v, want %v", c.NodeStatusUpdateFrequency, tt.status)
+			}
+			if _, ok := tt.files[envF]; ok && c.FlagsFile != filepath.Join(root, envF) {
+				t.Errorf("FlagsFile = %q, want %s", c.FlagsFile, envF)
+			}
+		})
+	}
+}

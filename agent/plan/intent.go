@@ -48,7 +48,7 @@ const (
 )
 
 // Evictions lists the values of --interruption-eviction, the default first.
-var Evictions = []Eviction{EvictionKubeControllerManager, EvictionReprieve}
+var Evictions = []Eviction{EvictionReprieve, EvictionKubeControllerManager}
 
 // Eviction is who deletes the pods of an interruption, from the effect of the taint written.
 func (ts TaintSet) Eviction() Eviction {

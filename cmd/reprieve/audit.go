@@ -119,6 +119,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer, now 
 	namespace := fs.StringP("namespace", "n", "", "audit the workloads of this namespace only (default every namespace)")
 	window := fs.Duration("window", 0, "one reclaim window to imagine (default each cloud's: aws 120s, gcp 30s, azure 30s)")
 	fs.StringVar(&cfg.InterruptionTaint, "interruption-taint", cfg.InterruptionTaint, "the agent's --interruption-taint")
+	fs.StringVar(&cfg.InterruptionEviction, "interruption-eviction", cfg.InterruptionEviction, "the agent's --interruption-eviction")
 	fs.DurationVar(&cfg.SafetyMargin, "safety-margin", cfg.SafetyMargin, "the agent's --safety-margin")
 	fs.BoolVar(&cfg.EvictDaemonSetPods, "evict-daemonset-pods", cfg.EvictDaemonSetPods, "the agent's --evict-daemonset-pods")
 	output := fs.StringP("output", "o", "table", "table or json")

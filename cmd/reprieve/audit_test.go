@@ -110,7 +110,9 @@ Give them a toleration of the interruption taint without tolerationSeconds (or o
 func TestAuditTable(t *testing.T) {
 	c, client := auditClient(t)
 	var out, errOut bytes.Buffer
-	if code := runAudit(context.Background(), nil, &out, &errOut, planNow, client); code != 0 {
+	// The NoExecute mode, explicitly (the default is --interruption-eviction=reprieve), whose
+	// taint kube-controller-manager acts on: the CSI node plugins are listed.
+	if code := runAudit(context.Background(), []string{"--interruption-eviction=kube-controller-manager"}, &out, &errOut, planNow, client); code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
 	if out.String() != wantAuditTable {

@@ -105,6 +105,7 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer, cli
 	client, node := checkKubernetes(ctx, r, cfg, clientFor)
 	checkMetadata(ctx, r, cfg, node)
 	checkOverlaps(ctx, r, cfg, client, node)
+	checkGuardPlacement(ctx, r, client)
 	checkVolumePlugins(ctx, r, cfg, client)
 	checkHostRoot(r, cfg)
 	checkKubeletConfig(r, cfg)

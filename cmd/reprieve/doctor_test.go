@@ -76,7 +76,8 @@ func TestDoctorAllGreenAndMissingNode(t *testing.T) {
 	var out, errOut bytes.Buffer
 	// The kubelet package's cgroup v2 fixture stands in for the host.
 	host := filepath.Join("..", "..", "kubelet", "testdata", "cgroupv2")
-	if code := runDoctor(context.Background(), []string{"--node=n1", "--provider=none", "--host-root=" + host, "--kubelet-root-dir=/", "--imagefs-dir=/"}, &out, &errOut,
+	// The NoExecute mode, explicitly (the default is --interruption-eviction=reprieve).
+	if code := runDoctor(context.Background(), []string{"--node=n1", "--provider=none", "--host-root=" + host, "--kubelet-root-dir=/", "--imagefs-dir=/", "--interruption-eviction=kube-controller-manager"}, &out, &errOut,
 		doctorClient(permission{}, "n1")); code != 0 {
 		t.Errorf("exit %d, want 0:\n%s%s", code, out.String(), errOut.String())
 	}
@@ -351,6 +352,7 @@ func TestDoctorOverlaps(t *testing.T) {
 		t.Errorf("exit %d, want 0: an overlap is a warning\n%s%s", code, out.String(), errOut.String())
 	}
 	for _, want := range []string{"WARN  Karpenter also acts on this node's interruptions (label karpenter.sh/nodepool=spot)",
+		"leave its nodes to it with the chart value excludeNodes: [karpenter.sh/nodepool]",
 		"WARN  aws-node-termination-handler also acts on this node's interruptions (pod kube-system/nth-1)"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("no %q in\n%s", want, out.String())

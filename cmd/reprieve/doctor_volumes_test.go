@@ -47,7 +47,8 @@ func TestDoctorVolumePlugins(t *testing.T) {
 		return true, r, nil
 	})
 	client := func(agent.Config) (kube.Interface, error) { return kubetest.Wrap(c), nil }
-	args := []string{"--node=n1", "--provider=none", "--host-root=" + host, "--kubelet-root-dir=/", "--imagefs-dir=/"}
+	// The NoExecute mode, explicitly (the default is --interruption-eviction=reprieve).
+	args := []string{"--node=n1", "--provider=none", "--host-root=" + host, "--kubelet-root-dir=/", "--imagefs-dir=/", "--interruption-eviction=kube-controller-manager"}
 	var out, errOut bytes.Buffer
 	if code := runDoctor(context.Background(), args, &out, &errOut, client); code != 0 {
 		t.Errorf("exit %d, want 0: a plugin that would be deleted is a warning\n%s%s", code, out.String(), errOut.String())

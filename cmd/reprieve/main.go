@@ -141,6 +141,14 @@ func newRootCommand() *cobra.Command {
 		sub("audit", "What a spot notice would do to each workload on spot nodes, changing nothing", func(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return runAudit(ctx, args, stdout, stderr, time.Now(), newClient)
 		}),
+		func() *cobra.Command {
+			// The chart's init container on AKS (docs/install.md): not a command for users.
+			cmd := sub("copy-kubelet-files", "Copy the kubelet's root-only configuration files for the agent (the chart's init container)", func(_ context.Context, args []string, stdout, stderr io.Writer) int {
+				return runCopyKubeletFiles(args, stdout, stderr)
+			})
+			cmd.Hidden = true
+			return cmd
+		}(),
 		&cobra.Command{
 			Use: "version", Short: "Print the version", Args: cobra.NoArgs,
 			Run: func(*cobra.Command, []string) { fmt.Printf("reprieve %s (%s)\n", version, runtime.Version()) },

@@ -43,6 +43,10 @@ func TestNoteKarpenter(t *testing.T) {
 			}
 			if tc.events == 1 {
 				e := evs.Items[0]
+				// The one value that leaves Karpenter's nodes to it (issue 48, item 2).
+				if !strings.Contains(e.Message, "excludeNodes: [karpenter.sh/nodepool]") {
+					t.Errorf("event %q does not name the chart value excludeNodes", e.Message)
+				}
 				if e.Reason != ReasonKarpenterManaged || e.Type != v1.EventTypeWarning || e.InvolvedObject.Kind != "Node" || e.InvolvedObject.Name != "n1" ||
 					!strings.Contains(e.Message, "karpenter.sh/") || !e.FirstTimestamp.Time.Equal(clk.Now()) {
 					t.Errorf("event %+v: want a Warning KarpenterManaged on node n1 naming the label, at the clock's time", e)

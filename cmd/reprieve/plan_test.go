@@ -79,7 +79,8 @@ func TestPlanJSON(t *testing.T) {
 
 func TestPlanTable(t *testing.T) {
 	var out, errOut bytes.Buffer
-	if code := runPlan(context.Background(), []string{"--node=n1", "--deadline=2026-12-01T10:02:00Z"}, &out, &errOut, planNow, planClient(t)); code != 0 {
+	// The NoExecute mode, explicitly (the default is --interruption-eviction=reprieve).
+	if code := runPlan(context.Background(), []string{"--node=n1", "--deadline=2026-12-01T10:02:00Z", "--interruption-eviction=kube-controller-manager"}, &out, &errOut, planNow, planClient(t)); code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
 	for _, want := range []string{"deadline 2026-12-01T10:02:00Z (T+120.0s)", "shop/web", "T+30.0s", "cloud=spot:NoExecute tolerated cloud=spot:NoExecute for 30s", "jobs/batch",

@@ -2,8 +2,10 @@
 // local control plane (etcd, kube-apiserver, kube-controller-manager with the taint-eviction,
 // node-lifecycle and disruption controllers that every managed cluster runs, and kwok),
 // amazon-ec2-metadata-mock posting a spot notice with a short reclaim window, and the reprieve
-// binary, then prints what happened to every pod. Run it with `make demo`; `make demo
-// DEMO_ARGS=-interruption-eviction=reprieve` shows the mode that keeps budgets.
+// binary, then prints what happened to every pod. Run it with `make demo`, which runs reprieve's
+// default mode (budgets kept, DaemonSet pods left running); `make demo
+// DEMO_ARGS=-interruption-eviction=kube-controller-manager` shows the NoExecute mode, in which
+// kube-controller-manager deletes what does not tolerate the taint at once, past its budget.
 package main
 
 import (
@@ -27,11 +29,11 @@ func main() {
 	margin := flag.Duration("safety-margin", 5*time.Second, "reprieve's --safety-margin")
 	scen := flag.String("scenario", envOr("REPRIEVE_DEMO_SCENARIO", "preemption"),
 		"preemption, or gpu-maintenance (with -provider=gcp: host maintenance of a GPU VM, whose window starts -window after the notice, 90s unless set; $REPRIEVE_DEMO_SCENARIO)")
-	eviction := flag.String("interruption-eviction", string(plan.EvictionKubeControllerManager),
-		"reprieve's --interruption-eviction: kube-controller-manager (the NoExecute taint, which its taint-eviction controller acts on) or reprieve (the NoSchedule taint: reprieve alone evicts, budgets kept)")
+	eviction := flag.String("interruption-eviction", string(plan.EvictionReprieve),
+		"reprieve's --interruption-eviction: reprieve (its default: the NoSchedule taint, reprieve alone evicts, budgets kept) or kube-controller-manager (the NoExecute taint, which its taint-eviction controller acts on)")
 	flag.Parse()
 	if !slices.Contains(plan.Evictions, plan.Eviction(*eviction)) {
-		fmt.Fprintf(os.Stderr, "demo: -interruption-eviction %q: want kube-controller-manager or reprieve\n", *eviction)
+		fmt.Fprintf(os.Stderr, "demo: -interruption-eviction %q: want reprieve or kube-controller-manager\n", *eviction)
 		os.Exit(2)
 	}
 	clouds := map[string]scenario.Cloud{"aws": scenario.AWS{}, "gcp": scenario.GCP{}, "azure": scenario.Azure{}}
@@ -134,13 +136,15 @@ func run(provider, scen string, cloud scenario.Cloud, window, margin time.Durati
 	}
 	if eviction == plan.EvictionReprieve {
 		fmt.Println("\nkube-controller-manager ran beside reprieve and deleted nothing: its taint-eviction controller acts\n" +
-			"on NoExecute taints only. Every pod left at reprieve's plan, and each budget-blocked pod was kept\n" +
-			"until its last safe moment, then forced (docs/install.md#budgets).")
+			"on NoExecute taints only. Every pod left at reprieve's plan, each budget-blocked pod was kept until its\n" +
+			"last safe moment, then forced, and the DaemonSet pod was left running, as a drain leaves it\n" +
+			"(docs/install.md#budgets). The NoExecute mode, in which kube-controller-manager deletes what does not\n" +
+			"tolerate the taint at once: make demo DEMO_ARGS=-interruption-eviction=kube-controller-manager.")
 	} else {
 		fmt.Println("\nkube-controller-manager ran beside reprieve, as in every managed cluster: its taint-eviction controller\n" +
 			"deleted each pod that does not tolerate the NoExecute taint at once, with its full grace and past any\n" +
-			"PodDisruptionBudget, and reprieve cut the graces that would end past the deadline. To keep budgets until\n" +
-			"each pod's last safe moment: make demo DEMO_ARGS=-interruption-eviction=reprieve (docs/install.md#budgets).")
+			"PodDisruptionBudget, and reprieve cut the graces that would end past the deadline. reprieve's default mode\n" +
+			"keeps budgets until each pod's last safe moment: make demo (docs/install.md#budgets).")
 	}
 	planned, inTime := 0, 0
 	for _, r := range res.Rows {

@@ -345,12 +345,27 @@ func settings(c v1.Container) []string {
 // kubeletConfigPaths where each cloud keeps the kubelet's configuration, which it mounts too
 // unless pressure.kubeletConfig names the file.
 var (
-	hostSourcePaths    = []string{"/proc/meminfo", "/proc/loadavg", "/proc/sys/kernel/pid_max", "/proc/sys/kernel/threads-max", "/sys/fs/cgroup", "/var/lib/kubelet", "/var/lib/containerd"}
-	kubeletConfigPaths = map[string]string{"aws": "/etc/kubernetes/kubelet", "gcp": "/home/kubernetes/kubelet-config.yaml", "azure": "/etc/default"}
-	// everySpotLabel is the chart's default selection, one term per platform's spot label.
-	everySpotLabel = []string{"karpenter.sh/capacity-type", "eks.amazonaws.com/capacityType", "cloud.google.com/gke-spot", "cloud.google.com/gke-preemptible", "kubernetes.azure.com/scalesetpriority"}
+	hostSourcePaths = []string{"/proc/meminfo", "/proc/loadavg", "/proc/sys/kernel/pid_max", "/proc/sys/kernel/threads-max", "/sys/fs/cgroup", "/var/lib/kubelet", "/var/lib/containerd"}
+	// (azure: the init container's /etc/default, from which it copies the two root-only files).
+	kubeletConfigPaths = map[string][]string{"aws": {"/etc/kubernetes/kubelet", "/etc/eks/kubelet"}, "gcp": {"/home/kubernetes/kubelet-config.yaml"}, "azure": {"/etc/default"}}
+	// excludedNodeKeys end every term of the DaemonSet's node affinity: no Fargate, no
+	// virtual-kubelet node (issue 48, item 2).
+	excludedNodeKeys = []string{"eks.amazonaws.com/compute-type", "type"}
+	// everySpotLabel is the chart's default selection, one term per platform's spot label, each
+	// with the exclusions.
+	everySpotLabel = withExcludedKeys("karpenter.sh/capacity-type", "eks.amazonaws.com/capacityType", "cloud.google.com/gke-spot", "cloud.google.com/gke-preemptible", "kubernetes.azure.com/scalesetpriority")
 	linuxOnly      = map[string]string{"kubernetes.io/os": "linux"}
 )
+
+// withExcludedKeys is the keys of node affinity terms, one per key given, each followed by
+// excludedNodeKeys.
+func withExcludedKeys(keys ...string) []string {
+	var out []string
+	for _, k := range keys {
+		out = append(append(out, k), excludedNodeKeys...)
+	}
+	return out
+}
 
 // testChartValues checks what each value does to the rendered DaemonSet, ClusterRole and
 // admission policy.
@@ -367,30 +382,36 @@ func testChartValues(t *testing.T) {
 		nodeSelector            map[string]string
 		affinityKeys            []string
 	}{
-		{name: "aws", set: "cloud=aws", hostNetwork: true, hostPaths: append(slices.Clone(hostSourcePaths), kubeletConfigPaths["aws"]), nodesStats: true,
+		{name: "aws", set: "cloud=aws", hostNetwork: true, hostPaths: append(slices.Clone(hostSourcePaths), kubeletConfigPaths["aws"]...), nodesStats: true,
 			args:         []string{"--provider=aws", "--metrics-bind-address=:10271", "--pressure-source=host", "--host-root=/host"},
 			absentArgs:   []string{"--kubelet-insecure-tls", "--dry-run", "--safety-margin", "--interruption-taint", "--pressure-thresholds", "--pressure-headroom", "--pressure-transition-period", "--kubelet-config", "--webhook"},
 			nodeSelector: linuxOnly, affinityKeys: everySpotLabel},
-		{name: "gcp", set: "cloud=gcp", hostPaths: append(slices.Clone(hostSourcePaths), kubeletConfigPaths["gcp"]), nodesStats: true,
+		{name: "gcp", set: "cloud=gcp", hostPaths: append(slices.Clone(hostSourcePaths), kubeletConfigPaths["gcp"]...), nodesStats: true,
 			args:         []string{"--provider=gcp", "--pressure-source=host", "--host-root=/host"},
 			nodeSelector: linuxOnly, affinityKeys: everySpotLabel},
-		{name: "azure-summary", set: "cloud=azure,pressure.source=summary,pressure.kubeletInsecureTLS=true", nodesStats: true,
+		{name: "azure-summary", set: "cloud=azure,pressure.source=summary,pressure.kubeletInsecureTLS=true,readKubeletConfig=false", nodesStats: true,
 			args:         []string{"--provider=azure", "--pressure-source=summary", "--kubelet-insecure-tls"},
 			absentArgs:   []string{"--host-root"},
 			nodeSelector: linuxOnly, affinityKeys: everySpotLabel},
-		{name: "gcp-off", set: "cloud=gcp,pressure.source=off",
+		{name: "gcp-off", set: "cloud=gcp,pressure.source=off,readKubeletConfig=false",
 			args: []string{"--pressure-source=off"}, absentArgs: []string{"--host-root", "--kubelet-insecure-tls"},
 			nodeSelector: linuxOnly, affinityKeys: everySpotLabel},
-		// nodes=all: every Linux node, no affinity.
-		{name: "all-nodes", set: "cloud=aws,nodes=all,pressure.source=off", hostNetwork: true,
-			args: []string{"--provider=aws"}, nodeSelector: linuxOnly},
+		// With summary or off, the kubelet's configuration is still read by default (issue 48,
+		// item 3): its mounts alone, under --host-root.
+		{name: "azure-summary-config", set: "cloud=azure,pressure.source=summary", nodesStats: true, hostPaths: kubeletConfigPaths["azure"],
+			args: []string{"--pressure-source=summary", "--host-root=/host"}, nodeSelector: linuxOnly, affinityKeys: everySpotLabel},
+		{name: "gcp-off-config", set: "cloud=gcp,pressure.source=off", hostPaths: kubeletConfigPaths["gcp"],
+			args: []string{"--pressure-source=off", "--host-root=/host"}, nodeSelector: linuxOnly, affinityKeys: everySpotLabel},
+		// nodes=all: every Linux node but Fargate and virtual-kubelet ones, one term.
+		{name: "all-nodes", set: "cloud=aws,nodes=all,pressure.source=off,readKubeletConfig=false", hostNetwork: true,
+			args: []string{"--provider=aws"}, nodeSelector: linuxOnly, affinityKeys: excludedNodeKeys},
 		// A selection of the user's replaces the default whole; Linux stays selected.
-		{name: "pool-selector", set: "cloud=gcp,nodeSelector.pool=gpu,pressure.thresholds=memory.available<1Gi,pressure.headroom=0.1,pressure.transitionPeriod=1m,pressure.kubeletConfig=/etc/kubernetes/kubelet.yaml,safetyMargin=9s,dryRun=true",
+		{name: "pool-selector", affinityKeys: excludedNodeKeys, set: "cloud=gcp,nodeSelector.pool=gpu,pressure.thresholds=memory.available<1Gi,pressure.headroom=0.1,pressure.transitionPeriod=1m,pressure.kubeletConfig=/etc/kubernetes/kubelet.yaml,safetyMargin=9s,dryRun=true",
 			hostPaths: append(slices.Clone(hostSourcePaths), "/etc/kubernetes/kubelet.yaml"), nodesStats: true,
 			args:         []string{"--pressure-thresholds=memory.available<1Gi", "--pressure-headroom=0.1", "--pressure-transition-period=1m", "--kubelet-config=/etc/kubernetes/kubelet.yaml", "--safety-margin=9s", "--dry-run"},
 			nodeSelector: map[string]string{"pool": "gpu", "kubernetes.io/os": "linux"}},
 		{name: "crio", set: "cloud=azure,pressure.imageFsDir=/var/lib/containers/storage,pressure.kubeletRootDir=/data/kubelet",
-			hostPaths:    []string{"/proc/meminfo", "/proc/loadavg", "/proc/sys/kernel/pid_max", "/proc/sys/kernel/threads-max", "/sys/fs/cgroup", "/data/kubelet", "/var/lib/containers/storage", kubeletConfigPaths["azure"]},
+			hostPaths:    []string{"/proc/meminfo", "/proc/loadavg", "/proc/sys/kernel/pid_max", "/proc/sys/kernel/threads-max", "/sys/fs/cgroup", "/data/kubelet", "/var/lib/containers/storage", kubeletConfigPaths["azure"][0]},
 			nodesStats:   true,
 			args:         []string{"--imagefs-dir=/var/lib/containers/storage", "--kubelet-root-dir=/data/kubelet"},
 			nodeSelector: linuxOnly, affinityKeys: everySpotLabel},
@@ -412,7 +433,12 @@ func testChartValues(t *testing.T) {
 				}
 				hostPaths = append(hostPaths, v.HostPath.Path)
 				mounted := false
-				for _, m := range c.VolumeMounts {
+				// The agent's mounts, and its init container's (AKS's copy of the kubelet's files).
+				var mounts []v1.VolumeMount
+				for _, ic := range spec.InitContainers {
+					mounts = append(mounts, ic.VolumeMounts...)
+				}
+				for _, m := range append(mounts, c.VolumeMounts...) {
 					if m.Name == v.Name {
 						mounted = true
 						if m.MountPath != "/host"+v.HostPath.Path || !m.ReadOnly {

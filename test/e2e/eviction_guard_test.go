@@ -535,17 +535,20 @@ func testEvictionGuardChartRender(t *testing.T) {
 		schema.Spec.Rules[0].Subjects[0].ServiceAccount.Name != deploy.Spec.Template.Spec.ServiceAccountName {
 		t.Errorf("the guard's flow schema %+v; want the guard's ServiceAccount alone, on its level, before 900", schema.Spec)
 	}
-	if pdb.Spec.MinAvailable == nil || pdb.Spec.MinAvailable.IntValue() != 1 {
-		t.Errorf("budget %+v; want minAvailable 1", pdb.Spec)
+	// maxUnavailable 1: a drain is never blocked by the guard's budget (issue 49, item 1).
+	if pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() != 1 || pdb.Spec.MinAvailable != nil {
+		t.Errorf("budget %+v; want maxUnavailable 1", pdb.Spec)
 	}
 	spec := deploy.Spec.Template.Spec
 	if deploy.Spec.Replicas == nil || *deploy.Spec.Replicas != 2 {
 		t.Errorf("replicas %v; want 2", deploy.Spec.Replicas)
 	}
+	// Off spot capacity where there is any (evictionGuard.offSpot preferred, the default: issue
+	// 49 item 1); testEvictionGuardChartPlacement checks offSpot required.
 	var offSpot []string
-	if a := spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
-		for _, term := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
-			for _, e := range term.MatchExpressions {
+	if a := spec.Affinity; a != nil && a.NodeAffinity != nil {
+		for _, term := range a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution {
+			for _, e := range term.Preference.MatchExpressions {
 				offSpot = append(offSpot, e.Key+" "+string(e.Operator)+" "+strings.Join(e.Values, ","))
 			}
 		}
@@ -554,7 +557,7 @@ func testEvictionGuardChartRender(t *testing.T) {
 	// spot pool and GKE's preemptible VMs too (issue 36 item 2).
 	if want := []string{"karpenter.sh/capacity-type NotIn spot", "eks.amazonaws.com/capacityType NotIn SPOT", "cloud.google.com/gke-spot NotIn true",
 		"cloud.google.com/gke-preemptible NotIn true", "kubernetes.azure.com/scalesetpriority NotIn spot"}; !reflect.DeepEqual(offSpot, want) {
-		t.Errorf("required node affinity %q; want %q", offSpot, want)
+		t.Errorf("preferred node affinity %q; want %q", offSpot, want)
 	}
 	if len(spec.TopologySpreadConstraints) == 0 || spec.TopologySpreadConstraints[0].TopologyKey != v1.LabelHostname {
 		t.Errorf("topology spread %+v; want the replicas spread across hosts", spec.TopologySpreadConstraints)

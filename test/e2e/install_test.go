@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -48,21 +49,24 @@ func installDaemonSets(ctx context.Context, t *testing.T) {
 	} {
 		t.Run(c.cloud, func(t *testing.T) { installDaemonSet(ctx, t, c.cloud, c.file, c.spot, c.refusals) })
 	}
-	// The chart's other pressure sources: no hostPath volume.
+	// The chart's other pressure sources: no hostPath volume without the kubelet's configuration
+	// (readKubeletConfig=false); with it, its read-only hostPath volumes (issue 48, item 3).
 	for _, c := range []struct {
-		cloud, source string
-		refusals      []string
+		cloud, source, readConfig string
+		refusals                  []string
 	}{
-		{"aws", "summary", []string{hostNamespaces}},
-		{"gcp", "host", []string{hostPath}},
-		{"gcp", "summary", nil},
-		{"gcp", "off", nil},
-		{"azure", "host", []string{hostPath}},
-		{"azure", "summary", nil},
+		{"aws", "summary", "false", []string{hostNamespaces}},
+		{"gcp", "host", "false", []string{hostPath}},
+		{"gcp", "summary", "false", nil},
+		{"gcp", "off", "false", nil},
+		{"azure", "host", "false", []string{hostPath}},
+		{"azure", "summary", "false", nil},
+		{"gcp", "summary", "true", []string{hostPath}},
+		{"azure", "off", "true", []string{hostPath}},
 	} {
-		name := c.cloud + "-" + c.source
+		name := c.cloud + "-" + c.source + "-config-" + c.readConfig
 		t.Run("pod-security-"+name, func(t *testing.T) {
-			ds, _ := renderDaemonSet(t, name, "--set", "cloud="+c.cloud+",pressure.source="+c.source)
+			ds, _ := renderDaemonSet(t, name, "--set", "cloud="+c.cloud+",pressure.source="+c.source+",readKubeletConfig="+c.readConfig)
 			checkBaseline(ctx, t, name, ds.Spec.Template.Spec, c.refusals)
 		})
 	}
@@ -220,8 +224,22 @@ func patchNamespace(ctx context.Context, t *testing.T, name string, labels map[s
 // the image store.
 func checkHardening(t *testing.T, cloud string, spec v1.PodSpec) {
 	t.Helper()
-	if len(spec.Containers) != 1 || len(spec.InitContainers) != 0 || len(spec.EphemeralContainers) != 0 {
-		t.Fatalf("%s: %d containers, %d init containers; want the agent's one", cloud, len(spec.Containers), len(spec.InitContainers))
+	// AKS: one init container more, which copies the kubelet's two root-only files (issue 48,
+	// item 3): root, but with every capability dropped and a read-only root filesystem.
+	wantInit := 0
+	if cloud == "azure" {
+		wantInit = 1
+	}
+	if len(spec.Containers) != 1 || len(spec.InitContainers) != wantInit || len(spec.EphemeralContainers) != 0 {
+		t.Fatalf("%s: %d containers, %d init containers; want the agent's one and %d init container", cloud, len(spec.Containers), len(spec.InitContainers), wantInit)
+	}
+	for _, ic := range spec.InitContainers {
+		isc := ic.SecurityContext
+		if isc == nil || isc.ReadOnlyRootFilesystem == nil || !*isc.ReadOnlyRootFilesystem || isc.AllowPrivilegeEscalation == nil || *isc.AllowPrivilegeEscalation ||
+			(isc.Privileged != nil && *isc.Privileged) || isc.Capabilities == nil || len(isc.Capabilities.Add) != 0 || !slices.Equal(isc.Capabilities.Drop, []v1.Capability{"ALL"}) ||
+			isc.SeccompProfile == nil || isc.SeccompProfile.Type != v1.SeccompProfileTypeRuntimeDefault || len(ic.Args) == 0 || ic.Args[0] != "copy-kubelet-files" {
+			t.Errorf("%s: init container %s %+v, args %q; want copy-kubelet-files, read-only root, no capability, no escalation, RuntimeDefault", cloud, ic.Name, isc, ic.Args)
+		}
 	}
 	c := spec.Containers[0]
 	sc := c.SecurityContext
@@ -263,12 +281,20 @@ func checkHardening(t *testing.T, cloud string, spec v1.PodSpec) {
 	switch cloud {
 	case "aws":
 		want["/etc/kubernetes/kubelet"] = v1.HostPathDirectory
+		// nodeadm's flags (/etc/eks/kubelet/environment); absent on AL2 and Bottlerocket.
+		want["/etc/eks/kubelet"] = v1.HostPathDirectoryOrCreate
 	case "gcp":
 		want["/home/kubernetes/kubelet-config.yaml"] = v1.HostPathFile
 	case "azure":
+		// The init container's alone; the agent reads its copies.
 		want["/etc/default"] = v1.HostPathDirectory
 	}
 	mounts := map[string]v1.VolumeMount{}
+	for _, ic := range spec.InitContainers {
+		for _, m := range ic.VolumeMounts {
+			mounts[m.Name] = m
+		}
+	}
 	for _, m := range c.VolumeMounts {
 		mounts[m.Name] = m
 	}

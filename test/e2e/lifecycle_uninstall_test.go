@@ -89,8 +89,11 @@ func TestLifecycleUninstallLeavesTheNodeClean(t *testing.T) {
 	// helm uninstall deletes the DaemonSet: the agent gets SIGTERM.
 	stopAgent(t, rp)
 
-	// The chart's post-delete hook, as helm template renders it; the Job is run here as a process.
-	manifest, err := helm(t, "template", release, chartDir, "--namespace", ns, "--set", "cloud=aws", "--show-only", "templates/cleanup.yaml")
+	// The chart's post-delete hook, as helm renders it with a cluster (helm install, uninstall;
+	// `helm template` without one renders no hook: issue 49, item 2); the Job is run here as a
+	// process.
+	manifest, err := helm(t, "template", release, chartDir, "--namespace", ns, "--set", "cloud=aws", "--show-only", "templates/cleanup.yaml",
+		"--dry-run=server", "--kubeconfig", env.Kubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}

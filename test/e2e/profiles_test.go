@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -228,8 +229,27 @@ func checkProfileMounts(t *testing.T, cloud string, ds *appsv1.DaemonSet) {
 		if err := p.WriteHostRoot(root); err != nil {
 			t.Fatal(err)
 		}
+		// The init containers first, as the kubelet runs them: the emptyDirs they fill (AKS's
+		// copy of the kubelet's root-only files) are what the agent then mounts.
+		emptyDirs := runInitContainers(t, cloud, p, spec, root)
 		configVolumes := 0
 		for _, vol := range spec.Volumes {
+			if dir, ok := emptyDirs[vol.Name]; ok {
+				m, mounted := mounts[vol.Name]
+				if !mounted {
+					continue
+				}
+				configVolumes++
+				rel, ok := strings.CutPrefix(m.MountPath, hostRoot)
+				if !ok {
+					t.Errorf("%s: %s mounted at %s, outside --host-root %s", cloud, vol.Name, m.MountPath, hostRoot)
+					continue
+				}
+				if err := copyPath(filepath.Join(dir, m.SubPath), filepath.Join(view, rel)); err != nil {
+					t.Errorf("%s on a %s node: the agent's mount of %s: %v", cloud, p.Name, vol.Name, err)
+				}
+				continue
+			}
 			if vol.HostPath == nil || !strings.HasPrefix(vol.Name, "host-kubelet-config") {
 				continue
 			}
@@ -246,6 +266,8 @@ func checkProfileMounts(t *testing.T, cloud string, ds *appsv1.DaemonSet) {
 				typ = *vol.HostPath.Type
 			}
 			switch {
+			case err != nil && (typ == v1.HostPathDirectoryOrCreate || typ == v1.HostPathFileOrCreate):
+				continue // the kubelet creates it empty: nothing to read there
 			case err != nil:
 				t.Errorf("%s: the chart mounts %s (%s), which a %s node lacks: the agent's pod would not start there", cloud, vol.HostPath.Path, typ, p.Name)
 				continue
@@ -291,6 +313,75 @@ func checkProfileMounts(t *testing.T, cloud string, ds *appsv1.DaemonSet) {
 	if checked == 0 {
 		t.Errorf("%s: no Linux profile", cloud)
 	}
+}
+
+// runInitContainers runs the init containers of spec as the kubelet would on a node whose host
+// filesystem is root: each with its hostPath volumes at their mount paths and the pod's
+// emptyDirs, its command the reprieve binary with the container's args, those paths rewritten to
+// the test's folders. It returns each emptyDir volume's folder as the init containers left it.
+func runInitContainers(t *testing.T, cloud string, p profiles.Profile, spec v1.PodSpec, root string) map[string]string {
+	t.Helper()
+	emptyDirs := map[string]string{}
+	hostPaths := map[string]*v1.HostPathVolumeSource{}
+	for _, vol := range spec.Volumes {
+		switch {
+		case vol.EmptyDir != nil:
+			emptyDirs[vol.Name] = t.TempDir()
+		case vol.HostPath != nil:
+			hostPaths[vol.Name] = vol.HostPath
+		}
+	}
+	for _, ic := range spec.InitContainers {
+		fsRoot := t.TempDir() // the container's own filesystem, where its mounts are
+		type mount struct{ at, dir string }
+		var ms []mount
+		for _, m := range ic.VolumeMounts {
+			switch {
+			case emptyDirs[m.Name] != "":
+				ms = append(ms, mount{m.MountPath, emptyDirs[m.Name]})
+			case hostPaths[m.Name] != nil:
+				if !m.ReadOnly {
+					t.Errorf("%s: init container %s mounts host path %s writable", cloud, ic.Name, hostPaths[m.Name].Path)
+				}
+				src := filepath.Join(root, hostPaths[m.Name].Path)
+				if _, err := os.Stat(src); err != nil {
+					t.Errorf("%s: init container %s mounts %s, which a %s node lacks", cloud, ic.Name, hostPaths[m.Name].Path, p.Name)
+					continue
+				}
+				if err := copyPath(src, filepath.Join(fsRoot, m.MountPath)); err != nil {
+					t.Fatal(err)
+				}
+				ms = append(ms, mount{m.MountPath, filepath.Join(fsRoot, m.MountPath)})
+			}
+		}
+		// A container path in an argument: under a mount, the mount's folder; else the
+		// container's own filesystem.
+		local := func(path string) string {
+			for _, m := range ms {
+				if rest, ok := strings.CutPrefix(path, m.at); ok && (rest == "" || strings.HasPrefix(rest, "/")) {
+					return m.dir + rest
+				}
+			}
+			return filepath.Join(fsRoot, path)
+		}
+		var args []string
+		for _, a := range ic.Args {
+			if name, val, ok := strings.Cut(a, "="); ok && strings.HasPrefix(name, "--") && strings.HasPrefix(val, "/") {
+				a = name + "=" + local(val)
+			}
+			args = append(args, a)
+		}
+		if ic.SecurityContext == nil || ic.SecurityContext.ReadOnlyRootFilesystem == nil || !*ic.SecurityContext.ReadOnlyRootFilesystem ||
+			ic.SecurityContext.Capabilities == nil || !slices.Equal(ic.SecurityContext.Capabilities.Drop, []v1.Capability{"ALL"}) ||
+			ic.SecurityContext.AllowPrivilegeEscalation == nil || *ic.SecurityContext.AllowPrivilegeEscalation {
+			t.Errorf("%s: init container %s securityContext %+v; want a read-only root, every capability dropped, no privilege escalation", cloud, ic.Name, ic.SecurityContext)
+		}
+		out, err := exec.Command(reprieveBin, args...).CombinedOutput()
+		if err != nil {
+			t.Errorf("%s on a %s node: init container %s (%s): %v\n%s", cloud, p.Name, ic.Name, strings.Join(ic.Args, " "), err, out)
+		}
+	}
+	return emptyDirs
 }
 
 // copyPath copies the file or directory tree src to dst.

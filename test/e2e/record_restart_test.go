@@ -154,7 +154,8 @@ func startUnready(ctx context.Context, t *testing.T, logName, node string, args 
 		t.Fatal(err)
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	all := append([]string{"--node-name=" + node, "--poll-interval=1s", "--metrics-bind-address=" + addr, "-v=2", "--pressure-source=off"}, args...)
+	// The NoExecute mode unless args say otherwise, as StartReprieve.
+	all := append([]string{"--node-name=" + node, "--poll-interval=1s", "--metrics-bind-address=" + addr, "-v=2", "--pressure-source=off", scenario.NoExecuteMode}, args...)
 	p, err := testenv.StartProcess(ctx, "reprieve", filepath.Join(logDir, "reprieve-"+logName+".log"), reprieveBin, all, nil)
 	if err != nil {
 		t.Fatal(err)

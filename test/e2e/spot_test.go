@@ -265,6 +265,12 @@ func TestWithTaintEvictionController(t *testing.T) {
 		t.Parallel()
 		spotInterruptionBudgetMode(ctx, t)
 	})
+	t.Run("DefaultModeKeepsDaemonSetsAndBudgets", func(t *testing.T) {
+		t.Parallel()
+		defaultModeKeepsDaemonSetsAndBudgets(ctx, t)
+	})
+	t.Run("GuardPlacement", func(t *testing.T) { t.Parallel(); guardPlacementOnNodes(ctx, t) })
+	t.Run("SelectionOnNodes", func(t *testing.T) { t.Parallel(); selectionOnNodes(ctx, t) })
 	t.Run("RecordForeverIgnoresOtherTaints", func(t *testing.T) {
 		t.Parallel()
 		recordForeverIgnoresOtherTaints(ctx, t)

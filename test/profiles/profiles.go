@@ -213,10 +213,6 @@ func allocatable(capacity v1.ResourceList, cpuReserved, memReserved, ephReserved
 	)
 }
 
-// eksDefaultHard is nodeadm's evictionHard in the main file.
-// awslabs/amazon-eks-ami nodeadm/internal/kubelet/config.go defaultKubeletSubConfig.
-var eksDefaultHard = []string{"memory.available<100Mi", "nodefs.available<10%", "nodefs.inodesFree<5%"}
-
 // kubeletDefaultHard is the kubelet's own evictionHard default on Linux
 // (kubernetes/kubernetes pkg/kubelet/eviction/defaults_linux.go).
 var kubeletDefaultHard = []string{"memory.available<100Mi", "nodefs.available<10%", "nodefs.inodesFree<5%", "imagefs.available<15%", "imagefs.inodesFree<5%"}
@@ -245,8 +241,11 @@ const (
 	kubeletConfigAPI = `"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration"`
 )
 
-// EKSManagedNodeGroup is a spot node of an EKS managed node group on AL2023 (nodeadm), with no
-// kubelet settings of the user's: the main file alone, no drop-in directory, no --config-dir.
+// EKSManagedNodeGroup is a spot node of an EKS managed node group on AL2023 (nodeadm) whose
+// launch template's NodeConfig sets the kubelet's eviction thresholds as flags
+// (spec.kubelet.flags: --eviction-hard=memory.available<200Mi,...) and no kubelet config: the
+// main file, no drop-in directory, no --config-dir, and the user's flags last in nodeadm's
+// environment file, where the kubelet applies them over the file.
 func EKSManagedNodeGroup() Profile {
 	const (
 		// This profile's choices: an m5.large (2 vCPU, 8 GiB: EC2's instance type) with a 20 GiB
@@ -263,7 +262,8 @@ func EKSManagedNodeGroup() Profile {
 	capacity := resources(cores*1000, memory, disk, maxPods)
 	// kube-reserved ephemeral-storage 1Gi and no systemReserved (only systemReservedCgroup):
 	// awslabs/amazon-eks-ami nodeadm/internal/kubelet/config.go withDefaultReservedResources.
-	alloc := allocatable(capacity, cpuReserved, memReserved, 1*gi, 100*mi, 10)
+	// The hard eviction threshold of memory is the user's flag's 200Mi, not the file's 100Mi.
+	alloc := allocatable(capacity, cpuReserved, memReserved, 1*gi, 200*mi, 10)
 	// awslabs/amazon-eks-ami nodeadm/internal/kubelet/config.go getProviderId:
 	// aws:///<az>/<instance-id>.
 	providerID := "aws:///" + zone + "/" + instanceID
@@ -312,11 +312,15 @@ func EKSManagedNodeGroup() Profile {
 			// awslabs/amazon-eks-ami nodeadm/internal/kubelet/environment.go: the flags, --config
 			// always, --config-dir only with the user's spec.kubelet.config (none here), plus
 			// --cloud-provider=external, --hostname-override (the private DNS name), --node-ip
-			// (config.go withCloudProvider, withNodeIp).
-			{Path: NodeadmEnvironment, Mode: 0o644, Content: `NODEADM_KUBELET_ARGS="--cloud-provider=external --config=/etc/kubernetes/kubelet/config.json --hostname-override=ip-192-168-10-21.us-west-2.compute.internal --kubeconfig=/var/lib/kubelet/kubeconfig --node-ip=192.168.10.21 --node-labels=eks.amazonaws.com/capacityType=SPOT,eks.amazonaws.com/nodegroup=spot-ng --runtime-cgroups=/runtime.slice/containerd.service"` + "\n"},
+			// (config.go withCloudProvider, withNodeIp), then the NodeConfig's spec.kubelet.flags
+			// ("append user-provided flags at the end to give them precedence"). Written
+			// unquoted, fmt.Sprintf("%s=%s"), 0644 (kubeletConfigPerm).
+			{Path: NodeadmEnvironment, Mode: 0o644, Content: `NODEADM_KUBELET_ARGS=--cloud-provider=external --config=/etc/kubernetes/kubelet/config.json --hostname-override=ip-192-168-10-21.us-west-2.compute.internal --kubeconfig=/var/lib/kubelet/kubeconfig --node-ip=192.168.10.21 --node-labels=eks.amazonaws.com/capacityType=SPOT,eks.amazonaws.com/nodegroup=spot-ng --runtime-cgroups=/runtime.slice/containerd.service --eviction-hard=memory.available<200Mi,nodefs.available<10%,nodefs.inodesFree<5%` + "\n"},
 		},
 		ConfigPath: NodeadmConfig,
-		Hard:       eksDefaultHard,
+		// The user's --eviction-hard over the file's evictionHard (the kubelet's
+		// kubeletConfigFlagPrecedence).
+		Hard: []string{"memory.available<200Mi", "nodefs.available<10%", "nodefs.inodesFree<5%"},
 		// awslabs/amazon-eks-ami nodeadm/internal/kubelet/config.go withVersionToggles: 150s
 		// and 30s for critical pods from kubelet 1.34.
 		ShutdownGracePeriod: 150 * time.Second, ShutdownGracePeriodCriticalPods: 30 * time.Second,
@@ -521,8 +525,9 @@ func AKSSpot() Profile {
 			// Mode 0600: cse_config.sh.
 			{Path: AKSConfig, Mode: 0o600, Content: config},
 			// cse_config.sh writes KUBELET_FLAGS (the untranslated flags), KUBELET_NODE_LABELS
-			// and KUBELET_REGISTER_SCHEDULABLE; utils.go removes the translated ones.
-			{Path: AKSFlags, Mode: 0o644, Content: "KUBELET_FLAGS=--cloud-provider=external --kubeconfig=/var/lib/kubelet/kubeconfig --pod-infra-container-image=mcr.microsoft.com/oss/kubernetes/pause:3.6\n" +
+			// and KUBELET_REGISTER_SCHEDULABLE; utils.go removes the translated ones. Mode 0600:
+			// ensureKubelet's chmod 0600 "${KUBELET_DEFAULT_FILE}".
+			{Path: AKSFlags, Mode: 0o600, Content: "KUBELET_FLAGS=--cloud-provider=external --kubeconfig=/var/lib/kubelet/kubeconfig --pod-infra-container-image=mcr.microsoft.com/oss/kubernetes/pause:3.6\n" +
 				"KUBELET_REGISTER_SCHEDULABLE=true\n" +
 				"KUBELET_NODE_LABELS=agentpool=spotpool,kubernetes.azure.com/agentpool=spotpool,kubernetes.azure.com/mode=user,kubernetes.azure.com/scalesetpriority=spot\n"},
 			{Path: AKSConfigDropIn, Mode: 0o644, Content: "[Service]\nEnvironment=\"KUBELET_CONFIG_FILE_FLAGS=--config /etc/default/kubeletconfig.json\"\n"},

@@ -208,8 +208,10 @@ func TestReservations(t *testing.T) {
 			t.Errorf("%s: %d, want %d", c.what, c.got, c.want)
 		}
 	}
+	// Less the user's --eviction-hard memory.available<200Mi, which the kubelet applies over the
+	// file's 100Mi (the profile's flags).
 	eks := EKSManagedNodeGroup()
-	if got := eks.Allocatable.Memory().Value(); got != (8192-574-100)*mi {
-		t.Errorf("eks-mng-al2023 allocatable memory %d, want 7518Mi", got)
+	if got := eks.Allocatable.Memory().Value(); got != (8192-574-200)*mi {
+		t.Errorf("eks-mng-al2023 allocatable memory %d, want 7418Mi", got)
 	}
 }

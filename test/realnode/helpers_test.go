@@ -50,6 +50,9 @@ func chartArgs(extra ...string) []string {
 	args := []string{
 		"-f", "deploy/chart/values-aws.yaml",
 		"--set", "hostNetwork=false,noticeEndpoint.enabled=true,image.pullPolicy=Never,evictionGuard.enabled=false,pressure.kubeletInsecureTLS=true",
+		// The NoExecute mode, explicitly: the spot test was written when it was the default, and
+		// waits for its NoExecute taint (the default is interruptionEviction: reprieve).
+		"--set", "interruptionEviction=kube-controller-manager",
 		"--set", "pressure.kubeletRootDir=" + node.RootDir + ",pressure.imageFsDir=" + node.ContainerdRoot + ",pressure.kubeletConfig=" + node.KubeletConfigPath,
 		"--set-json", fmt.Sprintf(`extraArgs=["--aws-imds-endpoint=http://%s:%d"]`, nodeenv.NodeIP, imdsPort),
 	}

@@ -83,9 +83,15 @@ type SpotOptions struct {
 	Kubeconfig string
 	// Cloud simulates the cloud; nil is AWS (amazon-ec2-metadata-mock).
 	Cloud Cloud
-	// Eviction is reprieve's --interruption-eviction; empty is the default,
-	// kube-controller-manager (the NoExecute taint).
+	// Eviction is reprieve's --interruption-eviction; empty is kube-controller-manager (the
+	// NoExecute taint), StartReprieve's: the scenarios were written when it was the default.
 	Eviction plan.Eviction
+	// BinaryDefault runs reprieve with no --interruption-eviction at all, as a default install
+	// does (the chart passes none): the binary's own default mode. Eviction is then ignored.
+	BinaryDefault bool
+	// BeforeNotice, when set, runs once the namespace, the node and Pods exist, before the
+	// cloud is started: for objects whose pods must run before the notice (a real DaemonSet).
+	BeforeNotice func(ctx context.Context) error
 }
 
 // Cloud is a simulated cloud that posts one interruption notice for a node.
@@ -217,10 +223,16 @@ func RunSpot(ctx context.Context, o SpotOptions) (*SpotResult, error) {
 	}
 	ts := plan.TaintSet{Interruption: taint}
 	var modeArgs []string
-	if o.Eviction == plan.EvictionReprieve {
+	start := StartReprieve
+	mode := o.Eviction
+	if o.BinaryDefault {
+		start, mode = StartReprieveDefault, plan.Eviction(agent.DefaultConfig().InterruptionEviction)
+	} else if o.Eviction == plan.EvictionReprieve {
+		modeArgs = []string{"--interruption-eviction=" + string(o.Eviction)}
+	}
+	if mode == plan.EvictionReprieve {
 		// The node gets the taint NoSchedule; the pods tolerate it as NoExecute all the same.
 		ts.Interruption.Effect = v1.TaintEffectNoSchedule
-		modeArgs = []string{"--interruption-eviction=" + string(o.Eviction)}
 	}
 	if err := o.Env.CreateNamespace(ctx, o.Namespace); err != nil {
 		return nil, err
@@ -236,6 +248,11 @@ func RunSpot(ctx context.Context, o SpotOptions) (*SpotResult, error) {
 		return nil, err
 	}
 	defer obs.Stop()
+	if o.BeforeNotice != nil {
+		if err := o.BeforeNotice(ctx); err != nil {
+			return nil, err
+		}
+	}
 
 	cloud := o.Cloud
 	if cloud == nil {
@@ -247,7 +264,7 @@ func RunSpot(ctx context.Context, o SpotOptions) (*SpotResult, error) {
 	}
 	defer posted.Stop()
 
-	rp, metricsAddr, err := StartReprieve(ctx, o.ReprieveBin, o.LogDir, o.Node, append(append([]string{
+	rp, metricsAddr, err := start(ctx, o.ReprieveBin, o.LogDir, o.Node, append(append([]string{
 		"--kubeconfig=" + o.kubeconfig(),
 		"--safety-margin=" + o.SafetyMargin.String(),
 	}, posted.Args...), append(modeArgs, o.ExtraArgs...)...)...)
@@ -368,7 +385,21 @@ func (o SpotOptions) kubeconfig() string {
 // StartReprieve starts the reprieve binary for node with args (which must include
 // --kubeconfig and --provider), a 1 s poll interval, -v=2 and metrics on a free loopback
 // port, and waits until /readyz answers 200 (at most 2.5 min). Its log is reprieve-<node>.log in logDir.
+//
+// It runs the NoExecute mode, --interruption-eviction=kube-controller-manager, unless args say
+// otherwise (a later flag wins): the tests that start agents here were written when that mode
+// was the default, and assert its NoExecute taint. The default mode, reprieve's budget mode, has
+// tests of its own: StartReprieveDefault, and SpotOptions.Eviction.
 func StartReprieve(ctx context.Context, bin, logDir, node string, args ...string) (*testenv.Process, string, error) {
+	return startReprieve(ctx, bin, logDir, node, false, append([]string{NoExecuteMode}, args...)...)
+}
+
+// NoExecuteMode is the flag of the mode StartReprieve runs unless told otherwise.
+const NoExecuteMode = "--interruption-eviction=" + string(plan.EvictionKubeControllerManager)
+
+// StartReprieveDefault is StartReprieve with the binary's own --interruption-eviction, as a
+// default install runs it (the chart passes none).
+func StartReprieveDefault(ctx context.Context, bin, logDir, node string, args ...string) (*testenv.Process, string, error) {
 	return startReprieve(ctx, bin, logDir, node, false, args...)
 }
 
@@ -377,7 +408,7 @@ func StartReprieve(ctx context.Context, bin, logDir, node string, args ...string
 // that names the silent sources ("cannot see the cloud's notices"). An agent that answers 200
 // instead is an error: it would be Ready while blind.
 func StartReprieveBlind(ctx context.Context, bin, logDir, node string, args ...string) (*testenv.Process, string, error) {
-	return startReprieve(ctx, bin, logDir, node, true, args...)
+	return startReprieve(ctx, bin, logDir, node, true, append([]string{NoExecuteMode}, args...)...)
 }
 
 // blindReason is what /readyz says of an agent that has synced but whose metadata sources have

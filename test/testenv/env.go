@@ -399,9 +399,9 @@ func (e *Env) startComponent(ctx context.Context, name, bin string, port int, ex
 	}, extra...)
 	path := filepath.Join(e.k8sBin, bin)
 	if !executable(path) {
-		// Only with K8sBinEnv, a folder without a kube-scheduler: one of ToolsBin's newer
-		// version would be a skew upstream does not support.
-		return nil, fmt.Errorf("starting %s: %s is missing from %s", name, bin, e.k8sBin)
+		// A tools folder built for the demo alone (make demo-tools) has no kube-scheduler; with
+		// K8sBinEnv, one of ToolsBin's newer version would be a skew upstream does not support.
+		return nil, fmt.Errorf("starting %s: %s is missing from %s: run `make tools` (test/tools/build.sh)", name, bin, e.k8sBin)
 	}
 	p, err := StartProcess(ctx, name, filepath.Join(e.LogDir, name+".log"), path, args, nil)
 	if err != nil {

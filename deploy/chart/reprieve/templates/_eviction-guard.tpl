@@ -38,6 +38,19 @@ on it): the agent's job with -eviction-guard. */}}
 {{- printf "%s-eviction-guard" (include "reprieve.job" .) -}}
 {{- end -}}
 
+{{/* The port the guard serves on: evictionGuard.port, else 10250 on the pod network (the port a
+GKE private cluster's control plane reaches without a firewall rule, as cert-manager's webhook
+uses), 10260 on the host network, where 10250 is the kubelet's. */}}
+{{- define "reprieve.guard.port" -}}
+{{- if .Values.evictionGuard.port -}}
+{{- .Values.evictionGuard.port -}}
+{{- else if .Values.evictionGuard.hostNetwork -}}
+10260
+{{- else -}}
+10250
+{{- end -}}
+{{- end -}}
+
 {{/* The DNS name the API server dials and checks the serving certificate against. */}}
 {{- define "reprieve.guard.host" -}}
 {{- printf "%s.%s.svc" (include "reprieve.guard.name" .) .Release.Namespace -}}
@@ -70,6 +83,12 @@ on it): the agent's job with -eviction-guard. */}}
 {{- if lt (int .connections) (int .sourceConnections) -}}
 {{- fail (printf "evictionGuard.limits.connections %v: want at least sourceConnections (%v)" .connections .sourceConnections) -}}
 {{- end -}}
+{{- end -}}
+{{- if and .Values.evictionGuard.hostNetwork (eq (include "reprieve.guard.port" . | int) 10250) -}}
+{{- fail "evictionGuard.port 10250 on the host network is the kubelet's port: leave evictionGuard.port empty (10260) or choose another" -}}
+{{- end -}}
+{{- if and .Values.evictionGuard.hostNetwork .Values.metrics.port (eq (include "reprieve.guard.port" . | int) (int .Values.metrics.port)) -}}
+{{- fail (printf "evictionGuard.port %v is the agent's metrics.port: on the host network the two would take the same node port" .Values.evictionGuard.port) -}}
 {{- end -}}
 {{- if and .Values.evictionGuard.clientAuth.allowedNames (not .Values.evictionGuard.clientAuth.caConfigMap) -}}
 {{- fail "evictionGuard.clientAuth.allowedNames needs evictionGuard.clientAuth.caConfigMap" -}}

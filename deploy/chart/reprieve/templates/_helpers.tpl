@@ -66,6 +66,12 @@ of key, value and effect, for the toleration and the admission policy. */}}
 {{- end -}}
 {{- end -}}
 
+{{/* "true" when something says the agents are scraped under the job the rules select: the chart's
+PodMonitor, or monitoring.job naming the user's own scrape. */}}
+{{- define "reprieve.agentsScraped" -}}
+{{- if or .Values.podMonitor.enabled .Values.monitoring.job }}true{{ end -}}
+{{- end -}}
+
 {{/* The job label of the agent's series: monitoring.job, else the release's name. The PodMonitor
 sets it; the alert rules and the dashboard select on it, so every release sees its own agents. */}}
 {{- define "reprieve.job" -}}
@@ -80,6 +86,18 @@ null, the cloud's need (aws: IMDSv2's default hop limit of 1 keeps the token's a
 {{- if kindIs "bool" .Values.hostNetwork -}}
 {{- if .Values.hostNetwork }}true{{ end -}}
 {{- else if eq .Values.cloud "aws" -}}
+true
+{{- end -}}
+{{- end }}
+
+{{/*
+"true" when this render has a cluster to look at: helm install, upgrade and uninstall, and Flux's
+helm-controller (Helm's own actions, which run hooks); not `helm template`, Argo CD's render or
+kustomize's helmCharts, where lookup gives an empty result. The namespace "default" always
+exists.
+*/}}
+{{- define "reprieve.renderedWithCluster" -}}
+{{- if lookup "v1" "Namespace" "" "default" -}}
 true
 {{- end -}}
 {{- end }}
@@ -127,29 +145,77 @@ A self-managed group carries whatever its bootstrap sets: select it with nodeSel
 {{- end -}}
 
 {{/*
+The nodes no agent runs on, whatever the selection, as a JSON list of node selector requirements
+that every term of the DaemonSet's node affinity carries:
+  - nodes no agent can run on: EKS Fargate (eks.amazonaws.com/compute-type=fargate: one pod per
+    micro-VM, no DaemonSets; aws-node-termination-handler's chart leaves them out the same way)
+    and virtual-kubelet nodes (type=virtual-kubelet: AKS virtual nodes, ACI, other providers),
+    where the pod would stay Pending and the DaemonSet's alerts count a missing agent;
+  - the value excludeNodes: nodes whose notices another handler acts on (Karpenter's interruption
+    queue: karpenter.sh/nodepool), each item a label key (nodes with the label, any value:
+    DoesNotExist) or {key, values} (nodes whose label has one of the values: NotIn).
+*/}}
+{{- define "reprieve.excludedNodes" -}}
+{{- $out := list (dict "key" "eks.amazonaws.com/compute-type" "operator" "NotIn" "values" (list "fargate")) (dict "key" "type" "operator" "NotIn" "values" (list "virtual-kubelet")) -}}
+{{- range .Values.excludeNodes -}}
+{{- if kindIs "string" . -}}
+{{- $out = append $out (dict "key" . "operator" "DoesNotExist") -}}
+{{- else if .values -}}
+{{- $out = append $out (dict "key" .key "operator" "NotIn" "values" .values) -}}
+{{- else -}}
+{{- $out = append $out (dict "key" .key "operator" "DoesNotExist") -}}
+{{- end -}}
+{{- end -}}
+{{- $out | toJson -}}
+{{- end -}}
+
+{{/*
 The DaemonSet's selection as a JSON dict: "nodeSelector" (always kubernetes.io/os=linux, the
 binary's only OS: a Windows spot pool must get no pod that never starts, and tolerate-all would
-let it on) and "affinity" (the user's, or on spot nodes by default one term per spot label;
-none with nodes=all or a nodeSelector of the user's, which replaces the default whole), and
-"what", a line for NOTES.txt.
+let it on) and "affinity" (required node affinity: the user's terms, or on spot nodes by default
+one term per spot label, or with nodes=all or a nodeSelector of the user's a single term; every
+term then carries reprieve.excludedNodes, so that excludeNodes and the nodes no agent runs on
+narrow any selection without rewriting it), and "what", a line for NOTES.txt. A user's affinity is
+kept whole (its pod affinities, its preferred terms) but for those requirements added.
 */}}
 {{- define "reprieve.selection" -}}
 {{- $sel := merge (dict "kubernetes.io/os" "linux") (.Values.nodeSelector | default dict) -}}
 {{- $out := dict "nodeSelector" $sel -}}
+{{- $excluded := include "reprieve.excludedNodes" . | fromJsonArray -}}
+{{- $terms := list -}}
+{{- $affinity := dict -}}
 {{- if .Values.affinity -}}
-{{- $_ := set $out "affinity" .Values.affinity -}}
+{{- $affinity = deepCopy .Values.affinity -}}
+{{- $req := dig "nodeAffinity" "requiredDuringSchedulingIgnoredDuringExecution" "nodeSelectorTerms" (list) $affinity -}}
+{{- range $req -}}
+{{- $terms = append $terms (deepCopy .) -}}
+{{- end -}}
+{{- if not $terms -}}{{- $terms = list (dict) -}}{{- end -}}
 {{- $_ := set $out "what" "the nodes that the values nodeSelector and affinity select" -}}
 {{- else if .Values.nodeSelector -}}
+{{- $terms = list (dict) -}}
 {{- $_ := set $out "what" "the nodes that the value nodeSelector selects" -}}
 {{- else if eq .Values.nodes "all" -}}
-{{- $_ := set $out "what" "every Linux node (nodes=all)" -}}
+{{- $terms = list (dict) -}}
+{{- $_ := set $out "what" "every Linux node (nodes=all) but Fargate and virtual-kubelet nodes" -}}
 {{- else -}}
-{{- $terms := list -}}
 {{- range (include "reprieve.spotLabels" . | fromJsonArray) -}}
 {{- $terms = append $terms (dict "matchExpressions" (list (dict "key" .key "operator" "In" "values" (list .value)))) -}}
 {{- end -}}
-{{- $_ := set $out "affinity" (dict "nodeAffinity" (dict "requiredDuringSchedulingIgnoredDuringExecution" (dict "nodeSelectorTerms" $terms))) -}}
 {{- $_ := set $out "what" "the Linux nodes with a spot label of any platform" -}}
+{{- end -}}
+{{- $withExcluded := list -}}
+{{- range $terms -}}
+{{- $t := . -}}
+{{- $_ := set $t "matchExpressions" (concat ($t.matchExpressions | default list) $excluded) -}}
+{{- $withExcluded = append $withExcluded $t -}}
+{{- end -}}
+{{- $na := get $affinity "nodeAffinity" | default dict -}}
+{{- $_ := set $na "requiredDuringSchedulingIgnoredDuringExecution" (dict "nodeSelectorTerms" $withExcluded) -}}
+{{- $_ := set $affinity "nodeAffinity" $na -}}
+{{- $_ := set $out "affinity" $affinity -}}
+{{- if .Values.excludeNodes -}}
+{{- $_ := set $out "what" (printf "%s, less the nodes excludeNodes leaves to other handlers" $out.what) -}}
 {{- end -}}
 {{- $out | toJson -}}
 {{- end -}}
