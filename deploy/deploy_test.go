@@ -112,6 +112,7 @@ func alertNames(f ruleFile) []string {
 var wantAlerts = []string{
 	"ReprieveInterruptionImminent",
 	"ReprieveEvictionMissedDeadline",
+	"ReprievePodsOutlivedReclaim",
 	"ReprieveVolumeStillInUse",
 	"ReprieveVolumeAtRisk",
 	"ReprievePodsBlockedByPDB",
@@ -395,6 +396,12 @@ func knownMetrics(t *testing.T) map[string]bool {
 	}
 	if _, err := guard.NewCertMetrics(rec); err != nil {
 		t.Fatalf("guard.NewCertMetrics: %v", err)
+	}
+	if _, err := guard.NewIndexMetrics(rec); err != nil {
+		t.Fatalf("guard.NewIndexMetrics: %v", err)
+	}
+	if _, err := guard.NewReckonMetrics(rec); err != nil {
+		t.Fatalf("guard.NewReckonMetrics: %v", err)
 	}
 	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		if err := rec.Register(c); err != nil {
