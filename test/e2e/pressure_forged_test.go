@@ -104,9 +104,10 @@ func TestPressureTenantForgedPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer obs.Stop()
-	// forged leaks 4 GiB against 200Mi; web uses 1.2 GiB of its 1 GiB. fake-mirror reports 6 GiB
-	// here, which a kubelet never would (it does not run it): even so it is not ranked.
-	kl := &fakeKubelet{pods: map[*v1.Pod]int64{forged: 4 * gi, web: 1228 * mi, fakeMirror: 6 * gi}}
+	// forged uses 4 GiB against 200Mi and leaks the fall (fakeKubelet.leaker); web uses 1.2 GiB of
+	// its 1 GiB. fake-mirror reports 6 GiB here, which a kubelet never would (it does not run it):
+	// even so it is not ranked.
+	kl := &fakeKubelet{pods: map[*v1.Pod]int64{forged: 4 * gi, web: 1228 * mi, fakeMirror: 6 * gi}, leaker: forged}
 	kl.set(2*gi+100*mi, -100*mi) // crosses 2Gi in 1 s; the kubelet's 1Gi about 11 s away
 	srv := httptest.NewServer(kl)
 	defer srv.Close()
