@@ -430,7 +430,13 @@ func TestHostPathMountsStoredRecursiveReadOnly(t *testing.T) {
 			}
 		}
 		var mounted []string
-		for _, m := range spec.Containers[0].VolumeMounts {
+		// The init container's mounts too: on AKS it copies the kubelet's two files from
+		// /etc/default (reprieve copy-kubelet-files), read-only like every host path.
+		var mounts []v1.VolumeMount
+		for _, c := range append(spec.InitContainers, spec.Containers[0]) {
+			mounts = append(mounts, c.VolumeMounts...)
+		}
+		for _, m := range mounts {
 			if host[m.Name] == "" {
 				continue
 			}
