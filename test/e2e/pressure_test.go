@@ -105,7 +105,11 @@ func (k *fakeKubelet) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 //     as the kubelet ranks it (issue 37 case 2), and uses little here;
 //   - the taint goes a transition period after the signal came back, not before.
 func TestPressure(t *testing.T) {
-	t.Parallel()
+	// Not parallel: Go runs it alone, before the parallel tests start. Its pod may be evicted only
+	// at the last reading that still leaves it 3 s (issue 47: precision first, a grace cut waits),
+	// a window one reading wide; under -parallel 32 on two cores a reading came late past it in
+	// two of four whole runs, and the pod was rightly left to the kubelet. The docs and the
+	// closing note of issue 47 name that window as the predictor's open timeliness question.
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	const ns, node = "pressure", "pressure-node"
