@@ -64,14 +64,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "The most reviews one source address has had in flight at once since the eviction guard started (against --source-reviews-in-flight).",
 		}),
 	}
-	for _, c := range []struct {
-		name string
-		c    prometheus.Collector
-	}{{"reprieve_guard_reviews_total", m.ReviewsTotal}, {"reprieve_guard_connections_refused_total", m.ConnectionsRefused},
-		{"reprieve_guard_pod_lookups_total", m.PodLookups}, {"reprieve_guard_source_reviews_in_flight_peak", m.SourceInFlightPeak}} {
-		if err := reg.Register(c.c); err != nil {
-			return nil, fmt.Errorf("registering %s: %w", c.name, err)
-		}
+	if err := register(reg, []named{{"reprieve_guard_reviews_total", m.ReviewsTotal}, {"reprieve_guard_connections_refused_total", m.ConnectionsRefused},
+		{"reprieve_guard_pod_lookups_total", m.PodLookups}, {"reprieve_guard_source_reviews_in_flight_peak", m.SourceInFlightPeak}}); err != nil {
+		return nil, err
 	}
 	for _, r := range results {
 		m.ReviewsTotal.WithLabelValues(r)
@@ -106,13 +101,24 @@ func NewIndexMetrics(reg prometheus.Registerer) (*IndexMetrics, error) {
 			Help: "Lists and watches of pods by the eviction guard's index that failed to start; meanwhile the index keeps what it had, and pods it has not seen are read with a GET.",
 		}),
 	}
-	for _, c := range []struct {
-		name string
-		c    prometheus.Collector
-	}{{"reprieve_guard_index_pods", m.Pods}, {"reprieve_guard_index_synced", m.Synced}, {"reprieve_guard_index_list_watch_errors_total", m.ListWatchErrors}} {
-		if err := reg.Register(c.c); err != nil {
-			return nil, fmt.Errorf("registering %s: %w", c.name, err)
-		}
+	if err := register(reg, []named{{"reprieve_guard_index_pods", m.Pods}, {"reprieve_guard_index_synced", m.Synced}, {"reprieve_guard_index_list_watch_errors_total", m.ListWatchErrors}}); err != nil {
+		return nil, err
 	}
 	return m, nil
+}
+
+// named is a collector with the name its registration error reports.
+type named struct {
+	name string
+	c    prometheus.Collector
+}
+
+// register registers each collector on reg, naming the first that fails.
+func register(reg prometheus.Registerer, cs []named) error {
+	for _, c := range cs {
+		if err := reg.Register(c.c); err != nil {
+			return fmt.Errorf("registering %s: %w", c.name, err)
+		}
+	}
+	return nil
 }

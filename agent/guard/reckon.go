@@ -326,13 +326,8 @@ func NewReckonMetrics(reg prometheus.Registerer) (*ReckonMetrics, error) {
 			Help: "Pods reprieve planned to evict (marked reprieve.io/evict-at) that were still present, unfinished, a few seconds after their node's reclaim deadline. Must stay 0. Counted off the node: it survives the reclaim.",
 		}),
 	}
-	for _, c := range []struct {
-		name string
-		c    prometheus.Collector
-	}{{"reprieve_guard_reclaims_total", m.Reclaims}, {"reprieve_guard_pods_outlived_reclaim_total", m.Outlived}} {
-		if err := reg.Register(c.c); err != nil {
-			return nil, fmt.Errorf("registering %s: %w", c.name, err)
-		}
+	if err := register(reg, []named{{"reprieve_guard_reclaims_total", m.Reclaims}, {"reprieve_guard_pods_outlived_reclaim_total", m.Outlived}}); err != nil {
+		return nil, err
 	}
 	for _, o := range []string{ReckonClear, ReckonOutlived, ReckonUnknown} {
 		m.Reclaims.WithLabelValues(o)
