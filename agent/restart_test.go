@@ -113,11 +113,10 @@ func TestRestartWithAPartialAnswerKeepsTheInterruption(t *testing.T) {
 	}
 }
 
-// TestRestartWhileAzureFirstCallIsOutstanding (case 2): while Azure's first Scheduled Events
-// call is outstanding the provider reports nothing and no error; that is unknown, not "no
-// notice": the taint and the annotation stay.
-func TestRestartWhileAzureFirstCallIsOutstanding(t *testing.T) {
-	deadline := t0.Add(60 * time.Second)
+// azurePreempted is a first agent on Azure that has written the record of a Preempt event
+// posted at t0 with deadline.
+func azurePreempted(t *testing.T, deadline time.Time) *harness {
+	t.Helper()
 	preempt := providers.Notice{Provider: "azure", Source: "scheduledevents", Kind: providers.KindPreemption, ID: "evt-1",
 		NoticeTime: t0, Deadline: deadline, Action: "Preempt"}
 	first := newHarness(t, func(c *Config) { c.Provider = "azure" }, testNode())
@@ -126,6 +125,15 @@ func TestRestartWhileAzureFirstCallIsOutstanding(t *testing.T) {
 	first.build(p1)
 	p1.Set(preempt)
 	first.step()
+	return first
+}
+
+// TestRestartWhileAzureFirstCallIsOutstanding (case 2): while Azure's first Scheduled Events
+// call is outstanding the provider reports nothing and no error; that is unknown, not "no
+// notice": the taint and the annotation stay.
+func TestRestartWhileAzureFirstCallIsOutstanding(t *testing.T) {
+	deadline := t0.Add(60 * time.Second)
+	first := azurePreempted(t, deadline)
 	before := first.node()
 
 	pending := providertest.NewWithSources("azure", "scheduledevents") // answered: false
@@ -433,14 +441,7 @@ func (p *pollSeen) Poll(ctx context.Context) ([]providers.Notice, error) {
 // not wait for that answer. Through Run, as the process starts.
 func TestRestartPlansFromTheRecordBeforeAskingTheCloud(t *testing.T) {
 	deadline := t0.Add(60 * time.Second)
-	preempt := providers.Notice{Provider: "azure", Source: "scheduledevents", Kind: providers.KindPreemption, ID: "evt-1",
-		NoticeTime: t0, Deadline: deadline, Action: "Preempt"}
-	first := newHarness(t, func(c *Config) { c.Provider = "azure" }, testNode())
-	p1 := providertest.NewWithSources("azure", "scheduledevents")
-	p1.SetAnswered("scheduledevents", true)
-	first.build(p1)
-	p1.Set(preempt)
-	first.step()
+	first := azurePreempted(t, deadline)
 
 	planned := make(chan time.Time, 1)
 	var h *harness
