@@ -104,9 +104,16 @@ type Agent struct {
 	intr      *interrupt.Loop
 	// pressure is the local-pressure loop; nil with --pressure-source off.
 	pressure *pressure.Loop
-	// pressureSource is Deps.PressureSource: nil builds the one --pressure-source names.
-	pressureSource kubelet.Source
+	// pressureSource is the pressure loop's source: Deps.PressureSource, or the one
+	// --pressure-source names, which startPressure chooses once the node is known.
+	pressureSource *sourceSlot
+	// kubelet is the process's one read of the kubelet's configuration, taken in New.
+	kubelet KubeletRead
 }
+
+// sourceSlot is the pressure loop's source, filled before the loop's first reading: the loop is
+// built once, in New, while the Summary API's address may need the node (startPressure).
+type sourceSlot struct{ kubelet.Source }
 
 // New builds an agent from a validated configuration.
 func New(cfg Config, deps Deps) (*Agent, error) {
@@ -135,7 +142,8 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 		gatherer:       deps.Gatherer,
 		taints:         taintSetOf(cfg),
 		recorder:       deps.Recorder,
-		pressureSource: deps.PressureSource,
+		pressureSource: &sourceSlot{Source: deps.PressureSource},
+		kubelet:        ReadKubeletConfig(cfg),
 	}
 	if a.recorder == nil {
 		a.broadcaster = events.NewBroadcaster(context.Background())
@@ -216,13 +224,16 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	intrOpts := interrupt.Options{NodeName: cfg.NodeName, Provider: a.provider, Clock: deps.Clock, Metrics: a.metrics,
 		Recorder: a.recorder, Notifier: a.notifier, Taints: a.taints, MaintenanceLead: cfg.MaintenanceLead,
 		SafetyMargin: cfg.SafetyMargin, PollInterval: cfg.PollInterval, DryRun: cfg.DryRun, ApproveEvents: cfg.ApproveEvents,
-		ShutdownCut: shutdownCut(cfg), VolumeRelease: volumeRelease(cfg), Node: a.cachedNode, Writer: a.writer, Executor: a.exec}
+		ShutdownCut: shutdownCut(a.kubelet), VolumeRelease: volumeRelease(cfg, a.kubelet), Node: a.cachedNode, Writer: a.writer, Executor: a.exec}
 	if cfg.PressureSource != PressureSourceOff {
 		for _, r := range pressure.Resources {
 			intrOpts.PressureTaints = append(intrOpts.PressureTaints, pressureTaint(cfg, r))
 		}
 	}
 	a.intr = interrupt.New(intrOpts)
+	// What was read of the kubelet's configuration is said once, pressure or not: shutdownCut
+	// and the volume release use it.
+	reportKubeletConfig(a.metrics, a.kubelet)
 	if err := a.newPressure(); err != nil {
 		return nil, err
 	}
@@ -230,22 +241,21 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 }
 
 // volumeRelease is VolumeReleaseOf's figure, logged once with where it comes from.
-func volumeRelease(cfg Config) time.Duration {
-	d, from := VolumeReleaseOf(cfg)
+func volumeRelease(cfg Config, kr KubeletRead) time.Duration {
+	d, from := VolumeReleaseOf(cfg, kr)
 	klog.Background().Info("Pods with a volume that needs attaching are planned to be gone before the deadline by", "volumeRelease", d, "from", from)
 	return d
 }
 
 // shutdownCut is how long the kubelet's graceful node shutdown gives the ordinary pods, from the
-// kubelet's configuration (KubeletConfig: the read the pressure loop shares)
+// kubelet's configuration (kr: the read the pressure loop shares)
 // (shutdownGracePeriod - shutdownGracePeriodCriticalPods); zero when it is off, unknown (no
-// file found: newPressure reports it) or unreadable (the plan then ends at the deadline alone).
-func shutdownCut(cfg Config) time.Duration {
-	kc, err := KubeletConfig(cfg)
-	if err != nil || !kc.Found {
+// file found: reportKubeletConfig says it) or unreadable (the plan then ends at the deadline alone).
+func shutdownCut(kr KubeletRead) time.Duration {
+	if !kr.Known() {
 		return 0
 	}
-	return kc.ShutdownGracePeriod - kc.ShutdownGracePeriodCriticalPods
+	return kr.Config.ShutdownGracePeriod - kr.Config.ShutdownGracePeriodCriticalPods
 }
 
 // newInformer is the informer of one resource that the generated informers of
@@ -277,15 +287,14 @@ func pressureTaint(cfg Config, r pressure.Resource) v1.Taint {
 	return v1.Taint{Key: pressure.TaintKey(r), Value: "true", Effect: v1.TaintEffect(cfg.PressureTaintEffect)}
 }
 
-// newPressure builds the pressure loop from the thresholds; none with --pressure-source off.
-// Its source is built in startPressure: the Summary API's address may need the node. It reports
-// the kubelet's configuration first (reportKubeletConfig), pressure or not: shutdownCut uses it.
+// newPressure builds the pressure loop from the thresholds, once; none with --pressure-source
+// off. Its source is chosen in startPressure (the Summary API's address may need the node) and
+// handed to the loop through its slot.
 func (a *Agent) newPressure() error {
-	reportKubeletConfig(a.metrics, a.cfg)
 	if a.cfg.PressureSource == PressureSourceOff {
 		return nil
 	}
-	thresholds, kc, kcErr, err := PressureThresholds(a.cfg)
+	thresholds, kc, kcErr, err := PressureThresholds(a.cfg, a.kubelet)
 	if err != nil {
 		return err
 	}
@@ -300,17 +309,13 @@ func (a *Agent) newPressure() error {
 // startPressure resolves the pressure source where it needs the node (the Summary API's
 // address), then starts the pressure loop (its first reading, the taints it finds).
 func (a *Agent) startPressure(ctx context.Context) error {
-	if a.pressureSource == nil && a.cfg.PressureSource != PressureSourceOff {
+	if a.pressureSource.Source == nil {
 		src, from, err := NewPressureSource(a.cfg, a.cachedNode())
 		if err != nil {
 			return err
 		}
-		a.pressureSource = src
+		a.pressureSource.Source = src
 		klog.FromContext(ctx).Info("Reading pressure signals", "source", a.cfg.PressureSource, "from", from)
-		// The loop was built before the source: build it again with it.
-		if err := a.newPressure(); err != nil {
-			return err
-		}
 	}
 	return a.pressure.Start(ctx)
 }
@@ -428,7 +433,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.pressure == nil {
 		// With pressure handling on, the pressure loop says it at its start; without it the
 		// interruption plan still depends on the kubelet's graceful node shutdown.
-		if kc, err := KubeletConfig(a.cfg); err == nil && !kc.Found {
+		if kc := a.kubelet.Config; a.kubelet.Err == nil && !kc.Found {
 			a.recorder.Eventf(events.NodeRef(a.cfg.NodeName), v1.EventTypeWarning, events.ReasonKubeletConfigUnknown,
 				"The kubelet's configuration was not found (tried %s): its graceful node shutdown is unknown, and the plan assumes none. "+
 					"Fix: set --kubelet-config (chart value pressure.kubeletConfig) to the kubelet's --config file and mount it under --host-root",

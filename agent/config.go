@@ -155,10 +155,6 @@ type Config struct {
 	WebhookHeadersFile string
 	WebhookTimeout     time.Duration
 	WebhookMaxAttempts int
-
-	// kubelet is the one read of the kubelet's configuration that the copies of a validated
-	// Config share (KubeletConfig in pressure_source.go); nil before Validate.
-	kubelet *kubeletRead
 }
 
 // Pressure sources accepted by --pressure-source.
@@ -374,12 +370,9 @@ func (c *Config) ApplyFallbacks(lookup func(string) (string, bool)) {
 	fill(&c.PodNamespace, "POD_NAMESPACE")
 }
 
-// Validate reports every problem with the configuration at once.
-//
-// It also gives the configuration a new read of the kubelet's configuration, which every copy of
-// it shares: the agent built from it reads the kubelet's file once (KubeletConfig).
+// Validate reports every problem with the configuration at once. It changes nothing and reads
+// no file but the webhook's (NotifyConfig).
 func (c *Config) Validate() error {
-	c.kubelet = &kubeletRead{}
 	var errs []error
 	if c.NodeName == "" {
 		errs = append(errs, errors.New("--node-name (or $NODE_NAME) is required"))

@@ -3,6 +3,7 @@ package agent
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -203,9 +204,11 @@ func writeKubeletConfig(t *testing.T, root, p, body string) {
 	}
 }
 
-// TestKubeletConfigReadOnce: the copies of a validated Config share one read, so that the
-// interruption plan's shutdown cut and the pressure thresholds come from the same file as it
-// was; a Config never validated, or one whose lookup changed, reads again.
+// TestKubeletConfigReadOnce: the agent reads the kubelet's configuration once, in New, and
+// hands that read as a value to the interruption plan's shutdown cut and the pressure
+// thresholds, so that both come from the same file as it was; Validate reads nothing and
+// changes nothing; a new read (another process, doctor) sees the file as it is now, and
+// another path is another read.
 func TestKubeletConfigReadOnce(t *testing.T) {
 	root := t.TempDir()
 	const gke = "/home/kubernetes/kubelet-config.yaml"
@@ -216,25 +219,30 @@ func TestKubeletConfigReadOnce(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if got := shutdownCut(cfg); got != 15*time.Second {
+	if !reflect.DeepEqual(cfg, unvalidated) {
+		t.Errorf("Validate changed the configuration: %+v, was %+v", cfg, unvalidated)
+	}
+	h := newHarness(t, func(c *Config) { c.HostRoot = root }, testNode())
+	if got := shutdownCut(h.a.kubelet); got != 15*time.Second {
 		t.Fatalf("shutdownCut = %v, want 30s - 15s", got)
 	}
 	// The file changes after the first read: the same run keeps what it read.
 	writeKubeletConfig(t, root, gke, "evictionHard:\n  memory.available: 900Mi\n")
-	copied := cfg
-	_, kc, kcErr, err := PressureThresholds(copied)
+	_, kc, kcErr, err := PressureThresholds(h.a.cfg, h.a.kubelet)
 	if err != nil || kcErr != nil || !kc.Found || kc.Platform != "GKE" || kc.ShutdownGracePeriod != 30*time.Second ||
 		len(kc.Hard) != 1 || kc.Hard[0].String() != "memory.available<200Mi" {
 		t.Errorf("second use: %+v %v %v, want the first read (GKE, 30s, 200Mi)", kc, kcErr, err)
 	}
-	if kc, err := KubeletConfig(unvalidated); err != nil || kc.ShutdownGracePeriod != 0 || kc.Hard[0].String() != "memory.available<900Mi" {
-		t.Errorf("unvalidated: %+v %v, want a fresh read of the new file", kc, err)
+	if kr := ReadKubeletConfig(unvalidated); kr.Err != nil || kr.Config.ShutdownGracePeriod != 0 || kr.Config.Hard[0].String() != "memory.available<900Mi" {
+		t.Errorf("a new read: %+v %v, want the new file", kr.Config, kr.Err)
 	}
-	copied.KubeletConfig = "/elsewhere.yaml"
-	if kc, err := KubeletConfig(copied); err != nil || kc.Found || kc.Path != filepath.Join(root, "/elsewhere.yaml") {
-		t.Errorf("another path: %+v %v, want it read (unknown: missing)", kc, err)
+	elsewhere := cfg
+	elsewhere.KubeletConfig = "/elsewhere.yaml"
+	kr := ReadKubeletConfig(elsewhere)
+	if kr.Err != nil || kr.Config.Found || kr.Config.Path != filepath.Join(root, "/elsewhere.yaml") {
+		t.Errorf("another path: %+v %v, want it read (unknown: missing)", kr.Config, kr.Err)
 	}
-	if got := shutdownCut(copied); got != 0 {
+	if got := shutdownCut(kr); got != 0 {
 		t.Errorf("shutdownCut with the config unknown = %v, want 0", got)
 	}
 }
@@ -282,7 +290,7 @@ func TestKubeletConfigReported(t *testing.T) {
 			if n := testutil.CollectAndCount(h.a.metrics.KubeletConfigKnown); n != 1 {
 				t.Errorf("%d series of reprieve_kubelet_config_known, want 1", n)
 			}
-			if got := shutdownCut(h.a.cfg); got != tt.cut {
+			if got := shutdownCut(h.a.kubelet); got != tt.cut {
 				t.Errorf("shutdownCut = %v, want %v", got, tt.cut)
 			}
 			if tt.pressure {

@@ -7,7 +7,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/reprieve-dev/reprieve/agent/metrics"
 	"github.com/reprieve-dev/reprieve/agent/pressure"
@@ -16,20 +15,41 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// PressureThresholds reads what the levels are computed from: reprieve's thresholds from the
-// flags and the kubelet's from its configuration (KubeletConfig). A flag that does not parse is
-// err; a kubelet configuration that cannot be read or parsed is kubeletErr (the thresholds then
-// hold the kubelet's defaults), which turns only the pressure handling off. A configuration not
-// found is no error: kc.Found is false, the thresholds hold the kubelet's defaults, and the
-// caller says that they are assumed.
-func PressureThresholds(cfg Config) (t pressure.Thresholds, kc kubelet.Config, kubeletErr, err error) {
+// KubeletRead is the one read of the kubelet's configuration a process makes (ReadKubeletConfig,
+// in New and in each command that needs it), handed as a value to everything that reads it: the
+// interruption plan's shutdown cut, the volume release, the pressure thresholds, the what-if plan
+// and doctor, so that they all see the same file as it was read.
+type KubeletRead struct {
+	// Config is what was read; Found is false when no file was found (the kubelet's defaults).
+	Config kubelet.Config
+	// Err says why a file found could not be read or parsed.
+	Err error
+}
+
+// Known says whether the kubelet's configuration was found and read.
+func (r KubeletRead) Known() bool { return r.Err == nil && r.Config.Found }
+
+// ReadKubeletConfig reads the kubelet's configuration where the flags say: --kubelet-config and
+// --kubelet-config-dir under --host-root, or the first known location found (kubelet.FindConfig).
+func ReadKubeletConfig(cfg Config) KubeletRead {
+	kc, err := kubelet.FindConfig(kubelet.Lookup{HostRoot: cfg.HostRoot, Path: cfg.KubeletConfig, DropInDir: cfg.KubeletConfigDir})
+	return KubeletRead{Config: kc, Err: err}
+}
+
+// PressureThresholds is what the levels are computed from: reprieve's thresholds from the flags
+// and the kubelet's from its configuration (kr). A flag that does not parse is err; a kubelet
+// configuration that could not be read or parsed is kubeletErr (the thresholds then hold the
+// kubelet's defaults), which turns only the pressure handling off. A configuration not found is
+// no error: kc.Found is false, the thresholds hold the kubelet's defaults, and the caller says
+// that they are assumed.
+func PressureThresholds(cfg Config, kr KubeletRead) (t pressure.Thresholds, kc kubelet.Config, kubeletErr, err error) {
 	explicit, headroom, reclaim, err := cfg.PressureThresholdsOf()
 	if err != nil {
 		return t, kc, nil, err
 	}
-	kc, kubeletErr = KubeletConfig(cfg)
-	if kubeletErr != nil {
-		kubeletErr = fmt.Errorf("reading the kubelet's eviction thresholds: %w", kubeletErr)
+	kc = kr.Config
+	if kr.Err != nil {
+		kubeletErr = fmt.Errorf("reading the kubelet's eviction thresholds: %w", kr.Err)
 		def := kubelet.DefaultConfig()
 		kc.Hard, kc.EnforcePodsAllocatable = def.Hard, def.EnforcePodsAllocatable
 		kc.ImageGCHighThresholdPercent, kc.ImageGCLowThresholdPercent = def.ImageGCHighThresholdPercent, def.ImageGCLowThresholdPercent
@@ -37,69 +57,18 @@ func PressureThresholds(cfg Config) (t pressure.Thresholds, kc kubelet.Config, k
 	return pressure.ThresholdsFrom(kc, explicit, headroom, reclaim), kc, kubeletErr, nil
 }
 
-// KubeletConfig reads the kubelet's configuration where the flags say: --kubelet-config and
-// --kubelet-config-dir under --host-root, or the first known location found
-// (kubelet.FindConfig). The copies of a validated Config share one read, so that the
-// interruption plan (the graceful node shutdown) and the pressure loop (the thresholds) see the
-// same file, read once; a Config never validated reads it at each call.
-func KubeletConfig(cfg Config) (kubelet.Config, error) {
-	l := kubelet.Lookup{HostRoot: cfg.HostRoot, Path: cfg.KubeletConfig, DropInDir: cfg.KubeletConfigDir}
-	if cfg.kubelet == nil {
-		return kubelet.FindConfig(l)
-	}
-	return cfg.kubelet.get(l)
-}
-
-// kubeletRead is the shared read of KubeletConfig, and whether it has been reported.
-type kubeletRead struct {
-	mu     sync.Mutex
-	done   bool
-	lookup kubelet.Lookup
-	kc     kubelet.Config
-	err    error
-	// reported is set once the agent has logged the read (reportKubeletConfig).
-	reported bool
-}
-
-// get reads the configuration on the first call, and again only if the lookup changed (a Config
-// edited after Validate).
-func (r *kubeletRead) get(l kubelet.Lookup) (kubelet.Config, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !r.done || r.lookup != l {
-		r.kc, r.err = kubelet.FindConfig(l)
-		r.done, r.lookup = true, l
-	}
-	return r.kc, r.err
-}
-
-// firstReport says whether this is the first report of the read (always true without one).
-func (r *kubeletRead) firstReport() bool {
-	if r == nil {
-		return true
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	first := !r.reported
-	r.reported = true
-	return first
-}
-
-// reportKubeletConfig says what the agent of cfg read of the kubelet's configuration
-// (KubeletConfig): the metric reprieve_kubelet_config_known, and once a log line; an unknown one
-// as an error with the paths tried and the fix. The pressure loop's start records the node's
+// reportKubeletConfig says what the agent read of the kubelet's configuration (kr): the metric
+// reprieve_kubelet_config_known, and a log line; an unknown one as an error with the paths tried
+// and the fix. New calls it once. The pressure loop's start records the node's
 // KubeletConfigUnknown event.
-func reportKubeletConfig(m *metrics.Metrics, cfg Config) {
-	kc, err := KubeletConfig(cfg)
+func reportKubeletConfig(m *metrics.Metrics, kr KubeletRead) {
+	kc, err := kr.Config, kr.Err
 	known := 0.0
-	if err == nil && kc.Found {
+	if kr.Known() {
 		known = 1
 	}
 	m.KubeletConfigKnown.Reset()
 	m.KubeletConfigKnown.WithLabelValues(kc.Path).Set(known)
-	if !cfg.kubelet.firstReport() {
-		return
-	}
 	logger := klog.Background()
 	switch {
 	case err != nil:

@@ -45,9 +45,9 @@ func parseVolumeRelease(s string) (d time.Duration, fixed bool, err error) {
 // VolumeReleaseOf is how long before the deadline a pod with a volume that needs attaching must
 // be gone (plan.Window.VolumeRelease), and where that figure comes from: --volume-release, or
 // the unmount allowance plus one status period of the kubelet (its nodeStatusUpdateFrequency
-// with 4% jitter), read from its configuration; the kubelet's default 10 s when the
+// with 4% jitter), read from its configuration (kr); the kubelet's default 10 s when the
 // configuration is unknown, said so in the source.
-func VolumeReleaseOf(cfg Config) (time.Duration, string) {
+func VolumeReleaseOf(cfg Config, kr KubeletRead) (time.Duration, string) {
 	d, fixed, err := parseVolumeRelease(cfg.VolumeRelease)
 	if err != nil {
 		return 0, "off: " + err.Error()
@@ -59,7 +59,7 @@ func VolumeReleaseOf(cfg Config) (time.Duration, string) {
 		return d, "--volume-release"
 	}
 	freq, from := defaultNodeStatusUpdateFrequency, "the kubelet's configuration is unknown: its default nodeStatusUpdateFrequency 10s assumed"
-	if kc, err := KubeletConfig(cfg); err == nil && kc.Found && kc.NodeStatusUpdateFrequency > 0 {
+	if kc := kr.Config; kr.Known() && kc.NodeStatusUpdateFrequency > 0 {
 		freq, from = kc.NodeStatusUpdateFrequency, fmt.Sprintf("nodeStatusUpdateFrequency %s from %s", kc.NodeStatusUpdateFrequency, kc.Path)
 	}
 	period := freq + time.Duration(kubeletStatusJitter*float64(freq))

@@ -34,7 +34,7 @@ func TestVolumeReleaseOf(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := DefaultConfig()
 			cfg.HostRoot, cfg.KubeletConfig, cfg.VolumeRelease = root, c.config, c.flag
-			d, from := VolumeReleaseOf(cfg)
+			d, from := VolumeReleaseOf(cfg, ReadKubeletConfig(cfg))
 			if d != c.want || !strings.Contains(from, c.from) {
 				t.Fatalf("VolumeReleaseOf = %s (%s), want %s (%s)", d, from, c.want, c.from)
 			}

@@ -33,6 +33,9 @@ type WhatIf struct {
 	// NoticeTime is when the notice arrives, the interruption taint's timeAdded; zero means Now.
 	NoticeTime time.Time
 	Now        time.Time
+	// Kubelet is what was read of the node's kubelet configuration (ReadKubeletConfig): the
+	// volume release's status period; the zero value is an unknown one.
+	Kubelet KubeletRead
 }
 
 // NodePlan is what `reprieve plan` prints (its JSON is documented in docs/operations.md and
@@ -202,7 +205,7 @@ func PlanWhatIf(cfg Config, in WhatIf) NodePlan {
 	}
 	w := plan.Window{SafetyMargin: cfg.SafetyMargin}
 	if intent.Interrupting() {
-		w.VolumeRelease, _ = VolumeReleaseOf(cfg)
+		w.VolumeRelease, _ = VolumeReleaseOf(cfg, in.Kubelet)
 	}
 	if intent.Interrupting() {
 		w.Deadline = intent.Deadline

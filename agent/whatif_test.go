@@ -159,7 +159,8 @@ func TestPlanWhatIfVolumeRelease(t *testing.T) {
 		{window: 30 * time.Second, grace: 14},            // released by T+14.6
 		{window: 15 * time.Second, grace: 2, risk: true}, // released by T-0.4
 	} {
-		np := PlanWhatIf(cfg, WhatIf{Node: testNode(), Pods: []*v1.Pod{claimed("db-0")}, Now: t0, NoticeTime: t0, Deadline: t0.Add(c.window)})
+		np := PlanWhatIf(cfg, WhatIf{Node: testNode(), Pods: []*v1.Pod{claimed("db-0")}, Now: t0, NoticeTime: t0, Deadline: t0.Add(c.window),
+			Kubelet: ReadKubeletConfig(cfg)})
 		pp := np.Pods[0]
 		if pp.VolumeReleaseBy == nil || !pp.VolumeReleaseBy.Equal(t0.Add(c.window-15400*time.Millisecond)) {
 			t.Fatalf("window %s: volume release by %v, want T+%s", c.window, pp.VolumeReleaseBy, c.window-15400*time.Millisecond)

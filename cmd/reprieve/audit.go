@@ -353,10 +353,13 @@ func buildAudit(cfg agent.Config, in auditInput, windows []AuditWindow, now time
 		report.Nodes = append(report.Nodes, name)
 	}
 	slices.Sort(report.Nodes)
+	// The volume release's status period, from the kubelet's configuration under --host-root,
+	// read once as the agent reads it.
+	kr := agent.ReadKubeletConfig(cfg)
 	for wi, w := range windows {
 		for _, name := range report.Nodes {
 			np := agent.PlanWhatIf(cfg, agent.WhatIf{Node: in.Nodes[name], Pods: byNode[name], PDBs: in.PDBs,
-				NoticeTime: now, Now: now, Deadline: now.Add(time.Duration(w.Seconds * float64(time.Second)))})
+				NoticeTime: now, Now: now, Deadline: now.Add(time.Duration(w.Seconds * float64(time.Second))), Kubelet: kr})
 			for _, pp := range np.Pods {
 				// DaemonSet and mirror pods stay by design, as with kubectl drain; finished
 				// pods and the agent itself have nothing to lose.

@@ -108,8 +108,11 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer, cli
 	checkGuardPlacement(ctx, r, client)
 	checkVolumePlugins(ctx, r, cfg, client)
 	checkHostRoot(r, cfg)
-	checkKubeletConfig(r, cfg)
-	checkPressure(ctx, r, cfg, client)
+	// One read of the kubelet's configuration, as the agent makes one, for every check that
+	// uses it.
+	kr := agent.ReadKubeletConfig(cfg)
+	checkKubeletConfig(r, cfg, kr)
+	checkPressure(ctx, r, cfg, kr, client)
 	if r.failed > 0 {
 		fmt.Fprintf(stdout, "%d check(s) failed: reprieve cannot do its job on this node until they are fixed.\n", r.failed)
 		return 1
@@ -434,8 +437,8 @@ func checkHostRoot(r *doctorReport, cfg agent.Config) {
 // thresholds and graceful node shutdown), with pressure handling off too: the interruption plan
 // uses the shutdown grace. Not found fails: the agent then assumes the kubelet's defaults, which
 // on a managed platform are not what its kubelet runs with.
-func checkKubeletConfig(r *doctorReport, cfg agent.Config) {
-	kc, err := agent.KubeletConfig(cfg)
+func checkKubeletConfig(r *doctorReport, cfg agent.Config, kr agent.KubeletRead) {
+	kc, err := kr.Config, kr.Err
 	if err != nil {
 		what := "reading the kubelet's configuration"
 		if cfg.PressureSource != agent.PressureSourceOff {
@@ -470,7 +473,7 @@ func checkKubeletConfig(r *doctorReport, cfg agent.Config) {
 	r.ok("kubelet config %s: evictionHard %s; graceful node shutdown %s", where, hard, shutdown)
 	// What the volume rule takes from it: how long before the deadline a pod with a volume
 	// that attaches must be gone (the kubelet's status period).
-	release, from := agent.VolumeReleaseOf(cfg)
+	release, from := agent.VolumeReleaseOf(cfg, kr)
 	r.ok("volume release: a pod with a volume that attaches is gone %s before the deadline (%s)", release, from)
 }
 
@@ -520,12 +523,12 @@ func thresholdList(ts []kubelet.Threshold) string {
 // checkPressure reads the kubelet's thresholds and the pressure signals once, as the agent
 // would, and prints each signal against reprieve's and the kubelet's thresholds. The kubelet's
 // configuration itself is checkKubeletConfig's.
-func checkPressure(ctx context.Context, r *doctorReport, cfg agent.Config, client kube.Interface) {
+func checkPressure(ctx context.Context, r *doctorReport, cfg agent.Config, kr agent.KubeletRead, client kube.Interface) {
 	if cfg.PressureSource == agent.PressureSourceOff {
 		r.skip("local pressure: --pressure-source off")
 		return
 	}
-	thresholds, kc, kcErr, err := agent.PressureThresholds(cfg)
+	thresholds, kc, kcErr, err := agent.PressureThresholds(cfg, kr)
 	if err != nil {
 		r.fail(fmt.Sprintf("pressure thresholds: %v", err), "give the thresholds in the kubelet's syntax, e.g. memory.available<500Mi,nodefs.available<15%")
 		return

@@ -66,10 +66,11 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer, now t
 		fmt.Fprintf(stderr, "reprieve plan: %v\n", err)
 		return 1
 	}
+	// One read of the kubelet's configuration for the plan's volume release and the rules.
+	in.Kubelet = agent.ReadKubeletConfig(cfg)
 	plan := agent.PlanWhatIf(cfg, in)
 	readVolumes(ctx, client, in, &plan)
-	kc, kcErr := agent.KubeletConfig(cfg)
-	rules := kubeletRulesOf(kc, kcErr)
+	rules := kubeletRulesOf(in.Kubelet.Config, in.Kubelet.Err)
 	if *output == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
