@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/evict"
 	"github.com/reprieve-dev/reprieve/agent/plan"
 
@@ -340,7 +341,7 @@ func TestDisruptionTargetBeforeDeleting(t *testing.T) {
 		}
 	}
 	// A dry run patches nothing.
-	d := newHarness(t, func(c *Config) { c.DryRun = true }, testNode(), leaving)
+	d := newHarness(t, func(c *config.Config) { c.DryRun = true }, testNode(), leaving)
 	d.notice(t0.Add(60 * time.Second))
 	d.a.exec.SyncPod(d.ctx, "ns/leaving")
 	if n := len(d.actions("patch", "pods", "status")); n != 0 {
@@ -389,7 +390,7 @@ func TestPDBRefusalsAndTheBlockedGauge(t *testing.T) {
 // every pod of the namespace; a pod covered by two budgets is refused by the Eviction API
 // (500) and is deleted at its latest time.
 func TestPlanPDBsEmptySelectorAndTwoBudgets(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.NodeName = nodeName
 	web := testPod("web", 10)
 	web.Labels = map[string]string{"app": "web"}
@@ -463,7 +464,7 @@ func TestStopDuringAnInterruptionFinishesTheWindow(t *testing.T) {
 // the future on now, as the agent does, but keeps the imagined notice's own time, however far
 // ahead (TestPlanMatchesTheAgent plans a notice 3 s ahead).
 func TestPlanWhatIfFutureTimeAdded(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.NodeName = nodeName
 	future := metav1.NewTime(t0.Add(time.Minute))
 	in := WhatIf{Node: testNode(v1.Taint{Key: "other", Effect: v1.TaintEffectNoExecute, TimeAdded: &future}),

@@ -16,6 +16,7 @@ import (
 
 	k8srecord "k8s.io/client-go/tools/record"
 
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/events"
 	"github.com/reprieve-dev/reprieve/agent/evict"
 	"github.com/reprieve-dev/reprieve/agent/interrupt"
@@ -72,7 +73,7 @@ type Deps struct {
 // pressure loop (pressure), the pods' early warning, the metrics server and readiness. It holds
 // no state of its own beyond the wiring: each unit owns its state (docs/design.md).
 type Agent struct {
-	cfg      Config
+	cfg      config.Config
 	client   kube.Interface
 	provider providers.Provider
 	clock    clock.WithTicker
@@ -116,7 +117,7 @@ type Agent struct {
 type sourceSlot struct{ kubelet.Source }
 
 // New builds an agent from a validated configuration.
-func New(cfg Config, deps Deps) (*Agent, error) {
+func New(cfg config.Config, deps Deps) (*Agent, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -140,7 +141,7 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 		provider:       deps.Provider,
 		clock:          deps.Clock,
 		gatherer:       deps.Gatherer,
-		taints:         taintSetOf(cfg),
+		taints:         cfg.TaintSet(),
 		recorder:       deps.Recorder,
 		pressureSource: &sourceSlot{Source: deps.PressureSource},
 		kubelet:        ReadKubeletConfig(cfg),
@@ -205,7 +206,7 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	a.refusals = record.NewRefusals(cfg.NodeWriteRefusals, a.metrics)
 	a.evictions = newEvictionCheck(a.client, a.clock, cfg.PodName, cfg.PodNamespace, a.ownPodUID, a.metrics.EvictionCheck)
 	execOpts := evict.Options{Client: deps.Client, Pods: a.podLister, Clock: deps.Clock, Metrics: a.metrics, Recorder: a.recorder,
-		Notifier: a.notifier, NodeName: cfg.NodeName, DryRun: cfg.DryRun, Filter: filterOf(cfg),
+		Notifier: a.notifier, NodeName: cfg.NodeName, DryRun: cfg.DryRun, Filter: cfg.PodFilter(),
 		ComparisonOperators: cfg.TolerationComparisonOperators, SafetyMargin: cfg.SafetyMargin, InterruptionTaint: a.taints.Evicting(),
 		Evict: deps.Evict, MaxInFlight: cfg.EvictionWorkers, PodVolumes: newAPIPodVolumes(deps.Client)}
 	if a.podNotice != nil {
@@ -225,7 +226,7 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 		Recorder: a.recorder, Notifier: a.notifier, Taints: a.taints, MaintenanceLead: cfg.MaintenanceLead,
 		SafetyMargin: cfg.SafetyMargin, PollInterval: cfg.PollInterval, DryRun: cfg.DryRun, ApproveEvents: cfg.ApproveEvents,
 		ShutdownCut: shutdownCut(a.kubelet), VolumeRelease: volumeRelease(cfg, a.kubelet), Node: a.cachedNode, Writer: a.writer, Executor: a.exec}
-	if cfg.PressureSource != PressureSourceOff {
+	if cfg.PressureSource != config.PressureSourceOff {
 		for _, r := range pressure.Resources {
 			intrOpts.PressureTaints = append(intrOpts.PressureTaints, pressureTaint(cfg, r))
 		}
@@ -241,7 +242,7 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 }
 
 // volumeRelease is VolumeReleaseOf's figure, logged once with where it comes from.
-func volumeRelease(cfg Config, kr KubeletRead) time.Duration {
+func volumeRelease(cfg config.Config, kr KubeletRead) time.Duration {
 	d, from := VolumeReleaseOf(cfg, kr)
 	klog.Background().Info("Pods with a volume that needs attaching are planned to be gone before the deadline by", "volumeRelease", d, "from", from)
 	return d
@@ -283,7 +284,7 @@ func newInformer(client kube.Interface, example k8sruntime.Object,
 }
 
 // pressureTaint is the taint the pressure loop puts on the node for r.
-func pressureTaint(cfg Config, r pressure.Resource) v1.Taint {
+func pressureTaint(cfg config.Config, r pressure.Resource) v1.Taint {
 	return v1.Taint{Key: pressure.TaintKey(r), Value: "true", Effect: v1.TaintEffect(cfg.PressureTaintEffect)}
 }
 
@@ -291,7 +292,7 @@ func pressureTaint(cfg Config, r pressure.Resource) v1.Taint {
 // off. Its source is chosen in startPressure (the Summary API's address may need the node) and
 // handed to the loop through its slot.
 func (a *Agent) newPressure() error {
-	if a.cfg.PressureSource == PressureSourceOff {
+	if a.cfg.PressureSource == config.PressureSourceOff {
 		return nil
 	}
 	thresholds, kc, kcErr, err := PressureThresholds(a.cfg, a.kubelet)
@@ -337,7 +338,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		"safetyMargin", a.cfg.SafetyMargin, "dryRun", a.cfg.DryRun)
 	// The metadata services are link-local by default; an override sends the agent elsewhere
 	// for its notices, so it is said at start.
-	def := DefaultConfig()
+	def := config.DefaultConfig()
 	for _, ep := range []struct{ flag, value, def string }{
 		{"--aws-imds-endpoint", a.cfg.AWSIMDSEndpoint, def.AWSIMDSEndpoint},
 		{"--gcp-metadata-endpoint", a.cfg.GCPMetadataEndpoint, def.GCPMetadataEndpoint},

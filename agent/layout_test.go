@@ -20,6 +20,8 @@ func TestPackageFloors(t *testing.T) {
 		"metrics": 0, "events": 0, "serve": 0, "plan": 0, "notify": 0,
 		"record": 1, "evict": 1,
 		"interrupt": 2, "pressure": 2, "guard": 2,
+		// The configuration: flags, defaults and validation, over the values it describes.
+		"config": 2,
 	}
 	for pkg, f := range floor {
 		p, err := build.ImportDir(filepath.Join(".", pkg), 0)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/events"
 
 	v1 "k8s.io/api/core/v1"
@@ -163,7 +164,7 @@ func TestNoticeAPIWaitTimesOut(t *testing.T) {
 }
 
 func TestNoticeEndpointWithoutPodNoticeWritesNothing(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.PodNotice, c.NoticeBindAddress = false, "127.0.0.1:0" }, testNode(),
+	h := newHarness(t, func(c *config.Config) { c.PodNotice, c.NoticeBindAddress = false, "127.0.0.1:0" }, testNode(),
 		podWithIP("job", "10.0.0.5", 30))
 	s := &noticeAPI{notices: h.a.podNotice, pods: h.a.podLister, clock: h.clock}
 	h.notice(t0.Add(60 * time.Second))
@@ -333,7 +334,7 @@ func TestNoticeEndpointListensBeforeReady(t *testing.T) {
 	if err := ln.Close(); err != nil {
 		t.Fatal(err)
 	}
-	h := newHarness(t, func(c *Config) { c.NoticeBindAddress = addr }, testNode())
+	h := newHarness(t, func(c *config.Config) { c.NoticeBindAddress = addr }, testNode())
 	dialed := make(chan error, 1)
 	h.a.onReady = func() {
 		c, err := net.Dial("tcp", addr)

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/events"
 	"github.com/reprieve-dev/reprieve/agent/plan"
 
@@ -20,7 +21,7 @@ import (
 func TestEventsThroughAnInterruption(t *testing.T) {
 	deadline := t0.Add(60 * time.Second)
 	// The NoExecute mode, explicitly (the default is --interruption-eviction=reprieve).
-	h := newHarness(t, func(c *Config) { c.InterruptionEviction = string(plan.EvictionKubeControllerManager) }, testNode(),
+	h := newHarness(t, func(c *config.Config) { c.InterruptionEviction = string(plan.EvictionKubeControllerManager) }, testNode(),
 		testPod("now", 10),
 		testPod("later", 5, spotToleration(secs(20))),
 		testPod("slow", 300),
@@ -124,7 +125,10 @@ func TestWindowSummaryCountsMissedPods(t *testing.T) {
 }
 
 func TestDryRunAnnouncesTheTaintOnce(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.DryRun = true; c.InterruptionEviction = string(plan.EvictionKubeControllerManager) }, testNode())
+	h := newHarness(t, func(c *config.Config) {
+		c.DryRun = true
+		c.InterruptionEviction = string(plan.EvictionKubeControllerManager)
+	}, testNode())
 	h.notice(t0.Add(time.Minute))
 	first := h.drainEvents()
 	if !hasEvent(first, "Normal TaintApplied Dry run: would have added taint cloud=spot:NoExecute") {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/evict"
 	"github.com/reprieve-dev/reprieve/agent/kube"
 
@@ -100,7 +101,7 @@ type podNotifier struct {
 
 // newPodNotifier returns the warning writer the configuration asks for: nil when neither
 // --pod-notice nor --notice-bind-address is on.
-func newPodNotifier(cfg Config, client kube.Interface, pods corelisters.PodLister, clk clock.WithTicker) *podNotifier {
+func newPodNotifier(cfg config.Config, client kube.Interface, pods corelisters.PodLister, clk clock.WithTicker) *podNotifier {
 	if !cfg.PodNotice && cfg.NoticeBindAddress == "" {
 		return nil
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/events"
 
 	"github.com/reprieve-dev/reprieve/agent/plan"
@@ -268,7 +269,7 @@ func TestPodWarningNotWrittenToASuccessor(t *testing.T) {
 }
 
 func TestPodNoticeOff(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.PodNotice = false }, testNode(), testPod("job", 10))
+	h := newHarness(t, func(c *config.Config) { c.PodNotice = false }, testNode(), testPod("job", 10))
 	h.notice(t0.Add(60 * time.Second))
 	h.syncAll("job")
 	if h.a.podNotice != nil || len(h.warningPatches()) != 0 {

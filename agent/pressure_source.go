@@ -6,8 +6,8 @@ import (
 	"net"
 	"os"
 	"strconv"
-	"strings"
 
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/metrics"
 	"github.com/reprieve-dev/reprieve/agent/pressure"
 	"github.com/reprieve-dev/reprieve/kubelet"
@@ -31,7 +31,7 @@ func (r KubeletRead) Known() bool { return r.Err == nil && r.Config.Found }
 
 // ReadKubeletConfig reads the kubelet's configuration where the flags say: --kubelet-config and
 // --kubelet-config-dir under --host-root, or the first known location found (kubelet.FindConfig).
-func ReadKubeletConfig(cfg Config) KubeletRead {
+func ReadKubeletConfig(cfg config.Config) KubeletRead {
 	kc, err := kubelet.FindConfig(kubelet.Lookup{HostRoot: cfg.HostRoot, Path: cfg.KubeletConfig, DropInDir: cfg.KubeletConfigDir})
 	return KubeletRead{Config: kc, Err: err}
 }
@@ -42,7 +42,7 @@ func ReadKubeletConfig(cfg Config) KubeletRead {
 // kubelet's defaults), which turns only the pressure handling off. A configuration not found is
 // no error: kc.Found is false, the thresholds hold the kubelet's defaults, and the caller says
 // that they are assumed.
-func PressureThresholds(cfg Config, kr KubeletRead) (t pressure.Thresholds, kc kubelet.Config, kubeletErr, err error) {
+func PressureThresholds(cfg config.Config, kr KubeletRead) (t pressure.Thresholds, kc kubelet.Config, kubeletErr, err error) {
 	explicit, headroom, reclaim, err := cfg.PressureThresholdsOf()
 	if err != nil {
 		return t, kc, nil, err
@@ -87,15 +87,6 @@ func reportKubeletConfig(m *metrics.Metrics, kr KubeletRead) {
 const KubeletConfigFix = "set --kubelet-config (the chart's pressure.kubeletConfig) to the kubelet's --config file, " +
 	"and --kubelet-config-dir to its --config-dir if it has one, and mount that path under --host-root"
 
-// kubeletLocations lists the known locations of the kubelet's configuration, for the flag's help.
-func kubeletLocations() string {
-	var s []string
-	for _, l := range kubelet.Locations {
-		s = append(s, l.Path+" ("+l.Platform+")")
-	}
-	return strings.Join(s, ", ")
-}
-
 // NewPressureSource builds the source --pressure-source names. For the Summary API without
 // --kubelet-summary-url, node gives the kubelet's address. It also returns what it reads from.
 //
@@ -106,8 +97,8 @@ func kubeletLocations() string {
 // answers with its limit (RBAC nodes/stats, its port and certificate as for
 // --pressure-source=summary), pid_max and threads-max are read as before, and the reason is
 // logged once.
-func NewPressureSource(cfg Config, node *v1.Node) (kubelet.Source, string, error) {
-	if cfg.PressureSource == PressureSourceHost {
+func NewPressureSource(cfg config.Config, node *v1.Node) (kubelet.Source, string, error) {
+	if cfg.PressureSource == config.PressureSourceHost {
 		// PodUsage: each pod's working set and process count from the pods' cgroups, read-only
 		// from the /sys/fs/cgroup the chart mounts, so that pods rank as the kubelet ranks them.
 		h := &kubelet.HostSource{Root: cfg.HostRoot, KubeletRootDir: cfg.KubeletRootDir, ImageFsDir: cfg.ImageFsDir, PodUsage: true}
@@ -142,7 +133,7 @@ var inHostPIDNamespace = func() bool {
 
 // summarySource is the client of the kubelet's Summary API at --kubelet-summary-url or the
 // node's address.
-func summarySource(cfg Config, node *v1.Node) (*kubelet.SummarySource, string, error) {
+func summarySource(cfg config.Config, node *v1.Node) (*kubelet.SummarySource, string, error) {
 	url := cfg.KubeletSummaryURL
 	if url == "" {
 		if node == nil {

@@ -17,6 +17,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/record"
 	"github.com/reprieve-dev/reprieve/providers"
 	"github.com/reprieve-dev/reprieve/providers/providertest"
@@ -119,7 +120,7 @@ func azurePreempted(t *testing.T, deadline time.Time) *harness {
 	t.Helper()
 	preempt := providers.Notice{Provider: "azure", Source: "scheduledevents", Kind: providers.KindPreemption, ID: "evt-1",
 		NoticeTime: t0, Deadline: deadline, Action: "Preempt"}
-	first := newHarness(t, func(c *Config) { c.Provider = "azure" }, testNode())
+	first := newHarness(t, func(c *config.Config) { c.Provider = "azure" }, testNode())
 	p1 := providertest.NewWithSources("azure", "scheduledevents")
 	p1.SetAnswered("scheduledevents", true)
 	first.build(p1)
@@ -168,7 +169,7 @@ func TestRestartKeepsAFirstSeenDeadline(t *testing.T) {
 				return providers.Notice{Provider: "gcp", Source: tc.source, Kind: tc.kind, ID: id, NoticeTime: at,
 					Deadline: at.Add(tc.lead), Action: "terminate", FromFirstSeen: true}
 			}
-			cfg := func(c *Config) { c.Provider = "gcp" }
+			cfg := func(c *config.Config) { c.Provider = "gcp" }
 			first := newHarness(t, cfg, testNode())
 			p1 := providertest.NewWithSources("gcp", tc.source)
 			p1.SetAnswered(tc.source, true)
@@ -297,7 +298,7 @@ func TestStopWaitsForTheVolumeCount(t *testing.T) {
 			node.Status.VolumesInUse = []v1.UniqueVolumeName{vol}
 			db := testPod("db", 5, spotToleration(secs(600)))
 			db.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "data-db"}}}}
-			h := newHarness(t, func(c *Config) { c.VolumeRelease = "16s" }, node, db)
+			h := newHarness(t, func(c *config.Config) { c.VolumeRelease = "16s" }, node, db)
 			h.notice(t0.Add(40 * time.Second)) // window end t0+35s
 			h.a.exec.SyncPod(h.ctx, "ns/db")   // planned with the volume rule: its volumes are read
 			h.drainEvents()
@@ -342,7 +343,7 @@ func TestStopWaitsForTheVolumeCount(t *testing.T) {
 // TestStopThenTheDeadlineMovesLater (case 7): after SIGTERM, a deadline that moves later, past
 // --stop-grace, stops the agent at once instead of keeping it past its pod's grace.
 func TestStopThenTheDeadlineMovesLater(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.StopGrace = 60 * time.Second }, testNode())
+	h := newHarness(t, func(c *config.Config) { c.StopGrace = 60 * time.Second }, testNode())
 	h.notice(t0.Add(40 * time.Second))
 	parent, cancel := context.WithCancel(h.ctx)
 	cancel()
@@ -479,7 +480,7 @@ func TestRestartPlansFromTheRecordBeforeAskingTheCloud(t *testing.T) {
 		default:
 		}
 	}}
-	fresh = newHarness(t, func(c *Config) { c.Provider = "azure" }, testNode())
+	fresh = newHarness(t, func(c *config.Config) { c.Provider = "azure" }, testNode())
 	fresh.build(fp)
 	ctx, cancel = context.WithCancel(context.Background())
 	go func() { done <- fresh.a.Run(ctx) }()

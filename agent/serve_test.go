@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/serve"
 
 	clocktesting "k8s.io/utils/clock/testing"
@@ -79,7 +80,7 @@ func request(t *testing.T, c net.Conn, path string) int {
 // metrics server had only ReadHeaderTimeout, so an idle kept-alive connection stayed open for
 // ever, and a header could grow to 1 MiB.
 func TestMetricsServerBoundsEveryConnection(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.MetricsBindAddress = "127.0.0.1:0" }, testNode())
+	h := newHarness(t, func(c *config.Config) { c.MetricsBindAddress = "127.0.0.1:0" }, testNode())
 	srv := h.a.metricsServer()
 	if srv.ReadHeaderTimeout <= 0 || srv.ReadTimeout <= 0 || srv.WriteTimeout <= 0 || srv.IdleTimeout <= 0 {
 		t.Errorf("timeouts: header %v, read %v, write %v, idle %v; want each set", srv.ReadHeaderTimeout, srv.ReadTimeout, srv.WriteTimeout, srv.IdleTimeout)
@@ -112,7 +113,7 @@ func serveMetrics(t *testing.T, h *harness) string {
 // address is answered. Strangers from many addresses fill only their pool: the kubelet's probe
 // of a host-network agent, which comes from the agent's own address, is still answered.
 func TestMetricsListenerKeepsProbesAnswered(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.MetricsBindAddress = "127.0.0.1:0" }, testNode())
+	h := newHarness(t, func(c *config.Config) { c.MetricsBindAddress = "127.0.0.1:0" }, testNode())
 	h.a.ready.Store(true)
 	h.a.intr.PollOnce(context.Background()) // every source has answered
 	addr := serveMetrics(t, h)
@@ -259,7 +260,7 @@ func TestReadyzSaysTheEvictionMode(t *testing.T) {
 		"kube-controller-manager": "interruption eviction: kube-controller-manager: under the interruption taint cloud=spot:NoExecute",
 		"reprieve":                "interruption eviction: reprieve: the interruption taint cloud=spot:NoSchedule",
 	} {
-		h := newHarness(t, func(c *Config) { c.MetricsBindAddress = "127.0.0.1:0"; c.InterruptionEviction = mode }, testNode())
+		h := newHarness(t, func(c *config.Config) { c.MetricsBindAddress = "127.0.0.1:0"; c.InterruptionEviction = mode }, testNode())
 		h.a.ready.Store(true)
 		h.a.intr.PollOnce(context.Background())
 		addr := serveMetrics(t, h)

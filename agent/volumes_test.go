@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/reprieve-dev/reprieve/agent/config"
 )
 
 // TestVolumeReleaseOf (issue 40, item 1): the time a pod with a volume that needs attaching must
@@ -32,7 +34,7 @@ func TestVolumeReleaseOf(t *testing.T) {
 		{name: "a duration", flag: "30s", want: 30 * time.Second, from: "--volume-release"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			cfg := DefaultConfig()
+			cfg := config.DefaultConfig()
 			cfg.HostRoot, cfg.KubeletConfig, cfg.VolumeRelease = root, c.config, c.flag
 			d, from := VolumeReleaseOf(cfg, ReadKubeletConfig(cfg))
 			if d != c.want || !strings.Contains(from, c.from) {
@@ -41,7 +43,7 @@ func TestVolumeReleaseOf(t *testing.T) {
 		})
 	}
 	for _, bad := range []string{"soon", "-5s", "0s"} {
-		if _, _, err := parseVolumeRelease(bad); err == nil || !strings.Contains(err.Error(), "--volume-release") {
+		if _, _, err := config.ParseVolumeRelease(bad); err == nil || !strings.Contains(err.Error(), "--volume-release") {
 			t.Errorf("--volume-release %q: err %v, want one naming the flag", bad, err)
 		}
 	}

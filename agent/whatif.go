@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/evict"
 	"github.com/reprieve-dev/reprieve/agent/record"
 
@@ -161,8 +162,8 @@ type PDBPlan struct {
 // PlanWhatIf says what the agent with cfg would do if a notice with in.Deadline arrived at
 // in.NoticeTime, with the agent's own code: the same intent, node change and pod planner as
 // reconcile and the eviction loop. It changes nothing.
-func PlanWhatIf(cfg Config, in WhatIf) NodePlan {
-	ts := taintSetOf(cfg)
+func PlanWhatIf(cfg config.Config, in WhatIf) NodePlan {
+	ts := cfg.TaintSet()
 	noticeAt := in.NoticeTime
 	if noticeAt.IsZero() {
 		noticeAt = in.Now
@@ -212,7 +213,7 @@ func PlanWhatIf(cfg Config, in WhatIf) NodePlan {
 		d, end := w.Deadline, w.End()
 		out.Deadline, out.WindowEnd = &d, &end
 	}
-	filter := filterOf(cfg)
+	filter := cfg.PodFilter()
 	pods := slices.Clone(in.Pods)
 	slices.SortFunc(pods, func(a, b *v1.Pod) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
@@ -333,30 +334,11 @@ func coveringPDBs(pod *v1.Pod, pdbs []policyv1.PodDisruptionBudget) []*policyv1.
 	return out
 }
 
-// taintSetOf parses cfg's taints; Validate has checked that they parse.
-func taintSetOf(cfg Config) plan.TaintSet {
-	var ts plan.TaintSet
-	ts.Interruption, _ = ParseTaint(cfg.InterruptionTaint)
-	if plan.Eviction(cfg.InterruptionEviction) == plan.EvictionReprieve {
-		// Written NoSchedule, so that kube-controller-manager's taint eviction leaves the
-		// pods to reprieve; the plan reads it as NoExecute (plan.EvictingTaints).
-		ts.Interruption.Effect = v1.TaintEffectNoSchedule
-	}
-	ts.Rebalance, _ = ParseTaint(cfg.RebalanceTaint)
-	ts.Maintenance, _ = ParseTaint(cfg.MaintenanceTaint)
-	return ts
-}
-
-// filterOf is the pods cfg leaves alone whatever the taints.
-func filterOf(cfg Config) plan.PodFilter {
-	return plan.PodFilter{EvictDaemonSetPods: cfg.EvictDaemonSetPods, SelfNamespace: cfg.PodNamespace, SelfName: cfg.PodName}
-}
-
 // EvictionSummary says in one line who deletes the pods of an interruption with cfg
 // (--interruption-eviction) and what that does to their PodDisruptionBudgets, for /readyz,
 // `reprieve doctor` and `reprieve plan`.
-func EvictionSummary(cfg Config) string {
-	ts := taintSetOf(cfg)
+func EvictionSummary(cfg config.Config) string {
+	ts := cfg.TaintSet()
 	if ts.Eviction() == plan.EvictionReprieve {
 		return fmt.Sprintf("interruption eviction: reprieve: the interruption taint %s keeps kube-controller-manager's taint eviction out; "+
 			"reprieve evicts each pod when %s would make it due, through the Eviction API, its budget kept until its last safe moment",

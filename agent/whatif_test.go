@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/plan"
 
 	v1 "k8s.io/api/core/v1"
@@ -13,7 +14,7 @@ import (
 )
 
 func TestPlanWhatIf(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.NodeName = nodeName
 	// The NoExecute mode, explicitly (the default is --interruption-eviction=reprieve).
 	cfg.InterruptionEviction = string(plan.EvictionKubeControllerManager)
@@ -143,7 +144,7 @@ func TestPlanWhatIf(t *testing.T) {
 // defaults), cuts its grace to that, and marks the volume at risk when even the least grace
 // cannot end by then.
 func TestPlanWhatIfVolumeRelease(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.NodeName, cfg.HostRoot = nodeName, t.TempDir() // no kubelet configuration: its defaults
 	claimed := func(name string) *v1.Pod {
 		p := testPod(name, 30)

@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/kube"
 	"github.com/reprieve-dev/reprieve/agent/plan"
 
@@ -110,8 +111,8 @@ type AuditOutcome struct {
 // every pod on the nodes that match the selectors it runs the agent's own planner for a notice
 // arriving now with each cloud's window, and sums the outcome per workload. It only reads, with
 // the operator's credentials.
-func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer, now time.Time, clientFor func(agent.Config) (kube.Interface, error)) int {
-	cfg := agent.DefaultConfig()
+func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer, now time.Time, clientFor func(config.Config) (kube.Interface, error)) int {
+	cfg := config.DefaultConfig()
 	fs := pflag.NewFlagSet("reprieve audit", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "Path to a kubeconfig file (else $KUBECONFIG, else ~/.kube/config)")
@@ -139,7 +140,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer, now 
 		return 2
 	}
 	// As every other command: $REPRIEVE_<FLAG> for a flag not given.
-	if err := agent.ApplyEnv(fs, "REPRIEVE_", os.LookupEnv); err != nil {
+	if err := config.ApplyEnv(fs, "REPRIEVE_", os.LookupEnv); err != nil {
 		fmt.Fprintf(stderr, "reprieve audit: %v\n", err)
 		return 2
 	}
@@ -150,7 +151,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer, now 
 	if *output != "table" && *output != "json" {
 		return usage("-o %q: want table or json", *output)
 	}
-	if _, err := agent.ParseTaint(cfg.InterruptionTaint); err != nil {
+	if _, err := config.ParseTaint(cfg.InterruptionTaint); err != nil {
 		return usage("--interruption-taint %q: %v", cfg.InterruptionTaint, err)
 	}
 	if cfg.SafetyMargin < 0 {
@@ -332,7 +333,7 @@ func workloadOf(pod *v1.Pod, owners map[types.UID]metav1.OwnerReference) workloa
 // buildAudit plans every node for a notice arriving at now with each window, with the agent's
 // planner (agent.PlanWhatIf, what `reprieve plan` runs), and sums the pods' outcomes per
 // workload. It is pure.
-func buildAudit(cfg agent.Config, in auditInput, windows []AuditWindow, now time.Time) AuditReport {
+func buildAudit(cfg config.Config, in auditInput, windows []AuditWindow, now time.Time) AuditReport {
 	// Whole seconds, as the agent stamps the taint, so that a report does not depend on when
 	// in the second it ran.
 	now = now.Truncate(time.Second)
@@ -407,7 +408,7 @@ func buildAudit(cfg agent.Config, in auditInput, windows []AuditWindow, now time
 	}
 	// With --interruption-eviction=reprieve the taint goes on NoSchedule: nothing deletes the
 	// plugins.
-	if it, err := agent.ParseTaint(cfg.InterruptionTaint); err == nil && plan.Eviction(cfg.InterruptionEviction) != plan.EvictionReprieve {
+	if it, err := config.ParseTaint(cfg.InterruptionTaint); err == nil && plan.Eviction(cfg.InterruptionEviction) != plan.EvictionReprieve {
 		for _, name := range report.Nodes {
 			for _, p := range byNode[name] {
 				if plan.IsVolumePlugin(p) && !plan.ToleratesForever(p.Spec.Tolerations, it, cfg.TolerationComparisonOperators) {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/kube"
 	"github.com/reprieve-dev/reprieve/agent/pressure"
 
@@ -92,7 +93,7 @@ func (r *doctorReport) fail(what, fix string) {
 // runDoctor implements `reprieve doctor`: it checks, with the agent's flags, everything the
 // agent needs on this node and prints a checklist with a fix for each failure. Exit status 1
 // when something keeps reprieve from working, 2 for bad flags.
-func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer, clientFor func(agent.Config) (kube.Interface, error)) int {
+func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer, clientFor func(config.Config) (kube.Interface, error)) int {
 	sc := newSubcommand("doctor", "[--node NAME] [agent flags]", stderr)
 	if code, ok := sc.parse(args); !ok {
 		return code
@@ -123,7 +124,7 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer, cli
 
 // checkOverlaps lists the other programs that act on this node's interruptions too
 // (agent.Overlaps), from the node and its pods, as warnings: the operator picks one per node.
-func checkOverlaps(ctx context.Context, r *doctorReport, cfg agent.Config, client kube.Interface, node *v1.Node) {
+func checkOverlaps(ctx context.Context, r *doctorReport, cfg config.Config, client kube.Interface, node *v1.Node) {
 	if node == nil || client == nil {
 		r.skip("other interruption handlers: the node could not be read")
 		return
@@ -144,7 +145,7 @@ func checkOverlaps(ctx context.Context, r *doctorReport, cfg agent.Config, clien
 
 // checkKubernetes checks the API server, each permission and the node; it returns the client
 // (nil when there is none) and the node (nil when unknown).
-func checkKubernetes(ctx context.Context, r *doctorReport, cfg agent.Config, clientFor func(agent.Config) (kube.Interface, error)) (kube.Interface, *v1.Node) {
+func checkKubernetes(ctx context.Context, r *doctorReport, cfg config.Config, clientFor func(config.Config) (kube.Interface, error)) (kube.Interface, *v1.Node) {
 	client, err := clientFor(cfg)
 	if err != nil {
 		r.fail(fmt.Sprintf("Kubernetes client: %v", err), "pass --kubeconfig, set $KUBECONFIG, or run in a pod with a ServiceAccount")
@@ -167,7 +168,7 @@ func checkKubernetes(ctx context.Context, r *doctorReport, cfg agent.Config, cli
 		r.ok("authenticated as %s", who)
 	}
 	perms := agentPermissions
-	if cfg.PressureSource == agent.PressureSourceSummary {
+	if cfg.PressureSource == config.PressureSourceSummary {
 		perms = append(slices.Clip(perms), permission{"get", "nodes", "stats"})
 	}
 	allowed := func(p permission, group string) (bool, error) {
@@ -225,7 +226,7 @@ const nodeClaim = "authentication.kubernetes.io/node-name"
 // this node (ok), naming another node (fail: every write would be refused), or absent (a token
 // not bound to a pod, or a cluster that turned ServiceAccountTokenPodNodeInfo off; the dry-run
 // write says whether the policy refuses it). It returns the claim ("" when absent or unknown).
-func checkNodeClaim(r *doctorReport, cfg agent.Config, user *authenticationv1.UserInfo) string {
+func checkNodeClaim(r *doctorReport, cfg config.Config, user *authenticationv1.UserInfo) string {
 	if user == nil {
 		r.skip("token's node claim: SelfSubjectReview unavailable")
 		return ""
@@ -255,7 +256,7 @@ const claimFix = "run the agent with the token the kubelet projects into its pod
 
 // checkNodeWrite patches the node with a server-side dry run: the same RBAC and admission as the
 // agent's taint writes, and no change.
-func checkNodeWrite(ctx context.Context, r *doctorReport, cfg agent.Config, client kube.Interface, claim string) {
+func checkNodeWrite(ctx context.Context, r *doctorReport, cfg config.Config, client kube.Interface, claim string) {
 	_, err := client.CoreV1().Nodes().Patch(ctx, cfg.NodeName, types.MergePatchType, []byte("{}"), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
 	switch {
 	case err == nil:
@@ -274,7 +275,7 @@ func checkNodeWrite(ctx context.Context, r *doctorReport, cfg agent.Config, clie
 // checkEviction evicts one pod of the node with a server-side dry run, as the agent would (grace
 // and UID precondition), through RBAC, the admission policies and the eviction guard where it is
 // installed. A PodDisruptionBudget that refuses now is not a failure.
-func checkEviction(ctx context.Context, r *doctorReport, cfg agent.Config, client kube.Interface) {
+func checkEviction(ctx context.Context, r *doctorReport, cfg config.Config, client kube.Interface) {
 	pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{
 		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String(), Limit: 20})
 	if err != nil {
@@ -316,7 +317,7 @@ func checkEviction(ctx context.Context, r *doctorReport, cfg agent.Config, clien
 
 // checkMetadata asks the cloud's metadata service for its notices once, through the provider
 // the agent would use, so that the token, headers and payloads are checked as the agent uses them.
-func checkMetadata(ctx context.Context, r *doctorReport, cfg agent.Config, node *v1.Node) {
+func checkMetadata(ctx context.Context, r *doctorReport, cfg config.Config, node *v1.Node) {
 	choice := providerChoice{name: cfg.Provider}
 	providerID := ""
 	if node != nil {
@@ -424,7 +425,7 @@ func metadataFix(provider string) string {
 }
 
 // checkHostRoot checks that the host's filesystem is readable where --host-root says.
-func checkHostRoot(r *doctorReport, cfg agent.Config) {
+func checkHostRoot(r *doctorReport, cfg config.Config) {
 	entries, err := os.ReadDir(cfg.HostRoot)
 	if err != nil {
 		r.fail(fmt.Sprintf("--host-root %s: %v", cfg.HostRoot, err), "mount the host's / read-only into the pod and pass its path (the DaemonSet uses /host)")
@@ -437,11 +438,11 @@ func checkHostRoot(r *doctorReport, cfg agent.Config) {
 // thresholds and graceful node shutdown), with pressure handling off too: the interruption plan
 // uses the shutdown grace. Not found fails: the agent then assumes the kubelet's defaults, which
 // on a managed platform are not what its kubelet runs with.
-func checkKubeletConfig(r *doctorReport, cfg agent.Config, kr agent.KubeletRead) {
+func checkKubeletConfig(r *doctorReport, cfg config.Config, kr agent.KubeletRead) {
 	kc, err := kr.Config, kr.Err
 	if err != nil {
 		what := "reading the kubelet's configuration"
-		if cfg.PressureSource != agent.PressureSourceOff {
+		if cfg.PressureSource != config.PressureSourceOff {
 			what = "reading the kubelet's eviction thresholds" // as the agent's PressureDisabled event says
 		}
 		r.fail(fmt.Sprintf("%s: %v (its eviction thresholds and graceful node shutdown are unknown)", what, err),
@@ -523,8 +524,8 @@ func thresholdList(ts []kubelet.Threshold) string {
 // checkPressure reads the kubelet's thresholds and the pressure signals once, as the agent
 // would, and prints each signal against reprieve's and the kubelet's thresholds. The kubelet's
 // configuration itself is checkKubeletConfig's.
-func checkPressure(ctx context.Context, r *doctorReport, cfg agent.Config, kr agent.KubeletRead, client kube.Interface) {
-	if cfg.PressureSource == agent.PressureSourceOff {
+func checkPressure(ctx context.Context, r *doctorReport, cfg config.Config, kr agent.KubeletRead, client kube.Interface) {
+	if cfg.PressureSource == config.PressureSourceOff {
 		r.skip("local pressure: --pressure-source off")
 		return
 	}
@@ -542,7 +543,7 @@ func checkPressure(ctx context.Context, r *doctorReport, cfg agent.Config, kr ag
 		assumed = ", assumed"
 	}
 	var node *v1.Node
-	if cfg.PressureSource == agent.PressureSourceSummary && cfg.KubeletSummaryURL == "" && client != nil {
+	if cfg.PressureSource == config.PressureSourceSummary && cfg.KubeletSummaryURL == "" && client != nil {
 		if node, err = client.CoreV1().Nodes().Get(ctx, cfg.NodeName, metav1.GetOptions{}); err != nil {
 			r.fail(fmt.Sprintf("kubelet Summary API: reading node %s: %v", cfg.NodeName, err), "pass --kubelet-summary-url")
 			return
@@ -558,7 +559,7 @@ func checkPressure(ctx context.Context, r *doctorReport, cfg agent.Config, kr ag
 	sample, err := src.Read(rctx)
 	if err != nil {
 		fix := "mount the host's / read-only at --host-root (the DaemonSet uses /host), and check --kubelet-root-dir and --imagefs-dir"
-		if cfg.PressureSource == agent.PressureSourceSummary {
+		if cfg.PressureSource == config.PressureSourceSummary {
 			fix = "grant get on nodes/stats, check that the kubelet's port is reachable from the pod and its certificate (--kubelet-ca-file, --kubelet-insecure-tls)"
 		}
 		r.fail(fmt.Sprintf("pressure signals (%s): %v", cfg.PressureSource, err), fix)

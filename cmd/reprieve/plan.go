@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 
 	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/kube"
 	"github.com/reprieve-dev/reprieve/kubelet"
 )
@@ -25,7 +26,7 @@ import (
 // given deadline arrived, computed with the agent's own planner from the node and its pods as
 // the API server has them. It changes nothing. It takes the agent's flags too (taints, margin,
 // lead, ...), so that the plan is the DaemonSet's: pass the same ones.
-func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer, now time.Time, clientFor func(agent.Config) (kube.Interface, error)) int {
+func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer, now time.Time, clientFor func(config.Config) (kube.Interface, error)) int {
 	sc := newSubcommand("plan", "--node NAME [--deadline 120s | --deadline 2026-12-01T10:00:00Z] [--notice-time TIME] [-o table|json] [agent flags]", stderr)
 	fs := sc.fs
 	deadlineFlag := fs.String("deadline", "", "the imagined notice's reclaim deadline: a duration after --notice-time (120s) or an RFC 3339 time; empty plans against the node's taints as they are")
@@ -303,7 +304,7 @@ func writePlanTable(w io.Writer, plan agent.NodePlan) error {
 // agent would. Their --help lists only their own flags, and names the agent's in one line.
 type subcommand struct {
 	name   string
-	cfg    agent.Config
+	cfg    config.Config
 	fs     *pflag.FlagSet
 	node   *string
 	stderr io.Writer
@@ -312,7 +313,7 @@ type subcommand struct {
 }
 
 func newSubcommand(name, usage string, stderr io.Writer) *subcommand {
-	sc := &subcommand{name: name, cfg: agent.DefaultConfig(), fs: pflag.NewFlagSet("reprieve "+name, pflag.ContinueOnError), stderr: stderr,
+	sc := &subcommand{name: name, cfg: config.DefaultConfig(), fs: pflag.NewFlagSet("reprieve "+name, pflag.ContinueOnError), stderr: stderr,
 		agentFlags: map[string]bool{}}
 	sc.fs.SetOutput(stderr)
 	sc.cfg.AddFlags(sc.fs)
@@ -356,7 +357,7 @@ func (sc *subcommand) parse(args []string) (code int, ok bool) {
 		fmt.Fprintf(sc.stderr, "%sunexpected argument %q\n", prefix, sc.fs.Arg(0))
 		return 2, false
 	}
-	if err := agent.ApplyEnv(sc.fs, "REPRIEVE_", os.LookupEnv); err != nil {
+	if err := config.ApplyEnv(sc.fs, "REPRIEVE_", os.LookupEnv); err != nil {
 		fmt.Fprintf(sc.stderr, "%s%v\n", prefix, err)
 		return 2, false
 	}

@@ -16,13 +16,14 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/kube"
 	"github.com/reprieve-dev/reprieve/agent/kube/kubetest"
 )
 
 var planNow = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 
-func planClient(t *testing.T) func(agent.Config) (kube.Interface, error) {
+func planClient(t *testing.T) func(config.Config) (kube.Interface, error) {
 	t.Helper()
 	sec := func(v int64) *int64 { return &v }
 	objs := []*v1.Pod{
@@ -39,7 +40,7 @@ func planClient(t *testing.T) func(agent.Config) (kube.Interface, error) {
 			t.Fatal(err)
 		}
 	}
-	return func(agent.Config) (kube.Interface, error) { return kubetest.Wrap(c), nil }
+	return func(config.Config) (kube.Interface, error) { return kubetest.Wrap(c), nil }
 }
 
 func TestPlanJSON(t *testing.T) {
@@ -101,7 +102,7 @@ func TestPlanTable(t *testing.T) {
 }
 
 func TestPlanBadInput(t *testing.T) {
-	failing := func(agent.Config) (kube.Interface, error) { return nil, errors.New("no cluster here") }
+	failing := func(config.Config) (kube.Interface, error) { return nil, errors.New("no cluster here") }
 	for _, tc := range []struct {
 		args []string
 		want int
@@ -241,7 +242,7 @@ func TestPlanVolumes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	clientFor := func(agent.Config) (kube.Interface, error) { return kubetest.Wrap(client), nil }
+	clientFor := func(config.Config) (kube.Interface, error) { return kubetest.Wrap(client), nil }
 
 	var out, errOut bytes.Buffer
 	if code := runPlan(context.Background(), []string{"--node=n1", "--deadline=120s", "-o", "json"}, &out, &errOut, planNow, clientFor); code != 0 {

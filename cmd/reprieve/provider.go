@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/kube"
 	"github.com/reprieve-dev/reprieve/providers/detect"
 )
@@ -41,7 +42,7 @@ type providerChoice struct {
 // with detect.Detect. While it waits, serveWait keeps /healthz answering (a liveness probe must
 // not restart the process into CrashLoopBackOff for an API server that is down); the function
 // it returns stops that, before the agent listens on the same address.
-func chooseProvider(ctx context.Context, cfg agent.Config, client kube.Interface, clk clock.WithTicker, serveWait func(why string) (stop func(), err error)) (providerChoice, error) {
+func chooseProvider(ctx context.Context, cfg config.Config, client kube.Interface, clk clock.WithTicker, serveWait func(why string) (stop func(), err error)) (providerChoice, error) {
 	logger := klog.FromContext(ctx)
 	if cfg.Provider != "auto" {
 		return providerChoice{name: cfg.Provider}, nil

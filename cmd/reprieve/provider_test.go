@@ -26,6 +26,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/kube/kubetest"
 	"github.com/reprieve-dev/reprieve/providers"
 	"github.com/reprieve-dev/reprieve/test/fakes/azureevents"
@@ -80,7 +81,7 @@ func TestChooseProviderNeedsNoAPIServer(t *testing.T) {
 		t.Run(tc.provider+" on "+filepath.Base(tc.root), func(t *testing.T) {
 			client := fake.NewClientset()
 			gets := unreachable(client, 1<<30)
-			cfg := agent.DefaultConfig()
+			cfg := config.DefaultConfig()
 			cfg.NodeName, cfg.Provider, cfg.HostRoot = "n1", tc.provider, tc.root
 			got, err := chooseProvider(context.Background(), cfg, kubetest.Wrap(client), clocktesting.NewFakeClock(time.Now()), noWait)
 			if err != nil {
@@ -113,7 +114,7 @@ func TestChooseProviderWaitsForTheNode(t *testing.T) {
 			const failures = 6 // backoff 0.5, 1, 2, 4, 8, 16 s: past any liveness probe's patience
 			gets := unreachable(client, failures)
 			clk := clocktesting.NewFakeClock(time.Now())
-			cfg := agent.DefaultConfig()
+			cfg := config.DefaultConfig()
 			cfg.NodeName, cfg.Provider, cfg.HostRoot = "n1", "auto", hostRoot(tc.root)
 			var served, stopped atomic.Int32
 			type result struct {
@@ -158,7 +159,7 @@ func TestChooseProviderStops(t *testing.T) {
 	client := fake.NewClientset()
 	unreachable(client, 1<<30)
 	clk := clocktesting.NewFakeClock(time.Now())
-	cfg := agent.DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.NodeName, cfg.Provider, cfg.HostRoot = "n1", "auto", hostRoot("no-dmi")
 	ctx, cancel := context.WithCancel(context.Background())
 	var stopped atomic.Int32
@@ -241,7 +242,7 @@ func TestNewProviderAzureResourceName(t *testing.T) {
 			t.Cleanup(fake.Close)
 			id := fake.AddEvent(azureevents.Event{EventType: azureevents.EventTypePreempt, Resources: []string{self},
 				NotBefore: time.Now().Add(30 * time.Second), DurationInSeconds: -1})
-			cfg := agent.DefaultConfig()
+			cfg := config.DefaultConfig()
 			cfg.AzureIMDSEndpoint = url
 			p, err := newProvider(context.Background(), cfg, providerChoice{name: "azure", providerID: tc.providerID}, prometheus.NewRegistry())
 			if err != nil {
@@ -275,7 +276,7 @@ func TestStartStoppedWhileWaiting(t *testing.T) {
 	if err := clientcmd.WriteToFile(*cfg, kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	ac := agent.DefaultConfig()
+	ac := config.DefaultConfig()
 	ac.NodeName, ac.Kubeconfig, ac.Provider, ac.HostRoot, ac.MetricsBindAddress = "n1", kubeconfig, "auto", hostRoot("no-dmi"), ""
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

@@ -16,13 +16,14 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 	"github.com/reprieve-dev/reprieve/test/testenv"
 )
 
 // interruptionTaint is the agent's default interruption taint, cloud=spot:NoExecute.
 func interruptionTaint() (v1.Taint, error) {
-	t, err := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	t, err := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	if err != nil {
 		return v1.Taint{}, fmt.Errorf("parsing the default interruption taint: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/events"
 
 	v1 "k8s.io/api/core/v1"
@@ -22,9 +23,9 @@ import (
 // eviction storm) and a clear log line.
 func TestDeadlineOddities(t *testing.T) {
 	t.Parallel()
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
-	cfg := agent.DefaultConfig()
-	maint, _ := agent.ParseTaint(cfg.MaintenanceTaint)
+	taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
+	cfg := config.DefaultConfig()
+	maint, _ := config.ParseTaint(cfg.MaintenanceTaint)
 	pods := []scenario.Pod{
 		{Name: "due", Kind: scenario.Plain, Grace: ptr64(30)},
 		{Name: "tolerates", Kind: scenario.Plain, Tolerate: ptr64(20), Grace: ptr64(2)},

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/events"
 
 	v1 "k8s.io/api/core/v1"
@@ -27,8 +28,8 @@ func TestGCPGPUMaintenanceHourAhead(t *testing.T) {
 	defer cancel()
 	const ns, node = "gcp-gpu-hour", "gcp-gpu-hour-node"
 	setupNode(ctx, t, ns, node, nil)
-	interruption, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
-	maintenance, _ := agent.ParseTaint(agent.DefaultConfig().MaintenanceTaint)
+	interruption, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
+	maintenance, _ := config.ParseTaint(config.DefaultConfig().MaintenanceTaint)
 	pods := []scenario.Pod{
 		{Name: "gpu-job", Kind: scenario.Plain, Grace: ptr64(30)},
 		{Name: "short-toleration", Kind: scenario.Plain, Grace: ptr64(2)},
@@ -165,7 +166,7 @@ func TestGCPStalledWatch(t *testing.T) {
 	defer cancel()
 	const ns, node = "gcp-stall", "gcp-stall-node"
 	setupNode(ctx, t, ns, node, nil)
-	interruption, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	interruption, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	srv := gcpmeta.New()
 	url, err := srv.Start("127.0.0.1:0")
 	if err != nil {

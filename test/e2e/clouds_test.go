@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/events"
 
 	"github.com/reprieve-dev/reprieve/agent/plan"
@@ -127,7 +128,7 @@ func TestAzureApprovalAndCancellation(t *testing.T) {
 	defer cancel()
 	const ns, node = "azure-approve", "azure-approve-node"
 	setupNode(ctx, t, ns, node, nil)
-	interruption, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	interruption, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	if err := scenario.Create(ctx, env.Client, ns, node, interruption, []scenario.Pod{{Name: "evictee", Kind: scenario.Plain, Grace: ptr64(2)}}); err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/test/fakes/gcpmeta"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 )
@@ -62,7 +63,7 @@ func TestGCPMaintenanceOrdinaryAndGPU(t *testing.T) {
 		{name: "gcpw-gpu-label", machineType: "n1-standard-8", attached: true, window: scaledGPUNotice,
 			labels: map[string]string{"cloud.google.com/gke-accelerator": "nvidia-tesla-t4"}},
 	}
-	interruption, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	interruption, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	var wg sync.WaitGroup
 	results := make([]string, len(vms))
 	for i, m := range vms {
@@ -136,7 +137,7 @@ func TestGCPExtendedPreemptionNotice(t *testing.T) {
 	defer cancel()
 	const ns, node = "gcpw-notice", "gcpw-notice-node"
 	setupNode(ctx, t, ns, node, nil)
-	interruption, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	interruption, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	obs := createObserved(ctx, t, ns, node, interruption, []scenario.Pod{{Name: "grace-60", Kind: scenario.Plain, Tolerate: ptr64(3600), Grace: ptr64(60)}})
 	srv := gcpmeta.New()
 	url, err := srv.Start("127.0.0.1:0")
@@ -276,7 +277,7 @@ func gracefulShutdownBeside(t *testing.T, ns string, margin time.Duration, wantC
 	node := ns + "-node"
 	const notice, kubeletSlice = 20 * time.Second, 15 * time.Second
 	setupNode(ctx, t, ns, node, nil)
-	interruption, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	interruption, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	pods := []scenario.Pod{
 		{Name: "grace-40", Kind: scenario.Plain, Tolerate: ptr64(3600), Grace: ptr64(40)},
 		{Name: "grace-25", Kind: scenario.Plain, Tolerate: ptr64(3600), Grace: ptr64(25)},

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/events"
 
 	v1 "k8s.io/api/core/v1"
@@ -95,7 +96,7 @@ func createObserved(ctx context.Context, t testing.TB, ns, node string, taint v1
 func observedNode(ctx context.Context, t testing.TB, ns, node string, pods []scenario.Pod) (v1.Taint, *scenario.Observer) {
 	t.Helper()
 	setupNode(ctx, t, ns, node, nil)
-	taint, err := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, err := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	if err != nil {
 		t.Fatal(err)
 	}

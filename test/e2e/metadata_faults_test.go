@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/events"
 
 	v1 "k8s.io/api/core/v1"
@@ -62,7 +63,7 @@ func runMetadataFaults(t *testing.T, c metadataCloud) {
 	defer cancel()
 	ns, node := "mdfaults-"+c.provider, "mdfaults-"+c.provider+"-node"
 	setupNode(ctx, t, ns, node, nil)
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	// A pod that tolerates the taint for 20 s: a withdrawn notice must leave it running.
 	if err := scenario.Create(ctx, env.Client, ns, node, taint, []scenario.Pod{{Name: "stay", Kind: scenario.Plain, Tolerate: ptr64(20), Grace: ptr64(1)}}); err != nil {
 		t.Fatal(err)

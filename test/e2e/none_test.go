@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 )
 
@@ -29,7 +30,7 @@ func TestProviderNoneAnnotationRoundTrip(t *testing.T) {
 	other := v1.Taint{Key: "dedicated", Value: "gpu", Effect: v1.TaintEffectNoSchedule}
 	patchNode(ctx, t, map[string]any{"spec": map[string]any{"taints": []v1.Taint{other}}}, node)
 
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	pods := []scenario.Pod{
 		{Name: "evictee", Kind: scenario.Plain, Grace: ptr64(2)},
 		{Name: "stays", Kind: scenario.Plain, Tolerate: ptr64(scenario.Forever), Grace: ptr64(2)},

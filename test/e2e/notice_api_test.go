@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/events"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -42,7 +43,7 @@ func TestNoticeEndpointAnswersPodsAboutThemselves(t *testing.T) {
 	if _, err := env.CreateNode(ctx, other, nil); err != nil {
 		t.Fatal(err)
 	}
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	if err := scenario.Create(ctx, env.Client, ns, node, taint, []scenario.Pod{
 		{Name: "job", Kind: scenario.Plain, Tolerate: ptr64(3600), Grace: ptr64(30)},
 		{Name: "neighbour", Kind: scenario.Plain, Tolerate: ptr64(3600), Grace: ptr64(30)},

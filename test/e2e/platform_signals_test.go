@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/interrupt"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 )
@@ -24,7 +25,7 @@ import (
 // Karpenter's disruption taint is reported and never acted on.
 func TestPlatformSignals(t *testing.T) {
 	t.Parallel()
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	type signal struct {
 		name       string
 		set, unset func(ctx context.Context, t *testing.T, node string)

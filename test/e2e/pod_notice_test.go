@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/events"
 
 	v1 "k8s.io/api/core/v1"
@@ -37,7 +38,7 @@ func TestPodNoticeWarnsPodsUnderThePolicy(t *testing.T) {
 	const ns, sa, nodeA, nodeB = "pod-notice", "reprieve-pod-notice", "pod-notice-a", "pod-notice-b"
 	c := env.Client
 	kubeA := boundAgents(ctx, t, ns, sa, nodeA, nodeB)
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	// A job that checkpoints for 30 s and tolerates the taint an hour: the deadline decides its
 	// eviction. A pod that tolerates it forever stays and dies with the machine.
 	if err := scenario.Create(ctx, c, ns, nodeA, taint, []scenario.Pod{
@@ -188,7 +189,7 @@ func BenchmarkPodNotice110(b *testing.B) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		name := fmt.Sprintf("notice-bench-%d-%d", time.Now().Unix(), i)
 		setupNode(ctx, b, name, name, nil)
-		taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+		taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 		specs := make([]scenario.Pod, pods)
 		for j := range specs {
 			// Evicted by the deadline's latest start, 2 min away: none leaves during the measure.

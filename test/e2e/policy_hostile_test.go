@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 )
 
 // refusedWith403 fails the test unless err is the API server's 403 Forbidden naming want: not a
@@ -138,7 +139,7 @@ func legacyTokenRefusedWith403(ctx context.Context, t *testing.T, ns, sa, nodeA 
 	if err != nil {
 		t.Fatal(err)
 	}
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	spot, err := json.Marshal(map[string]any{"spec": map[string]any{"taints": []v1.Taint{{Key: taint.Key, Value: taint.Value, Effect: taint.Effect}}}})
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 	"github.com/reprieve-dev/reprieve/test/testenv"
 )
@@ -25,8 +26,8 @@ func TestScheduledMaintenance(t *testing.T) {
 	defer cancel()
 	const ns, node = "maint", "maint-node"
 	setupNode(ctx, t, ns, node, nil)
-	interruption, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
-	maintenance, _ := agent.ParseTaint(agent.DefaultConfig().MaintenanceTaint)
+	interruption, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
+	maintenance, _ := config.ParseTaint(config.DefaultConfig().MaintenanceTaint)
 	if err := scenario.Create(ctx, env.Client, ns, node, interruption, []scenario.Pod{{Name: "evictee", Kind: scenario.Plain, Grace: ptr64(2)}}); err != nil {
 		t.Fatal(err)
 	}

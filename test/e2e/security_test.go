@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/kube/kubetest"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 )
@@ -38,7 +39,7 @@ func TestAgentTokenAttacks(t *testing.T) {
 	const ns, sa, nodeA, nodeB = "attack", "reprieve-attack", "attack-a", "attack-b"
 	c := env.Client
 	kubeA := boundAgents(ctx, t, ns, sa, nodeA, nodeB)
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	if err := scenario.Create(ctx, c, ns, nodeA, taint, []scenario.Pod{
 		{Name: "evictee-" + nodeA, Kind: scenario.Plain, Tolerate: ptr64(3600), Grace: ptr64(1)},
 	}); err != nil {

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/events"
 	"github.com/reprieve-dev/reprieve/agent/kube/kubetest"
 	"github.com/reprieve-dev/reprieve/test/nodeenv"
@@ -378,7 +379,7 @@ func volumeWindow(ctx context.Context, t *testing.T, rule bool) volumeRun {
 	}
 	createNamespace(ctx, t, ns)
 	out := filepath.Join(outDir, ns)
-	taint, err := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, err := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/events"
 
 	"github.com/reprieve-dev/reprieve/agent/plan"
@@ -217,7 +218,7 @@ func (r *SpotResult) Row(name string) (Row, bool) {
 // deadline passed), then stops reprieve with SIGTERM and reports.
 func RunSpot(ctx context.Context, o SpotOptions) (*SpotResult, error) {
 	c := o.Env.Client
-	taint, err := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, err := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	if err != nil {
 		return nil, err
 	}
@@ -226,7 +227,7 @@ func RunSpot(ctx context.Context, o SpotOptions) (*SpotResult, error) {
 	start := StartReprieve
 	mode := o.Eviction
 	if o.BinaryDefault {
-		start, mode = StartReprieveDefault, plan.Eviction(agent.DefaultConfig().InterruptionEviction)
+		start, mode = StartReprieveDefault, plan.Eviction(config.DefaultConfig().InterruptionEviction)
 	} else if o.Eviction == plan.EvictionReprieve {
 		modeArgs = []string{"--interruption-eviction=" + string(o.Eviction)}
 	}
