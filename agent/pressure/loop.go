@@ -91,8 +91,11 @@ type Loop struct {
 	// blocked are pods a PodDisruptionBudget protected, with when to try again.
 	blocked map[types.UID]blockedPod
 	// retry are pods whose pressure eviction failed otherwise (Candidate.Retry).
-	retry   map[types.UID]bool
-	lastErr string
+	retry map[types.UID]bool
+	// awaiting are, per signal, the pods its last decided reading held for the last reading
+	// that leaves them MinCutGrace (Decision.Await, Candidate.Awaited).
+	awaiting map[kubelet.Signal]map[types.UID]bool
+	lastErr  string
 	// warned remembers the signals already warned about (a threshold not above the kubelet's).
 	warned map[kubelet.Signal]bool
 	// taints are the pressure taints wanted on the node.
@@ -113,7 +116,7 @@ type Loop struct {
 // NewLoop returns the pressure loop; Start takes its first reading.
 func NewLoop(o LoopOptions) *Loop {
 	return &Loop{o: o, tracker: NewTracker(o.TransitionPeriod), soft: NewSoftTracker(), trend: NewTrend(o.TrendWindow),
-		pace: NewPace(o.TrendWindow), inFlight: map[types.UID]inFlight{}, blocked: map[types.UID]blockedPod{}, retry: map[types.UID]bool{}, warned: map[kubelet.Signal]bool{},
+		pace: NewPace(o.TrendWindow), inFlight: map[types.UID]inFlight{}, blocked: map[types.UID]blockedPod{}, retry: map[types.UID]bool{}, awaiting: map[kubelet.Signal]map[types.UID]bool{}, warned: map[kubelet.Signal]bool{},
 		taints: map[Resource]bool{}, estimates: map[kubelet.Signal]Estimate{}, fallingFor: map[kubelet.Signal]int{}, fallSince: map[kubelet.Signal]time.Time{}, pods: map[podUsageKey]*series{}}
 }
 
@@ -370,6 +373,11 @@ func (lp *Loop) evictForPressure(ctx context.Context, now time.Time, levels []Le
 			}
 		}
 		if !lp.tracker.Active(r) {
+			for sig := range lp.awaiting {
+				if ResourceOf(sig) == r {
+					delete(lp.awaiting, sig) // held for a fall that is over
+				}
+			}
 			lp.o.Metrics.PressureTimeToHard.WithLabelValues(string(r)).Set(math.Inf(1))
 			if len(soft) == 0 {
 				continue
@@ -441,7 +449,7 @@ func (lp *Loop) evictForPressure(ctx context.Context, now time.Time, levels []Le
 		if lvl.Signal != "" && lp.tracker.Active(r) {
 			in := Input{
 				Level: lvl, Active: true, TimeToHard: ttl,
-				Ranked:       lp.retrying(lp.project(lvl.Signal, Candidates(lvl.Signal, evictable, usageFor(lvl.Signal), podGrace), ttl)),
+				Ranked:       lp.retrying(lvl.Signal, lp.project(lvl.Signal, Candidates(lvl.Signal, evictable, usageFor(lvl.Signal), podGrace), ttl)),
 				SafetyMargin: lp.o.SafetyMargin, Allowance: plan.RequestAllowance, Interval: lp.o.Interval,
 				Pending: lp.estimates[lvl.Signal].Pending, CutEarly: lp.o.CutEarly, AnyFall: lp.o.AnyFall,
 			}
@@ -462,7 +470,25 @@ func (lp *Loop) evictForPressure(ctx context.Context, now time.Time, levels []Le
 			if !in.Pending {
 				lp.shortenInFlight(ctx, now, r, ttl, in.Lead(), present)
 			}
-			for _, ev := range Decide(in) {
+			d := Decide(in)
+			if logger := klog.FromContext(ctx).V(4); logger.Enabled() {
+				// Why a reading under pressure acted or held: the decision's whole input.
+				var first string
+				if len(in.Ranked) > 0 {
+					first = in.Ranked[0].Pod.Namespace + "/" + in.Ranked[0].Pod.Name
+				}
+				logger.Info("Pressure decision", "signal", lvl.Signal, "available", lvl.Available, "timeToHard", ttl,
+					"lead", in.Lead(), "gap", in.Gap, "jump", in.Jump, "uncertain", in.Uncertain, "falling", in.Falling,
+					"pending", in.Pending, "unexplained", in.Unexplained, "inFlight", in.InFlight, "first", first,
+					"evict", len(d.Evict), "held", len(d.Await))
+			}
+			if !in.Pending {
+				lp.awaiting[lvl.Signal] = map[types.UID]bool{}
+				for _, uid := range d.Await {
+					lp.awaiting[lvl.Signal][uid] = true
+				}
+			}
+			for _, ev := range d.Evict {
 				lp.pressureEvict(ctx, now, r, lvl, ttl, in.Lead(), ev, view)
 				decided = true
 			}
@@ -493,10 +519,12 @@ func (lp *Loop) evictForPressure(ctx context.Context, now time.Time, levels []Le
 	}
 }
 
-// retrying marks the candidates whose eviction failed at an earlier reading.
-func (lp *Loop) retrying(cs []Candidate) []Candidate {
+// retrying marks the candidates whose eviction failed at an earlier reading, and those that
+// sig's last decided reading held for the last reading that leaves them MinCutGrace.
+func (lp *Loop) retrying(sig kubelet.Signal, cs []Candidate) []Candidate {
 	for i := range cs {
 		cs[i].Retry = lp.retry[cs[i].Pod.UID]
+		cs[i].Awaited = lp.awaiting[sig][cs[i].Pod.UID]
 	}
 	return cs
 }

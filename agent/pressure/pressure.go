@@ -9,6 +9,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/reprieve-dev/reprieve/kubelet"
 )
@@ -205,6 +206,18 @@ type Candidate struct {
 	// throttling, a timeout): it goes again with what fits, down to MinGrace, where a first
 	// decision to cut its grace waits for MinCutGrace (Decide).
 	Retry bool
+	// Awaited says the last decided reading held it for the last reading that leaves it
+	// MinCutGrace (Decision.Await): if this reading has stepped over that one, it goes now with
+	// what fits (Decide).
+	Awaited bool
+}
+
+// Decision is what one reading decides for one signal: the pods to evict now, and the pods held
+// for the last reading that still leaves them MinCutGrace, which the caller marks Awaited at the
+// next reading.
+type Decision struct {
+	Evict []Eviction
+	Await []types.UID
 }
 
 // Eviction is one pod to evict now, with the grace it gets.
@@ -330,7 +343,8 @@ const MinGrace = time.Second
 // is an eviction the kubelet never makes (issue 47: a step read as a fall, 1 s).
 const MinCutGrace = 3 * time.Second
 
-// Decide returns the pods to evict now for one signal, or none. It acts only under pressure.
+// Decide returns the pods to evict now for one signal, or none, and the pods it holds for the
+// last reading that leaves them MinCutGrace. It acts only under pressure.
 //
 // How many: the kubelet evicts at its hard threshold, one pod a pass, until the signal is back
 // above the hard threshold plus the minimum reclaim (synchronize, with thresholdsMet's
@@ -357,13 +371,15 @@ const MinCutGrace = 3 * time.Second
 // 15 s and 14 s. So, precision first, such a pod waits for the last reading that still leaves it
 // MinCutGrace, where the fall has lasted as long as it can and still be worth acting on, and goes
 // with the grace that fits then (3 s to 3 s and a lead); and never with less than MinCutGrace,
-// which gains it nothing over the kubelet's own eviction. In.CutEarly is the timeliness-first
+// which gains it nothing over the kubelet's own eviction, unless it was held for that reading and
+// a reading stepped over it (Candidate.Awaited, Decision.Await). In.CutEarly is the timeliness-first
 // rule, measured beside it (docs/benchmarks.md, the replay). Nothing goes at a reading that
 // jumped off the trend (In.Pending): a step and the start of a fall look alike there.
-func Decide(in Input) []Eviction {
+func Decide(in Input) Decision {
 	if !in.Active || len(in.Ranked) == 0 || in.TimeToHard == Never || in.Pending {
-		return nil
+		return Decision{}
 	}
+	var d Decision
 	lead := in.Lead()
 	// fits is the grace that still ends a pod evicted now before the hard threshold.
 	fits := in.TimeToHard - in.SafetyMargin - in.Allowance
@@ -389,25 +405,37 @@ func Decide(in Input) []Eviction {
 			// than a reading (the estimate fell faster than the lead, or the noise moved it):
 			// the same decision as a reading ago, with what fits.
 			return Eviction{Candidate: c, Grace: g}, true
-		case g < MinCutGrace, fits-in.gapLead() >= MinCutGrace:
-			// Less than MinCutGrace gains the pod nothing over the kubelet's own eviction; and
-			// while the next reading still leaves MinCutGrace, it waits for it. How far off that
-			// reading is counts, not the estimate's jump: where the estimate has just come down
-			// (a fall that began), the jump would make it act a reading or more early.
+		case g < MinCutGrace && c.Awaited:
+			// Held for that reading, and this one stepped over it (it came late, or the
+			// estimate moved by more than a reading): it goes now, with what fits. Left to the
+			// kubelet, it would go with 1 s at its hard threshold, after the node's
+			// MemoryPressure condition and with no budget (issue 47, the real node). Only a pod
+			// held for it: a fall first seen this close is the kubelet's.
+			return Eviction{Candidate: c, Grace: g}, true
+		case g < MinCutGrace:
+			// Less than MinCutGrace gains the pod nothing over the kubelet's own eviction.
+			return Eviction{}, false
+		case fits-in.gapLead() >= MinCutGrace:
+			// While the next reading still leaves MinCutGrace, it waits for it. How far off
+			// that reading is counts, not the estimate's jump or error: counted, the window
+			// opened a reading or more early, and on the real node's garbage collector's
+			// sawtooth took a 30 s pod with 8 s on a fall that then stopped (the replay). A
+			// window this narrow can be stepped over: the pod is held (Decision.Await).
+			d.Await = append(d.Await, c.Pod.UID)
 			return Eviction{}, false
 		}
 		return Eviction{Candidate: c, Grace: g}, true
 	}
 	next := in.Ranked[0]
-	one := func() []Eviction {
+	one := func() Decision {
 		// One at a time, the next only once the last is gone, as the kubelet goes.
 		if in.InFlight > 0 {
-			return nil
+			return Decision{}
 		}
 		if ev, ok := act(next); ok {
-			return []Eviction{ev}
+			d.Evict = append(d.Evict, ev)
 		}
-		return nil
+		return d
 	}
 	// Nothing while the signal is back above reprieve's threshold plus the minimum reclaim,
 	// with or without per-pod usage: the kubelet evicts only for a threshold its observations
@@ -416,11 +444,11 @@ func Decide(in Input) []Eviction {
 	// it holds reprieve's taint (Active). Without this, without per-pod usage, a trend still
 	// falling from before the last eviction freed its memory took the next pod too.
 	if satAdd(in.Level.Threshold, in.Level.MinReclaim)-in.Level.Available-in.Reclaiming <= 0 {
-		return nil
+		return Decision{}
 	}
 	need := in.need()
 	if need <= 0 {
-		return nil
+		return Decision{}
 	}
 	if !next.Known {
 		return one()
@@ -434,7 +462,6 @@ func Decide(in Input) []Eviction {
 		// using it): evicting them all at once would be a storm for nothing.
 		return one()
 	}
-	var out []Eviction
 	for _, c := range in.Ranked {
 		if need <= 0 {
 			break
@@ -445,10 +472,10 @@ func Decide(in Input) []Eviction {
 		}
 		need -= c.Usage
 		if ev, ok := act(c); ok {
-			out = append(out, ev)
+			d.Evict = append(d.Evict, ev)
 		}
 	}
-	return out
+	return d
 }
 
 // need is what the kubelet frees for the level: up to its hard threshold plus the minimum

@@ -520,7 +520,7 @@ func TestDecide(t *testing.T) {
 			in := base
 			in.Ranked = ranked
 			c.mod(&in)
-			got := Decide(in)
+			got := Decide(in).Evict
 			var gotNames []string
 			var gotGraces []int
 			for _, e := range got {
@@ -538,12 +538,12 @@ func TestDecide(t *testing.T) {
 func TestDecideWithoutUsage(t *testing.T) {
 	in := Input{Level: mem(700), Active: true, TimeToHard: 8 * time.Second, SafetyMargin: 5 * time.Second, Falling: time.Hour,
 		Ranked: []Candidate{cand("a", 0, false, 30*time.Second), cand("b", 0, false, 30*time.Second)}}
-	got := Decide(in)
+	got := Decide(in).Evict
 	if len(got) != 1 || got[0].Pod.Name != "a" || got[0].Grace != 3*time.Second {
 		t.Fatalf("evicts %+v, want a alone with 3 s", got)
 	}
 	in.InFlight = 1
-	if got := Decide(in); len(got) != 0 {
+	if got := Decide(in).Evict; len(got) != 0 {
 		t.Fatalf("evicts %d more while one is in flight", len(got))
 	}
 }
@@ -555,12 +555,12 @@ func TestDecideWithoutUsage(t *testing.T) {
 func TestDecideWithoutUsageNotAboveTheThreshold(t *testing.T) {
 	in := Input{Level: mem(1250), Active: true, TimeToHard: 3 * time.Second, SafetyMargin: 5 * time.Second, Falling: time.Hour,
 		Ranked: []Candidate{cand("quiet", 0, false, 30*time.Second)}}
-	if got := Decide(in); len(got) != 0 {
+	if got := Decide(in).Evict; len(got) != 0 {
 		t.Fatalf("evicts %s with the signal above threshold + reclaim (1250 MiB against 1000 + 200)", got[0].Pod.Name)
 	}
 	in.Level = mem(1150) // above the threshold, short of the minimum reclaim: still under pressure
 	in.CutEarly = true   // the timing aside (3 s left: the kubelet's, precision first)
-	if got := Decide(in); len(got) != 1 {
+	if got := Decide(in).Evict; len(got) != 1 {
 		t.Fatalf("evicts %d pods within the minimum reclaim, want the next one", len(got))
 	}
 }
@@ -573,12 +573,12 @@ func TestDecideNoStormWhenPodsCannotCover(t *testing.T) {
 		ranked = append(ranked, cand(string(rune('a'+i)), 15*mi, true, 30*time.Second))
 	}
 	in := Input{Level: mem(100), Active: true, TimeToHard: 0, SafetyMargin: 5 * time.Second, Ranked: ranked, CutEarly: true, Falling: time.Hour}
-	got := Decide(in)
+	got := Decide(in).Evict
 	if len(got) != 1 || got[0].Pod.Name != "a" {
 		t.Fatalf("evicts %d pods, want one (a): 10 x 15 MiB cannot cover the 200 MiB to the hard threshold plus the minimum reclaim", len(got))
 	}
 	in.InFlight = 1
-	if got := Decide(in); len(got) != 0 {
+	if got := Decide(in).Evict; len(got) != 0 {
 		t.Fatalf("evicts %d more while one is in flight", len(got))
 	}
 }
@@ -724,6 +724,65 @@ func TestLevelsImageGCBand(t *testing.T) {
 	for _, l := range gc.Levels(kubelet.Observations{kubelet.ImageFsAvailable: {Available: 10 * g, Capacity: 100 * g, Reclaimable: 30 * g}}) {
 		if l.Effective() != 40*g || l.Met(false) {
 			t.Errorf("imagefs at 10 GiB with 30 GiB the kubelet reclaims: effective %d, met %v; want 40 GiB, not met", l.Effective(), l.Met(false))
+		}
+	}
+}
+
+// A pod whose whole grace no longer fits waits for the last reading that still leaves it
+// MinCutGrace, and that window is one reading wide (the gap to the next: counting the trend's
+// jump or the estimate's error took a pod on the real node's garbage-collector sawtooth, the
+// replay). A reading that came late, or an estimate that moved by more than a reading, steps
+// over it: on the real node the pod was then left to the kubelet (issue 47). Now the pod held
+// for the window (Decision.Await, marked Awaited at the next reading, as the loop does) goes at
+// the reading that stepped over it, with what fits. For every fall no faster than the lead, a
+// 30 s pod goes exactly once before the hard threshold, with at least MinCutGrace when the
+// estimate fell by no more than the gap between readings, and never with less than MinGrace;
+// for a faster fall, at most once.
+func TestDecideCutWindowCannotBeSteppedOver(t *testing.T) {
+	base := Input{Level: mem(700), Active: true, SafetyMargin: 5 * time.Second, Allowance: 250 * time.Millisecond,
+		Interval: time.Second, Falling: time.Hour}
+	for _, gap := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second} {
+		for _, jump := range []time.Duration{0, 500 * time.Millisecond, 1500 * time.Millisecond, 3 * time.Second} {
+			for _, unc := range []time.Duration{0, 400 * time.Millisecond} {
+				for _, share := range []float64{0.35, 0.6, 0.85, 1, 1.5, 2.5} {
+					for start := 20 * time.Second; start < 21*time.Second; start += 125 * time.Millisecond {
+						in := base
+						in.Gap, in.Jump, in.Uncertain = gap, jump, unc
+						a := cand("a", 300*mi, true, 30*time.Second)
+						var evicted []int
+						var trail []string
+						for ttl := start; ttl > 0; {
+							in.TimeToHard = ttl
+							in.Ranked = []Candidate{a}
+							d := Decide(in)
+							for _, e := range d.Evict {
+								evicted = append(evicted, int(e.Grace/time.Second))
+							}
+							a.Awaited = slices.Contains(d.Await, a.Pod.UID)
+							trail = append(trail, ttl.String())
+							if len(evicted) > 0 {
+								break
+							}
+							// The next reading: the estimate falls by a share of what the lead
+							// said it could, never less than a millisecond.
+							ttl -= max(time.Duration(share*float64(in.Lead())), time.Millisecond)
+						}
+						least := MinGrace
+						if time.Duration(share*float64(in.Lead())) <= in.gapLead() {
+							least = MinCutGrace
+						}
+						if share > 1 && len(evicted) == 0 {
+							// Faster than the lead: the threshold can come before a reading
+							// that could act (20 s, then 10 s held, then past it).
+							continue
+						}
+						if len(evicted) != 1 || time.Duration(evicted[0])*time.Second < least {
+							t.Fatalf("gap %v, jump %v, error %v, falling %.2f of the lead a reading from %v: evicted with graces %v, want once with at least %v (readings at %v)",
+								gap, jump, unc, share, start, evicted, least, trail)
+						}
+					}
+				}
+			}
 		}
 	}
 }

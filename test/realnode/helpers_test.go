@@ -54,7 +54,9 @@ func chartArgs(extra ...string) []string {
 		// waits for its NoExecute taint (the default is interruptionEviction: reprieve).
 		"--set", "interruptionEviction=kube-controller-manager",
 		"--set", "pressure.kubeletRootDir=" + node.RootDir + ",pressure.imageFsDir=" + node.ContainerdRoot + ",pressure.kubeletConfig=" + node.KubeletConfigPath,
-		"--set-json", fmt.Sprintf(`extraArgs=["--aws-imds-endpoint=http://%s:%d"]`, nodeenv.NodeIP, imdsPort),
+		// -v=4: the pressure loop's decision at each reading under pressure ("Pressure
+		// decision"), in the agent's log that REPRIEVE_E2E_KEEP_LOGS=1 keeps.
+		"--set-json", fmt.Sprintf(`extraArgs=["--aws-imds-endpoint=http://%s:%d","-v=4"]`, nodeenv.NodeIP, imdsPort),
 	}
 	return append(args, extra...)
 }
