@@ -22,6 +22,7 @@ import (
 	"github.com/reprieve-dev/reprieve/agent/interrupt"
 	"github.com/reprieve-dev/reprieve/agent/kube"
 	"github.com/reprieve-dev/reprieve/agent/metrics"
+	"github.com/reprieve-dev/reprieve/agent/volumes"
 
 	"github.com/reprieve-dev/reprieve/agent/plan"
 
@@ -109,7 +110,7 @@ type Agent struct {
 	// --pressure-source names, which startPressure chooses once the node is known.
 	pressureSource *sourceSlot
 	// kubelet is the process's one read of the kubelet's configuration, taken in New.
-	kubelet KubeletRead
+	kubelet kubelet.ConfigRead
 }
 
 // sourceSlot is the pressure loop's source, filled before the loop's first reading: the loop is
@@ -144,7 +145,7 @@ func New(cfg config.Config, deps Deps) (*Agent, error) {
 		taints:         cfg.TaintSet(),
 		recorder:       deps.Recorder,
 		pressureSource: &sourceSlot{Source: deps.PressureSource},
-		kubelet:        ReadKubeletConfig(cfg),
+		kubelet:        kubelet.Find(cfg.KubeletLookup()),
 	}
 	if a.recorder == nil {
 		a.broadcaster = events.NewBroadcaster(context.Background())
@@ -208,7 +209,7 @@ func New(cfg config.Config, deps Deps) (*Agent, error) {
 	execOpts := evict.Options{Client: deps.Client, Pods: a.podLister, Clock: deps.Clock, Metrics: a.metrics, Recorder: a.recorder,
 		Notifier: a.notifier, NodeName: cfg.NodeName, DryRun: cfg.DryRun, Filter: cfg.PodFilter(),
 		ComparisonOperators: cfg.TolerationComparisonOperators, SafetyMargin: cfg.SafetyMargin, InterruptionTaint: a.taints.Evicting(),
-		Evict: deps.Evict, MaxInFlight: cfg.EvictionWorkers, PodVolumes: newAPIPodVolumes(deps.Client)}
+		Evict: deps.Evict, MaxInFlight: cfg.EvictionWorkers, PodVolumes: volumes.NewReader(deps.Client)}
 	if a.podNotice != nil {
 		execOpts.Warner = a.podNotice
 	}
@@ -242,8 +243,8 @@ func New(cfg config.Config, deps Deps) (*Agent, error) {
 }
 
 // volumeRelease is VolumeReleaseOf's figure, logged once with where it comes from.
-func volumeRelease(cfg config.Config, kr KubeletRead) time.Duration {
-	d, from := VolumeReleaseOf(cfg, kr)
+func volumeRelease(cfg config.Config, kr kubelet.ConfigRead) time.Duration {
+	d, from := volumes.ReleaseOf(cfg, kr)
 	klog.Background().Info("Pods with a volume that needs attaching are planned to be gone before the deadline by", "volumeRelease", d, "from", from)
 	return d
 }
@@ -252,7 +253,7 @@ func volumeRelease(cfg config.Config, kr KubeletRead) time.Duration {
 // kubelet's configuration (kr: the read the pressure loop shares)
 // (shutdownGracePeriod - shutdownGracePeriodCriticalPods); zero when it is off, unknown (no
 // file found: reportKubeletConfig says it) or unreadable (the plan then ends at the deadline alone).
-func shutdownCut(kr KubeletRead) time.Duration {
+func shutdownCut(kr kubelet.ConfigRead) time.Duration {
 	if !kr.Known() {
 		return 0
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/reprieve-dev/reprieve/agent/kube/kubetest"
 	"github.com/reprieve-dev/reprieve/agent/plan"
 	"github.com/reprieve-dev/reprieve/agent/pressure"
+	"github.com/reprieve-dev/reprieve/agent/volumes"
 	"github.com/reprieve-dev/reprieve/kubelet"
 )
 
@@ -429,8 +430,8 @@ func TestTrimKeepsWhatEveryUnitReads(t *testing.T) {
 		}
 		// The executor's reader of a pod's volumes (volumes_api.go), on the claims and volumes
 		// the API server would give it.
-		wholeVols, wholeErr := ReadPodVolumes(context.Background(), volumeClient, p)
-		trimVols, trimErr := ReadPodVolumes(context.Background(), volumeClient, tp)
+		wholeVols, wholeErr := volumes.ReadPod(context.Background(), volumeClient, p)
+		trimVols, trimErr := volumes.ReadPod(context.Background(), volumeClient, tp)
 		same(name+": ReadPodVolumes", []any{wholeVols, fmt.Sprint(wholeErr)}, []any{trimVols, fmt.Sprint(trimErr)})
 		if name == "attaching-volumes" && len(wholeVols.Attach) != 5 {
 			t.Errorf("%s: the volumes read %v (%v), want 5 that attach: the comparison must see every kind", name, wholeVols.Attach, wholeErr)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/pressure"
+	"github.com/reprieve-dev/reprieve/kubelet"
 )
 
 // writeKubeletConfig writes a kubelet configuration file at the host path p under root.
@@ -55,12 +56,12 @@ func TestKubeletConfigReadOnce(t *testing.T) {
 		len(kc.Hard) != 1 || kc.Hard[0].String() != "memory.available<200Mi" {
 		t.Errorf("second use: %+v %v %v, want the first read (GKE, 30s, 200Mi)", kc, kcErr, err)
 	}
-	if kr := ReadKubeletConfig(unvalidated); kr.Err != nil || kr.Config.ShutdownGracePeriod != 0 || kr.Config.Hard[0].String() != "memory.available<900Mi" {
+	if kr := kubelet.Find(unvalidated.KubeletLookup()); kr.Err != nil || kr.Config.ShutdownGracePeriod != 0 || kr.Config.Hard[0].String() != "memory.available<900Mi" {
 		t.Errorf("a new read: %+v %v, want the new file", kr.Config, kr.Err)
 	}
 	elsewhere := cfg
 	elsewhere.KubeletConfig = "/elsewhere.yaml"
-	kr := ReadKubeletConfig(elsewhere)
+	kr := kubelet.Find(elsewhere.KubeletLookup())
 	if kr.Err != nil || kr.Config.Found || kr.Config.Path != filepath.Join(root, "/elsewhere.yaml") {
 		t.Errorf("another path: %+v %v, want it read (unknown: missing)", kr.Config, kr.Err)
 	}

@@ -22,6 +22,8 @@ func TestPackageFloors(t *testing.T) {
 		"interrupt": 2, "pressure": 2, "guard": 2,
 		// The configuration: flags, defaults and validation, over the values it describes.
 		"config": 2,
+		// Features the wiring assembles, each in its own room.
+		"volumes": 3,
 	}
 	for pkg, f := range floor {
 		p, err := build.ImportDir(filepath.Join(".", pkg), 0)

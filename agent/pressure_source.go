@@ -15,34 +15,13 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// KubeletRead is the one read of the kubelet's configuration a process makes (ReadKubeletConfig,
-// in New and in each command that needs it), handed as a value to everything that reads it: the
-// interruption plan's shutdown cut, the volume release, the pressure thresholds, the what-if plan
-// and doctor, so that they all see the same file as it was read.
-type KubeletRead struct {
-	// Config is what was read; Found is false when no file was found (the kubelet's defaults).
-	Config kubelet.Config
-	// Err says why a file found could not be read or parsed.
-	Err error
-}
-
-// Known says whether the kubelet's configuration was found and read.
-func (r KubeletRead) Known() bool { return r.Err == nil && r.Config.Found }
-
-// ReadKubeletConfig reads the kubelet's configuration where the flags say: --kubelet-config and
-// --kubelet-config-dir under --host-root, or the first known location found (kubelet.FindConfig).
-func ReadKubeletConfig(cfg config.Config) KubeletRead {
-	kc, err := kubelet.FindConfig(kubelet.Lookup{HostRoot: cfg.HostRoot, Path: cfg.KubeletConfig, DropInDir: cfg.KubeletConfigDir})
-	return KubeletRead{Config: kc, Err: err}
-}
-
 // PressureThresholds is what the levels are computed from: reprieve's thresholds from the flags
 // and the kubelet's from its configuration (kr). A flag that does not parse is err; a kubelet
 // configuration that could not be read or parsed is kubeletErr (the thresholds then hold the
 // kubelet's defaults), which turns only the pressure handling off. A configuration not found is
 // no error: kc.Found is false, the thresholds hold the kubelet's defaults, and the caller says
 // that they are assumed.
-func PressureThresholds(cfg config.Config, kr KubeletRead) (t pressure.Thresholds, kc kubelet.Config, kubeletErr, err error) {
+func PressureThresholds(cfg config.Config, kr kubelet.ConfigRead) (t pressure.Thresholds, kc kubelet.Config, kubeletErr, err error) {
 	explicit, headroom, reclaim, err := cfg.PressureThresholdsOf()
 	if err != nil {
 		return t, kc, nil, err
@@ -61,7 +40,7 @@ func PressureThresholds(cfg config.Config, kr KubeletRead) (t pressure.Threshold
 // reprieve_kubelet_config_known, and a log line; an unknown one as an error with the paths tried
 // and the fix. New calls it once. The pressure loop's start records the node's
 // KubeletConfigUnknown event.
-func reportKubeletConfig(m *metrics.Metrics, kr KubeletRead) {
+func reportKubeletConfig(m *metrics.Metrics, kr kubelet.ConfigRead) {
 	kc, err := kr.Config, kr.Err
 	known := 0.0
 	if kr.Known() {

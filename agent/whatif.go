@@ -10,6 +10,8 @@ import (
 	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/evict"
 	"github.com/reprieve-dev/reprieve/agent/record"
+	"github.com/reprieve-dev/reprieve/agent/volumes"
+	"github.com/reprieve-dev/reprieve/kubelet"
 
 	"github.com/reprieve-dev/reprieve/agent/plan"
 
@@ -36,7 +38,7 @@ type WhatIf struct {
 	Now        time.Time
 	// Kubelet is what was read of the node's kubelet configuration (ReadKubeletConfig): the
 	// volume release's status period; the zero value is an unknown one.
-	Kubelet KubeletRead
+	Kubelet kubelet.ConfigRead
 }
 
 // NodePlan is what `reprieve plan` prints (its JSON is documented in docs/operations.md and
@@ -177,8 +179,6 @@ func PlanWhatIf(cfg config.Config, in WhatIf) NodePlan {
 	intent := plan.Intend(notices, in.Now, cfg.MaintenanceLead, ts)
 	taints := record.ComputeNodeChange(in.Node, record.NodeDesire{Intent: intent, Taints: ts,
 		AddedAt: func(string) time.Time { return noticeAt }}).Taints
-	// As the agent does, a NoExecute taint without timeAdded counts from when it is first seen.
-	var noExecute []v1.Taint
 	onNode := map[string]bool{}
 	for _, t := range in.Node.Spec.Taints {
 		onNode[record.TaintID(t)] = true
@@ -186,27 +186,24 @@ func PlanWhatIf(cfg config.Config, in WhatIf) NodePlan {
 	out := NodePlan{Node: in.Node.Name, NoticeTime: noticeAt, SafetyMarginSeconds: cfg.SafetyMargin.Seconds(),
 		FarAhead: len(intent.FarAhead) > 0, NoExecuteTaints: []string{}, Pods: []PodPlan{},
 		InterruptionEviction: string(ts.Eviction()), InterruptionTaint: evict.TaintString(ts.Interruption)}
-	if intent.Interrupting() && ts.Eviction() == plan.EvictionReprieve && record.HasTaint(in.Node.Spec.Taints, ts.Interruption) && !record.Owns(in.Node, ts.Interruption) {
-		// Someone else's NoSchedule taint of the interruption's key and value: the agent's
-		// countdown starts at its own stamp, the notice (interrupt's evictingTaints).
-		for i, t := range taints {
-			if t.Key == ts.Interruption.Key && t.Effect == ts.Interruption.Effect {
-				taints[i].TimeAdded = &metav1.Time{Time: noticeAt}
-			}
+	// As the agent anchors the taints (plan.CountdownTaints, which its reconcile loop calls): a
+	// taint already on the node counts from min(timeAdded, first seen: now), one without
+	// timeAdded from now; the imagined notice's own taint keeps its notice time, future or not;
+	// someone else's NoSchedule taint of the interruption's key and value counts from the notice.
+	foreign := record.HasTaint(in.Node.Spec.Taints, ts.Interruption) && !record.Owns(in.Node, ts.Interruption)
+	now := in.Now.Truncate(time.Second)
+	noExecute := plan.CountdownTaints(taints, ts, intent.Interrupting(), foreign, noticeAt, now, func(t v1.Taint) time.Time {
+		if onNode[record.TaintID(t)] {
+			return now
 		}
-	}
-	for _, t := range plan.EvictingTaints(taints, ts, intent.Interrupting()) {
-		// As the agent anchors a taint already on the node: min(timeAdded, first seen). The
-		// imagined notice's own taint keeps its notice time, future or not.
-		if now := in.Now.Truncate(time.Second); t.TimeAdded == nil || (onNode[record.TaintID(t)] && now.Before(t.TimeAdded.Time)) {
-			t.TimeAdded = &metav1.Time{Time: now}
-		}
-		noExecute = append(noExecute, t)
+		return time.Time{}
+	})
+	for _, t := range noExecute {
 		out.NoExecuteTaints = append(out.NoExecuteTaints, evict.TaintString(t)+"@"+t.TimeAdded.UTC().Format(time.RFC3339))
 	}
 	w := plan.Window{SafetyMargin: cfg.SafetyMargin}
 	if intent.Interrupting() {
-		w.VolumeRelease, _ = VolumeReleaseOf(cfg, in.Kubelet)
+		w.VolumeRelease, _ = volumes.ReleaseOf(cfg, in.Kubelet)
 	}
 	if intent.Interrupting() {
 		w.Deadline = intent.Deadline

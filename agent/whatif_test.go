@@ -7,6 +7,7 @@ import (
 
 	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/plan"
+	"github.com/reprieve-dev/reprieve/kubelet"
 
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -161,7 +162,7 @@ func TestPlanWhatIfVolumeRelease(t *testing.T) {
 		{window: 15 * time.Second, grace: 2, risk: true}, // released by T-0.4
 	} {
 		np := PlanWhatIf(cfg, WhatIf{Node: testNode(), Pods: []*v1.Pod{claimed("db-0")}, Now: t0, NoticeTime: t0, Deadline: t0.Add(c.window),
-			Kubelet: ReadKubeletConfig(cfg)})
+			Kubelet: kubelet.Find(cfg.KubeletLookup())})
 		pp := np.Pods[0]
 		if pp.VolumeReleaseBy == nil || !pp.VolumeReleaseBy.Equal(t0.Add(c.window-15400*time.Millisecond)) {
 			t.Fatalf("window %s: volume release by %v, want T+%s", c.window, pp.VolumeReleaseBy, c.window-15400*time.Millisecond)

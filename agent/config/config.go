@@ -51,7 +51,7 @@ type Config struct {
 	SafetyMargin         time.Duration
 	// VolumeRelease is how long before the deadline a pod with a volume that needs attaching
 	// must be gone (plan.Window.VolumeRelease): "auto" (from the kubelet's
-	// nodeStatusUpdateFrequency, VolumeReleaseOf), "off", or a duration.
+	// nodeStatusUpdateFrequency, volumes.ReleaseOf), "off", or a duration.
 	VolumeRelease string
 
 	// ApproveEvents lets a cloud that supports it (Azure) start its event early once the node
@@ -543,7 +543,7 @@ func (c *Config) validatePressure() []error {
 }
 
 // VolumeReleaseAuto is --volume-release's default: the bound computed from the kubelet's
-// configuration (VolumeReleaseOf).
+// configuration (volumes.ReleaseOf).
 const VolumeReleaseAuto = "auto"
 
 // ParseVolumeRelease reads --volume-release: auto (ok false: computed from the kubelet), off
@@ -598,3 +598,9 @@ func (c *Config) PodFilter() plan.PodFilter {
 // 0.5 s from the container's end to the volume unstaged, with csi-test's mock driver, which
 // has no device to flush; 5 s keeps room for a real disk's unmount and sync.
 const VolumeUnmountAllowance = 5 * time.Second
+
+// KubeletLookup is where the flags say the kubelet's configuration is: --kubelet-config and
+// --kubelet-config-dir under --host-root, or the known locations (kubelet.FindConfig).
+func (c *Config) KubeletLookup() kubelet.Lookup {
+	return kubelet.Lookup{HostRoot: c.HostRoot, Path: c.KubeletConfig, DropInDir: c.KubeletConfigDir}
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/kube"
 	"github.com/reprieve-dev/reprieve/agent/plan"
+	"github.com/reprieve-dev/reprieve/kubelet"
 
 	"github.com/spf13/pflag"
 	appsv1 "k8s.io/api/apps/v1"
@@ -356,7 +357,7 @@ func buildAudit(cfg config.Config, in auditInput, windows []AuditWindow, now tim
 	slices.Sort(report.Nodes)
 	// The volume release's status period, from the kubelet's configuration under --host-root,
 	// read once as the agent reads it.
-	kr := agent.ReadKubeletConfig(cfg)
+	kr := kubelet.Find(cfg.KubeletLookup())
 	for wi, w := range windows {
 		for _, name := range report.Nodes {
 			np := agent.PlanWhatIf(cfg, agent.WhatIf{Node: in.Nodes[name], Pods: byNode[name], PDBs: in.PDBs,

@@ -15,6 +15,7 @@ import (
 	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/kube"
 	"github.com/reprieve-dev/reprieve/agent/pressure"
+	"github.com/reprieve-dev/reprieve/agent/volumes"
 
 	"github.com/prometheus/client_golang/prometheus"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -111,7 +112,7 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer, cli
 	checkHostRoot(r, cfg)
 	// One read of the kubelet's configuration, as the agent makes one, for every check that
 	// uses it.
-	kr := agent.ReadKubeletConfig(cfg)
+	kr := kubelet.Find(cfg.KubeletLookup())
 	checkKubeletConfig(r, cfg, kr)
 	checkPressure(ctx, r, cfg, kr, client)
 	if r.failed > 0 {
@@ -438,7 +439,7 @@ func checkHostRoot(r *doctorReport, cfg config.Config) {
 // thresholds and graceful node shutdown), with pressure handling off too: the interruption plan
 // uses the shutdown grace. Not found fails: the agent then assumes the kubelet's defaults, which
 // on a managed platform are not what its kubelet runs with.
-func checkKubeletConfig(r *doctorReport, cfg config.Config, kr agent.KubeletRead) {
+func checkKubeletConfig(r *doctorReport, cfg config.Config, kr kubelet.ConfigRead) {
 	kc, err := kr.Config, kr.Err
 	if err != nil {
 		what := "reading the kubelet's configuration"
@@ -474,7 +475,7 @@ func checkKubeletConfig(r *doctorReport, cfg config.Config, kr agent.KubeletRead
 	r.ok("kubelet config %s: evictionHard %s; graceful node shutdown %s", where, hard, shutdown)
 	// What the volume rule takes from it: how long before the deadline a pod with a volume
 	// that attaches must be gone (the kubelet's status period).
-	release, from := agent.VolumeReleaseOf(cfg, kr)
+	release, from := volumes.ReleaseOf(cfg, kr)
 	r.ok("volume release: a pod with a volume that attaches is gone %s before the deadline (%s)", release, from)
 }
 
@@ -524,7 +525,7 @@ func thresholdList(ts []kubelet.Threshold) string {
 // checkPressure reads the kubelet's thresholds and the pressure signals once, as the agent
 // would, and prints each signal against reprieve's and the kubelet's thresholds. The kubelet's
 // configuration itself is checkKubeletConfig's.
-func checkPressure(ctx context.Context, r *doctorReport, cfg config.Config, kr agent.KubeletRead, client kube.Interface) {
+func checkPressure(ctx context.Context, r *doctorReport, cfg config.Config, kr kubelet.ConfigRead, client kube.Interface) {
 	if cfg.PressureSource == config.PressureSourceOff {
 		r.skip("local pressure: --pressure-source off")
 		return

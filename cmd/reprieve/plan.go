@@ -19,6 +19,7 @@ import (
 	"github.com/reprieve-dev/reprieve/agent"
 	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/kube"
+	"github.com/reprieve-dev/reprieve/agent/volumes"
 	"github.com/reprieve-dev/reprieve/kubelet"
 )
 
@@ -68,7 +69,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer, now t
 		return 1
 	}
 	// One read of the kubelet's configuration for the plan's volume release and the rules.
-	in.Kubelet = agent.ReadKubeletConfig(cfg)
+	in.Kubelet = kubelet.Find(cfg.KubeletLookup())
 	plan := agent.PlanWhatIf(cfg, in)
 	readVolumes(ctx, client, in, &plan)
 	rules := kubeletRulesOf(in.Kubelet.Config, in.Kubelet.Err)
@@ -208,7 +209,7 @@ func readVolumes(ctx context.Context, c kube.Interface, in agent.WhatIf, plan *a
 		if pp.VolumeReleaseBy == nil || pod == nil {
 			continue
 		}
-		vols, err := agent.ReadPodVolumes(ctx, c, pod)
+		vols, err := volumes.ReadPod(ctx, c, pod)
 		agent.NoteVolumes(pp, in.Node, vols, err)
 	}
 }

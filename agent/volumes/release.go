@@ -1,10 +1,14 @@
-package agent
+// Package volumes is what the agent knows of the pods' volumes that attach: how long before the
+// deadline such a pod must be gone for the kubelet to release its volume (ReleaseOf), and which
+// of the node's volumesInUse are a pod's, read from the API server (NewReader).
+package volumes
 
 import (
 	"fmt"
 	"time"
 
 	"github.com/reprieve-dev/reprieve/agent/config"
+	"github.com/reprieve-dev/reprieve/kubelet"
 )
 
 // kubeletStatusJitter is the jitter of the kubelet's node status loop:
@@ -15,12 +19,12 @@ const kubeletStatusJitter = 0.04
 // defaultNodeStatusUpdateFrequency is the kubelet's default nodeStatusUpdateFrequency.
 const defaultNodeStatusUpdateFrequency = 10 * time.Second
 
-// VolumeReleaseOf is how long before the deadline a pod with a volume that needs attaching must
+// ReleaseOf is how long before the deadline a pod with a volume that needs attaching must
 // be gone (plan.Window.VolumeRelease), and where that figure comes from: --volume-release, or
 // the unmount allowance plus one status period of the kubelet (its nodeStatusUpdateFrequency
 // with 4% jitter), read from its configuration (kr); the kubelet's default 10 s when the
 // configuration is unknown, said so in the source.
-func VolumeReleaseOf(cfg config.Config, kr KubeletRead) (time.Duration, string) {
+func ReleaseOf(cfg config.Config, kr kubelet.ConfigRead) (time.Duration, string) {
 	d, fixed, err := config.ParseVolumeRelease(cfg.VolumeRelease)
 	if err != nil {
 		return 0, "off: " + err.Error()

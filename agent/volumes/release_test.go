@@ -1,4 +1,4 @@
-package agent
+package volumes
 
 import (
 	"os"
@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/reprieve-dev/reprieve/agent/config"
+	"github.com/reprieve-dev/reprieve/kubelet"
 )
 
-// TestVolumeReleaseOf (issue 40, item 1): the time a pod with a volume that needs attaching must
+// TestReleaseOf (issue 40, item 1): the time a pod with a volume that needs attaching must
 // be gone before the deadline, bounded from the kubelet's nodeStatusUpdateFrequency (with the
 // 4% jitter of its status loop) plus the unmount allowance; the kubelet's default 10 s, said
 // so, when its configuration is unknown; a flag's value or off as given.
-func TestVolumeReleaseOf(t *testing.T) {
+func TestReleaseOf(t *testing.T) {
 	root := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(root, "etc/kubelet"), 0o755); err != nil {
 		t.Fatal(err)
@@ -36,9 +37,9 @@ func TestVolumeReleaseOf(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := config.DefaultConfig()
 			cfg.HostRoot, cfg.KubeletConfig, cfg.VolumeRelease = root, c.config, c.flag
-			d, from := VolumeReleaseOf(cfg, ReadKubeletConfig(cfg))
+			d, from := ReleaseOf(cfg, kubelet.Find(cfg.KubeletLookup()))
 			if d != c.want || !strings.Contains(from, c.from) {
-				t.Fatalf("VolumeReleaseOf = %s (%s), want %s (%s)", d, from, c.want, c.from)
+				t.Fatalf("ReleaseOf = %s (%s), want %s (%s)", d, from, c.want, c.from)
 			}
 		})
 	}
