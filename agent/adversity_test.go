@@ -15,6 +15,7 @@ import (
 	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/evict"
 	"github.com/reprieve-dev/reprieve/agent/plan"
+	"github.com/reprieve-dev/reprieve/agent/whatif"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
@@ -398,13 +399,13 @@ func TestPlanPDBsEmptySelectorAndTwoBudgets(t *testing.T) {
 		return policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"},
 			Spec: policyv1.PodDisruptionBudgetSpec{Selector: sel}, Status: policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: allowed}}
 	}
-	in := WhatIf{Node: testNode(), Pods: []*v1.Pod{web, testPod("other", 10)}, Deadline: t0.Add(2 * time.Minute), Now: t0,
+	in := whatif.Input{Node: testNode(), Pods: []*v1.Pod{web, testPod("other", 10)}, Deadline: t0.Add(2 * time.Minute), Now: t0,
 		PDBs: []policyv1.PodDisruptionBudget{
 			budget("all", &metav1.LabelSelector{}, 0),
 			budget("web", &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}, 1),
 			budget("none", nil, 0),
 		}}
-	got := PlanWhatIf(cfg, in)
+	got := whatif.Plan(cfg, in)
 	if len(got.Pods) != 2 {
 		t.Fatalf("pods = %d, want 2", len(got.Pods))
 	}
@@ -467,14 +468,14 @@ func TestPlanWhatIfFutureTimeAdded(t *testing.T) {
 	cfg := config.DefaultConfig()
 	cfg.NodeName = nodeName
 	future := metav1.NewTime(t0.Add(time.Minute))
-	in := WhatIf{Node: testNode(v1.Taint{Key: "other", Effect: v1.TaintEffectNoExecute, TimeAdded: &future}),
+	in := whatif.Input{Node: testNode(v1.Taint{Key: "other", Effect: v1.TaintEffectNoExecute, TimeAdded: &future}),
 		Pods: []*v1.Pod{testPod("p", 5)}, Now: t0}
-	got := PlanWhatIf(cfg, in)
+	got := whatif.Plan(cfg, in)
 	if len(got.Pods) != 1 || got.Pods[0].Due == nil || !got.Pods[0].Due.Equal(t0) {
 		t.Errorf("foreign taint in the future: %+v, want due now", got.Pods)
 	}
-	in = WhatIf{Node: testNode(), Pods: []*v1.Pod{testPod("p", 5)}, Now: t0, NoticeTime: t0.Add(3 * time.Second), Deadline: t0.Add(time.Minute)}
-	got = PlanWhatIf(cfg, in)
+	in = whatif.Input{Node: testNode(), Pods: []*v1.Pod{testPod("p", 5)}, Now: t0, NoticeTime: t0.Add(3 * time.Second), Deadline: t0.Add(time.Minute)}
+	got = whatif.Plan(cfg, in)
 	if len(got.Pods) != 1 || got.Pods[0].Due == nil || !got.Pods[0].Due.Equal(t0.Add(3*time.Second)) {
 		t.Errorf("notice 3 s ahead: %+v, want due at the notice time", got.Pods)
 	}

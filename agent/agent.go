@@ -23,6 +23,7 @@ import (
 	"github.com/reprieve-dev/reprieve/agent/kube"
 	"github.com/reprieve-dev/reprieve/agent/metrics"
 	"github.com/reprieve-dev/reprieve/agent/volumes"
+	"github.com/reprieve-dev/reprieve/agent/whatif"
 
 	"github.com/reprieve-dev/reprieve/agent/plan"
 
@@ -711,7 +712,7 @@ func (a *Agent) metricsServer() *http.Server {
 			http.Error(w, "not ready: "+why+"\n"+warn, http.StatusServiceUnavailable)
 			return
 		}
-		_, _ = w.Write([]byte("ok\n" + EvictionSummary(a.cfg) + "\n" + warn))
+		_, _ = w.Write([]byte("ok\n" + whatif.EvictionSummary(a.cfg) + "\n" + warn))
 	})
 	return newMetricsServer(addr, mux)
 }

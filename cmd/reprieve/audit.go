@@ -17,6 +17,7 @@ import (
 	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/kube"
 	"github.com/reprieve-dev/reprieve/agent/plan"
+	"github.com/reprieve-dev/reprieve/agent/whatif"
 	"github.com/reprieve-dev/reprieve/kubelet"
 
 	"github.com/spf13/pflag"
@@ -332,7 +333,7 @@ func workloadOf(pod *v1.Pod, owners map[types.UID]metav1.OwnerReference) workloa
 }
 
 // buildAudit plans every node for a notice arriving at now with each window, with the agent's
-// planner (agent.PlanWhatIf, what `reprieve plan` runs), and sums the pods' outcomes per
+// planner (whatif.Plan, what `reprieve plan` runs), and sums the pods' outcomes per
 // workload. It is pure.
 func buildAudit(cfg config.Config, in auditInput, windows []AuditWindow, now time.Time) AuditReport {
 	// Whole seconds, as the agent stamps the taint, so that a report does not depend on when
@@ -360,7 +361,7 @@ func buildAudit(cfg config.Config, in auditInput, windows []AuditWindow, now tim
 	kr := kubelet.Find(cfg.KubeletLookup())
 	for wi, w := range windows {
 		for _, name := range report.Nodes {
-			np := agent.PlanWhatIf(cfg, agent.WhatIf{Node: in.Nodes[name], Pods: byNode[name], PDBs: in.PDBs,
+			np := whatif.Plan(cfg, whatif.Input{Node: in.Nodes[name], Pods: byNode[name], PDBs: in.PDBs,
 				NoticeTime: now, Now: now, Deadline: now.Add(time.Duration(w.Seconds * float64(time.Second))), Kubelet: kr})
 			for _, pp := range np.Pods {
 				// DaemonSet and mirror pods stay by design, as with kubectl drain; finished

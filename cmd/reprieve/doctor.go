@@ -16,6 +16,7 @@ import (
 	"github.com/reprieve-dev/reprieve/agent/kube"
 	"github.com/reprieve-dev/reprieve/agent/pressure"
 	"github.com/reprieve-dev/reprieve/agent/volumes"
+	"github.com/reprieve-dev/reprieve/agent/whatif"
 
 	"github.com/prometheus/client_golang/prometheus"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -103,7 +104,7 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer, cli
 
 	r := &doctorReport{w: stdout}
 	fmt.Fprintf(stdout, "reprieve doctor: node %s, provider %s\n", cfg.NodeName, cfg.Provider)
-	fmt.Fprintf(stdout, "%s\n", agent.EvictionSummary(cfg))
+	fmt.Fprintf(stdout, "%s\n", whatif.EvictionSummary(cfg))
 	client, node := checkKubernetes(ctx, r, cfg, clientFor)
 	checkMetadata(ctx, r, cfg, node)
 	checkOverlaps(ctx, r, cfg, client, node)

@@ -16,10 +16,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 
-	"github.com/reprieve-dev/reprieve/agent"
 	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/kube"
 	"github.com/reprieve-dev/reprieve/agent/volumes"
+	"github.com/reprieve-dev/reprieve/agent/whatif"
 	"github.com/reprieve-dev/reprieve/kubelet"
 )
 
@@ -41,7 +41,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer, now t
 		fmt.Fprintf(stderr, "reprieve plan: -o %q: want table or json\n", *output)
 		return 2
 	}
-	in := agent.WhatIf{Now: now}
+	in := whatif.Input{Now: now}
 	if *noticeFlag != "" {
 		t, err := time.Parse(time.RFC3339, *noticeFlag)
 		if err != nil {
@@ -70,7 +70,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer, now t
 	}
 	// One read of the kubelet's configuration for the plan's volume release and the rules.
 	in.Kubelet = kubelet.Find(cfg.KubeletLookup())
-	plan := agent.PlanWhatIf(cfg, in)
+	plan := whatif.Plan(cfg, in)
 	readVolumes(ctx, client, in, &plan)
 	rules := kubeletRulesOf(in.Kubelet.Config, in.Kubelet.Err)
 	if *output == "json" {
@@ -78,7 +78,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer, now t
 		enc.SetIndent("", "  ")
 		// NodePlan's fields, and beside them what was known of the kubelet's rules.
 		if err := enc.Encode(struct {
-			agent.NodePlan
+			whatif.NodePlan
 			Kubelet kubeletRules `json:"kubelet"`
 		}{plan, rules}); err != nil {
 			fmt.Fprintf(stderr, "reprieve plan: writing the plan: %v\n", err)
@@ -166,7 +166,7 @@ func parseDeadline(s string, notice, now time.Time) (time.Time, error) {
 
 // readWhatIf reads the node, its pods (the agent's own field selector) and the
 // PodDisruptionBudgets of their namespaces.
-func readWhatIf(ctx context.Context, c kube.Interface, node string, in *agent.WhatIf) error {
+func readWhatIf(ctx context.Context, c kube.Interface, node string, in *whatif.Input) error {
 	n, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("reading node %s: %w", node, err)
@@ -198,7 +198,7 @@ func readWhatIf(ctx context.Context, c kube.Interface, node string, in *agent.Wh
 // readVolumes reads, for each pod planned with the volume rule, its volumes as the agent does
 // in a window (a GET of each claim and of its volume), and notes where the node's status has
 // each now: during a window, which are released and which are still in use.
-func readVolumes(ctx context.Context, c kube.Interface, in agent.WhatIf, plan *agent.NodePlan) {
+func readVolumes(ctx context.Context, c kube.Interface, in whatif.Input, plan *whatif.NodePlan) {
 	pods := map[string]*v1.Pod{}
 	for _, p := range in.Pods {
 		pods[p.Namespace+"/"+p.Name] = p
@@ -210,12 +210,12 @@ func readVolumes(ctx context.Context, c kube.Interface, in agent.WhatIf, plan *a
 			continue
 		}
 		vols, err := volumes.ReadPod(ctx, c, pod)
-		agent.NoteVolumes(pp, in.Node, vols, err)
+		whatif.NoteVolumes(pp, in.Node, vols, err)
 	}
 }
 
 // writePlanTable prints plan for people: times relative to the notice, T+12s.
-func writePlanTable(w io.Writer, plan agent.NodePlan) error {
+func writePlanTable(w io.Writer, plan whatif.NodePlan) error {
 	rel := func(t *time.Time) string {
 		if t == nil {
 			return "-"

@@ -15,10 +15,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/reprieve-dev/reprieve/agent"
 	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/kube"
 	"github.com/reprieve-dev/reprieve/agent/kube/kubetest"
+	"github.com/reprieve-dev/reprieve/agent/whatif"
 )
 
 var planNow = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
@@ -49,7 +49,7 @@ func TestPlanJSON(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
-	var plan agent.NodePlan
+	var plan whatif.NodePlan
 	if err := json.Unmarshal(out.Bytes(), &plan); err != nil {
 		t.Fatalf("output is not a plan: %v\n%s", err, out.String())
 	}
@@ -59,7 +59,7 @@ func TestPlanJSON(t *testing.T) {
 	if len(plan.Pods) != 2 {
 		t.Fatalf("%d pods planned, want 2", len(plan.Pods))
 	}
-	got := map[string]agent.PodPlan{}
+	got := map[string]whatif.PodPlan{}
 	for _, p := range plan.Pods {
 		got[p.Namespace+"/"+p.Name] = p
 	}
@@ -187,7 +187,7 @@ func TestPlanKubeletRules(t *testing.T) {
 				t.Fatalf("exit %d: %s", code, errOut.String())
 			}
 			var got struct {
-				agent.NodePlan
+				whatif.NodePlan
 				Kubelet struct {
 					ConfigFound bool     `json:"configFound"`
 					Searched    []string `json:"searched"`
@@ -248,11 +248,11 @@ func TestPlanVolumes(t *testing.T) {
 	if code := runPlan(context.Background(), []string{"--node=n1", "--deadline=120s", "-o", "json"}, &out, &errOut, planNow, clientFor); code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
-	var plan agent.NodePlan
+	var plan whatif.NodePlan
 	if err := json.Unmarshal(out.Bytes(), &plan); err != nil {
 		t.Fatalf("output is not a plan: %v\n%s", err, out.String())
 	}
-	want := map[string]string{"db/db-0": a + " " + agent.VolumeInUse, "db/db-1": b + " " + agent.VolumeReleased, "db/db-2": c + " " + agent.VolumeNotAttached}
+	want := map[string]string{"db/db-0": a + " " + whatif.VolumeInUse, "db/db-1": b + " " + whatif.VolumeReleased, "db/db-2": c + " " + whatif.VolumeNotAttached}
 	for _, p := range plan.Pods {
 		key := p.Namespace + "/" + p.Name
 		if p.VolumeReleaseBy == nil {

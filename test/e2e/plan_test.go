@@ -9,8 +9,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/reprieve-dev/reprieve/agent"
 	"github.com/reprieve-dev/reprieve/agent/config"
+	"github.com/reprieve-dev/reprieve/agent/whatif"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 )
 
@@ -46,7 +46,7 @@ func TestPlanMatchesTheAgent(t *testing.T) {
 	if err != nil {
 		t.Fatalf("reprieve plan: %v", err)
 	}
-	var plan agent.NodePlan
+	var plan whatif.NodePlan
 	if err := json.Unmarshal(out, &plan); err != nil {
 		t.Fatalf("reprieve plan printed no plan: %v\n%s", err, out)
 	}

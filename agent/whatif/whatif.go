@@ -1,4 +1,8 @@
-package agent
+// Package whatif says what the agent would do with a node and its pods if a notice arrived now,
+// with the agent's own code (plan.Intend, record.ComputeNodeChange, plan.CountdownTaints,
+// plan.PlanPod): `reprieve plan`, `reprieve audit` and /readyz's eviction summary. It changes
+// nothing.
+package whatif
 
 import (
 	"cmp"
@@ -24,9 +28,9 @@ import (
 	"github.com/reprieve-dev/reprieve/providers"
 )
 
-// WhatIf is the input of PlanWhatIf: a node, its pods, the PodDisruptionBudgets of their
+// Input is the input of Plan: a node, its pods, the PodDisruptionBudgets of their
 // namespaces, and the interruption notice to imagine.
-type WhatIf struct {
+type Input struct {
 	Node *v1.Node
 	Pods []*v1.Pod
 	PDBs []policyv1.PodDisruptionBudget
@@ -161,10 +165,10 @@ type PDBPlan struct {
 	Covering []string `json:"covering,omitempty"`
 }
 
-// PlanWhatIf says what the agent with cfg would do if a notice with in.Deadline arrived at
+// Plan says what the agent with cfg would do if a notice with in.Deadline arrived at
 // in.NoticeTime, with the agent's own code: the same intent, node change and pod planner as
 // reconcile and the eviction loop. It changes nothing.
-func PlanWhatIf(cfg config.Config, in WhatIf) NodePlan {
+func Plan(cfg config.Config, in Input) NodePlan {
 	ts := cfg.TaintSet()
 	noticeAt := in.NoticeTime
 	if noticeAt.IsZero() {
