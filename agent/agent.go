@@ -22,6 +22,7 @@ import (
 	"github.com/reprieve-dev/reprieve/agent/interrupt"
 	"github.com/reprieve-dev/reprieve/agent/kube"
 	"github.com/reprieve-dev/reprieve/agent/metrics"
+	"github.com/reprieve-dev/reprieve/agent/preflight"
 	"github.com/reprieve-dev/reprieve/agent/volumes"
 	"github.com/reprieve-dev/reprieve/agent/whatif"
 
@@ -101,7 +102,7 @@ type Agent struct {
 	refusals *record.Refusals
 	// evictions checks the eviction path (RBAC, policies, the eviction guard) before an
 	// interruption needs it; /readyz's detail says what it found.
-	evictions *evictionCheck
+	evictions *preflight.Check
 	writer    *record.Writer
 	exec      *evict.Executor
 	intr      *interrupt.Loop
@@ -206,7 +207,7 @@ func New(cfg config.Config, deps Deps) (*Agent, error) {
 	}
 
 	a.refusals = record.NewRefusals(cfg.NodeWriteRefusals, a.metrics)
-	a.evictions = newEvictionCheck(a.client, a.clock, cfg.PodName, cfg.PodNamespace, a.ownPodUID, a.metrics.EvictionCheck)
+	a.evictions = preflight.New(a.client, a.clock, cfg.PodName, cfg.PodNamespace, a.ownPodUID, a.metrics.EvictionCheck)
 	execOpts := evict.Options{Client: deps.Client, Pods: a.podLister, Clock: deps.Clock, Metrics: a.metrics, Recorder: a.recorder,
 		Notifier: a.notifier, NodeName: cfg.NodeName, DryRun: cfg.DryRun, Filter: cfg.PodFilter(),
 		ComparisonOperators: cfg.TolerationComparisonOperators, SafetyMargin: cfg.SafetyMargin, InterruptionTaint: a.taints.Evicting(),
@@ -451,7 +452,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	// answer: planning without it could withdraw a taint another process wrote.
 	resumed := record.HasNotices(a.cachedNode())
 	if resumed {
-		g.Go(func() error { a.evictions.run(ctx); return nil })
+		g.Go(func() error { a.evictions.Run(ctx); return nil })
 		a.intr.Reconcile(ctx)
 	}
 	// Ask the cloud once before planning anything else; whatever it says (or fails to say), the
@@ -470,7 +471,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		g.Go(func() error { a.writer.WatchWrites(ctx, a.refusals, a.writeProbe); return nil })
 	}
 	if !resumed {
-		g.Go(func() error { a.evictions.run(ctx); return nil })
+		g.Go(func() error { a.evictions.Run(ctx); return nil })
 	}
 	a.intr.Reconcile(ctx)
 	// The notice endpoint listens before the agent says it is ready: a pod that polls it once

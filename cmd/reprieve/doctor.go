@@ -14,6 +14,7 @@ import (
 
 	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/kube"
+	"github.com/reprieve-dev/reprieve/agent/preflight"
 	"github.com/reprieve-dev/reprieve/agent/pressure"
 	"github.com/reprieve-dev/reprieve/agent/volumes"
 	"github.com/reprieve-dev/reprieve/agent/whatif"
@@ -22,7 +23,6 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	v1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -295,21 +295,18 @@ func checkEviction(ctx context.Context, r *doctorReport, cfg config.Config, clie
 		r.skip("eviction (dry run): no pod on node %s to try", cfg.NodeName)
 		return
 	}
-	grace, uid := int64(30), pod.UID
-	ev := &policyv1.Eviction{
-		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
-		DeleteOptions: &metav1.DeleteOptions{GracePeriodSeconds: &grace, Preconditions: &metav1.Preconditions{UID: &uid},
-			DryRun: []string{metav1.DryRunAll}},
-	}
-	err = client.PolicyV1().Evictions(pod.Namespace).Evict(ctx, ev)
+	// The agent's own dry run and its reading of the answer (agent/preflight); a pod that went
+	// away meanwhile, or was replaced under its name, is not the path's answer.
+	err = preflight.DryRunEvict(ctx, client, pod.Namespace, pod.Name, pod.UID)
+	status, _ := preflight.Verdict(err)
 	switch {
 	case err == nil:
 		r.ok("pod %s/%s may be evicted (server-side dry run)", pod.Namespace, pod.Name)
-	case (apierrors.IsTooManyRequests(err) || apierrors.IsForbidden(err)) && apierrors.HasStatusCause(err, policyv1.DisruptionBudgetCause):
+	case preflight.BudgetRefuses(err):
 		r.ok("pod %s/%s may be evicted; a PodDisruptionBudget refuses it now (server-side dry run)", pod.Namespace, pod.Name)
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		r.skip("eviction (dry run): pod %s/%s went away meanwhile", pod.Namespace, pod.Name)
-	case guardUnreachable(err):
+	case status == preflight.StatusGuardUnreachable:
 		r.fail(fmt.Sprintf("the eviction guard is unreachable: evicting pod %s/%s (dry run): %v", pod.Namespace, pod.Name, err), guardUnreachableFix)
 	default:
 		r.fail(fmt.Sprintf("evicting pod %s/%s (dry run): %v", pod.Namespace, pod.Name, err),
