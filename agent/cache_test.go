@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/reference"
 
 	"github.com/reprieve-dev/reprieve/agent/kube/kubetest"
+	"github.com/reprieve-dev/reprieve/agent/nodefacts"
 	"github.com/reprieve-dev/reprieve/agent/plan"
 	"github.com/reprieve-dev/reprieve/agent/pressure"
 	"github.com/reprieve-dev/reprieve/agent/volumes"
@@ -500,5 +501,5 @@ func TestTrimKeepsWhatEveryUnitReads(t *testing.T) {
 
 	// Overlaps on the node's pods.
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}
-	same("Overlaps", Overlaps(node, table), Overlaps(node, trimmed))
+	same("Overlaps", nodefacts.Overlaps(node, table), nodefacts.Overlaps(node, trimmed))
 }

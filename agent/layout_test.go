@@ -21,7 +21,7 @@ func TestPackageFloors(t *testing.T) {
 		"record": 1, "evict": 1,
 		"interrupt": 2, "pressure": 2, "guard": 2,
 		// The configuration: flags, defaults and validation, over the values it describes.
-		"config": 2,
+		"config": 2, "nodefacts": 0,
 		// Features the wiring assembles, each in its own room.
 		"volumes": 3, "preflight": 3, "whatif": 4,
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/kube"
+	"github.com/reprieve-dev/reprieve/agent/nodefacts"
 	"github.com/reprieve-dev/reprieve/agent/plan"
 	"github.com/reprieve-dev/reprieve/agent/whatif"
 	"github.com/reprieve-dev/reprieve/kubelet"
@@ -28,8 +29,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/reprieve-dev/reprieve/agent"
 )
 
 // cloudWindows are the reclaim windows `reprieve audit` imagines without --window: AWS's
@@ -118,7 +117,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer, now 
 	fs := pflag.NewFlagSet("reprieve audit", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "Path to a kubeconfig file (else $KUBECONFIG, else ~/.kube/config)")
-	selectors := fs.StringArray("node-selector", slices.Clone(agent.SpotPoolSelectors), "a label selector of the nodes to audit; repeat it for nodes that match any of several")
+	selectors := fs.StringArray("node-selector", slices.Clone(nodefacts.SpotPoolSelectors), "a label selector of the nodes to audit; repeat it for nodes that match any of several")
 	namespace := fs.StringP("namespace", "n", "", "audit the workloads of this namespace only (default every namespace)")
 	window := fs.Duration("window", 0, "one reclaim window to imagine (default each cloud's: aws 120s, gcp 30s, azure 30s)")
 	fs.StringVar(&cfg.InterruptionTaint, "interruption-taint", cfg.InterruptionTaint, "the agent's --interruption-taint")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/kube"
+	"github.com/reprieve-dev/reprieve/agent/nodefacts"
 	"github.com/reprieve-dev/reprieve/agent/preflight"
 	"github.com/reprieve-dev/reprieve/agent/pressure"
 	"github.com/reprieve-dev/reprieve/agent/volumes"
@@ -125,7 +126,7 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer, cli
 }
 
 // checkOverlaps lists the other programs that act on this node's interruptions too
-// (agent.Overlaps), from the node and its pods, as warnings: the operator picks one per node.
+// (nodefacts.Overlaps), from the node and its pods, as warnings: the operator picks one per node.
 func checkOverlaps(ctx context.Context, r *doctorReport, cfg config.Config, client kube.Interface, node *v1.Node) {
 	if node == nil || client == nil {
 		r.skip("other interruption handlers: the node could not be read")
@@ -135,7 +136,7 @@ func checkOverlaps(ctx context.Context, r *doctorReport, cfg config.Config, clie
 	if pods == nil {
 		r.warn("other interruption handlers: the node's pods could not be read; judged from the node alone")
 	}
-	overlaps := agent.Overlaps(node, pods)
+	overlaps := nodefacts.Overlaps(node, pods)
 	if len(overlaps) == 0 {
 		r.ok("no other interruption handler seen on node %s (Karpenter, an EKS managed node group, AKS node auto-drain, aws-node-termination-handler)", cfg.NodeName)
 		return
@@ -322,9 +323,9 @@ func checkMetadata(ctx context.Context, r *doctorReport, cfg config.Config, node
 	if node != nil {
 		providerID = node.Spec.ProviderID
 		// As the agent does once it has read the node.
-		accel := &acceleratorHolder{}
-		accel.set(node)
-		choice.nodeAccelerator = accel.get
+		accel := &nodefacts.AcceleratorHolder{}
+		accel.Set(node)
+		choice.nodeAccelerator = accel.Get
 	}
 	if choice.name == "auto" {
 		// As the agent decides (chooseProvider): DMI first, then the node's providerID.

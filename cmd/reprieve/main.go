@@ -28,6 +28,7 @@ import (
 	"github.com/reprieve-dev/reprieve/agent"
 	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/kube"
+	"github.com/reprieve-dev/reprieve/agent/nodefacts"
 	"github.com/reprieve-dev/reprieve/agent/residency"
 	"github.com/reprieve-dev/reprieve/providers"
 	"github.com/reprieve-dev/reprieve/providers/aws"
@@ -324,11 +325,11 @@ func start(ctx context.Context, cfg config.Config) error {
 	clk := clock.RealClock{}
 	// What the node shows of accelerators refines GCP's maintenance notice once the node is
 	// read; until then the provider goes by the machine type alone.
-	accel := &acceleratorHolder{}
+	accel := &nodefacts.AcceleratorHolder{}
 	go func() {
 		if node, err := getNode(ctx, client, cfg.NodeName, clk, "check for Karpenter and accelerators", nil); err == nil {
-			accel.set(node)
-			if gpu, why, _ := accel.get(); gpu {
+			accel.Set(node)
+			if gpu, why, _ := accel.Get(); gpu {
 				klog.FromContext(ctx).Info("The node shows an accelerator", "node", klog.KObj(node), "seen", why)
 			} else {
 				klog.FromContext(ctx).Info("The node shows no accelerator", "node", klog.KObj(node))
@@ -349,7 +350,7 @@ func start(ctx context.Context, cfg config.Config) error {
 	if err != nil {
 		return err
 	}
-	choice.nodeAccelerator = accel.get
+	choice.nodeAccelerator = accel.Get
 	provider, err := newProvider(ctx, cfg, choice, reg)
 	if err != nil {
 		return err
