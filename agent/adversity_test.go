@@ -15,6 +15,7 @@ import (
 	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/evict"
 	"github.com/reprieve-dev/reprieve/agent/plan"
+	"github.com/reprieve-dev/reprieve/agent/record"
 	"github.com/reprieve-dev/reprieve/agent/whatif"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -57,7 +58,7 @@ func TestRestartDuringMetadataOutageKeepsTheInterruption(t *testing.T) {
 	if len(after.Spec.Taints) != 1 || !after.Spec.Taints[0].TimeAdded.Equal(spot.TimeAdded) {
 		t.Fatalf("taints after a restart during an outage = %+v, want %+v unchanged", after.Spec.Taints, spot)
 	}
-	if after.Annotations[AnnotationReclaimDeadline] != before.Annotations[AnnotationReclaimDeadline] || after.Labels[LabelExcludeFromLB] != "true" {
+	if after.Annotations[record.AnnotationReclaimDeadline] != before.Annotations[record.AnnotationReclaimDeadline] || after.Labels[record.LabelExcludeFromLB] != "true" {
 		t.Fatalf("annotations %v labels %v after the restart", after.Annotations, after.Labels)
 	}
 	if v := h.a.exec.View(); !v.Window.Deadline.Equal(deadline) {
@@ -83,7 +84,7 @@ func TestRestartDuringMetadataOutageKeepsTheInterruption(t *testing.T) {
 	// Only a positive answer withdraws it.
 	h.prov.Set()
 	h.step()
-	if n := h.node(); len(n.Spec.Taints) != 0 || n.Annotations[AnnotationReclaimDeadline] != "" {
+	if n := h.node(); len(n.Spec.Taints) != 0 || n.Annotations[record.AnnotationReclaimDeadline] != "" {
 		t.Errorf("the notice's withdrawal left %+v %v", n.Spec.Taints, n.Annotations)
 	}
 }

@@ -1,3 +1,6 @@
+// Package agent is reprieve's node agent: it turns a cloud's notices into taints on its own node
+// and evicts the node's pods at the time upstream Kubernetes semantics give them, clamped so that
+// every evicted pod has finished terminating before the machine is reclaimed.
 package agent
 
 import (
@@ -664,7 +667,7 @@ func (a *Agent) deadlineAnnotation() (string, bool) {
 	if n == nil {
 		return "", false
 	}
-	v, ok := n.Annotations[AnnotationReclaimDeadline]
+	v, ok := n.Annotations[record.AnnotationReclaimDeadline]
 	return v, ok
 }
 

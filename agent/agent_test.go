@@ -247,7 +247,7 @@ func TestReconcileTaintsThenUndoes(t *testing.T) {
 	if spot.Key != "cloud" || spot.Effect != v1.TaintEffectNoExecute || spot.TimeAdded == nil || !spot.TimeAdded.Time.Equal(t0) {
 		t.Fatalf("interruption taint = %+v, want timeAdded %v (truncated to the second)", spot, t0)
 	}
-	if n.Annotations[AnnotationReclaimDeadline] != "2026-11-29T12:02:00Z" || n.Labels[LabelExcludeFromLB] != "true" {
+	if n.Annotations[record.AnnotationReclaimDeadline] != "2026-11-29T12:02:00Z" || n.Labels[record.LabelExcludeFromLB] != "true" {
 		t.Fatalf("annotations %v labels %v", n.Annotations, n.Labels)
 	}
 	// Idempotent: another poll with the same notice writes nothing.
@@ -264,7 +264,7 @@ func TestReconcileTaintsThenUndoes(t *testing.T) {
 	if len(n.Spec.Taints) != 1 || n.Spec.Taints[0] != other {
 		t.Errorf("after the notice went away, taints = %+v", n.Spec.Taints)
 	}
-	if _, ok := n.Labels[LabelExcludeFromLB]; ok || n.Labels["keep"] != "label" {
+	if _, ok := n.Labels[record.LabelExcludeFromLB]; ok || n.Labels["keep"] != "label" {
 		t.Errorf("labels = %v", n.Labels)
 	}
 	if len(n.Annotations) != 0 {

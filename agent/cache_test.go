@@ -24,6 +24,7 @@ import (
 	"github.com/reprieve-dev/reprieve/agent/nodefacts"
 	"github.com/reprieve-dev/reprieve/agent/plan"
 	"github.com/reprieve-dev/reprieve/agent/pressure"
+	"github.com/reprieve-dev/reprieve/agent/record"
 	"github.com/reprieve-dev/reprieve/agent/volumes"
 	"github.com/reprieve-dev/reprieve/kubelet"
 )
@@ -52,7 +53,7 @@ func TestInformersTrimWhatNoOneReads(t *testing.T) {
 	}
 	del := metav1.NewTime(t0)
 	p := withGrace(pod(spotToleration(secs(60))), 30)
-	p.Labels, p.Annotations = map[string]string{"app": "a"}, map[string]string{AnnotationEvictAt: "x"}
+	p.Labels, p.Annotations = map[string]string{"app": "a"}, map[string]string{record.AnnotationEvictAt: "x"}
 	p.ManagedFields = managed
 	p.DeletionTimestamp = &del
 	p.Finalizers = []string{"f"}
@@ -61,7 +62,7 @@ func TestInformersTrimWhatNoOneReads(t *testing.T) {
 	p.Spec.Containers = []v1.Container{{Name: "c", Resources: v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceMemory: resource.MustParse("1Gi")}}}}
 	p.Spec.Overhead = v1.ResourceList{v1.ResourceMemory: resource.MustParse("10Mi")}
 	p.Status.PodIP, p.Status.PodIPs = "10.0.0.7", []v1.PodIP{{IP: "10.0.0.7"}}
-	p.Status.Conditions = []v1.PodCondition{{Type: PodConditionInterruption, Status: v1.ConditionTrue}}
+	p.Status.Conditions = []v1.PodCondition{{Type: record.PodConditionInterruption, Status: v1.ConditionTrue}}
 	p.Status.ContainerStatuses = []v1.ContainerStatus{{Name: "c", Ready: true}}
 
 	h := newHarness(t, nil, node, p)
@@ -110,7 +111,7 @@ func TestInformersTrimWhatNoOneReads(t *testing.T) {
 		t.Errorf("cached pod kept what no one reads: finalizers %v, container statuses %v", gotPod.Finalizers, gotPod.Status.ContainerStatuses)
 	}
 	// Every field the agent reads that the pod sets, one by one.
-	if gotPod.Labels["app"] != "a" || gotPod.Annotations[AnnotationEvictAt] != "x" || !gotPod.DeletionTimestamp.Equal(&del) ||
+	if gotPod.Labels["app"] != "a" || gotPod.Annotations[record.AnnotationEvictAt] != "x" || !gotPod.DeletionTimestamp.Equal(&del) ||
 		!reflect.DeepEqual(gotPod.OwnerReferences, p.OwnerReferences) || gotPod.Spec.NodeName != nodeName ||
 		*gotPod.Spec.Priority != 7 || !gotPod.Spec.HostNetwork || *gotPod.Spec.TerminationGracePeriodSeconds != 30 ||
 		!reflect.DeepEqual(gotPod.Spec.Tolerations, p.Spec.Tolerations) || !reflect.DeepEqual(gotPod.Spec.Overhead, p.Spec.Overhead) ||
@@ -129,7 +130,7 @@ func tenantBulkPod(phase v1.PodPhase) *v1.Pod {
 	p.Status.Phase = phase
 	p.Annotations = map[string]string{"tenant.example/blob": strings.Repeat("a", 250<<10),
 		v1.MirrorPodAnnotationKey: strings.Repeat("m", 4<<10), "kubernetes.io/config.source": strings.Repeat("s", 4<<10),
-		AnnotationEvictAt: strings.Repeat("e", 4<<10)}
+		record.AnnotationEvictAt: strings.Repeat("e", 4<<10)}
 	p.Labels = map[string]string{"app": strings.Repeat("l", 63)}
 	for i := range 2000 {
 		p.Labels[fmt.Sprintf("tenant.example/l%04d", i)] = strings.Repeat("l", 63)
@@ -154,7 +155,7 @@ func tenantBulkPod(phase v1.PodPhase) *v1.Pod {
 				v1.ResourceCPU: resource.MustParse("1m"), "example.com/widget": resource.MustParse("1")}}})
 	}
 	for i := range 50 {
-		p.Status.Conditions = append(p.Status.Conditions, v1.PodCondition{Type: PodConditionInterruption, Status: v1.ConditionTrue,
+		p.Status.Conditions = append(p.Status.Conditions, v1.PodCondition{Type: record.PodConditionInterruption, Status: v1.ConditionTrue,
 			Message: strings.Repeat("x", 4<<10)}, v1.PodCondition{Type: v1.PodConditionType(fmt.Sprint(i)), Message: strings.Repeat("y", 4<<10)})
 	}
 	p.Status.PodIPs = []v1.PodIP{{IP: "10.0.0.1"}, {IP: "fd00::1"}, {IP: "10.0.0.2"}}
@@ -337,14 +338,14 @@ func TestTrimKeepsWhatEveryUnitReads(t *testing.T) {
 	})
 	add("nth-app", func(p *v1.Pod) { p.Labels = map[string]string{"app": "aws-node-termination-handler"} })
 	warned := func(p *v1.Pod) {
-		p.Annotations = map[string]string{AnnotationEvictAt: "2026-11-29T12:01:00Z", AnnotationReclaimDeadline: "2026-11-29T12:02:00Z"}
-		p.Status.Conditions = []v1.PodCondition{{Type: PodConditionInterruption, Status: v1.ConditionTrue, Reason: "SpotInterruption",
+		p.Annotations = map[string]string{record.AnnotationEvictAt: "2026-11-29T12:01:00Z", record.AnnotationReclaimDeadline: "2026-11-29T12:02:00Z"}
+		p.Status.Conditions = []v1.PodCondition{{Type: record.PodConditionInterruption, Status: v1.ConditionTrue, Reason: "SpotInterruption",
 			Message:            "Eviction planned at 2026-11-29T12:01:00Z with grace 30s; the machine is reclaimed at 2026-11-29T12:02:00Z (an interruption notice)",
 			LastTransitionTime: metav1.NewTime(t0)}}
 	}
 	add("warned", warned)
 	add("warned-finished", func(p *v1.Pod) { warned(p); p.Status.Phase = v1.PodSucceeded })
-	add("warned-long", func(p *v1.Pod) { warned(p); p.Annotations[AnnotationEvictAt] = strings.Repeat("2", 8<<10) })
+	add("warned-long", func(p *v1.Pod) { warned(p); p.Annotations[record.AnnotationEvictAt] = strings.Repeat("2", 8<<10) })
 	add("disrupted", func(p *v1.Pod) {
 		p.Status.Conditions = []v1.PodCondition{{Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: "EvictionByEvictionAPI"}}
 	})

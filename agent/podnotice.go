@@ -29,18 +29,6 @@ import (
 	"github.com/reprieve-dev/reprieve/providers"
 )
 
-// The early warning on each pod that a notice concerns (--pod-notice): a condition a job can
-// watch, and annotations it can read through the downward API, so that it can checkpoint at the
-// notice rather than at SIGTERM. The pod carries AnnotationReclaimDeadline too.
-const (
-	// PodConditionInterruption is True while a notice plans the pod's eviction (or, for a pod
-	// that tolerates the interruption forever, its end with the machine), False once withdrawn.
-	PodConditionInterruption v1.PodConditionType = "reprieve.io/Interruption"
-	// AnnotationEvictAt is when reprieve plans to evict the pod (RFC 3339); absent on a pod
-	// that tolerates the interruption forever.
-	AnnotationEvictAt = record.AnnotationEvictAt
-)
-
 // Bounds of the warning writer. Each warning is one request; 16 in flight write 110 pods in
 // about seven rounds of a local API server's latency, and leave the client's burst to the
 // evictions. Failed writes back off as the eviction queue does, to 10 s at most, and are retried
@@ -307,11 +295,11 @@ func (n *podNotifier) podDeleted(obj any) {
 func carries(pod *v1.Pod, pw podWarning) bool {
 	cond := interruptionCondition(pod)
 	if !pw.active {
-		_, a := pod.Annotations[AnnotationEvictAt]
-		_, d := pod.Annotations[AnnotationReclaimDeadline]
+		_, a := pod.Annotations[record.AnnotationEvictAt]
+		_, d := pod.Annotations[record.AnnotationReclaimDeadline]
 		return !a && !d && (cond == nil || cond.Status != v1.ConditionTrue)
 	}
-	evictAt, ok := pod.Annotations[AnnotationEvictAt]
+	evictAt, ok := pod.Annotations[record.AnnotationEvictAt]
 	if pw.evictAt.IsZero() {
 		if ok {
 			return false
@@ -319,13 +307,13 @@ func carries(pod *v1.Pod, pw podWarning) bool {
 	} else if evictAt != rfc3339(pw.evictAt) {
 		return false
 	}
-	return pod.Annotations[AnnotationReclaimDeadline] == rfc3339(pw.deadline) &&
+	return pod.Annotations[record.AnnotationReclaimDeadline] == rfc3339(pw.deadline) &&
 		cond != nil && cond.Status == v1.ConditionTrue && cond.Reason == pw.reason && cond.Message == pw.message
 }
 
 func interruptionCondition(pod *v1.Pod) *v1.PodCondition {
 	for i := range pod.Status.Conditions {
-		if pod.Status.Conditions[i].Type == PodConditionInterruption {
+		if pod.Status.Conditions[i].Type == record.PodConditionInterruption {
 			return &pod.Status.Conditions[i]
 		}
 	}
@@ -341,14 +329,14 @@ func rfc3339(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 // themselves, and a job never sees the condition without the annotations. The UID makes the
 // patch fail on a pod recreated under the same name, as markDisruptionTarget's does.
 func warningPatch(pod *v1.Pod, pw podWarning, now time.Time) ([]byte, error) {
-	cond := v1.PodCondition{Type: PodConditionInterruption, Status: v1.ConditionFalse, Reason: events.ReasonNoticeWithdrawn,
+	cond := v1.PodCondition{Type: record.PodConditionInterruption, Status: v1.ConditionFalse, Reason: events.ReasonNoticeWithdrawn,
 		Message: "The interruption notice was withdrawn: no eviction is planned"}
-	annotations := map[string]any{AnnotationEvictAt: nil, AnnotationReclaimDeadline: nil}
+	annotations := map[string]any{record.AnnotationEvictAt: nil, record.AnnotationReclaimDeadline: nil}
 	if pw.active {
 		cond.Status, cond.Reason, cond.Message = v1.ConditionTrue, pw.reason, pw.message
-		annotations[AnnotationReclaimDeadline] = rfc3339(pw.deadline)
+		annotations[record.AnnotationReclaimDeadline] = rfc3339(pw.deadline)
 		if !pw.evictAt.IsZero() {
-			annotations[AnnotationEvictAt] = rfc3339(pw.evictAt)
+			annotations[record.AnnotationEvictAt] = rfc3339(pw.evictAt)
 		}
 	}
 	// The transition time moves only when the status does: a re-plan keeps the time the

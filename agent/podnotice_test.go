@@ -9,6 +9,7 @@ import (
 
 	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/events"
+	"github.com/reprieve-dev/reprieve/agent/record"
 
 	"github.com/reprieve-dev/reprieve/agent/plan"
 
@@ -73,7 +74,7 @@ func (h *harness) warningPatches() []k8stesting.PatchAction {
 	var out []k8stesting.PatchAction
 	for _, a := range h.actions("patch", "pods", "status") {
 		p := a.(k8stesting.PatchAction)
-		if strings.Contains(string(p.GetPatch()), string(PodConditionInterruption)) {
+		if strings.Contains(string(p.GetPatch()), string(record.PodConditionInterruption)) {
 			out = append(out, p)
 		}
 	}
@@ -120,10 +121,10 @@ func TestPodWarningFollowsTheNotice(t *testing.T) {
 	}
 	job := h.pod("job")
 	// The 90 s grace must end 5 s before the deadline: evicted at t0+25s.
-	if got := job.Annotations[AnnotationEvictAt]; got != "2026-11-29T12:00:25Z" {
+	if got := job.Annotations[record.AnnotationEvictAt]; got != "2026-11-29T12:00:25Z" {
 		t.Errorf("job evict-at %q, want 2026-11-29T12:00:25Z", got)
 	}
-	if got := job.Annotations[AnnotationReclaimDeadline]; got != "2026-11-29T12:02:00Z" {
+	if got := job.Annotations[record.AnnotationReclaimDeadline]; got != "2026-11-29T12:02:00Z" {
 		t.Errorf("job reclaim-deadline %q", got)
 	}
 	c := interruptionCondition(job)
@@ -131,7 +132,7 @@ func TestPodWarningFollowsTheNotice(t *testing.T) {
 		t.Fatalf("job condition %+v, want True, %s, since t0", c, events.ReasonSpotInterruption)
 	}
 	forever := h.pod("forever")
-	if _, ok := forever.Annotations[AnnotationEvictAt]; ok || forever.Annotations[AnnotationReclaimDeadline] != "2026-11-29T12:02:00Z" {
+	if _, ok := forever.Annotations[record.AnnotationEvictAt]; ok || forever.Annotations[record.AnnotationReclaimDeadline] != "2026-11-29T12:02:00Z" {
 		t.Errorf("forever annotations %v, want only the deadline", forever.Annotations)
 	}
 	if c := interruptionCondition(forever); c == nil || c.Status != v1.ConditionTrue || !strings.HasPrefix(c.Message, "Not evicted") {
@@ -157,7 +158,7 @@ func TestPodWarningFollowsTheNotice(t *testing.T) {
 	h.syncAll(pods...)
 	h.drainPodNotice()
 	job = h.pod("job")
-	if got := job.Annotations[AnnotationEvictAt]; got != "2026-11-29T12:00:05Z" {
+	if got := job.Annotations[record.AnnotationEvictAt]; got != "2026-11-29T12:00:05Z" {
 		t.Errorf("job evict-at after the re-plan %q, want 2026-11-29T12:00:05Z (100 s less the 5 s margin and the 90 s grace)", got)
 	}
 	if c := interruptionCondition(job); c == nil || !strings.Contains(c.Message, "2026-11-29T12:01:40Z") || !c.LastTransitionTime.Time.Equal(t0) {
@@ -172,11 +173,11 @@ func TestPodWarningFollowsTheNotice(t *testing.T) {
 	h.drainPodNotice()
 	for _, name := range []string{"job", "forever"} {
 		p := h.pod(name)
-		if _, ok := p.Annotations[AnnotationEvictAt]; ok {
-			t.Errorf("%s still has %s", name, AnnotationEvictAt)
+		if _, ok := p.Annotations[record.AnnotationEvictAt]; ok {
+			t.Errorf("%s still has %s", name, record.AnnotationEvictAt)
 		}
-		if _, ok := p.Annotations[AnnotationReclaimDeadline]; ok {
-			t.Errorf("%s still has %s", name, AnnotationReclaimDeadline)
+		if _, ok := p.Annotations[record.AnnotationReclaimDeadline]; ok {
+			t.Errorf("%s still has %s", name, record.AnnotationReclaimDeadline)
 		}
 		c := interruptionCondition(p)
 		if c == nil || c.Status != v1.ConditionFalse || c.Reason != events.ReasonNoticeWithdrawn || !c.LastTransitionTime.Time.Equal(t0.Add(11*time.Second)) {
@@ -230,10 +231,10 @@ func TestPodWarningSkipsWhatThePodAlreadyCarries(t *testing.T) {
 	// An agent restarted during a notice finds the warning it wrote: it writes nothing.
 	deadline := t0.Add(60 * time.Second)
 	pod := testPod("job", 10)
-	pod.Annotations = map[string]string{AnnotationEvictAt: rfc3339(t0), AnnotationReclaimDeadline: rfc3339(deadline)}
+	pod.Annotations = map[string]string{record.AnnotationEvictAt: rfc3339(t0), record.AnnotationReclaimDeadline: rfc3339(deadline)}
 	pw := warningFor(plan.Plan{EvictAt: t0, Grace: 10 * time.Second}, plan.Window{Deadline: deadline, SafetyMargin: 5 * time.Second},
 		&providers.Notice{Provider: "aws", Kind: providers.KindSpotInterruption})
-	pod.Status.Conditions = []v1.PodCondition{{Type: PodConditionInterruption, Status: v1.ConditionTrue, Reason: pw.reason, Message: pw.message}}
+	pod.Status.Conditions = []v1.PodCondition{{Type: record.PodConditionInterruption, Status: v1.ConditionTrue, Reason: pw.reason, Message: pw.message}}
 	h := newHarness(t, nil, testNode(), pod)
 	h.notice(deadline)
 	h.syncAll("job")

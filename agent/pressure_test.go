@@ -210,7 +210,7 @@ func TestPressureTaintSurvivesRestart(t *testing.T) {
 	n := testNode()
 	added := metav1.NewTime(t0.Add(-time.Minute))
 	n.Spec.Taints = []v1.Taint{{Key: "reprieve.io/memory-pressure", Value: "true", Effect: v1.TaintEffectNoSchedule, TimeAdded: &added}}
-	n.Annotations = map[string]string{AnnotationOwned: `{"taints":["reprieve.io/memory-pressure:NoSchedule"]}`}
+	n.Annotations = map[string]string{record.AnnotationOwned: `{"taints":["reprieve.io/memory-pressure:NoSchedule"]}`}
 	h := newHarness(t, pressureConfig(t), n)
 	h.src.memory(2048)
 	if err := h.a.startPressure(h.ctx); err != nil {

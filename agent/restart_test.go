@@ -68,8 +68,8 @@ func TestRestartWithAPartialAnswerKeepsTheInterruption(t *testing.T) {
 	p1.Set(spotN, rebal)
 	first.step()
 	before := first.node()
-	if len(before.Spec.Taints) != 2 || before.Annotations[AnnotationInterruption] == "" {
-		t.Fatalf("first agent: taints %+v, record %q", before.Spec.Taints, before.Annotations[AnnotationInterruption])
+	if len(before.Spec.Taints) != 2 || before.Annotations[record.AnnotationInterruption] == "" {
+		t.Fatalf("first agent: taints %+v, record %q", before.Spec.Taints, before.Annotations[record.AnnotationInterruption])
 	}
 
 	// Six seconds later a new process: the rebalance and scheduled sources answer, the spot
@@ -84,7 +84,7 @@ func TestRestartWithAPartialAnswerKeepsTheInterruption(t *testing.T) {
 	if spot == nil || !spot.TimeAdded.Equal(taintOf(before, "cloud").TimeAdded) {
 		t.Fatalf("interruption taint after the restart = %+v, want it kept with timeAdded %v", spot, taintOf(before, "cloud").TimeAdded)
 	}
-	if after.Annotations[AnnotationReclaimDeadline] != before.Annotations[AnnotationReclaimDeadline] || after.Labels[LabelExcludeFromLB] != "true" {
+	if after.Annotations[record.AnnotationReclaimDeadline] != before.Annotations[record.AnnotationReclaimDeadline] || after.Labels[record.LabelExcludeFromLB] != "true" {
 		t.Fatalf("annotations %v labels %v after the restart", after.Annotations, after.Labels)
 	}
 	if v := h.a.exec.View(); !v.Window.Deadline.Equal(deadline) {
@@ -141,7 +141,7 @@ func TestRestartWhileAzureFirstCallIsOutstanding(t *testing.T) {
 	h := restarted(t, first, t0.Add(10*time.Second), pending)
 	h.step()
 	after := h.node()
-	if taintOf(after, "cloud") == nil || after.Annotations[AnnotationReclaimDeadline] != before.Annotations[AnnotationReclaimDeadline] {
+	if taintOf(after, "cloud") == nil || after.Annotations[record.AnnotationReclaimDeadline] != before.Annotations[record.AnnotationReclaimDeadline] {
 		t.Fatalf("taints %+v annotations %v while the first call is outstanding: want both kept", after.Spec.Taints, after.Annotations)
 	}
 	if v := h.a.exec.View(); !v.Window.Deadline.Equal(deadline) {
@@ -196,7 +196,7 @@ func TestRestartKeepsAFirstSeenDeadline(t *testing.T) {
 				t.Fatalf("deadline after the restart %v, want %v (the first sight plus %v)", v.Window.Deadline, t0.Add(tc.lead), tc.lead)
 			}
 			after := h.node()
-			if taintOf(after, "cloud") == nil || after.Annotations[AnnotationReclaimDeadline] != before.Annotations[AnnotationReclaimDeadline] {
+			if taintOf(after, "cloud") == nil || after.Annotations[record.AnnotationReclaimDeadline] != before.Annotations[record.AnnotationReclaimDeadline] {
 				t.Fatalf("taints %+v annotations %v after the restart: want the interruption kept", after.Spec.Taints, after.Annotations)
 			}
 		})

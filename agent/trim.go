@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/reprieve-dev/reprieve/agent/pressure"
+	"github.com/reprieve-dev/reprieve/agent/record"
 )
 
 // What the agent's caches keep of its node and of its node's pods (issue 39 item 3). The pods
@@ -92,7 +93,7 @@ const (
 
 // podWarningAnnotations are the pods' warning (podnotice.go: carries, warningPatch), kept on
 // every pod: a finished pod that carries a warning from before a restart is still withdrawn.
-var podWarningAnnotations = []string{AnnotationEvictAt, AnnotationReclaimDeadline}
+var podWarningAnnotations = []string{record.AnnotationEvictAt, record.AnnotationReclaimDeadline}
 
 // keptPodAnnotations are the annotations of a pod that is not finished that the agent reads:
 // the warning, and the kubelet's static and mirror pod markers, which plan.PodFilter.Skip
@@ -109,7 +110,7 @@ var keptPodLabels = []string{"app.kubernetes.io/name", "app"}
 
 // keptConditionTypes are the pod conditions the agent reads: its own warning's condition
 // (carries, warningPatch) and DisruptionTarget (markDisruptionTarget).
-var keptConditionTypes = []v1.PodConditionType{PodConditionInterruption, v1.DisruptionTarget}
+var keptConditionTypes = []v1.PodConditionType{record.PodConditionInterruption, v1.DisruptionTarget}
 
 // trimCuts counts the values and lists trimForCache cut to their bounds since the agent started.
 var trimCuts atomic.Int64

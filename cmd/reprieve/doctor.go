@@ -17,6 +17,7 @@ import (
 	"github.com/reprieve-dev/reprieve/agent/nodefacts"
 	"github.com/reprieve-dev/reprieve/agent/preflight"
 	"github.com/reprieve-dev/reprieve/agent/pressure"
+	"github.com/reprieve-dev/reprieve/agent/record"
 	"github.com/reprieve-dev/reprieve/agent/volumes"
 	"github.com/reprieve-dev/reprieve/agent/whatif"
 
@@ -339,7 +340,7 @@ func checkMetadata(ctx context.Context, r *doctorReport, cfg config.Config, node
 	}
 	name := choice.name
 	if name == "none" {
-		r.skip("metadata service: provider none (the deadline comes from the node annotation %s)", agent.AnnotationReclaimDeadline)
+		r.skip("metadata service: provider none (the deadline comes from the node annotation %s)", record.AnnotationReclaimDeadline)
 		return
 	}
 	if name == aws.Name && !checkAWSToken(ctx, r, cfg.AWSIMDSEndpoint) {

@@ -15,8 +15,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/reprieve-dev/reprieve/agent"
 	"github.com/reprieve-dev/reprieve/agent/config"
+	"github.com/reprieve-dev/reprieve/agent/record"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 	"github.com/reprieve-dev/reprieve/test/testenv"
 )
@@ -104,7 +104,7 @@ func setDeadline(ctx context.Context, c kubernetes.Interface, node string, d tim
 	if !d.IsZero() {
 		v = d.UTC().Format(time.RFC3339)
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{agent.AnnotationReclaimDeadline: v}}})
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{record.AnnotationReclaimDeadline: v}}})
 	if err != nil {
 		return fmt.Errorf("encoding the deadline patch: %w", err)
 	}

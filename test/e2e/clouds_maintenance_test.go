@@ -8,11 +8,11 @@ import (
 
 	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/events"
+	"github.com/reprieve-dev/reprieve/agent/record"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/reprieve-dev/reprieve/agent"
 	"github.com/reprieve-dev/reprieve/test/fakes/azureevents"
 	"github.com/reprieve-dev/reprieve/test/fakes/gcpmeta"
 	"github.com/reprieve-dev/reprieve/test/scenario"
@@ -89,7 +89,7 @@ func TestGCPGPUMaintenanceHourAhead(t *testing.T) {
 		if hasTaint(n, interruption.Key, interruption.Effect) {
 			t.Fatalf("the interruption taint is on an hour before the maintenance: %+v", n.Spec.Taints)
 		}
-		if v, ok := n.Annotations[agent.AnnotationReclaimDeadline]; ok {
+		if v, ok := n.Annotations[record.AnnotationReclaimDeadline]; ok {
 			t.Fatalf("deadline annotation %q an hour ahead, want none until the lead", v)
 		}
 		select {
@@ -190,7 +190,7 @@ func TestGCPStalledWatch(t *testing.T) {
 	if seen > 16*time.Second {
 		t.Errorf("preemption seen %v after it was posted behind a stall, want within 15 s", seen)
 	}
-	if _, ok := n.Annotations[agent.AnnotationReclaimDeadline]; !ok {
+	if _, ok := n.Annotations[record.AnnotationReclaimDeadline]; !ok {
 		t.Error("no deadline annotation with the interruption taint")
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/events"
+	"github.com/reprieve-dev/reprieve/agent/record"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,7 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/reprieve-dev/reprieve/agent"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 )
 
@@ -113,7 +113,7 @@ func TestRestartMidInterruption(t *testing.T) {
 	}
 	t.Logf("stopped %v after SIGTERM", time.Since(stopped).Round(time.Millisecond))
 	n = getNode(ctx, t, node)
-	if !hasTaint(n, taint.Key, taint.Effect) || n.Annotations[agent.AnnotationReclaimDeadline] == "" || !strings.Contains(n.Annotations[agent.AnnotationOwned], `"cloud:NoExecute"`) {
+	if !hasTaint(n, taint.Key, taint.Effect) || n.Annotations[record.AnnotationReclaimDeadline] == "" || !strings.Contains(n.Annotations[record.AnnotationOwned], `"cloud:NoExecute"`) {
 		t.Errorf("node state after SIGTERM: taints %+v annotations %v", n.Spec.Taints, n.Annotations)
 	}
 }
@@ -322,7 +322,7 @@ func TestAPIServerOutage(t *testing.T) {
 	if d := noticeSeen.Sub(timeAdded); d < -time.Second || d > 3*time.Second {
 		t.Errorf("timeAdded %v, notice seen at %v: the taint must carry the time of the notice, not of the write", timeAdded, noticeSeen)
 	}
-	deadline, err := time.Parse(time.RFC3339, n.Annotations[agent.AnnotationReclaimDeadline])
+	deadline, err := time.Parse(time.RFC3339, n.Annotations[record.AnnotationReclaimDeadline])
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,8 +15,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/reprieve-dev/reprieve/agent"
 	"github.com/reprieve-dev/reprieve/agent/config"
+	"github.com/reprieve-dev/reprieve/agent/record"
 	"github.com/reprieve-dev/reprieve/test/fakes/gcpmeta"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 )
@@ -97,12 +97,12 @@ func TestGCPMaintenanceOrdinaryAndGPU(t *testing.T) {
 				t.Errorf("%s: the fake stops %v after the notice, want %v", m.name, d, m.window)
 			}
 			// The deadline reprieve knows is the VM's own stop.
-			n := waitNodeNoFatal(ctx, t, node, func(n *v1.Node) bool { return n.Annotations[agent.AnnotationReclaimDeadline] != "" })
+			n := waitNodeNoFatal(ctx, t, node, func(n *v1.Node) bool { return n.Annotations[record.AnnotationReclaimDeadline] != "" })
 			if n == nil {
 				t.Errorf("%s: no deadline annotation: the notice was not acted on", m.name)
 				return
 			}
-			deadline, _ := time.Parse(time.RFC3339, n.Annotations[agent.AnnotationReclaimDeadline])
+			deadline, _ := time.Parse(time.RFC3339, n.Annotations[record.AnnotationReclaimDeadline])
 			if d := deadline.Sub(stop); d < -2*time.Second || d > time.Second {
 				t.Errorf("%s: deadline %v, want the VM's stop %v", m.name, deadline, stop)
 			}
@@ -155,8 +155,8 @@ func TestGCPExtendedPreemptionNotice(t *testing.T) {
 	waitReady(ctx, t, srv, node)
 	softOff, powerOff := srv.Preempt(120*time.Second, nil, nil)
 	notice := time.Now()
-	n := waitNode(ctx, t, node, "the deadline annotation", func(n *v1.Node) bool { return n.Annotations[agent.AnnotationReclaimDeadline] != "" })
-	deadline, err := time.Parse(time.RFC3339, n.Annotations[agent.AnnotationReclaimDeadline])
+	n := waitNode(ctx, t, node, "the deadline annotation", func(n *v1.Node) bool { return n.Annotations[record.AnnotationReclaimDeadline] != "" })
+	deadline, err := time.Parse(time.RFC3339, n.Annotations[record.AnnotationReclaimDeadline])
 	if err != nil {
 		t.Fatal(err)
 	}

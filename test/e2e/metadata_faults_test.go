@@ -10,11 +10,11 @@ import (
 
 	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/events"
+	"github.com/reprieve-dev/reprieve/agent/record"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/reprieve-dev/reprieve/agent"
 	"github.com/reprieve-dev/reprieve/providers"
 	"github.com/reprieve-dev/reprieve/test/fakes/azureevents"
 	"github.com/reprieve-dev/reprieve/test/fakes/faultproxy"
@@ -123,7 +123,7 @@ func runMetadataFaults(t *testing.T, c metadataCloud) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if hasTaint(n, taint.Key, taint.Effect) || n.Annotations[agent.AnnotationReclaimDeadline] != "" {
+	if hasTaint(n, taint.Key, taint.Effect) || n.Annotations[record.AnnotationReclaimDeadline] != "" {
 		t.Errorf("the faults made a notice: taints %v, annotations %v", n.Spec.Taints, n.Annotations)
 	}
 	text, err = scenario.Scrape(metricsAddr)
@@ -172,7 +172,7 @@ func runMetadataFaults(t *testing.T, c metadataCloud) {
 	// Withdrawn mid-flight: the taint goes, the deadline gauge returns to 0, nothing is evicted.
 	withdraw()
 	waitNode(ctx, t, node, "the taint removed", func(n *v1.Node) bool {
-		return !hasTaint(n, taint.Key, taint.Effect) && n.Annotations[agent.AnnotationReclaimDeadline] == ""
+		return !hasTaint(n, taint.Key, taint.Effect) && n.Annotations[record.AnnotationReclaimDeadline] == ""
 	})
 	// The agent sets the gauge right after its node write, so the scrape may come first by a
 	// hair: wait for it briefly rather than race it.

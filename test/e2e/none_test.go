@@ -12,8 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/reprieve-dev/reprieve/agent"
 	"github.com/reprieve-dev/reprieve/agent/config"
+	"github.com/reprieve-dev/reprieve/agent/record"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 )
 
@@ -64,7 +64,7 @@ func TestProviderNoneAnnotationRoundTrip(t *testing.T) {
 	if _, ok := n.Labels[v1.LabelNodeExcludeBalancers]; ok || n.Labels["team"] != "a" {
 		t.Errorf("labels after undo = %v", n.Labels)
 	}
-	if _, ok := n.Annotations[agent.AnnotationOwned]; ok {
+	if _, ok := n.Annotations[record.AnnotationOwned]; ok {
 		t.Errorf("ownership record left: %v", n.Annotations)
 	}
 	if p, err := c.CoreV1().Pods(ns).Get(ctx, "stays", metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {

@@ -24,8 +24,8 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
-	"github.com/reprieve-dev/reprieve/agent"
 	"github.com/reprieve-dev/reprieve/agent/config"
+	"github.com/reprieve-dev/reprieve/agent/record"
 )
 
 // refusedWith403 fails the test unless err is the API server's 403 Forbidden naming want: not a
@@ -363,9 +363,9 @@ func podStatusAndNodeSpecPinned(ctx context.Context, t *testing.T, ns, nodeA str
 	// DisruptionTarget.
 	now := time.Now().UTC().Format(time.RFC3339)
 	b, err := json.Marshal(map[string]any{
-		"metadata": map[string]any{"annotations": map[string]any{agent.AnnotationEvictAt: "2030-01-01T00:00:00Z", agent.AnnotationReclaimDeadline: "2030-01-01T00:01:00Z"}},
+		"metadata": map[string]any{"annotations": map[string]any{record.AnnotationEvictAt: "2030-01-01T00:00:00Z", record.AnnotationReclaimDeadline: "2030-01-01T00:01:00Z"}},
 		"status": map[string]any{"conditions": []map[string]any{
-			{"type": string(agent.PodConditionInterruption), "status": "True", "reason": "Test", "message": "test", "lastTransitionTime": now},
+			{"type": string(record.PodConditionInterruption), "status": "True", "reason": "Test", "message": "test", "lastTransitionTime": now},
 			{"type": string(v1.DisruptionTarget), "status": "True", "reason": "DeletionByReprieve", "message": "test", "lastTransitionTime": now},
 		}},
 	})

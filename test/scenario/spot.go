@@ -14,6 +14,7 @@ import (
 
 	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/events"
+	"github.com/reprieve-dev/reprieve/agent/record"
 
 	"github.com/reprieve-dev/reprieve/agent/plan"
 
@@ -21,7 +22,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/reprieve-dev/reprieve/agent"
 	"github.com/reprieve-dev/reprieve/test/testenv"
 )
 
@@ -296,7 +296,7 @@ func RunSpot(ctx context.Context, o SpotOptions) (*SpotResult, error) {
 	}
 	res.NoticePostedAt = posted.At()
 	// The deadline as the agent wrote it (whole seconds, as every cloud's deadline is planned).
-	deadline, err := time.Parse(time.RFC3339, res.Node.Annotations[agent.AnnotationReclaimDeadline])
+	deadline, err := time.Parse(time.RFC3339, res.Node.Annotations[record.AnnotationReclaimDeadline])
 	if err != nil {
 		return fail(fmt.Errorf("reading the deadline annotation: %w", err))
 	}
