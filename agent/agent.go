@@ -22,6 +22,7 @@ import (
 	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/events"
 	"github.com/reprieve-dev/reprieve/agent/evict"
+	"github.com/reprieve-dev/reprieve/agent/informer"
 	"github.com/reprieve-dev/reprieve/agent/interrupt"
 	"github.com/reprieve-dev/reprieve/agent/kube"
 	"github.com/reprieve-dev/reprieve/agent/metrics"
@@ -37,10 +38,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -89,7 +87,7 @@ type Agent struct {
 
 	// nodeInformer and podInformer watch this node and its pods only, built from the core
 	// client alone (informers.SharedInformerFactory would link an informer and a lister for
-	// every API group: see newInformer).
+	// every API group: see informer.New).
 	nodeInformer, podInformer cache.SharedIndexInformer
 	nodeLister                corelisters.NodeLister
 	podLister                 corelisters.PodLister
@@ -181,27 +179,7 @@ func New(cfg config.Config, deps Deps) (*Agent, error) {
 
 	// Watch only this node and only its pods: the agent must stay cheap for the API server at
 	// thousands of nodes.
-	core := deps.Client.CoreV1()
-	nodeSel := fields.OneTermEqualSelector(metav1.ObjectNameField, cfg.NodeName).String()
-	podSel := fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
-	a.nodeInformer = newInformer(deps.Client, &v1.Node{},
-		func(ctx context.Context, o metav1.ListOptions) (k8sruntime.Object, error) {
-			o.FieldSelector = nodeSel
-			return core.Nodes().List(ctx, o)
-		},
-		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = nodeSel
-			return core.Nodes().Watch(ctx, o)
-		})
-	a.podInformer = newInformer(deps.Client, &v1.Pod{},
-		func(ctx context.Context, o metav1.ListOptions) (k8sruntime.Object, error) {
-			o.FieldSelector = podSel
-			return core.Pods(metav1.NamespaceAll).List(ctx, o)
-		},
-		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = podSel
-			return core.Pods(metav1.NamespaceAll).Watch(ctx, o)
-		})
+	a.nodeInformer, a.podInformer = informer.Node(deps.Client, cfg.NodeName), informer.Pods(deps.Client, cfg.NodeName)
 	a.nodeLister = corelisters.NewNodeLister(a.nodeInformer.GetIndexer())
 	a.podLister = corelisters.NewPodLister(a.podInformer.GetIndexer())
 	a.podNotice = newPodNotifier(cfg, deps.Client, a.podLister, deps.Clock)
@@ -263,30 +241,6 @@ func shutdownCut(kr kubelet.ConfigRead) time.Duration {
 		return 0
 	}
 	return kr.Config.ShutdownGracePeriod - kr.Config.ShutdownGracePeriodCriticalPods
-}
-
-// newInformer is the informer of one resource that the generated informers of
-// k8s.io/client-go/informers/core/v1 build (NewTypedNodeInformerWithOptions), over the given
-// list and watch, with the namespace index the listers use. Built here from the core client
-// alone: the factory's ForResource names every group's informer and lister, which linked all of
-// them into the binary. Its transform trims each object before the cache stores it.
-func newInformer(client kube.Interface, example k8sruntime.Object,
-	list cache.ListWithContextFunc, watchFn cache.WatchFuncWithContext) cache.SharedIndexInformer {
-	// The deprecated context-free funcs too, as the generated informers give them: a
-	// ListerWatcher is expected to have both.
-	lw := &cache.ListWatch{
-		ListWithContextFunc:  list,
-		WatchFuncWithContext: watchFn,
-		ListFunc:             func(o metav1.ListOptions) (k8sruntime.Object, error) { return list(context.Background(), o) },
-		WatchFunc:            func(o metav1.ListOptions) (watch.Interface, error) { return watchFn(context.Background(), o) },
-	}
-	inf := cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, client), example,
-		cache.SharedIndexInformerOptions{
-			Indexers: cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
-		})
-	// Only a started informer refuses a transform; this one has not started.
-	_ = inf.SetTransform(trimForCache)
-	return inf
 }
 
 // pressureTaint is the taint the pressure loop puts on the node for r.
