@@ -26,6 +26,7 @@ import (
 	"github.com/reprieve-dev/reprieve/agent/interrupt"
 	"github.com/reprieve-dev/reprieve/agent/kube"
 	"github.com/reprieve-dev/reprieve/agent/metrics"
+	"github.com/reprieve-dev/reprieve/agent/podnotice"
 	"github.com/reprieve-dev/reprieve/agent/preflight"
 	"github.com/reprieve-dev/reprieve/agent/volumes"
 	"github.com/reprieve-dev/reprieve/agent/whatif"
@@ -95,7 +96,7 @@ type Agent struct {
 	broadcaster               k8srecord.EventBroadcaster // nil when Deps gave the recorder
 	delivery                  *events.Delivery           // counts the broadcaster's events, for the stop
 	notifier                  *notify.Notifier           // nil when webhooks are off
-	podNotice                 *podNotifier               // the pods' early warning; nil when it and the notice endpoint are off
+	podNotice                 *podnotice.Notifier        // the pods' early warning; nil when it and the notice endpoint are off
 	ready                     atomic.Bool
 	// onReady, when set (tests), runs as the agent turns ready.
 	onReady func()
@@ -182,9 +183,9 @@ func New(cfg config.Config, deps Deps) (*Agent, error) {
 	a.nodeInformer, a.podInformer = informer.Node(deps.Client, cfg.NodeName), informer.Pods(deps.Client, cfg.NodeName)
 	a.nodeLister = corelisters.NewNodeLister(a.nodeInformer.GetIndexer())
 	a.podLister = corelisters.NewPodLister(a.podInformer.GetIndexer())
-	a.podNotice = newPodNotifier(cfg, deps.Client, a.podLister, deps.Clock)
+	a.podNotice = podnotice.New(cfg, deps.Client, a.podLister, deps.Clock)
 	if a.podNotice != nil {
-		a.podNotice.wrote = func(result string) { a.metrics.PodWarningWrites.WithLabelValues(result).Inc() }
+		a.podNotice.Wrote = func(result string) { a.metrics.PodWarningWrites.WithLabelValues(result).Inc() }
 	}
 
 	a.refusals = record.NewRefusals(cfg.NodeWriteRefusals, a.metrics)
@@ -198,7 +199,7 @@ func New(cfg config.Config, deps Deps) (*Agent, error) {
 	}
 	a.exec = evict.New(execOpts)
 	if a.podNotice != nil {
-		a.podNotice.turn = a.exec.Background
+		a.podNotice.Turn = a.exec.Background
 	}
 	// The writer is a sink (record.Writer): it reads the node from the lister, counts its own
 	// refusals and says its own events; the interruption loop hands it the executor's drained
@@ -496,17 +497,17 @@ func (a *Agent) startPodNotice(ctx context.Context, g *errgroup.Group, noticeLn 
 		return
 	}
 	if _, err := a.podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		DeleteFunc: a.podNotice.podDeleted,
+		DeleteFunc: a.podNotice.PodDeleted,
 	}); err != nil {
 		// Only a stopped informer refuses a handler: the agent is stopping. The warnings still
 		// go out; only deleted pods stay in memory.
 		klog.FromContext(ctx).Error(err, "Watching pod deletions for the pods' warnings failed")
 	}
-	if a.podNotice.write {
-		g.Go(func() error { a.podNotice.run(ctx); return nil })
+	if a.podNotice.Writes() {
+		g.Go(func() error { a.podNotice.Run(ctx); return nil })
 	}
 	if noticeLn != nil {
-		g.Go(func() error { return serveNoticeAPI(ctx, noticeLn, a.podNotice, a.podLister, a.clock) })
+		g.Go(func() error { return podnotice.Serve(ctx, noticeLn, a.podNotice, a.podLister, a.clock) })
 	}
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/reprieve-dev/reprieve/agent/kube/kubetest"
 	"github.com/reprieve-dev/reprieve/agent/nodefacts"
 	"github.com/reprieve-dev/reprieve/agent/plan"
+	"github.com/reprieve-dev/reprieve/agent/podnotice"
 	"github.com/reprieve-dev/reprieve/agent/pressure"
 	"github.com/reprieve-dev/reprieve/agent/record"
 	"github.com/reprieve-dev/reprieve/agent/volumes"
@@ -299,8 +300,8 @@ func TestTrimKeepsWhatEveryUnitReads(t *testing.T) {
 		{Deadline: t0.Add(2 * time.Minute), SafetyMargin: 5 * time.Second, Taint: taint, SoftOff: t0.Add(90 * time.Second), ShutdownCut: 20 * time.Second}}
 	filters := []plan.PodFilter{{SelfNamespace: "reprieve", SelfName: "self"}, {EvictDaemonSetPods: true}}
 	now := t0.Add(10 * time.Second)
-	notices := []podWarning{{}, {active: true, reason: "SpotInterruption", evictAt: t0.Add(time.Minute), deadline: t0.Add(2 * time.Minute),
-		message: "Eviction planned at 2026-11-29T12:01:00Z with grace 30s; the machine is reclaimed at 2026-11-29T12:02:00Z (an interruption notice)"}}
+	notices := []podnotice.Warning{{}, {Active: true, Reason: "SpotInterruption", EvictAt: t0.Add(time.Minute), Deadline: t0.Add(2 * time.Minute),
+		Message: "Eviction planned at 2026-11-29T12:01:00Z with grace 30s; the machine is reclaimed at 2026-11-29T12:02:00Z (an interruption notice)"}}
 	disrupted := func(p *v1.Pod) bool { // evict.markDisruptionTarget's test
 		for _, c := range p.Status.Conditions {
 			if c.Type == v1.DisruptionTarget && c.Status == v1.ConditionTrue {
@@ -331,20 +332,20 @@ func TestTrimKeepsWhatEveryUnitReads(t *testing.T) {
 		if !finished {
 			// Of a finished pod's condition only the status and transition time are read
 			// (carries and warningPatch on a withdrawal, compared below).
-			same(name+": interruptionCondition", interruptionCondition(p), interruptionCondition(tp))
+			same(name+": interruptionCondition", podnotice.InterruptionCondition(p), podnotice.InterruptionCondition(tp))
 		}
 		for _, pw := range notices {
-			if finished && pw.active {
+			if finished && pw.Active {
 				continue // a finished pod is only ever withdrawn (warningFor)
 			}
-			same(name+": carries", carries(p, pw), carries(tp, pw))
-			a, _ := warningPatch(p, pw, now)
-			b, _ := warningPatch(tp, pw, now)
+			same(name+": carries", podnotice.Carries(p, pw), podnotice.Carries(tp, pw))
+			a, _ := podnotice.WarningPatch(p, pw, now)
+			b, _ := podnotice.WarningPatch(tp, pw, now)
 			same(name+": warningPatch", string(a), string(b))
 		}
 		if !finished {
 			// The endpoint reads the IPs of unfinished pods only (claimants).
-			same(name+": podIPs", podIPs(p), podIPs(tp))
+			same(name+": podIPs", podnotice.PodIPs(p), podnotice.PodIPs(tp))
 		}
 		// The executor's reader of a pod's volumes (volumes_api.go), on the claims and volumes
 		// the API server would give it.
@@ -402,7 +403,7 @@ func TestTrimKeepsWhatEveryUnitReads(t *testing.T) {
 		}
 		return corelisters.NewPodLister(idx)
 	}
-	whole, trim := &noticeAPI{pods: lister(table)}, &noticeAPI{pods: lister(trimmed)}
+	whole, trim := podnotice.NewEndpoint(nil, lister(table), nil, 0), podnotice.NewEndpoint(nil, lister(trimmed), nil, 0)
 	names := func(pods []*v1.Pod) []string {
 		var out []string
 		for _, p := range pods {
@@ -413,7 +414,7 @@ func TestTrimKeepsWhatEveryUnitReads(t *testing.T) {
 	}
 	for _, ip := range []string{"10.0.0.1", "10.0.0.2", "10.0.0.21", "fd00::7", "10.9.9.9"} {
 		a := netip.MustParseAddr(ip)
-		same("the notice endpoint's claimants of "+ip, names(whole.claimants(a)), names(trim.claimants(a)))
+		same("the notice endpoint's claimants of "+ip, names(whole.Claimants(a)), names(trim.Claimants(a)))
 	}
 
 	// Overlaps on the node's pods.

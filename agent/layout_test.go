@@ -23,7 +23,7 @@ func TestPackageFloors(t *testing.T) {
 		// The configuration: flags, defaults and validation, over the values it describes.
 		"config": 2, "nodefacts": 0,
 		// Features the wiring assembles, each in its own room.
-		"volumes": 3, "preflight": 3, "informer": 3, "whatif": 4,
+		"volumes": 3, "preflight": 3, "informer": 3, "podnotice": 3, "whatif": 4,
 	}
 	for pkg, f := range floor {
 		p, err := build.ImportDir(filepath.Join(".", pkg), 0)

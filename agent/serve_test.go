@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/reprieve-dev/reprieve/agent/config"
+	"github.com/reprieve-dev/reprieve/agent/podnotice"
 	"github.com/reprieve-dev/reprieve/agent/serve"
 
 	clocktesting "k8s.io/utils/clock/testing"
@@ -152,19 +153,19 @@ func TestMetricsListenerKeepsProbesAnswered(t *testing.T) {
 // connections of the node's pods (issue 22, item 4): a pod is answered while they hold theirs.
 func TestNoticeListenerStrangersCannotLockOutPods(t *testing.T) {
 	h := newHarness(t, nil, testNode(), podWithIP("job", "127.0.0.5", 30))
-	s := &noticeAPI{notices: h.a.podNotice, pods: h.a.podLister, clock: clocktesting.NewFakeClock(t0), waiters: make(chan struct{}, noticeWaitersMax)}
+	s := podnotice.NewEndpoint(h.a.podNotice, h.a.podLister, clocktesting.NewFakeClock(t0), podnotice.WaitersMax)
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: s.handler(), ReadHeaderTimeout: serve.ReadHeaderTimeout}
-	ln := serve.NewListener(inner, s.pool)
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: serve.ReadHeaderTimeout}
+	ln := serve.NewListener(inner, s.Pool)
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	addr := inner.Addr().String()
 
 	// Strangers that open connections and send nothing, two from each address and then some.
-	for i := range noticeStrangerPool.Total + 8 {
+	for i := range podnotice.StrangerPool.Total + 8 {
 		dialFrom(t, fmt.Sprintf("127.0.3.%d", i/2+1), addr)
 	}
 	dialFrom(t, "127.0.3.1", addr)
@@ -177,9 +178,9 @@ func TestNoticeListenerStrangersCannotLockOutPods(t *testing.T) {
 	}
 	// The listener accepts in order: once the job's connection is in, every stranger's before
 	// it has been kept or closed.
-	strangers, pods := ln.Open(noticeStrangerPool), ln.Open(noticePodPool)
-	if strangers != noticeStrangerPool.Total || pods != 1 {
-		t.Errorf("open: %d strangers' and %d pods' connections; want %d and 1", strangers, pods, noticeStrangerPool.Total)
+	strangers, pods := ln.Open(podnotice.StrangerPool), ln.Open(podnotice.PodPool)
+	if strangers != podnotice.StrangerPool.Total || pods != 1 {
+		t.Errorf("open: %d strangers' and %d pods' connections; want %d and 1", strangers, pods, podnotice.StrangerPool.Total)
 	}
 	// Past the full pool, a stranger's connection is closed at once.
 	s2 := dialFrom(t, "127.0.4.1", addr)
@@ -220,8 +221,8 @@ func (c *deadlineConn) SetWriteDeadline(t time.Time) error {
 func TestNoticeServerHangingGETOutlivesTheWriteTimeout(t *testing.T) {
 	h := newHarness(t, nil, testNode(), podWithIP("job", "127.0.0.5", 30))
 	clk := clocktesting.NewFakeClock(t0)
-	s := &noticeAPI{notices: h.a.podNotice, pods: h.a.podLister, clock: clk}
-	srv := newNoticeServer(s.handler())
+	s := podnotice.NewEndpoint(h.a.podNotice, h.a.podLister, clk, 0)
+	srv := podnotice.NewServer(s.Handler())
 	if srv.ReadHeaderTimeout <= 0 || srv.ReadTimeout <= 0 || srv.WriteTimeout <= 0 || srv.IdleTimeout <= 0 ||
 		srv.MaxHeaderBytes <= 0 || srv.MaxHeaderBytes > 64<<10 {
 		t.Errorf("timeouts: header %v, read %v, write %v, idle %v, MaxHeaderBytes %d; want each set, a few KiB of header",

@@ -303,7 +303,7 @@ func nodeEvents(ctx context.Context, t *testing.T, node, reason string) []string
 }
 
 // noticeEvents returns the reason and message of every event about node that reports a notice,
-// whatever its kind (agent.NoticeReason).
+// whatever its kind (events.NoticeReason).
 func noticeEvents(ctx context.Context, t *testing.T, node string) []string {
 	t.Helper()
 	reasons := map[string]bool{events.ReasonNoticeReceived: true}

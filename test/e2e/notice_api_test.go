@@ -17,6 +17,7 @@ import (
 
 	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/events"
+	"github.com/reprieve-dev/reprieve/agent/podnotice"
 
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
@@ -24,7 +25,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/reprieve-dev/reprieve/agent"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 	"github.com/reprieve-dev/reprieve/test/testenv"
 )
@@ -81,7 +81,7 @@ func TestNoticeEndpointAnswersPodsAboutThemselves(t *testing.T) {
 	type answer struct {
 		code int
 		etag string
-		a    agent.NoticeAnswer
+		a    podnotice.NoticeAnswer
 	}
 	// get asks from src as its pod would.
 	get := func(src, pod string, q url.Values) answer {
