@@ -195,6 +195,7 @@ func install(ctx context.Context, t *testing.T, extra ...string) (*appsv1.Daemon
 // uninstall deletes the DaemonSet and waits until its pod is gone from the node.
 func uninstall(ctx context.Context, t *testing.T) {
 	t.Helper()
+	keepAgentLogs(t)
 	err := env.Client.AppsV1().DaemonSets("kube-system").Delete(ctx, "reprieve", metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
@@ -209,6 +210,26 @@ func uninstall(ctx context.Context, t *testing.T) {
 			LabelSelector: "app.kubernetes.io/name=reprieve", FieldSelector: "spec.nodeName=" + nodeName})
 		return err == nil && len(list.Items) == 0
 	})
+}
+
+// keepAgentLogs copies the agents' container logs from the node's pod-logs directory into the
+// run's log directory before their pods go (the kubelet removes a deleted pod's logs with it), as
+// <test>-<file>: the pressure decisions they log at -v=4 are what explains a test's timing.
+func keepAgentLogs(t *testing.T) {
+	t.Helper()
+	logs, _ := filepath.Glob(filepath.Join(node.RootDir, "pod-logs", "kube-system_reprieve-*", "reprieve", "*.log"))
+	for _, f := range logs {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Logf("keeping the agent's log %s: %v", f, err)
+			continue
+		}
+		pod := filepath.Base(filepath.Dir(filepath.Dir(f)))
+		name := strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()) + "-" + pod + "-" + filepath.Base(f)
+		if err := os.WriteFile(filepath.Join(logDir, name), b, 0o644); err != nil {
+			t.Logf("keeping the agent's log %s: %v", f, err)
+		}
+	}
 }
 
 func ptrTo[T any](v T) *T { return &v }
