@@ -11,11 +11,11 @@ import (
 	"github.com/reprieve-dev/reprieve/kubelet"
 )
 
-// TestReleaseOf (issue 40, item 1): the time a pod with a volume that needs attaching must
+// TestVolumeReleaseOf (issue 40, item 1): the time a pod with a volume that needs attaching must
 // be gone before the deadline, bounded from the kubelet's nodeStatusUpdateFrequency (with the
 // 4% jitter of its status loop) plus the unmount allowance; the kubelet's default 10 s, said
 // so, when its configuration is unknown; a flag's value or off as given.
-func TestReleaseOf(t *testing.T) {
+func TestVolumeReleaseOf(t *testing.T) {
 	root := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(root, "etc/kubelet"), 0o755); err != nil {
 		t.Fatal(err)
