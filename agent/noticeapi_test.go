@@ -10,12 +10,12 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+
 	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/events"
 	"github.com/reprieve-dev/reprieve/agent/podnotice"
-
-	v1 "k8s.io/api/core/v1"
-	clocktesting "k8s.io/utils/clock/testing"
 )
 
 func podWithIP(name, ip string, grace int64, tol ...v1.Toleration) *v1.Pod {

@@ -5,17 +5,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reprieve-dev/reprieve/agent/config"
-	"github.com/reprieve-dev/reprieve/agent/events"
-	"github.com/reprieve-dev/reprieve/agent/plan"
-
-	"github.com/reprieve-dev/reprieve/providers"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/reprieve-dev/reprieve/agent/config"
+	"github.com/reprieve-dev/reprieve/agent/events"
+	"github.com/reprieve-dev/reprieve/agent/plan"
+	"github.com/reprieve-dev/reprieve/providers"
 )
 
 func TestEventsThroughAnInterruption(t *testing.T) {

@@ -7,12 +7,13 @@ import (
 	"os"
 	"strconv"
 
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
 	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/metrics"
 	"github.com/reprieve-dev/reprieve/agent/pressure"
 	"github.com/reprieve-dev/reprieve/kubelet"
-	v1 "k8s.io/api/core/v1"
-	"k8s.io/klog/v2"
 )
 
 // PressureThresholds is what the levels are computed from: reprieve's thresholds from the flags

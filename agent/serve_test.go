@@ -15,11 +15,11 @@ import (
 	"testing"
 	"time"
 
+	clocktesting "k8s.io/utils/clock/testing"
+
 	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/podnotice"
 	"github.com/reprieve-dev/reprieve/agent/serve"
-
-	clocktesting "k8s.io/utils/clock/testing"
 )
 
 // The tests below open real loopback connections from distinct 127.0.0.x source addresses

@@ -6,10 +6,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/reprieve-dev/reprieve/agent/record"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/reprieve-dev/reprieve/agent/record"
 )
 
 // tenantBulkPod is the pod of issue 39 item 3, in phase: a tenant's 1.3 MiB of annotations,

@@ -13,14 +13,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/reprieve-dev/reprieve/agent/serve"
-
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/reprieve-dev/reprieve/agent/serve"
 )
 
 // The node-local notice endpoint (--notice-bind-address): GET /v1/pods/{namespace}/{name}/notice
