@@ -41,6 +41,7 @@ import (
 	"github.com/reprieve-dev/reprieve/agent/preflight"
 	"github.com/reprieve-dev/reprieve/agent/pressure"
 	"github.com/reprieve-dev/reprieve/agent/record"
+	"github.com/reprieve-dev/reprieve/agent/serve"
 	"github.com/reprieve-dev/reprieve/agent/volumes"
 	"github.com/reprieve-dev/reprieve/agent/whatif"
 	"github.com/reprieve-dev/reprieve/kubelet"
@@ -328,7 +329,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("listening on --metrics-bind-address %s: %w", a.cfg.MetricsBindAddress, err)
 		}
-		ln = metricsListener(ln)
+		ln = serve.MetricsListener(ln)
 		logger.Info("Serving metrics", "address", ln.Addr().String())
 		g.Go(func() error {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -669,5 +670,5 @@ func (a *Agent) metricsServer() *http.Server {
 		}
 		_, _ = w.Write([]byte("ok\n" + whatif.EvictionSummary(a.cfg) + "\n" + warn))
 	})
-	return newMetricsServer(addr, mux)
+	return serve.NewMetricsServer(addr, mux)
 }

@@ -115,7 +115,7 @@ func TestMethodsStayTogether(t *testing.T) {
 // TestRootIsWiring: the agent package itself wires the units together and holds no feature of
 // its own (issue 51): a feature gets its own package under agent/, with a floor above.
 func TestRootIsWiring(t *testing.T) {
-	const maxFiles, maxLines = 5, 1050
+	const maxFiles, maxLines = 5, 1000
 	files, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)

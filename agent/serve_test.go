@@ -105,7 +105,7 @@ func serveMetrics(t *testing.T, h *harness) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { _ = srv.Serve(metricsListener(inner)) }()
+	go func() { _ = srv.Serve(serve.MetricsListener(inner)) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return inner.Addr().String()
 }
@@ -120,27 +120,27 @@ func TestMetricsListenerKeepsProbesAnswered(t *testing.T) {
 	addr := serveMetrics(t, h)
 
 	kept := 0
-	for range metricsOthersPool.PerSource + 4 {
+	for range serve.MetricsOthersPool.PerSource + 4 {
 		if request(t, dialFrom(t, "127.0.0.2", addr), "/healthz") == http.StatusOK {
 			kept++
 		}
 	}
-	if kept != metricsOthersPool.PerSource {
-		t.Errorf("one address kept %d idle connections, want %d", kept, metricsOthersPool.PerSource)
+	if kept != serve.MetricsOthersPool.PerSource {
+		t.Errorf("one address kept %d idle connections, want %d", kept, serve.MetricsOthersPool.PerSource)
 	}
 	if code := request(t, dialFrom(t, "127.0.0.3", addr), "/readyz"); code != http.StatusOK {
 		t.Errorf("/readyz from another address during one address's flood: %d, want 200", code)
 	}
 
 	// Fill the others' pool from many addresses.
-	for i := 0; kept < metricsOthersPool.Total; i++ {
-		src := fmt.Sprintf("127.0.1.%d", i/metricsOthersPool.PerSource+1)
+	for i := 0; kept < serve.MetricsOthersPool.Total; i++ {
+		src := fmt.Sprintf("127.0.1.%d", i/serve.MetricsOthersPool.PerSource+1)
 		if request(t, dialFrom(t, src, addr), "/healthz") == http.StatusOK {
 			kept++
 		}
 	}
 	if code := request(t, dialFrom(t, "127.0.2.1", addr), "/healthz"); code != 0 {
-		t.Errorf("a stranger past the pool's %d: %d, want the connection closed", metricsOthersPool.Total, code)
+		t.Errorf("a stranger past the pool's %d: %d, want the connection closed", serve.MetricsOthersPool.Total, code)
 	}
 	for _, path := range []string{"/readyz", "/healthz", "/metrics"} {
 		if code := request(t, dialFrom(t, "127.0.0.1", addr), path); code != http.StatusOK {

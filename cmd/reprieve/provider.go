@@ -17,9 +17,9 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/reprieve-dev/reprieve/agent"
 	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/kube"
+	"github.com/reprieve-dev/reprieve/agent/serve"
 	"github.com/reprieve-dev/reprieve/providers/detect"
 )
 
@@ -147,8 +147,8 @@ func serveWaitingOn(ctx context.Context, ln net.Listener, gatherer prometheus.Ga
 	// The agent's own server and listener for this address (issue 39 item 7): the same
 	// timeouts, header limit and connection pools, so that a flood that cannot hold the
 	// agent's metrics port cannot hold it while the agent waits either.
-	srv = agent.NewMetricsServer(ln.Addr().String(), mux)
-	bounded := agent.MetricsListener(ln)
+	srv = serve.NewMetricsServer(ln.Addr().String(), mux)
+	bounded := serve.MetricsListener(ln)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(bounded) }()
 	return srv, func() {

@@ -25,9 +25,9 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/reprieve-dev/reprieve/agent"
 	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/kube/kubetest"
+	"github.com/reprieve-dev/reprieve/agent/serve"
 	"github.com/reprieve-dev/reprieve/providers"
 	"github.com/reprieve-dev/reprieve/test/fakes/azureevents"
 )
@@ -343,7 +343,7 @@ func TestServeWhileWaitingIsBounded(t *testing.T) {
 	}
 	srv, stop := serveWaitingOn(context.Background(), ln, prometheus.NewRegistry(), "waiting for the API server")
 	t.Cleanup(stop)
-	want := agent.NewMetricsServer("", nil)
+	want := serve.NewMetricsServer("", nil)
 	if srv.ReadHeaderTimeout != want.ReadHeaderTimeout || srv.ReadTimeout != want.ReadTimeout || srv.WriteTimeout != want.WriteTimeout ||
 		srv.IdleTimeout != want.IdleTimeout || srv.MaxHeaderBytes != want.MaxHeaderBytes {
 		t.Errorf("header %v, read %v, write %v, idle %v, MaxHeaderBytes %d; want the agent's metrics server's: %v, %v, %v, %v, %d",
@@ -362,8 +362,8 @@ func TestServeWhileWaitingIsBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref := agent.NewMetricsServer("", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }))
-	go func() { _ = ref.Serve(agent.MetricsListener(inner)) }()
+	ref := serve.NewMetricsServer("", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }))
+	go func() { _ = ref.Serve(serve.MetricsListener(inner)) }()
 	t.Cleanup(func() { _ = ref.Close() })
 	const n = 48
 	agentKept := flood(t, "127.0.0.2", inner.Addr().String(), n)
