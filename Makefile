@@ -85,7 +85,7 @@ FUZZ_OUTSIDE := FuzzParseSpotInstanceAction:./providers/aws FuzzParseRebalance:.
   FuzzParseValues:./providers/gcp FuzzParseUpcoming:./providers/gcp \
   FuzzParseThresholds:./kubelet FuzzParseSummary:./kubelet FuzzParseConfig:./kubelet FuzzParseFlagsEnvironment:./kubelet
 # The operator's own flag values (the agent package links client-go): make fuzz only.
-FUZZ_TARGETS := $(FUZZ_OUTSIDE) FuzzParseTaint:./agent
+FUZZ_TARGETS := $(FUZZ_OUTSIDE) FuzzParseTaint:./agent/config
 fuzz:
 	@$(MAKE) --no-print-directory fuzz-run FUZZ_RUN="$(FUZZ_TARGETS)"
 fuzz-outside:

@@ -12,9 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reprieve-dev/reprieve/agent/evict"
-	"github.com/reprieve-dev/reprieve/agent/plan"
-
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -25,6 +22,11 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/reprieve-dev/reprieve/agent/config"
+	"github.com/reprieve-dev/reprieve/agent/evict"
+	"github.com/reprieve-dev/reprieve/agent/plan"
+	"github.com/reprieve-dev/reprieve/agent/record"
+	"github.com/reprieve-dev/reprieve/agent/whatif"
 	"github.com/reprieve-dev/reprieve/providers"
 )
 
@@ -55,7 +57,7 @@ func TestRestartDuringMetadataOutageKeepsTheInterruption(t *testing.T) {
 	if len(after.Spec.Taints) != 1 || !after.Spec.Taints[0].TimeAdded.Equal(spot.TimeAdded) {
 		t.Fatalf("taints after a restart during an outage = %+v, want %+v unchanged", after.Spec.Taints, spot)
 	}
-	if after.Annotations[AnnotationReclaimDeadline] != before.Annotations[AnnotationReclaimDeadline] || after.Labels[LabelExcludeFromLB] != "true" {
+	if after.Annotations[record.AnnotationReclaimDeadline] != before.Annotations[record.AnnotationReclaimDeadline] || after.Labels[record.LabelExcludeFromLB] != "true" {
 		t.Fatalf("annotations %v labels %v after the restart", after.Annotations, after.Labels)
 	}
 	if v := h.a.exec.View(); !v.Window.Deadline.Equal(deadline) {
@@ -81,7 +83,7 @@ func TestRestartDuringMetadataOutageKeepsTheInterruption(t *testing.T) {
 	// Only a positive answer withdraws it.
 	h.prov.Set()
 	h.step()
-	if n := h.node(); len(n.Spec.Taints) != 0 || n.Annotations[AnnotationReclaimDeadline] != "" {
+	if n := h.node(); len(n.Spec.Taints) != 0 || n.Annotations[record.AnnotationReclaimDeadline] != "" {
 		t.Errorf("the notice's withdrawal left %+v %v", n.Spec.Taints, n.Annotations)
 	}
 }
@@ -340,7 +342,7 @@ func TestDisruptionTargetBeforeDeleting(t *testing.T) {
 		}
 	}
 	// A dry run patches nothing.
-	d := newHarness(t, func(c *Config) { c.DryRun = true }, testNode(), leaving)
+	d := newHarness(t, func(c *config.Config) { c.DryRun = true }, testNode(), leaving)
 	d.notice(t0.Add(60 * time.Second))
 	d.a.exec.SyncPod(d.ctx, "ns/leaving")
 	if n := len(d.actions("patch", "pods", "status")); n != 0 {
@@ -389,7 +391,7 @@ func TestPDBRefusalsAndTheBlockedGauge(t *testing.T) {
 // every pod of the namespace; a pod covered by two budgets is refused by the Eviction API
 // (500) and is deleted at its latest time.
 func TestPlanPDBsEmptySelectorAndTwoBudgets(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.NodeName = nodeName
 	web := testPod("web", 10)
 	web.Labels = map[string]string{"app": "web"}
@@ -397,13 +399,13 @@ func TestPlanPDBsEmptySelectorAndTwoBudgets(t *testing.T) {
 		return policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"},
 			Spec: policyv1.PodDisruptionBudgetSpec{Selector: sel}, Status: policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: allowed}}
 	}
-	in := WhatIf{Node: testNode(), Pods: []*v1.Pod{web, testPod("other", 10)}, Deadline: t0.Add(2 * time.Minute), Now: t0,
+	in := whatif.Input{Node: testNode(), Pods: []*v1.Pod{web, testPod("other", 10)}, Deadline: t0.Add(2 * time.Minute), Now: t0,
 		PDBs: []policyv1.PodDisruptionBudget{
 			budget("all", &metav1.LabelSelector{}, 0),
 			budget("web", &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}, 1),
 			budget("none", nil, 0),
 		}}
-	got := PlanWhatIf(cfg, in)
+	got := whatif.Plan(cfg, in)
 	if len(got.Pods) != 2 {
 		t.Fatalf("pods = %d, want 2", len(got.Pods))
 	}
@@ -463,17 +465,17 @@ func TestStopDuringAnInterruptionFinishesTheWindow(t *testing.T) {
 // the future on now, as the agent does, but keeps the imagined notice's own time, however far
 // ahead (TestPlanMatchesTheAgent plans a notice 3 s ahead).
 func TestPlanWhatIfFutureTimeAdded(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.NodeName = nodeName
 	future := metav1.NewTime(t0.Add(time.Minute))
-	in := WhatIf{Node: testNode(v1.Taint{Key: "other", Effect: v1.TaintEffectNoExecute, TimeAdded: &future}),
+	in := whatif.Input{Node: testNode(v1.Taint{Key: "other", Effect: v1.TaintEffectNoExecute, TimeAdded: &future}),
 		Pods: []*v1.Pod{testPod("p", 5)}, Now: t0}
-	got := PlanWhatIf(cfg, in)
+	got := whatif.Plan(cfg, in)
 	if len(got.Pods) != 1 || got.Pods[0].Due == nil || !got.Pods[0].Due.Equal(t0) {
 		t.Errorf("foreign taint in the future: %+v, want due now", got.Pods)
 	}
-	in = WhatIf{Node: testNode(), Pods: []*v1.Pod{testPod("p", 5)}, Now: t0, NoticeTime: t0.Add(3 * time.Second), Deadline: t0.Add(time.Minute)}
-	got = PlanWhatIf(cfg, in)
+	in = whatif.Input{Node: testNode(), Pods: []*v1.Pod{testPod("p", 5)}, Now: t0, NoticeTime: t0.Add(3 * time.Second), Deadline: t0.Add(time.Minute)}
+	got = whatif.Plan(cfg, in)
 	if len(got.Pods) != 1 || got.Pods[0].Due == nil || !got.Pods[0].Due.Equal(t0.Add(3*time.Second)) {
 		t.Errorf("notice 3 s ahead: %+v, want due at the notice time", got.Pods)
 	}

@@ -1,3 +1,6 @@
+// Package agent is reprieve's node agent: it turns a cloud's notices into taints on its own node
+// and evicts the node's pods at the time upstream Kubernetes semantics give them, clamped so that
+// every evicted pod has finished terminating before the machine is reclaimed.
 package agent
 
 import (
@@ -12,35 +15,35 @@ import (
 	"sync/atomic"
 	"time"
 
-	policyv1 "k8s.io/api/policy/v1"
-
-	k8srecord "k8s.io/client-go/tools/record"
-
-	"github.com/reprieve-dev/reprieve/agent/events"
-	"github.com/reprieve-dev/reprieve/agent/evict"
-	"github.com/reprieve-dev/reprieve/agent/interrupt"
-	"github.com/reprieve-dev/reprieve/agent/kube"
-	"github.com/reprieve-dev/reprieve/agent/metrics"
-
-	"github.com/reprieve-dev/reprieve/agent/plan"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/reprieve-dev/reprieve/agent/record"
 	"golang.org/x/sync/errgroup"
 	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	k8srecord "k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/reprieve-dev/reprieve/agent/config"
+	"github.com/reprieve-dev/reprieve/agent/events"
+	"github.com/reprieve-dev/reprieve/agent/evict"
+	"github.com/reprieve-dev/reprieve/agent/informer"
+	"github.com/reprieve-dev/reprieve/agent/interrupt"
+	"github.com/reprieve-dev/reprieve/agent/kube"
+	"github.com/reprieve-dev/reprieve/agent/metrics"
 	"github.com/reprieve-dev/reprieve/agent/notify"
+	"github.com/reprieve-dev/reprieve/agent/plan"
+	"github.com/reprieve-dev/reprieve/agent/podnotice"
+	"github.com/reprieve-dev/reprieve/agent/preflight"
 	"github.com/reprieve-dev/reprieve/agent/pressure"
+	"github.com/reprieve-dev/reprieve/agent/record"
+	"github.com/reprieve-dev/reprieve/agent/serve"
+	"github.com/reprieve-dev/reprieve/agent/volumes"
+	"github.com/reprieve-dev/reprieve/agent/whatif"
 	"github.com/reprieve-dev/reprieve/kubelet"
 	"github.com/reprieve-dev/reprieve/providers"
 	"github.com/reprieve-dev/reprieve/providers/none"
@@ -72,7 +75,7 @@ type Deps struct {
 // pressure loop (pressure), the pods' early warning, the metrics server and readiness. It holds
 // no state of its own beyond the wiring: each unit owns its state (docs/design.md).
 type Agent struct {
-	cfg      Config
+	cfg      config.Config
 	client   kube.Interface
 	provider providers.Provider
 	clock    clock.WithTicker
@@ -82,7 +85,7 @@ type Agent struct {
 
 	// nodeInformer and podInformer watch this node and its pods only, built from the core
 	// client alone (informers.SharedInformerFactory would link an informer and a lister for
-	// every API group: see newInformer).
+	// every API group: see informer.New).
 	nodeInformer, podInformer cache.SharedIndexInformer
 	nodeLister                corelisters.NodeLister
 	podLister                 corelisters.PodLister
@@ -90,7 +93,7 @@ type Agent struct {
 	broadcaster               k8srecord.EventBroadcaster // nil when Deps gave the recorder
 	delivery                  *events.Delivery           // counts the broadcaster's events, for the stop
 	notifier                  *notify.Notifier           // nil when webhooks are off
-	podNotice                 *podNotifier               // the pods' early warning; nil when it and the notice endpoint are off
+	podNotice                 *podnotice.Notifier        // the pods' early warning; nil when it and the notice endpoint are off
 	ready                     atomic.Bool
 	// onReady, when set (tests), runs as the agent turns ready.
 	onReady func()
@@ -98,18 +101,25 @@ type Agent struct {
 	refusals *record.Refusals
 	// evictions checks the eviction path (RBAC, policies, the eviction guard) before an
 	// interruption needs it; /readyz's detail says what it found.
-	evictions *evictionCheck
+	evictions *preflight.Check
 	writer    *record.Writer
 	exec      *evict.Executor
 	intr      *interrupt.Loop
 	// pressure is the local-pressure loop; nil with --pressure-source off.
 	pressure *pressure.Loop
-	// pressureSource is Deps.PressureSource: nil builds the one --pressure-source names.
-	pressureSource kubelet.Source
+	// pressureSource is the pressure loop's source: Deps.PressureSource, or the one
+	// --pressure-source names, which startPressure chooses once the node is known.
+	pressureSource *sourceSlot
+	// kubelet is the process's one read of the kubelet's configuration, taken in New.
+	kubelet kubelet.ConfigRead
 }
 
+// sourceSlot is the pressure loop's source, filled before the loop's first reading: the loop is
+// built once, in New, while the Summary API's address may need the node (startPressure).
+type sourceSlot struct{ kubelet.Source }
+
 // New builds an agent from a validated configuration.
-func New(cfg Config, deps Deps) (*Agent, error) {
+func New(cfg config.Config, deps Deps) (*Agent, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -133,9 +143,10 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 		provider:       deps.Provider,
 		clock:          deps.Clock,
 		gatherer:       deps.Gatherer,
-		taints:         taintSetOf(cfg),
+		taints:         cfg.TaintSet(),
 		recorder:       deps.Recorder,
-		pressureSource: deps.PressureSource,
+		pressureSource: &sourceSlot{Source: deps.PressureSource},
+		kubelet:        kubelet.Find(cfg.KubeletLookup()),
 	}
 	if a.recorder == nil {
 		a.broadcaster = events.NewBroadcaster(context.Background())
@@ -166,46 +177,26 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 
 	// Watch only this node and only its pods: the agent must stay cheap for the API server at
 	// thousands of nodes.
-	core := deps.Client.CoreV1()
-	nodeSel := fields.OneTermEqualSelector(metav1.ObjectNameField, cfg.NodeName).String()
-	podSel := fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
-	a.nodeInformer = newInformer(deps.Client, &v1.Node{},
-		func(ctx context.Context, o metav1.ListOptions) (k8sruntime.Object, error) {
-			o.FieldSelector = nodeSel
-			return core.Nodes().List(ctx, o)
-		},
-		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = nodeSel
-			return core.Nodes().Watch(ctx, o)
-		})
-	a.podInformer = newInformer(deps.Client, &v1.Pod{},
-		func(ctx context.Context, o metav1.ListOptions) (k8sruntime.Object, error) {
-			o.FieldSelector = podSel
-			return core.Pods(metav1.NamespaceAll).List(ctx, o)
-		},
-		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = podSel
-			return core.Pods(metav1.NamespaceAll).Watch(ctx, o)
-		})
+	a.nodeInformer, a.podInformer = informer.Node(deps.Client, cfg.NodeName), informer.Pods(deps.Client, cfg.NodeName)
 	a.nodeLister = corelisters.NewNodeLister(a.nodeInformer.GetIndexer())
 	a.podLister = corelisters.NewPodLister(a.podInformer.GetIndexer())
-	a.podNotice = newPodNotifier(cfg, deps.Client, a.podLister, deps.Clock)
+	a.podNotice = podnotice.New(cfg, deps.Client, a.podLister, deps.Clock)
 	if a.podNotice != nil {
-		a.podNotice.wrote = func(result string) { a.metrics.PodWarningWrites.WithLabelValues(result).Inc() }
+		a.podNotice.Wrote = func(result string) { a.metrics.PodWarningWrites.WithLabelValues(result).Inc() }
 	}
 
 	a.refusals = record.NewRefusals(cfg.NodeWriteRefusals, a.metrics)
-	a.evictions = newEvictionCheck(a.client, a.clock, cfg.PodName, cfg.PodNamespace, a.ownPodUID, a.metrics.EvictionCheck)
+	a.evictions = preflight.New(a.client, a.clock, cfg.PodName, cfg.PodNamespace, a.ownPodUID, a.metrics.EvictionCheck)
 	execOpts := evict.Options{Client: deps.Client, Pods: a.podLister, Clock: deps.Clock, Metrics: a.metrics, Recorder: a.recorder,
-		Notifier: a.notifier, NodeName: cfg.NodeName, DryRun: cfg.DryRun, Filter: filterOf(cfg),
+		Notifier: a.notifier, NodeName: cfg.NodeName, DryRun: cfg.DryRun, Filter: cfg.PodFilter(),
 		ComparisonOperators: cfg.TolerationComparisonOperators, SafetyMargin: cfg.SafetyMargin, InterruptionTaint: a.taints.Evicting(),
-		Evict: deps.Evict, MaxInFlight: cfg.EvictionWorkers, PodVolumes: newAPIPodVolumes(deps.Client)}
+		Evict: deps.Evict, MaxInFlight: cfg.EvictionWorkers, PodVolumes: volumes.NewReader(deps.Client)}
 	if a.podNotice != nil {
 		execOpts.Warner = a.podNotice
 	}
 	a.exec = evict.New(execOpts)
 	if a.podNotice != nil {
-		a.podNotice.turn = a.exec.Background
+		a.podNotice.Turn = a.exec.Background
 	}
 	// The writer is a sink (record.Writer): it reads the node from the lister, counts its own
 	// refusals and says its own events; the interruption loop hands it the executor's drained
@@ -216,13 +207,16 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	intrOpts := interrupt.Options{NodeName: cfg.NodeName, Provider: a.provider, Clock: deps.Clock, Metrics: a.metrics,
 		Recorder: a.recorder, Notifier: a.notifier, Taints: a.taints, MaintenanceLead: cfg.MaintenanceLead,
 		SafetyMargin: cfg.SafetyMargin, PollInterval: cfg.PollInterval, DryRun: cfg.DryRun, ApproveEvents: cfg.ApproveEvents,
-		ShutdownCut: shutdownCut(cfg), VolumeRelease: volumeRelease(cfg), Node: a.cachedNode, Writer: a.writer, Executor: a.exec}
-	if cfg.PressureSource != PressureSourceOff {
+		ShutdownCut: shutdownCut(a.kubelet), VolumeRelease: volumeRelease(cfg, a.kubelet), Node: a.cachedNode, Writer: a.writer, Executor: a.exec}
+	if cfg.PressureSource != config.PressureSourceOff {
 		for _, r := range pressure.Resources {
 			intrOpts.PressureTaints = append(intrOpts.PressureTaints, pressureTaint(cfg, r))
 		}
 	}
 	a.intr = interrupt.New(intrOpts)
+	// What was read of the kubelet's configuration is said once, pressure or not: shutdownCut
+	// and the volume release use it.
+	reportKubeletConfig(a.metrics, a.kubelet)
 	if err := a.newPressure(); err != nil {
 		return nil, err
 	}
@@ -230,62 +224,36 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 }
 
 // volumeRelease is VolumeReleaseOf's figure, logged once with where it comes from.
-func volumeRelease(cfg Config) time.Duration {
-	d, from := VolumeReleaseOf(cfg)
+func volumeRelease(cfg config.Config, kr kubelet.ConfigRead) time.Duration {
+	d, from := volumes.ReleaseOf(cfg, kr)
 	klog.Background().Info("Pods with a volume that needs attaching are planned to be gone before the deadline by", "volumeRelease", d, "from", from)
 	return d
 }
 
 // shutdownCut is how long the kubelet's graceful node shutdown gives the ordinary pods, from the
-// kubelet's configuration (KubeletConfig: the read the pressure loop shares)
+// kubelet's configuration (kr: the read the pressure loop shares)
 // (shutdownGracePeriod - shutdownGracePeriodCriticalPods); zero when it is off, unknown (no
-// file found: newPressure reports it) or unreadable (the plan then ends at the deadline alone).
-func shutdownCut(cfg Config) time.Duration {
-	kc, err := KubeletConfig(cfg)
-	if err != nil || !kc.Found {
+// file found: reportKubeletConfig says it) or unreadable (the plan then ends at the deadline alone).
+func shutdownCut(kr kubelet.ConfigRead) time.Duration {
+	if !kr.Known() {
 		return 0
 	}
-	return kc.ShutdownGracePeriod - kc.ShutdownGracePeriodCriticalPods
-}
-
-// newInformer is the informer of one resource that the generated informers of
-// k8s.io/client-go/informers/core/v1 build (NewTypedNodeInformerWithOptions), over the given
-// list and watch, with the namespace index the listers use. Built here from the core client
-// alone: the factory's ForResource names every group's informer and lister, which linked all of
-// them into the binary. Its transform trims each object before the cache stores it.
-func newInformer(client kube.Interface, example k8sruntime.Object,
-	list cache.ListWithContextFunc, watchFn cache.WatchFuncWithContext) cache.SharedIndexInformer {
-	// The deprecated context-free funcs too, as the generated informers give them: a
-	// ListerWatcher is expected to have both.
-	lw := &cache.ListWatch{
-		ListWithContextFunc:  list,
-		WatchFuncWithContext: watchFn,
-		ListFunc:             func(o metav1.ListOptions) (k8sruntime.Object, error) { return list(context.Background(), o) },
-		WatchFunc:            func(o metav1.ListOptions) (watch.Interface, error) { return watchFn(context.Background(), o) },
-	}
-	inf := cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, client), example,
-		cache.SharedIndexInformerOptions{
-			Indexers: cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
-		})
-	// Only a started informer refuses a transform; this one has not started.
-	_ = inf.SetTransform(trimForCache)
-	return inf
+	return kr.Config.ShutdownGracePeriod - kr.Config.ShutdownGracePeriodCriticalPods
 }
 
 // pressureTaint is the taint the pressure loop puts on the node for r.
-func pressureTaint(cfg Config, r pressure.Resource) v1.Taint {
+func pressureTaint(cfg config.Config, r pressure.Resource) v1.Taint {
 	return v1.Taint{Key: pressure.TaintKey(r), Value: "true", Effect: v1.TaintEffect(cfg.PressureTaintEffect)}
 }
 
-// newPressure builds the pressure loop from the thresholds; none with --pressure-source off.
-// Its source is built in startPressure: the Summary API's address may need the node. It reports
-// the kubelet's configuration first (reportKubeletConfig), pressure or not: shutdownCut uses it.
+// newPressure builds the pressure loop from the thresholds, once; none with --pressure-source
+// off. Its source is chosen in startPressure (the Summary API's address may need the node) and
+// handed to the loop through its slot.
 func (a *Agent) newPressure() error {
-	reportKubeletConfig(a.metrics, a.cfg)
-	if a.cfg.PressureSource == PressureSourceOff {
+	if a.cfg.PressureSource == config.PressureSourceOff {
 		return nil
 	}
-	thresholds, kc, kcErr, err := PressureThresholds(a.cfg)
+	thresholds, kc, kcErr, err := PressureThresholds(a.cfg, a.kubelet)
 	if err != nil {
 		return err
 	}
@@ -300,17 +268,13 @@ func (a *Agent) newPressure() error {
 // startPressure resolves the pressure source where it needs the node (the Summary API's
 // address), then starts the pressure loop (its first reading, the taints it finds).
 func (a *Agent) startPressure(ctx context.Context) error {
-	if a.pressureSource == nil && a.cfg.PressureSource != PressureSourceOff {
+	if a.pressureSource.Source == nil {
 		src, from, err := NewPressureSource(a.cfg, a.cachedNode())
 		if err != nil {
 			return err
 		}
-		a.pressureSource = src
+		a.pressureSource.Source = src
 		klog.FromContext(ctx).Info("Reading pressure signals", "source", a.cfg.PressureSource, "from", from)
-		// The loop was built before the source: build it again with it.
-		if err := a.newPressure(); err != nil {
-			return err
-		}
 	}
 	return a.pressure.Start(ctx)
 }
@@ -332,7 +296,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		"safetyMargin", a.cfg.SafetyMargin, "dryRun", a.cfg.DryRun)
 	// The metadata services are link-local by default; an override sends the agent elsewhere
 	// for its notices, so it is said at start.
-	def := DefaultConfig()
+	def := config.DefaultConfig()
 	for _, ep := range []struct{ flag, value, def string }{
 		{"--aws-imds-endpoint", a.cfg.AWSIMDSEndpoint, def.AWSIMDSEndpoint},
 		{"--gcp-metadata-endpoint", a.cfg.GCPMetadataEndpoint, def.GCPMetadataEndpoint},
@@ -365,7 +329,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("listening on --metrics-bind-address %s: %w", a.cfg.MetricsBindAddress, err)
 		}
-		ln = metricsListener(ln)
+		ln = serve.MetricsListener(ln)
 		logger.Info("Serving metrics", "address", ln.Addr().String())
 		g.Go(func() error {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -428,7 +392,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.pressure == nil {
 		// With pressure handling on, the pressure loop says it at its start; without it the
 		// interruption plan still depends on the kubelet's graceful node shutdown.
-		if kc, err := KubeletConfig(a.cfg); err == nil && !kc.Found {
+		if kc := a.kubelet.Config; a.kubelet.Err == nil && !kc.Found {
 			a.recorder.Eventf(events.NodeRef(a.cfg.NodeName), v1.EventTypeWarning, events.ReasonKubeletConfigUnknown,
 				"The kubelet's configuration was not found (tried %s): its graceful node shutdown is unknown, and the plan assumes none. "+
 					"Fix: set --kubelet-config (chart value pressure.kubeletConfig) to the kubelet's --config file and mount it under --host-root",
@@ -443,7 +407,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	// answer: planning without it could withdraw a taint another process wrote.
 	resumed := record.HasNotices(a.cachedNode())
 	if resumed {
-		g.Go(func() error { a.evictions.run(ctx); return nil })
+		g.Go(func() error { a.evictions.Run(ctx); return nil })
 		a.intr.Reconcile(ctx)
 	}
 	// Ask the cloud once before planning anything else; whatever it says (or fails to say), the
@@ -462,7 +426,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		g.Go(func() error { a.writer.WatchWrites(ctx, a.refusals, a.writeProbe); return nil })
 	}
 	if !resumed {
-		g.Go(func() error { a.evictions.run(ctx); return nil })
+		g.Go(func() error { a.evictions.Run(ctx); return nil })
 	}
 	a.intr.Reconcile(ctx)
 	// The notice endpoint listens before the agent says it is ready: a pod that polls it once
@@ -530,17 +494,17 @@ func (a *Agent) startPodNotice(ctx context.Context, g *errgroup.Group, noticeLn 
 		return
 	}
 	if _, err := a.podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		DeleteFunc: a.podNotice.podDeleted,
+		DeleteFunc: a.podNotice.PodDeleted,
 	}); err != nil {
 		// Only a stopped informer refuses a handler: the agent is stopping. The warnings still
 		// go out; only deleted pods stay in memory.
 		klog.FromContext(ctx).Error(err, "Watching pod deletions for the pods' warnings failed")
 	}
-	if a.podNotice.write {
-		g.Go(func() error { a.podNotice.run(ctx); return nil })
+	if a.podNotice.Writes() {
+		g.Go(func() error { a.podNotice.Run(ctx); return nil })
 	}
 	if noticeLn != nil {
-		g.Go(func() error { return serveNoticeAPI(ctx, noticeLn, a.podNotice, a.podLister, a.clock) })
+		g.Go(func() error { return podnotice.Serve(ctx, noticeLn, a.podNotice, a.podLister, a.clock) })
 	}
 }
 
@@ -655,7 +619,7 @@ func (a *Agent) deadlineAnnotation() (string, bool) {
 	if n == nil {
 		return "", false
 	}
-	v, ok := n.Annotations[AnnotationReclaimDeadline]
+	v, ok := n.Annotations[record.AnnotationReclaimDeadline]
 	return v, ok
 }
 
@@ -704,7 +668,7 @@ func (a *Agent) metricsServer() *http.Server {
 			http.Error(w, "not ready: "+why+"\n"+warn, http.StatusServiceUnavailable)
 			return
 		}
-		_, _ = w.Write([]byte("ok\n" + EvictionSummary(a.cfg) + "\n" + warn))
+		_, _ = w.Write([]byte("ok\n" + whatif.EvictionSummary(a.cfg) + "\n" + warn))
 	})
-	return newMetricsServer(addr, mux)
+	return serve.NewMetricsServer(addr, mux)
 }

@@ -12,11 +12,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/reprieve-dev/reprieve/agent/evict"
-	"github.com/reprieve-dev/reprieve/agent/kube/kubetest"
-	"github.com/reprieve-dev/reprieve/agent/plan"
-
-	"github.com/reprieve-dev/reprieve/agent/record"
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -29,6 +24,11 @@ import (
 	k8srecord "k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/reprieve-dev/reprieve/agent/config"
+	"github.com/reprieve-dev/reprieve/agent/evict"
+	"github.com/reprieve-dev/reprieve/agent/kube/kubetest"
+	"github.com/reprieve-dev/reprieve/agent/plan"
+	"github.com/reprieve-dev/reprieve/agent/record"
 	"github.com/reprieve-dev/reprieve/providers"
 	"github.com/reprieve-dev/reprieve/providers/providertest"
 )
@@ -44,7 +44,7 @@ type harness struct {
 	events *k8srecord.FakeRecorder
 	ctx    context.Context
 	src    *scriptedSource
-	cfg    Config
+	cfg    config.Config
 	// reg, when set before build, is the agent's metrics registry.
 	reg *prometheus.Registry
 	// evictFn, when set, receives the evictions instead of the fake clientset.
@@ -53,9 +53,9 @@ type harness struct {
 
 const nodeName = "n1"
 
-func newHarness(t *testing.T, mutate func(*Config), objs ...runtime.Object) *harness {
+func newHarness(t *testing.T, mutate func(*config.Config), objs ...runtime.Object) *harness {
 	t.Helper()
-	cfg := DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.NodeName = nodeName
 	cfg.Provider = "aws"
 	cfg.MetricsBindAddress = ""
@@ -63,7 +63,7 @@ func newHarness(t *testing.T, mutate func(*Config), objs ...runtime.Object) *har
 	// reach unit tests.
 	cfg.HostRoot = t.TempDir()
 	// Unit tests never read the machine's own pressure; pressure tests turn it on with src.
-	cfg.PressureSource = PressureSourceOff
+	cfg.PressureSource = config.PressureSourceOff
 	// The start-up dry-run write check would be one more node patch among those the tests
 	// count; TestNodeWriteRefusals turns it on.
 	cfg.NodeWriteRefusals = 0
@@ -234,7 +234,7 @@ func spotToleration(s *int64) v1.Toleration {
 func TestReconcileTaintsThenUndoes(t *testing.T) {
 	other := v1.Taint{Key: "dedicated", Value: "x", Effect: v1.TaintEffectNoSchedule}
 	// The NoExecute mode, explicitly (the default is --interruption-eviction=reprieve).
-	h := newHarness(t, func(c *Config) { c.InterruptionEviction = string(plan.EvictionKubeControllerManager) }, testNode(other))
+	h := newHarness(t, func(c *config.Config) { c.InterruptionEviction = string(plan.EvictionKubeControllerManager) }, testNode(other))
 	h.clock.SetTime(t0.Add(300 * time.Millisecond))
 	h.notice(t0.Add(2 * time.Minute))
 
@@ -246,7 +246,7 @@ func TestReconcileTaintsThenUndoes(t *testing.T) {
 	if spot.Key != "cloud" || spot.Effect != v1.TaintEffectNoExecute || spot.TimeAdded == nil || !spot.TimeAdded.Time.Equal(t0) {
 		t.Fatalf("interruption taint = %+v, want timeAdded %v (truncated to the second)", spot, t0)
 	}
-	if n.Annotations[AnnotationReclaimDeadline] != "2026-11-29T12:02:00Z" || n.Labels[LabelExcludeFromLB] != "true" {
+	if n.Annotations[record.AnnotationReclaimDeadline] != "2026-11-29T12:02:00Z" || n.Labels[record.LabelExcludeFromLB] != "true" {
 		t.Fatalf("annotations %v labels %v", n.Annotations, n.Labels)
 	}
 	// Idempotent: another poll with the same notice writes nothing.
@@ -263,7 +263,7 @@ func TestReconcileTaintsThenUndoes(t *testing.T) {
 	if len(n.Spec.Taints) != 1 || n.Spec.Taints[0] != other {
 		t.Errorf("after the notice went away, taints = %+v", n.Spec.Taints)
 	}
-	if _, ok := n.Labels[LabelExcludeFromLB]; ok || n.Labels["keep"] != "label" {
+	if _, ok := n.Labels[record.LabelExcludeFromLB]; ok || n.Labels["keep"] != "label" {
 		t.Errorf("labels = %v", n.Labels)
 	}
 	if len(n.Annotations) != 0 {
@@ -516,7 +516,7 @@ func TestTaintWithoutTimeAddedIsAnchoredWhenFirstSeen(t *testing.T) {
 }
 
 func TestDryRunChangesNothing(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.DryRun = true }, testNode(), testPod("now", 10))
+	h := newHarness(t, func(c *config.Config) { c.DryRun = true }, testNode(), testPod("now", 10))
 	h.notice(t0.Add(time.Minute))
 	h.a.exec.SyncPod(h.ctx, "ns/now")
 	for _, a := range h.client.Actions() {
@@ -693,7 +693,7 @@ func TestWatchingProviderReachesTheNodeWithoutATick(t *testing.T) {
 }
 
 func TestApproveOnceDrained(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.ApproveEvents = true }, testNode(), testPod("p", 5))
+	h := newHarness(t, func(c *config.Config) { c.ApproveEvents = true }, testNode(), testPod("p", 5))
 	wp := &watchingProvider{Fake: h.prov, approved: make(chan providers.Notice, 1)}
 	h.build(wp)
 	h.prov.Set(providers.Notice{Provider: "azure", Kind: providers.KindPreemption, ID: "evt-1", Deadline: t0.Add(time.Minute)})

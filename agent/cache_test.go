@@ -20,16 +20,21 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/reference"
 
+	"github.com/reprieve-dev/reprieve/agent/informer"
 	"github.com/reprieve-dev/reprieve/agent/kube/kubetest"
+	"github.com/reprieve-dev/reprieve/agent/nodefacts"
 	"github.com/reprieve-dev/reprieve/agent/plan"
+	"github.com/reprieve-dev/reprieve/agent/podnotice"
 	"github.com/reprieve-dev/reprieve/agent/pressure"
+	"github.com/reprieve-dev/reprieve/agent/record"
+	"github.com/reprieve-dev/reprieve/agent/volumes"
 	"github.com/reprieve-dev/reprieve/kubelet"
 )
 
 // TestInformersTrimWhatNoOneReads runs the agent's informers on the fake API and checks that
 // the cached node lost managedFields, its images and the attached volumes' list, and kept
 // volumesInUse (the window's summary of released volumes reads it from the cached node), that
-// the cached pod is the trimmed pod (trimPod), and that both kept every field the agent reads.
+// the cached pod is the trimmed pod (informer.TrimPod), and that both kept every field the agent reads.
 func TestInformersTrimWhatNoOneReads(t *testing.T) {
 	managed := []metav1.ManagedFieldsEntry{{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate,
 		FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{}}`)}}}
@@ -50,7 +55,7 @@ func TestInformersTrimWhatNoOneReads(t *testing.T) {
 	}
 	del := metav1.NewTime(t0)
 	p := withGrace(pod(spotToleration(secs(60))), 30)
-	p.Labels, p.Annotations = map[string]string{"app": "a"}, map[string]string{AnnotationEvictAt: "x"}
+	p.Labels, p.Annotations = map[string]string{"app": "a"}, map[string]string{record.AnnotationEvictAt: "x"}
 	p.ManagedFields = managed
 	p.DeletionTimestamp = &del
 	p.Finalizers = []string{"f"}
@@ -59,7 +64,7 @@ func TestInformersTrimWhatNoOneReads(t *testing.T) {
 	p.Spec.Containers = []v1.Container{{Name: "c", Resources: v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceMemory: resource.MustParse("1Gi")}}}}
 	p.Spec.Overhead = v1.ResourceList{v1.ResourceMemory: resource.MustParse("10Mi")}
 	p.Status.PodIP, p.Status.PodIPs = "10.0.0.7", []v1.PodIP{{IP: "10.0.0.7"}}
-	p.Status.Conditions = []v1.PodCondition{{Type: PodConditionInterruption, Status: v1.ConditionTrue}}
+	p.Status.Conditions = []v1.PodCondition{{Type: record.PodConditionInterruption, Status: v1.ConditionTrue}}
 	p.Status.ContainerStatuses = []v1.ContainerStatus{{Name: "c", Ready: true}}
 
 	h := newHarness(t, nil, node, p)
@@ -95,11 +100,11 @@ func TestInformersTrimWhatNoOneReads(t *testing.T) {
 	if !reflect.DeepEqual(gotNode, wantNode) {
 		t.Errorf("cached node lost more than it should:\n got %+v\nwant %+v", gotNode, wantNode)
 	}
-	// The pod keeps what the agent reads (trimPod; TestTrimKeepsWhatEveryUnitReads checks each
+	// The pod keeps what the agent reads (informer.TrimPod; TestTrimKeepsWhatEveryUnitReads checks each
 	// unit's answers): before issue 39 it kept everything but managedFields, and this compared
 	// the whole pod. Finalizers and container statuses are gone now, and the container is the
 	// sum of the requests.
-	wantPod := trimPod(p)
+	wantPod := informer.TrimPod(p)
 	wantPod.ResourceVersion = gotPod.ResourceVersion
 	if !reflect.DeepEqual(gotPod, wantPod) {
 		t.Errorf("cached pod is not the trimmed pod:\n got %+v\nwant %+v", gotPod, wantPod)
@@ -108,7 +113,7 @@ func TestInformersTrimWhatNoOneReads(t *testing.T) {
 		t.Errorf("cached pod kept what no one reads: finalizers %v, container statuses %v", gotPod.Finalizers, gotPod.Status.ContainerStatuses)
 	}
 	// Every field the agent reads that the pod sets, one by one.
-	if gotPod.Labels["app"] != "a" || gotPod.Annotations[AnnotationEvictAt] != "x" || !gotPod.DeletionTimestamp.Equal(&del) ||
+	if gotPod.Labels["app"] != "a" || gotPod.Annotations[record.AnnotationEvictAt] != "x" || !gotPod.DeletionTimestamp.Equal(&del) ||
 		!reflect.DeepEqual(gotPod.OwnerReferences, p.OwnerReferences) || gotPod.Spec.NodeName != nodeName ||
 		*gotPod.Spec.Priority != 7 || !gotPod.Spec.HostNetwork || *gotPod.Spec.TerminationGracePeriodSeconds != 30 ||
 		!reflect.DeepEqual(gotPod.Spec.Tolerations, p.Spec.Tolerations) || !reflect.DeepEqual(gotPod.Spec.Overhead, p.Spec.Overhead) ||
@@ -116,91 +121,6 @@ func TestInformersTrimWhatNoOneReads(t *testing.T) {
 		gotPod.Status.PodIP != "10.0.0.7" || !reflect.DeepEqual(gotPod.Status.PodIPs, p.Status.PodIPs) ||
 		!reflect.DeepEqual(gotPod.Status.Conditions, p.Status.Conditions) || gotPod.Status.Phase != p.Status.Phase {
 		t.Errorf("cached pod lost a field the agent reads:\n got %+v\nfrom %+v", gotPod, p)
-	}
-}
-
-// tenantBulkPod is the pod of issue 39 item 3, in phase: a tenant's 1.3 MiB of annotations,
-// labels, environment and arguments, with every list the cache keeps some of made long
-// (tolerations, volumes, containers, owner references, conditions).
-func tenantBulkPod(phase v1.PodPhase) *v1.Pod {
-	p := withGrace(pod(), 30)
-	p.Status.Phase = phase
-	p.Annotations = map[string]string{"tenant.example/blob": strings.Repeat("a", 250<<10),
-		v1.MirrorPodAnnotationKey: strings.Repeat("m", 4<<10), "kubernetes.io/config.source": strings.Repeat("s", 4<<10),
-		AnnotationEvictAt: strings.Repeat("e", 4<<10)}
-	p.Labels = map[string]string{"app": strings.Repeat("l", 63)}
-	for i := range 2000 {
-		p.Labels[fmt.Sprintf("tenant.example/l%04d", i)] = strings.Repeat("l", 63)
-	}
-	for i := range 200 {
-		p.OwnerReferences = append(p.OwnerReferences, metav1.OwnerReference{APIVersion: "v1", Kind: strings.Repeat("K", 2<<10), Name: fmt.Sprint(i), UID: "u"})
-	}
-	p.OwnerReferences[7].Controller = ptr(true)
-	for i := range 500 {
-		p.Spec.Tolerations = append(p.Spec.Tolerations, tol(fmt.Sprintf("k%d", i), v1.TolerationOpExists, "", v1.TaintEffectNoExecute, nil),
-			tol(fmt.Sprintf("s%d", i), v1.TolerationOpExists, "", v1.TaintEffectNoSchedule, nil))
-	}
-	for i := range 1000 {
-		p.Spec.Volumes = append(p.Spec.Volumes, v1.Volume{Name: fmt.Sprintf("v%d", i), VolumeSource: v1.VolumeSource{
-			ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: strings.Repeat("c", 200)},
-				Items: []v1.KeyToPath{{Key: strings.Repeat("k", 200), Path: "p"}}}}})
-	}
-	for i := range 200 {
-		p.Spec.Containers = append(p.Spec.Containers, v1.Container{Name: fmt.Sprint(i), Image: "registry.example/tenant:1",
-			Args: []string{strings.Repeat("g", 2<<10)}, Env: []v1.EnvVar{{Name: "E", Value: strings.Repeat("e", 2<<10)}},
-			Resources: v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceMemory: resource.MustParse("1Mi"),
-				v1.ResourceCPU: resource.MustParse("1m"), "example.com/widget": resource.MustParse("1")}}})
-	}
-	for i := range 50 {
-		p.Status.Conditions = append(p.Status.Conditions, v1.PodCondition{Type: PodConditionInterruption, Status: v1.ConditionTrue,
-			Message: strings.Repeat("x", 4<<10)}, v1.PodCondition{Type: v1.PodConditionType(fmt.Sprint(i)), Message: strings.Repeat("y", 4<<10)})
-	}
-	p.Status.PodIPs = []v1.PodIP{{IP: "10.0.0.1"}, {IP: "fd00::1"}, {IP: "10.0.0.2"}}
-	return p
-}
-
-// TestTrimBoundsTenantPods: whatever a tenant writes into a pod, the cache keeps a bounded part
-// of it (issue 39 item 3): a running pod under 32 KiB however long its lists, a finished one
-// under 1 KiB; every cut is counted; trimming again changes nothing (the informer may hand the
-// transform an object it already trimmed).
-func TestTrimBoundsTenantPods(t *testing.T) {
-	for _, tc := range []struct {
-		phase v1.PodPhase
-		bound int
-	}{{v1.PodRunning, 32 << 10}, {v1.PodPending, 32 << 10}, {v1.PodFailed, 1 << 10}, {v1.PodSucceeded, 1 << 10}} {
-		p := tenantBulkPod(tc.phase)
-		before := trimCuts.Load()
-		got, err := trimForCache(p.DeepCopy())
-		if err != nil {
-			t.Fatal(err)
-		}
-		trimmed := got.(*v1.Pod)
-		if full, kept := p.Size(), trimmed.Size(); kept > tc.bound {
-			t.Errorf("%s: a pod of %d KiB is kept as %d bytes; want at most %d", tc.phase, full>>10, kept, tc.bound)
-		} else {
-			t.Logf("%s: a pod of %d KiB is kept as %d bytes (protobuf)", tc.phase, full>>10, kept)
-		}
-		if tc.phase == v1.PodRunning || tc.phase == v1.PodPending {
-			if cuts := trimCuts.Load() - before; cuts == 0 {
-				t.Errorf("%s: nothing was counted as cut", tc.phase)
-			}
-			if n := len(trimmed.Spec.Tolerations); n != maxKeptTolerations {
-				t.Errorf("%s: %d tolerations kept; want %d", tc.phase, n, maxKeptTolerations)
-			}
-			if n := len(trimmed.Spec.Volumes); n != maxKeptVolumes {
-				t.Errorf("%s: %d volumes kept; want %d", tc.phase, n, maxKeptVolumes)
-			}
-			if len(trimmed.OwnerReferences) != 1 || trimmed.OwnerReferences[0].Name != "7" || len(trimmed.OwnerReferences[0].Kind) != maxKeptValue {
-				t.Errorf("%s: owner references %d kept; want the controller alone, its kind cut", tc.phase, len(trimmed.OwnerReferences))
-			}
-			if q := trimmed.Spec.Containers[0].Resources.Requests[v1.ResourceMemory]; len(trimmed.Spec.Containers) != 1 || !q.Equal(resource.MustParse("200Mi")) {
-				t.Errorf("%s: containers %d, memory requests %s; want one container requesting the 200Mi of the pod's 200", tc.phase, len(trimmed.Spec.Containers), q.String())
-			}
-		}
-		again, _ := trimForCache(trimmed.DeepCopy())
-		if !reflect.DeepEqual(again, trimmed) {
-			t.Errorf("%s: trimming twice changed the pod:\n once %+v\ntwice %+v", tc.phase, trimmed, again)
-		}
 	}
 }
 
@@ -335,14 +255,14 @@ func TestTrimKeepsWhatEveryUnitReads(t *testing.T) {
 	})
 	add("nth-app", func(p *v1.Pod) { p.Labels = map[string]string{"app": "aws-node-termination-handler"} })
 	warned := func(p *v1.Pod) {
-		p.Annotations = map[string]string{AnnotationEvictAt: "2026-11-29T12:01:00Z", AnnotationReclaimDeadline: "2026-11-29T12:02:00Z"}
-		p.Status.Conditions = []v1.PodCondition{{Type: PodConditionInterruption, Status: v1.ConditionTrue, Reason: "SpotInterruption",
+		p.Annotations = map[string]string{record.AnnotationEvictAt: "2026-11-29T12:01:00Z", record.AnnotationReclaimDeadline: "2026-11-29T12:02:00Z"}
+		p.Status.Conditions = []v1.PodCondition{{Type: record.PodConditionInterruption, Status: v1.ConditionTrue, Reason: "SpotInterruption",
 			Message:            "Eviction planned at 2026-11-29T12:01:00Z with grace 30s; the machine is reclaimed at 2026-11-29T12:02:00Z (an interruption notice)",
 			LastTransitionTime: metav1.NewTime(t0)}}
 	}
 	add("warned", warned)
 	add("warned-finished", func(p *v1.Pod) { warned(p); p.Status.Phase = v1.PodSucceeded })
-	add("warned-long", func(p *v1.Pod) { warned(p); p.Annotations[AnnotationEvictAt] = strings.Repeat("2", 8<<10) })
+	add("warned-long", func(p *v1.Pod) { warned(p); p.Annotations[record.AnnotationEvictAt] = strings.Repeat("2", 8<<10) })
 	add("disrupted", func(p *v1.Pod) {
 		p.Status.Conditions = []v1.PodCondition{{Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: "EvictionByEvictionAPI"}}
 	})
@@ -360,7 +280,7 @@ func TestTrimKeepsWhatEveryUnitReads(t *testing.T) {
 	volumeClient := kubetest.Wrap(volumeObjs)
 	trimmed := make([]*v1.Pod, len(table))
 	for i, p := range table {
-		got, err := trimForCache(p.DeepCopy())
+		got, err := informer.Trim(p.DeepCopy())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -380,8 +300,8 @@ func TestTrimKeepsWhatEveryUnitReads(t *testing.T) {
 		{Deadline: t0.Add(2 * time.Minute), SafetyMargin: 5 * time.Second, Taint: taint, SoftOff: t0.Add(90 * time.Second), ShutdownCut: 20 * time.Second}}
 	filters := []plan.PodFilter{{SelfNamespace: "reprieve", SelfName: "self"}, {EvictDaemonSetPods: true}}
 	now := t0.Add(10 * time.Second)
-	notices := []podWarning{{}, {active: true, reason: "SpotInterruption", evictAt: t0.Add(time.Minute), deadline: t0.Add(2 * time.Minute),
-		message: "Eviction planned at 2026-11-29T12:01:00Z with grace 30s; the machine is reclaimed at 2026-11-29T12:02:00Z (an interruption notice)"}}
+	notices := []podnotice.Warning{{}, {Active: true, Reason: "SpotInterruption", EvictAt: t0.Add(time.Minute), Deadline: t0.Add(2 * time.Minute),
+		Message: "Eviction planned at 2026-11-29T12:01:00Z with grace 30s; the machine is reclaimed at 2026-11-29T12:02:00Z (an interruption notice)"}}
 	disrupted := func(p *v1.Pod) bool { // evict.markDisruptionTarget's test
 		for _, c := range p.Status.Conditions {
 			if c.Type == v1.DisruptionTarget && c.Status == v1.ConditionTrue {
@@ -412,25 +332,25 @@ func TestTrimKeepsWhatEveryUnitReads(t *testing.T) {
 		if !finished {
 			// Of a finished pod's condition only the status and transition time are read
 			// (carries and warningPatch on a withdrawal, compared below).
-			same(name+": interruptionCondition", interruptionCondition(p), interruptionCondition(tp))
+			same(name+": interruptionCondition", podnotice.InterruptionCondition(p), podnotice.InterruptionCondition(tp))
 		}
 		for _, pw := range notices {
-			if finished && pw.active {
+			if finished && pw.Active {
 				continue // a finished pod is only ever withdrawn (warningFor)
 			}
-			same(name+": carries", carries(p, pw), carries(tp, pw))
-			a, _ := warningPatch(p, pw, now)
-			b, _ := warningPatch(tp, pw, now)
+			same(name+": carries", podnotice.Carries(p, pw), podnotice.Carries(tp, pw))
+			a, _ := podnotice.WarningPatch(p, pw, now)
+			b, _ := podnotice.WarningPatch(tp, pw, now)
 			same(name+": warningPatch", string(a), string(b))
 		}
 		if !finished {
 			// The endpoint reads the IPs of unfinished pods only (claimants).
-			same(name+": podIPs", podIPs(p), podIPs(tp))
+			same(name+": podIPs", podnotice.PodIPs(p), podnotice.PodIPs(tp))
 		}
 		// The executor's reader of a pod's volumes (volumes_api.go), on the claims and volumes
 		// the API server would give it.
-		wholeVols, wholeErr := ReadPodVolumes(context.Background(), volumeClient, p)
-		trimVols, trimErr := ReadPodVolumes(context.Background(), volumeClient, tp)
+		wholeVols, wholeErr := volumes.ReadPod(context.Background(), volumeClient, p)
+		trimVols, trimErr := volumes.ReadPod(context.Background(), volumeClient, tp)
 		same(name+": ReadPodVolumes", []any{wholeVols, fmt.Sprint(wholeErr)}, []any{trimVols, fmt.Sprint(trimErr)})
 		if name == "attaching-volumes" && len(wholeVols.Attach) != 5 {
 			t.Errorf("%s: the volumes read %v (%v), want 5 that attach: the comparison must see every kind", name, wholeVols.Attach, wholeErr)
@@ -483,7 +403,7 @@ func TestTrimKeepsWhatEveryUnitReads(t *testing.T) {
 		}
 		return corelisters.NewPodLister(idx)
 	}
-	whole, trim := &noticeAPI{pods: lister(table)}, &noticeAPI{pods: lister(trimmed)}
+	whole, trim := podnotice.NewEndpoint(nil, lister(table), nil, 0), podnotice.NewEndpoint(nil, lister(trimmed), nil, 0)
 	names := func(pods []*v1.Pod) []string {
 		var out []string
 		for _, p := range pods {
@@ -494,10 +414,10 @@ func TestTrimKeepsWhatEveryUnitReads(t *testing.T) {
 	}
 	for _, ip := range []string{"10.0.0.1", "10.0.0.2", "10.0.0.21", "fd00::7", "10.9.9.9"} {
 		a := netip.MustParseAddr(ip)
-		same("the notice endpoint's claimants of "+ip, names(whole.claimants(a)), names(trim.claimants(a)))
+		same("the notice endpoint's claimants of "+ip, names(whole.Claimants(a)), names(trim.Claimants(a)))
 	}
 
 	// Overlaps on the node's pods.
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}
-	same("Overlaps", Overlaps(node, table), Overlaps(node, trimmed))
+	same("Overlaps", nodefacts.Overlaps(node, table), nodefacts.Overlaps(node, trimmed))
 }

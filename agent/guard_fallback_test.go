@@ -5,15 +5,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reprieve-dev/reprieve/agent/evict"
-	"github.com/reprieve-dev/reprieve/agent/metrics"
-
-	"github.com/reprieve-dev/reprieve/agent/plan"
-
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/reprieve-dev/reprieve/agent/evict"
+	"github.com/reprieve-dev/reprieve/agent/metrics"
+	"github.com/reprieve-dev/reprieve/agent/plan"
 )
 
 // TestGuardDownFallsBackToNodeBoundDelete: with the eviction guard unreachable, the API server

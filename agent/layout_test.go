@@ -5,6 +5,7 @@ import (
 	"go/build"
 	"go/parser"
 	"go/token"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,8 +19,24 @@ func TestPackageFloors(t *testing.T) {
 		// The Kubernetes client, under every unit that calls the API server.
 		"kube":    -1,
 		"metrics": 0, "events": 0, "serve": 0, "plan": 0, "notify": 0,
+		// What a Node shows (pure), and the executable's pages (wired by main).
+		"nodefacts": 0, "residency": 0,
 		"record": 1, "evict": 1,
 		"interrupt": 2, "pressure": 2, "guard": 2,
+		// The configuration: flags, defaults and validation, over the values it describes.
+		"config": 2,
+		// The features the wiring assembles, each in its own package.
+		"volumes": 3, "preflight": 3, "informer": 3, "podnotice": 3,
+		"whatif": 4,
+	}
+	dirs, err := filepath.Glob("*/*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dirs {
+		if _, ok := floor[filepath.Dir(d)]; !ok {
+			t.Errorf("agent/%s has no floor here: add it to the table and to docs/design.md", filepath.Dir(d))
+		}
 	}
 	for pkg, f := range floor {
 		p, err := build.ImportDir(filepath.Join(".", pkg), 0)
@@ -92,5 +109,31 @@ func TestMethodsStayTogether(t *testing.T) {
 				t.Errorf("%s: type %s has methods in %d files %v; keep a type's methods in at most two", dir, typ, len(fs), fs)
 			}
 		}
+	}
+}
+
+// TestRootIsWiring: the agent package itself wires the units together and holds no feature of
+// its own (issue 51): a feature gets its own package under agent/, with a floor above.
+func TestRootIsWiring(t *testing.T) {
+	const maxFiles, maxLines = 5, 1000
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n, lines int
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+		lines += strings.Count(string(b), "\n")
+	}
+	if n > maxFiles || lines > maxLines {
+		t.Errorf("agent/ holds %d files and %d lines besides its tests; the wiring is at most %d files and %d lines: give the feature a package of its own",
+			n, lines, maxFiles, maxLines)
 	}
 }

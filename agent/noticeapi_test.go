@@ -10,10 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reprieve-dev/reprieve/agent/events"
-
 	v1 "k8s.io/api/core/v1"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/reprieve-dev/reprieve/agent/config"
+	"github.com/reprieve-dev/reprieve/agent/events"
+	"github.com/reprieve-dev/reprieve/agent/podnotice"
 )
 
 func podWithIP(name, ip string, grace int64, tol ...v1.Toleration) *v1.Pod {
@@ -24,13 +26,13 @@ func podWithIP(name, ip string, grace int64, tol ...v1.Toleration) *v1.Pod {
 }
 
 // ask sends GET path from src to the endpoint and returns the status, the ETag and the answer.
-func ask(t *testing.T, s *noticeAPI, src, path string) (int, string, NoticeAnswer) {
+func ask(t *testing.T, s *podnotice.Endpoint, src, path string) (int, string, podnotice.NoticeAnswer) {
 	t.Helper()
 	req := httptest.NewRequest(http.MethodGet, path, nil)
 	req.RemoteAddr = src + ":40000"
 	rec := httptest.NewRecorder()
-	s.handler().ServeHTTP(rec, req)
-	var a NoticeAnswer
+	s.Handler().ServeHTTP(rec, req)
+	var a podnotice.NoticeAnswer
 	if rec.Code == http.StatusOK {
 		if err := json.Unmarshal(rec.Body.Bytes(), &a); err != nil {
 			t.Fatalf("answer %q: %v", rec.Body.String(), err)
@@ -44,7 +46,7 @@ func TestNoticeAPIAnswersAPodAboutItself(t *testing.T) {
 		podWithIP("job", "10.0.0.5", 30, spotToleration(secs(3600))),
 		podWithIP("other", "10.0.0.6", 30, spotToleration(secs(3600))),
 	)
-	s := &noticeAPI{notices: h.a.podNotice, pods: h.a.podLister, clock: h.clock}
+	s := podnotice.NewEndpoint(h.a.podNotice, h.a.podLister, h.clock, 0)
 	const path = "/v1/pods/ns/job/notice"
 
 	code, before, a := ask(t, s, "10.0.0.5", path)
@@ -91,13 +93,13 @@ func TestNoticeAPIAnswersAPodAboutItself(t *testing.T) {
 
 func TestNoticeAPIWaitReturnsOnChange(t *testing.T) {
 	h := newHarness(t, nil, testNode(), podWithIP("job", "10.0.0.5", 30, spotToleration(secs(3600))))
-	s := &noticeAPI{notices: h.a.podNotice, pods: h.a.podLister, clock: h.clock}
+	s := podnotice.NewEndpoint(h.a.podNotice, h.a.podLister, h.clock, 0)
 	_, etag, _ := ask(t, s, "10.0.0.5", "/v1/pods/ns/job/notice")
 
 	type result struct {
 		code int
 		etag string
-		a    NoticeAnswer
+		a    podnotice.NoticeAnswer
 	}
 	done := make(chan result, 1)
 	go func() {
@@ -117,8 +119,8 @@ func TestNoticeAPIWaitTimesOut(t *testing.T) {
 	h := newHarness(t, nil, testNode(), podWithIP("job", "10.0.0.5", 30))
 	// A clock of its own: the harness's clock always has the workqueues' timers waiting.
 	clk := clocktesting.NewFakeClock(t0)
-	s := &noticeAPI{notices: h.a.podNotice, pods: h.a.podLister, clock: clk}
-	done := make(chan NoticeAnswer, 1)
+	s := podnotice.NewEndpoint(h.a.podNotice, h.a.podLister, clk, 0)
+	done := make(chan podnotice.NoticeAnswer, 1)
 	var code int
 	go func() {
 		c, _, a := ask(t, s, "10.0.0.5", "/v1/pods/ns/job/notice?wait=true&timeout_sec=5")
@@ -150,7 +152,7 @@ func TestNoticeAPIWaitTimesOut(t *testing.T) {
 	for !clk.HasWaiters() {
 		runtime.Gosched()
 	}
-	clk.Step(noticeWaitMax - time.Second)
+	clk.Step(podnotice.WaitMax - time.Second)
 	select {
 	case <-done:
 		t.Fatal("a huge timeout_sec returned before 300 s")
@@ -163,33 +165,22 @@ func TestNoticeAPIWaitTimesOut(t *testing.T) {
 }
 
 func TestNoticeEndpointWithoutPodNoticeWritesNothing(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.PodNotice, c.NoticeBindAddress = false, "127.0.0.1:0" }, testNode(),
+	h := newHarness(t, func(c *config.Config) { c.PodNotice, c.NoticeBindAddress = false, "127.0.0.1:0" }, testNode(),
 		podWithIP("job", "10.0.0.5", 30))
-	s := &noticeAPI{notices: h.a.podNotice, pods: h.a.podLister, clock: h.clock}
+	s := podnotice.NewEndpoint(h.a.podNotice, h.a.podLister, h.clock, 0)
 	h.notice(t0.Add(60 * time.Second))
 	h.syncAll("job")
 	if _, _, a := ask(t, s, "10.0.0.5", "/v1/pods/ns/job/notice"); !a.Notice {
 		t.Errorf("the endpoint without --pod-notice: %+v, want the notice", a)
 	}
-	if n := h.a.podNotice.queue.Len(); n != 0 {
+	if n := h.a.podNotice.Pending(); n != 0 {
 		t.Errorf("%d pod writes queued with --pod-notice=false", n)
-	}
-}
-
-func TestNoticeAPIWaitersBounded(t *testing.T) {
-	h := newHarness(t, nil, testNode(), podWithIP("job", "10.0.0.5", 30))
-	// Every waiting slot taken: a wait is answered at once instead of held.
-	s := &noticeAPI{notices: h.a.podNotice, pods: h.a.podLister, clock: clocktesting.NewFakeClock(t0), waiters: make(chan struct{}, 1)}
-	s.waiters <- struct{}{}
-	code, _, a := ask(t, s, "10.0.0.5", "/v1/pods/ns/job/notice?wait=true")
-	if code != http.StatusOK || a.Notice {
-		t.Errorf("a wait past the bound: %d %+v; want the current answer at once", code, a)
 	}
 }
 
 // waitAsync starts a hanging GET from src in the background and returns once it is either
 // waiting on clk or answered.
-func waitAsync(t *testing.T, s *noticeAPI, clk *clocktesting.FakeClock, src, path string) <-chan int {
+func waitAsync(t *testing.T, s *podnotice.Endpoint, clk *clocktesting.FakeClock, src, path string) <-chan int {
 	t.Helper()
 	before := clk.Waiters()
 	done := make(chan int, 1)
@@ -208,10 +199,10 @@ func waitAsync(t *testing.T, s *noticeAPI, clk *clocktesting.FakeClock, src, pat
 func TestNoticeAPIWaitSlotsPerPod(t *testing.T) {
 	h := newHarness(t, nil, testNode(), podWithIP("job", "10.0.0.5", 30), podWithIP("hog", "10.0.0.6", 30))
 	clk := clocktesting.NewFakeClock(t0)
-	s := &noticeAPI{notices: h.a.podNotice, pods: h.a.podLister, clock: clk, waiters: make(chan struct{}, noticeWaitersMax)}
+	s := podnotice.NewEndpoint(h.a.podNotice, h.a.podLister, clk, podnotice.WaitersMax)
 	const hogPath = "/v1/pods/ns/hog/notice?wait=true&timeout_sec=300"
 	var held []<-chan int
-	for range noticeWaitersMax {
+	for range podnotice.WaitersMax {
 		done := waitAsync(t, s, clk, "10.0.0.6", hogPath)
 		if len(done) == 1 {
 			if code := <-done; code != http.StatusOK {
@@ -231,7 +222,7 @@ func TestNoticeAPIWaitSlotsPerPod(t *testing.T) {
 	default:
 		held = append(held, job)
 	}
-	clk.Step(noticeWaitMax)
+	clk.Step(podnotice.WaitMax)
 	for _, d := range held {
 		<-d
 	}
@@ -244,7 +235,7 @@ func TestNoticeAPISharedIPAnswersNeither(t *testing.T) {
 	h := newHarness(t, nil, testNode(), podWithIP("job", "10.0.0.5", 30), podWithIP("twin", "10.0.0.5", 30))
 	h.notice(t0.Add(120 * time.Second))
 	h.syncAll("job", "twin")
-	s := &noticeAPI{notices: h.a.podNotice, pods: h.a.podLister, clock: h.clock}
+	s := podnotice.NewEndpoint(h.a.podNotice, h.a.podLister, h.clock, 0)
 	for _, name := range []string{"job", "twin"} {
 		if code, _, a := ask(t, s, "10.0.0.5", "/v1/pods/ns/"+name+"/notice"); code != http.StatusNotFound {
 			t.Errorf("%s from the shared IP: %d %+v; want 404", name, code, a)
@@ -264,7 +255,7 @@ func TestNoticeAPISharedIPAnswersNeither(t *testing.T) {
 // alive would let a stranger hold the endpoint's connections (issue 22, item 4).
 func TestNoticeAPIClosesStrangersConnections(t *testing.T) {
 	h := newHarness(t, nil, testNode(), podWithIP("job", "10.0.0.5", 30), podWithIP("other", "10.0.0.6", 30))
-	s := &noticeAPI{notices: h.a.podNotice, pods: h.a.podLister, clock: h.clock}
+	s := podnotice.NewEndpoint(h.a.podNotice, h.a.podLister, h.clock, 0)
 	for _, tc := range []struct{ what, src, path string }{
 		{"an address of no pod", "192.0.2.1", "/v1/pods/ns/job/notice"},
 		{"a neighbour", "10.0.0.6", "/v1/pods/ns/job/notice"},
@@ -273,7 +264,7 @@ func TestNoticeAPIClosesStrangersConnections(t *testing.T) {
 		req := httptest.NewRequest(http.MethodGet, tc.path, nil)
 		req.RemoteAddr = tc.src + ":40000"
 		rec := httptest.NewRecorder()
-		s.handler().ServeHTTP(rec, req)
+		s.Handler().ServeHTTP(rec, req)
 		if rec.Code != http.StatusNotFound || rec.Header().Get("Connection") != "close" {
 			t.Errorf("%s: %d, Connection %q; want 404 and close", tc.what, rec.Code, rec.Header().Get("Connection"))
 		}
@@ -293,7 +284,7 @@ func TestNoticeAPIWaitForgetsADeletedPod(t *testing.T) {
 			h.notice(t0.Add(120 * time.Second))
 			h.syncAll("job")
 			clk := clocktesting.NewFakeClock(t0)
-			s := &noticeAPI{notices: h.a.podNotice, pods: h.a.podLister, clock: clk}
+			s := podnotice.NewEndpoint(h.a.podNotice, h.a.podLister, clk, 0)
 			_, etag, a := ask(t, s, "10.0.0.5", "/v1/pods/ns/job/notice")
 			if !a.Notice {
 				t.Fatalf("before the deletion: %+v, want the notice", a)
@@ -304,7 +295,7 @@ func TestNoticeAPIWaitForgetsADeletedPod(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tc.handler {
-				h.a.podNotice.podDeleted(pod)
+				h.a.podNotice.PodDeleted(pod)
 			} else {
 				clk.Step(60 * time.Second)
 			}
@@ -314,7 +305,7 @@ func TestNoticeAPIWaitForgetsADeletedPod(t *testing.T) {
 					t.Errorf("the wait after the deletion: %d, want 404", code)
 				}
 			case <-time.After(5 * time.Second):
-				clk.Step(noticeWaitMax)
+				clk.Step(podnotice.WaitMax)
 				t.Errorf("the wait did not return when the pod was deleted (answered %d at its timeout)", <-done)
 			}
 		})
@@ -333,7 +324,7 @@ func TestNoticeEndpointListensBeforeReady(t *testing.T) {
 	if err := ln.Close(); err != nil {
 		t.Fatal(err)
 	}
-	h := newHarness(t, func(c *Config) { c.NoticeBindAddress = addr }, testNode())
+	h := newHarness(t, func(c *config.Config) { c.NoticeBindAddress = addr }, testNode())
 	dialed := make(chan error, 1)
 	h.a.onReady = func() {
 		c, err := net.Dial("tcp", addr)

@@ -5,22 +5,22 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reprieve-dev/reprieve/agent/events"
-	"github.com/reprieve-dev/reprieve/agent/plan"
-
-	"github.com/reprieve-dev/reprieve/providers"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/reprieve-dev/reprieve/agent/config"
+	"github.com/reprieve-dev/reprieve/agent/events"
+	"github.com/reprieve-dev/reprieve/agent/plan"
+	"github.com/reprieve-dev/reprieve/providers"
 )
 
 func TestEventsThroughAnInterruption(t *testing.T) {
 	deadline := t0.Add(60 * time.Second)
 	// The NoExecute mode, explicitly (the default is --interruption-eviction=reprieve).
-	h := newHarness(t, func(c *Config) { c.InterruptionEviction = string(plan.EvictionKubeControllerManager) }, testNode(),
+	h := newHarness(t, func(c *config.Config) { c.InterruptionEviction = string(plan.EvictionKubeControllerManager) }, testNode(),
 		testPod("now", 10),
 		testPod("later", 5, spotToleration(secs(20))),
 		testPod("slow", 300),
@@ -124,7 +124,10 @@ func TestWindowSummaryCountsMissedPods(t *testing.T) {
 }
 
 func TestDryRunAnnouncesTheTaintOnce(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.DryRun = true; c.InterruptionEviction = string(plan.EvictionKubeControllerManager) }, testNode())
+	h := newHarness(t, func(c *config.Config) {
+		c.DryRun = true
+		c.InterruptionEviction = string(plan.EvictionKubeControllerManager)
+	}, testNode())
 	h.notice(t0.Add(time.Minute))
 	first := h.drainEvents()
 	if !hasEvent(first, "Normal TaintApplied Dry run: would have added taint cloud=spot:NoExecute") {

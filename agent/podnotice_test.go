@@ -7,10 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reprieve-dev/reprieve/agent/events"
-
-	"github.com/reprieve-dev/reprieve/agent/plan"
-
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -20,51 +16,19 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/reprieve-dev/reprieve/agent/config"
+	"github.com/reprieve-dev/reprieve/agent/events"
+	"github.com/reprieve-dev/reprieve/agent/plan"
+	"github.com/reprieve-dev/reprieve/agent/podnotice"
+	"github.com/reprieve-dev/reprieve/agent/record"
 	"github.com/reprieve-dev/reprieve/providers"
 )
-
-func TestWarningFor(t *testing.T) {
-	deadline := t0.Add(120 * time.Second)
-	w := plan.Window{Deadline: deadline, SafetyMargin: 5 * time.Second}
-	spot := &providers.Notice{Provider: "aws", Kind: providers.KindSpotInterruption}
-	planned := plan.Plan{EvictAt: t0.Add(25 * time.Second), Grace: 90 * time.Second}
-	for _, tc := range []struct {
-		name    string
-		pl      plan.Plan
-		w       plan.Window
-		n       *providers.Notice
-		want    podWarning
-		message string
-	}{
-		{name: "planned", pl: planned, w: w, n: spot,
-			want:    podWarning{active: true, reason: events.ReasonSpotInterruption, evictAt: planned.EvictAt, deadline: deadline},
-			message: "Eviction planned at 2026-11-29T12:00:25Z with grace 1m30s; the machine is reclaimed at 2026-11-29T12:02:00Z (a aws spot-interruption notice)"},
-		{name: "tolerates forever", pl: plan.Plan{Skip: plan.SkipTolerateForever}, w: w,
-			n:       &providers.Notice{Provider: "azure", Kind: providers.KindPreemption},
-			want:    podWarning{active: true, reason: events.ReasonPreemption, deadline: deadline},
-			message: "Not evicted: the pod tolerates the interruption taint forever"},
-		{name: "daemonset pod", pl: plan.Plan{Skip: plan.SkipDaemonSet}, w: w, n: spot},
-		{name: "finished pod", pl: plan.Plan{Skip: plan.SkipFinished}, w: w, n: spot},
-		{name: "no deadline (someone else's NoExecute taint)", pl: planned, w: plan.Window{SafetyMargin: 5 * time.Second}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got := warningFor(tc.pl, tc.w, tc.n)
-			if !strings.HasPrefix(got.message, tc.message) {
-				t.Errorf("message %q, want it to start with %q", got.message, tc.message)
-			}
-			got.message = ""
-			if got != tc.want {
-				t.Errorf("warningFor = %+v, want %+v", got, tc.want)
-			}
-		})
-	}
-}
 
 // drainPodNotice writes every queued warning, as the notifier's workers would.
 func (h *harness) drainPodNotice() {
 	h.t.Helper()
-	for h.a.podNotice.queue.Len() > 0 {
-		h.a.podNotice.next(h.ctx)
+	for h.a.podNotice.Pending() > 0 {
+		h.a.podNotice.Next(h.ctx)
 	}
 }
 
@@ -72,7 +36,7 @@ func (h *harness) warningPatches() []k8stesting.PatchAction {
 	var out []k8stesting.PatchAction
 	for _, a := range h.actions("patch", "pods", "status") {
 		p := a.(k8stesting.PatchAction)
-		if strings.Contains(string(p.GetPatch()), string(PodConditionInterruption)) {
+		if strings.Contains(string(p.GetPatch()), string(record.PodConditionInterruption)) {
 			out = append(out, p)
 		}
 	}
@@ -106,7 +70,7 @@ func TestPodWarningFollowsTheNotice(t *testing.T) {
 	pods := []string{"job", "forever", "ds"}
 	// No notice: nothing to say, nothing queued.
 	h.syncAll(pods...)
-	if n := h.a.podNotice.queue.Len(); n != 0 {
+	if n := h.a.podNotice.Pending(); n != 0 {
 		t.Fatalf("%d pods queued without a notice", n)
 	}
 
@@ -119,24 +83,24 @@ func TestPodWarningFollowsTheNotice(t *testing.T) {
 	}
 	job := h.pod("job")
 	// The 90 s grace must end 5 s before the deadline: evicted at t0+25s.
-	if got := job.Annotations[AnnotationEvictAt]; got != "2026-11-29T12:00:25Z" {
+	if got := job.Annotations[record.AnnotationEvictAt]; got != "2026-11-29T12:00:25Z" {
 		t.Errorf("job evict-at %q, want 2026-11-29T12:00:25Z", got)
 	}
-	if got := job.Annotations[AnnotationReclaimDeadline]; got != "2026-11-29T12:02:00Z" {
+	if got := job.Annotations[record.AnnotationReclaimDeadline]; got != "2026-11-29T12:02:00Z" {
 		t.Errorf("job reclaim-deadline %q", got)
 	}
-	c := interruptionCondition(job)
+	c := podnotice.InterruptionCondition(job)
 	if c == nil || c.Status != v1.ConditionTrue || c.Reason != events.ReasonSpotInterruption || !c.LastTransitionTime.Time.Equal(t0) {
 		t.Fatalf("job condition %+v, want True, %s, since t0", c, events.ReasonSpotInterruption)
 	}
 	forever := h.pod("forever")
-	if _, ok := forever.Annotations[AnnotationEvictAt]; ok || forever.Annotations[AnnotationReclaimDeadline] != "2026-11-29T12:02:00Z" {
+	if _, ok := forever.Annotations[record.AnnotationEvictAt]; ok || forever.Annotations[record.AnnotationReclaimDeadline] != "2026-11-29T12:02:00Z" {
 		t.Errorf("forever annotations %v, want only the deadline", forever.Annotations)
 	}
-	if c := interruptionCondition(forever); c == nil || c.Status != v1.ConditionTrue || !strings.HasPrefix(c.Message, "Not evicted") {
+	if c := podnotice.InterruptionCondition(forever); c == nil || c.Status != v1.ConditionTrue || !strings.HasPrefix(c.Message, "Not evicted") {
 		t.Errorf("forever condition %+v", c)
 	}
-	if len(h.pod("ds").Annotations) != 0 || interruptionCondition(h.pod("ds")) != nil {
+	if len(h.pod("ds").Annotations) != 0 || podnotice.InterruptionCondition(h.pod("ds")) != nil {
 		t.Errorf("the DaemonSet pod was warned")
 	}
 
@@ -156,10 +120,10 @@ func TestPodWarningFollowsTheNotice(t *testing.T) {
 	h.syncAll(pods...)
 	h.drainPodNotice()
 	job = h.pod("job")
-	if got := job.Annotations[AnnotationEvictAt]; got != "2026-11-29T12:00:05Z" {
+	if got := job.Annotations[record.AnnotationEvictAt]; got != "2026-11-29T12:00:05Z" {
 		t.Errorf("job evict-at after the re-plan %q, want 2026-11-29T12:00:05Z (100 s less the 5 s margin and the 90 s grace)", got)
 	}
-	if c := interruptionCondition(job); c == nil || !strings.Contains(c.Message, "2026-11-29T12:01:40Z") || !c.LastTransitionTime.Time.Equal(t0) {
+	if c := podnotice.InterruptionCondition(job); c == nil || !strings.Contains(c.Message, "2026-11-29T12:01:40Z") || !c.LastTransitionTime.Time.Equal(t0) {
 		t.Errorf("job condition after the re-plan %+v, want the new deadline and the first transition time", c)
 	}
 
@@ -171,13 +135,13 @@ func TestPodWarningFollowsTheNotice(t *testing.T) {
 	h.drainPodNotice()
 	for _, name := range []string{"job", "forever"} {
 		p := h.pod(name)
-		if _, ok := p.Annotations[AnnotationEvictAt]; ok {
-			t.Errorf("%s still has %s", name, AnnotationEvictAt)
+		if _, ok := p.Annotations[record.AnnotationEvictAt]; ok {
+			t.Errorf("%s still has %s", name, record.AnnotationEvictAt)
 		}
-		if _, ok := p.Annotations[AnnotationReclaimDeadline]; ok {
-			t.Errorf("%s still has %s", name, AnnotationReclaimDeadline)
+		if _, ok := p.Annotations[record.AnnotationReclaimDeadline]; ok {
+			t.Errorf("%s still has %s", name, record.AnnotationReclaimDeadline)
 		}
-		c := interruptionCondition(p)
+		c := podnotice.InterruptionCondition(p)
 		if c == nil || c.Status != v1.ConditionFalse || c.Reason != events.ReasonNoticeWithdrawn || !c.LastTransitionTime.Time.Equal(t0.Add(11*time.Second)) {
 			t.Errorf("%s condition after the withdrawal %+v, want False, %s, now", name, c, events.ReasonNoticeWithdrawn)
 		}
@@ -204,18 +168,18 @@ func TestPodWarningRetriedUntilWritten(t *testing.T) {
 	h.notice(t0.Add(60 * time.Second))
 	h.syncAll("job")
 	n := h.a.podNotice
-	if !n.next(h.ctx) {
+	if !n.Next(h.ctx) {
 		t.Fatal("queue shut down")
 	}
 	// Not lost: back in the queue with a backoff.
-	if got := n.queue.NumRequeues("ns/job"); got != 1 {
+	if got := n.Requeues("ns/job"); got != 1 {
 		t.Fatalf("requeues after a failed write = %d, want 1", got)
 	}
 	fail = false
-	if err := n.sync(h.ctx, "ns/job"); err != nil {
+	if err := n.Sync(h.ctx, "ns/job"); err != nil {
 		t.Fatal(err)
 	}
-	if c := interruptionCondition(h.pod("job")); c == nil || c.Status != v1.ConditionTrue {
+	if c := podnotice.InterruptionCondition(h.pod("job")); c == nil || c.Status != v1.ConditionTrue {
 		t.Errorf("condition after the retry %+v, want True", c)
 	}
 	for result, want := range map[string]float64{"failed": 1, "written": 1} {
@@ -229,17 +193,17 @@ func TestPodWarningSkipsWhatThePodAlreadyCarries(t *testing.T) {
 	// An agent restarted during a notice finds the warning it wrote: it writes nothing.
 	deadline := t0.Add(60 * time.Second)
 	pod := testPod("job", 10)
-	pod.Annotations = map[string]string{AnnotationEvictAt: rfc3339(t0), AnnotationReclaimDeadline: rfc3339(deadline)}
-	pw := warningFor(plan.Plan{EvictAt: t0, Grace: 10 * time.Second}, plan.Window{Deadline: deadline, SafetyMargin: 5 * time.Second},
+	pod.Annotations = map[string]string{record.AnnotationEvictAt: rfc3339(t0), record.AnnotationReclaimDeadline: rfc3339(deadline)}
+	pw := podnotice.WarningFor(plan.Plan{EvictAt: t0, Grace: 10 * time.Second}, plan.Window{Deadline: deadline, SafetyMargin: 5 * time.Second},
 		&providers.Notice{Provider: "aws", Kind: providers.KindSpotInterruption})
-	pod.Status.Conditions = []v1.PodCondition{{Type: PodConditionInterruption, Status: v1.ConditionTrue, Reason: pw.reason, Message: pw.message}}
+	pod.Status.Conditions = []v1.PodCondition{{Type: record.PodConditionInterruption, Status: v1.ConditionTrue, Reason: pw.Reason, Message: pw.Message}}
 	h := newHarness(t, nil, testNode(), pod)
 	h.notice(deadline)
 	h.syncAll("job")
-	if n := h.a.podNotice.queue.Len(); n != 0 {
+	if n := h.a.podNotice.Pending(); n != 0 {
 		t.Errorf("%d writes queued for a pod that carries its warning", n)
 	}
-	if !carries(pod, pw) {
+	if !podnotice.Carries(pod, pw) {
 		t.Errorf("carries = false for the pod's own warning")
 	}
 }
@@ -259,7 +223,7 @@ func TestPodWarningNotWrittenToASuccessor(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.syncStores()
-	if err := h.a.podNotice.sync(h.ctx, "ns/job"); err != nil {
+	if err := h.a.podNotice.Sync(h.ctx, "ns/job"); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(h.warningPatches()); n != 0 {
@@ -268,7 +232,7 @@ func TestPodWarningNotWrittenToASuccessor(t *testing.T) {
 }
 
 func TestPodNoticeOff(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.PodNotice = false }, testNode(), testPod("job", 10))
+	h := newHarness(t, func(c *config.Config) { c.PodNotice = false }, testNode(), testPod("job", 10))
 	h.notice(t0.Add(60 * time.Second))
 	h.syncAll("job")
 	if h.a.podNotice != nil || len(h.warningPatches()) != 0 {
@@ -280,10 +244,10 @@ func TestPodNotifierRunStops(t *testing.T) {
 	h := newHarness(t, nil, testNode())
 	ctx, cancel := context.WithCancel(h.ctx)
 	done := make(chan struct{})
-	go func() { defer close(done); h.a.podNotice.run(ctx) }()
+	go func() { defer close(done); h.a.podNotice.Run(ctx) }()
 	cancel()
 	<-done
-	if !h.a.podNotice.queue.ShuttingDown() {
+	if !h.a.podNotice.ShuttingDown() {
 		t.Errorf("the queue is still open after run returned")
 	}
 }
@@ -299,12 +263,12 @@ func TestPodWarningWaitsOutTheServersThrottling(t *testing.T) {
 	}
 	h.notice(t0.Add(120 * time.Second))
 	h.syncAll("web") // its eviction is throttled: the agent pauses for 3 s at least
-	if h.a.podNotice.queue.Len() == 0 {
+	if h.a.podNotice.Pending() == 0 {
 		t.Fatal("no warning queued at the notice")
 	}
 	entered := make(chan struct{}, 1)
-	if turn := h.a.podNotice.turn; turn != nil {
-		h.a.podNotice.turn = func(ctx context.Context) (func(error), error) {
+	if turn := h.a.podNotice.Turn; turn != nil {
+		h.a.podNotice.Turn = func(ctx context.Context) (func(error), error) {
 			entered <- struct{}{}
 			return turn(ctx)
 		}
@@ -332,3 +296,6 @@ func TestPodWarningWaitsOutTheServersThrottling(t *testing.T) {
 		t.Fatalf("%d warnings written after the pause, want 1", n)
 	}
 }
+
+// rfc3339 writes t as the pods' warning annotations carry it (podnotice).
+func rfc3339(t time.Time) string { return t.UTC().Format(time.RFC3339) }

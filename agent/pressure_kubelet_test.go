@@ -13,8 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/pressure"
-	"github.com/reprieve-dev/reprieve/agent/pressure/replay"
 	"github.com/reprieve-dev/reprieve/kubelet"
 )
 
@@ -26,8 +26,8 @@ const giB = int64(1) << 30
 // derivedPressure is pressureConfig with reprieve's thresholds derived from the kubelet's (hard
 // plus the 5% headroom), as the chart runs it, and kubeletYAML (if any) as the kubelet's
 // configuration file.
-func derivedPressure(t *testing.T, kubeletYAML string) func(*Config) {
-	return func(c *Config) {
+func derivedPressure(t *testing.T, kubeletYAML string) func(*config.Config) {
+	return func(c *config.Config) {
 		pressureConfig(t)(c)
 		c.PressureThresholds = ""
 		c.PressureMinimumReclaim = ""
@@ -261,21 +261,5 @@ func TestPressureRanksWhereTheThresholdIsMet(t *testing.T) {
 	}
 	if leak > 7 {
 		t.Fatalf("leak evicted when it used %.1f GiB, more than big: ranked on the usage of now would pick it too", leak)
-	}
-}
-
-// The replay (agent/pressure/replay) runs the series as the chart runs reprieve: its defaults
-// are the agent's.
-func TestReplayOptionsAreTheAgentDefaults(t *testing.T) {
-	cfg := DefaultConfig()
-	o := replay.DefaultOptions()
-	headroom, err := parsePercent(cfg.PressureHeadroom)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if o.Interval != cfg.PressureInterval || o.TransitionPeriod != cfg.PressureTransitionPeriod || o.TrendWindow != cfg.PressureTrendWindow ||
-		o.SafetyMargin != cfg.SafetyMargin || o.Headroom != headroom {
-		t.Fatalf("replay options %+v, the agent's %v %v %v %v %v", o, cfg.PressureInterval, cfg.PressureTransitionPeriod,
-			cfg.PressureTrendWindow, cfg.SafetyMargin, headroom)
 	}
 }

@@ -6,30 +6,30 @@ import (
 	"net"
 	"os"
 	"strconv"
-	"strings"
-	"sync"
 
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/metrics"
 	"github.com/reprieve-dev/reprieve/agent/pressure"
 	"github.com/reprieve-dev/reprieve/kubelet"
-	v1 "k8s.io/api/core/v1"
-	"k8s.io/klog/v2"
 )
 
-// PressureThresholds reads what the levels are computed from: reprieve's thresholds from the
-// flags and the kubelet's from its configuration (KubeletConfig). A flag that does not parse is
-// err; a kubelet configuration that cannot be read or parsed is kubeletErr (the thresholds then
-// hold the kubelet's defaults), which turns only the pressure handling off. A configuration not
-// found is no error: kc.Found is false, the thresholds hold the kubelet's defaults, and the
-// caller says that they are assumed.
-func PressureThresholds(cfg Config) (t pressure.Thresholds, kc kubelet.Config, kubeletErr, err error) {
+// PressureThresholds is what the levels are computed from: reprieve's thresholds from the flags
+// and the kubelet's from its configuration (kr). A flag that does not parse is err; a kubelet
+// configuration that could not be read or parsed is kubeletErr (the thresholds then hold the
+// kubelet's defaults), which turns only the pressure handling off. A configuration not found is
+// no error: kc.Found is false, the thresholds hold the kubelet's defaults, and the caller says
+// that they are assumed.
+func PressureThresholds(cfg config.Config, kr kubelet.ConfigRead) (t pressure.Thresholds, kc kubelet.Config, kubeletErr, err error) {
 	explicit, headroom, reclaim, err := cfg.PressureThresholdsOf()
 	if err != nil {
 		return t, kc, nil, err
 	}
-	kc, kubeletErr = KubeletConfig(cfg)
-	if kubeletErr != nil {
-		kubeletErr = fmt.Errorf("reading the kubelet's eviction thresholds: %w", kubeletErr)
+	kc = kr.Config
+	if kr.Err != nil {
+		kubeletErr = fmt.Errorf("reading the kubelet's eviction thresholds: %w", kr.Err)
 		def := kubelet.DefaultConfig()
 		kc.Hard, kc.EnforcePodsAllocatable = def.Hard, def.EnforcePodsAllocatable
 		kc.ImageGCHighThresholdPercent, kc.ImageGCLowThresholdPercent = def.ImageGCHighThresholdPercent, def.ImageGCLowThresholdPercent
@@ -37,69 +37,18 @@ func PressureThresholds(cfg Config) (t pressure.Thresholds, kc kubelet.Config, k
 	return pressure.ThresholdsFrom(kc, explicit, headroom, reclaim), kc, kubeletErr, nil
 }
 
-// KubeletConfig reads the kubelet's configuration where the flags say: --kubelet-config and
-// --kubelet-config-dir under --host-root, or the first known location found
-// (kubelet.FindConfig). The copies of a validated Config share one read, so that the
-// interruption plan (the graceful node shutdown) and the pressure loop (the thresholds) see the
-// same file, read once; a Config never validated reads it at each call.
-func KubeletConfig(cfg Config) (kubelet.Config, error) {
-	l := kubelet.Lookup{HostRoot: cfg.HostRoot, Path: cfg.KubeletConfig, DropInDir: cfg.KubeletConfigDir}
-	if cfg.kubelet == nil {
-		return kubelet.FindConfig(l)
-	}
-	return cfg.kubelet.get(l)
-}
-
-// kubeletRead is the shared read of KubeletConfig, and whether it has been reported.
-type kubeletRead struct {
-	mu     sync.Mutex
-	done   bool
-	lookup kubelet.Lookup
-	kc     kubelet.Config
-	err    error
-	// reported is set once the agent has logged the read (reportKubeletConfig).
-	reported bool
-}
-
-// get reads the configuration on the first call, and again only if the lookup changed (a Config
-// edited after Validate).
-func (r *kubeletRead) get(l kubelet.Lookup) (kubelet.Config, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !r.done || r.lookup != l {
-		r.kc, r.err = kubelet.FindConfig(l)
-		r.done, r.lookup = true, l
-	}
-	return r.kc, r.err
-}
-
-// firstReport says whether this is the first report of the read (always true without one).
-func (r *kubeletRead) firstReport() bool {
-	if r == nil {
-		return true
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	first := !r.reported
-	r.reported = true
-	return first
-}
-
-// reportKubeletConfig says what the agent of cfg read of the kubelet's configuration
-// (KubeletConfig): the metric reprieve_kubelet_config_known, and once a log line; an unknown one
-// as an error with the paths tried and the fix. The pressure loop's start records the node's
+// reportKubeletConfig says what the agent read of the kubelet's configuration (kr): the metric
+// reprieve_kubelet_config_known, and a log line; an unknown one as an error with the paths tried
+// and the fix. New calls it once. The pressure loop's start records the node's
 // KubeletConfigUnknown event.
-func reportKubeletConfig(m *metrics.Metrics, cfg Config) {
-	kc, err := KubeletConfig(cfg)
+func reportKubeletConfig(m *metrics.Metrics, kr kubelet.ConfigRead) {
+	kc, err := kr.Config, kr.Err
 	known := 0.0
-	if err == nil && kc.Found {
+	if kr.Known() {
 		known = 1
 	}
 	m.KubeletConfigKnown.Reset()
 	m.KubeletConfigKnown.WithLabelValues(kc.Path).Set(known)
-	if !cfg.kubelet.firstReport() {
-		return
-	}
 	logger := klog.Background()
 	switch {
 	case err != nil:
@@ -118,15 +67,6 @@ func reportKubeletConfig(m *metrics.Metrics, cfg Config) {
 const KubeletConfigFix = "set --kubelet-config (the chart's pressure.kubeletConfig) to the kubelet's --config file, " +
 	"and --kubelet-config-dir to its --config-dir if it has one, and mount that path under --host-root"
 
-// kubeletLocations lists the known locations of the kubelet's configuration, for the flag's help.
-func kubeletLocations() string {
-	var s []string
-	for _, l := range kubelet.Locations {
-		s = append(s, l.Path+" ("+l.Platform+")")
-	}
-	return strings.Join(s, ", ")
-}
-
 // NewPressureSource builds the source --pressure-source names. For the Summary API without
 // --kubelet-summary-url, node gives the kubelet's address. It also returns what it reads from.
 //
@@ -137,8 +77,8 @@ func kubeletLocations() string {
 // answers with its limit (RBAC nodes/stats, its port and certificate as for
 // --pressure-source=summary), pid_max and threads-max are read as before, and the reason is
 // logged once.
-func NewPressureSource(cfg Config, node *v1.Node) (kubelet.Source, string, error) {
-	if cfg.PressureSource == PressureSourceHost {
+func NewPressureSource(cfg config.Config, node *v1.Node) (kubelet.Source, string, error) {
+	if cfg.PressureSource == config.PressureSourceHost {
 		// PodUsage: each pod's working set and process count from the pods' cgroups, read-only
 		// from the /sys/fs/cgroup the chart mounts, so that pods rank as the kubelet ranks them.
 		h := &kubelet.HostSource{Root: cfg.HostRoot, KubeletRootDir: cfg.KubeletRootDir, ImageFsDir: cfg.ImageFsDir, PodUsage: true}
@@ -173,7 +113,7 @@ var inHostPIDNamespace = func() bool {
 
 // summarySource is the client of the kubelet's Summary API at --kubelet-summary-url or the
 // node's address.
-func summarySource(cfg Config, node *v1.Node) (*kubelet.SummarySource, string, error) {
+func summarySource(cfg config.Config, node *v1.Node) (*kubelet.SummarySource, string, error) {
 	url := cfg.KubeletSummaryURL
 	if url == "" {
 		if node == nil {

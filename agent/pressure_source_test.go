@@ -12,6 +12,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/kubelet"
 )
 
@@ -71,8 +72,8 @@ func TestHostSourcePIDLimitFromKubelet(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			defer func(f func() bool) { inHostPIDNamespace = f }(inHostPIDNamespace)
 			inHostPIDNamespace = func() bool { return tt.hostNS }
-			cfg := DefaultConfig()
-			cfg.PressureSource, cfg.HostRoot, cfg.KubeletSummaryURL = PressureSourceHost, root, tt.url
+			cfg := config.DefaultConfig()
+			cfg.PressureSource, cfg.HostRoot, cfg.KubeletSummaryURL = config.PressureSourceHost, root, tt.url
 			src, from, err := NewPressureSource(cfg, tt.node)
 			if err != nil {
 				t.Fatal(err)

@@ -10,11 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reprieve-dev/reprieve/agent/events"
-
-	"github.com/reprieve-dev/reprieve/agent/plan"
-
-	"github.com/reprieve-dev/reprieve/agent/record"
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -23,6 +18,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/reprieve-dev/reprieve/agent/config"
+	"github.com/reprieve-dev/reprieve/agent/events"
+	"github.com/reprieve-dev/reprieve/agent/plan"
+	"github.com/reprieve-dev/reprieve/agent/record"
 	"github.com/reprieve-dev/reprieve/kubelet"
 )
 
@@ -39,10 +38,10 @@ func (s *scriptedSource) memory(availMi int64) {
 	s.err = nil
 }
 
-func pressureConfig(t *testing.T) func(*Config) {
-	return func(c *Config) {
-		c.PressureSource = PressureSourceHost // the scripted source stands in for the host
-		c.HostRoot = t.TempDir()              // no kubelet config there: the kubelet's defaults (memory.available<100Mi)
+func pressureConfig(t *testing.T) func(*config.Config) {
+	return func(c *config.Config) {
+		c.PressureSource = config.PressureSourceHost // the scripted source stands in for the host
+		c.HostRoot = t.TempDir()                     // no kubelet config there: the kubelet's defaults (memory.available<100Mi)
 		c.PressureThresholds = "memory.available<1Gi"
 		c.PressureMinimumReclaim = "memory.available=100Mi"
 		c.PressureTransitionPeriod = 30 * time.Second
@@ -209,7 +208,7 @@ func TestPressureTaintSurvivesRestart(t *testing.T) {
 	n := testNode()
 	added := metav1.NewTime(t0.Add(-time.Minute))
 	n.Spec.Taints = []v1.Taint{{Key: "reprieve.io/memory-pressure", Value: "true", Effect: v1.TaintEffectNoSchedule, TimeAdded: &added}}
-	n.Annotations = map[string]string{AnnotationOwned: `{"taints":["reprieve.io/memory-pressure:NoSchedule"]}`}
+	n.Annotations = map[string]string{record.AnnotationOwned: `{"taints":["reprieve.io/memory-pressure:NoSchedule"]}`}
 	h := newHarness(t, pressureConfig(t), n)
 	h.src.memory(2048)
 	if err := h.a.startPressure(h.ctx); err != nil {
@@ -278,7 +277,7 @@ func diskSample(availGi int64, dedicated bool) kubelet.Sample {
 // image garbage collection (reprieve only taints); with a dedicated imagefs, reprieve evicts.
 func TestDiskPressureEvictsOnlyWithDedicatedImageFs(t *testing.T) {
 	for _, dedicated := range []bool{false, true} {
-		h := newHarness(t, func(c *Config) {
+		h := newHarness(t, func(c *config.Config) {
 			pressureConfig(t)(c)
 			c.PressureThresholds = "nodefs.available<20%"
 		}, testNode(), pressurePod("web", 30))
@@ -388,7 +387,7 @@ func TestBadKubeletConfigTurnsPressureOffOnly(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, "var", "lib", "kubelet", "config.yaml"), []byte(bad), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	h := newHarness(t, func(c *Config) { pressureConfig(t)(c); c.HostRoot = root }, testNode())
+	h := newHarness(t, func(c *config.Config) { pressureConfig(t)(c); c.HostRoot = root }, testNode())
 	err := h.a.startPressure(h.ctx)
 	if err == nil || !strings.Contains(err.Error(), "NaN%") {
 		t.Fatalf("startPressure: %v, want the bad value quoted", err)
@@ -441,7 +440,7 @@ func TestPressureLeadCoversLateReadings(t *testing.T) {
 // away: 14.25 s.
 func TestPressureLeadCoversASteepeningTrend(t *testing.T) {
 	for _, threshold := range []string{"1Gi", "2Gi"} {
-		h := newHarness(t, func(c *Config) {
+		h := newHarness(t, func(c *config.Config) {
 			pressureConfig(t)(c)
 			c.PressureThresholds = "memory.available<" + threshold
 		}, testNode(), pressurePod("agent-ds", 3))

@@ -17,6 +17,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/record"
 	"github.com/reprieve-dev/reprieve/providers"
 	"github.com/reprieve-dev/reprieve/providers/providertest"
@@ -67,8 +68,8 @@ func TestRestartWithAPartialAnswerKeepsTheInterruption(t *testing.T) {
 	p1.Set(spotN, rebal)
 	first.step()
 	before := first.node()
-	if len(before.Spec.Taints) != 2 || before.Annotations[AnnotationInterruption] == "" {
-		t.Fatalf("first agent: taints %+v, record %q", before.Spec.Taints, before.Annotations[AnnotationInterruption])
+	if len(before.Spec.Taints) != 2 || before.Annotations[record.AnnotationInterruption] == "" {
+		t.Fatalf("first agent: taints %+v, record %q", before.Spec.Taints, before.Annotations[record.AnnotationInterruption])
 	}
 
 	// Six seconds later a new process: the rebalance and scheduled sources answer, the spot
@@ -83,7 +84,7 @@ func TestRestartWithAPartialAnswerKeepsTheInterruption(t *testing.T) {
 	if spot == nil || !spot.TimeAdded.Equal(taintOf(before, "cloud").TimeAdded) {
 		t.Fatalf("interruption taint after the restart = %+v, want it kept with timeAdded %v", spot, taintOf(before, "cloud").TimeAdded)
 	}
-	if after.Annotations[AnnotationReclaimDeadline] != before.Annotations[AnnotationReclaimDeadline] || after.Labels[LabelExcludeFromLB] != "true" {
+	if after.Annotations[record.AnnotationReclaimDeadline] != before.Annotations[record.AnnotationReclaimDeadline] || after.Labels[record.LabelExcludeFromLB] != "true" {
 		t.Fatalf("annotations %v labels %v after the restart", after.Annotations, after.Labels)
 	}
 	if v := h.a.exec.View(); !v.Window.Deadline.Equal(deadline) {
@@ -119,7 +120,7 @@ func azurePreempted(t *testing.T, deadline time.Time) *harness {
 	t.Helper()
 	preempt := providers.Notice{Provider: "azure", Source: "scheduledevents", Kind: providers.KindPreemption, ID: "evt-1",
 		NoticeTime: t0, Deadline: deadline, Action: "Preempt"}
-	first := newHarness(t, func(c *Config) { c.Provider = "azure" }, testNode())
+	first := newHarness(t, func(c *config.Config) { c.Provider = "azure" }, testNode())
 	p1 := providertest.NewWithSources("azure", "scheduledevents")
 	p1.SetAnswered("scheduledevents", true)
 	first.build(p1)
@@ -140,7 +141,7 @@ func TestRestartWhileAzureFirstCallIsOutstanding(t *testing.T) {
 	h := restarted(t, first, t0.Add(10*time.Second), pending)
 	h.step()
 	after := h.node()
-	if taintOf(after, "cloud") == nil || after.Annotations[AnnotationReclaimDeadline] != before.Annotations[AnnotationReclaimDeadline] {
+	if taintOf(after, "cloud") == nil || after.Annotations[record.AnnotationReclaimDeadline] != before.Annotations[record.AnnotationReclaimDeadline] {
 		t.Fatalf("taints %+v annotations %v while the first call is outstanding: want both kept", after.Spec.Taints, after.Annotations)
 	}
 	if v := h.a.exec.View(); !v.Window.Deadline.Equal(deadline) {
@@ -168,7 +169,7 @@ func TestRestartKeepsAFirstSeenDeadline(t *testing.T) {
 				return providers.Notice{Provider: "gcp", Source: tc.source, Kind: tc.kind, ID: id, NoticeTime: at,
 					Deadline: at.Add(tc.lead), Action: "terminate", FromFirstSeen: true}
 			}
-			cfg := func(c *Config) { c.Provider = "gcp" }
+			cfg := func(c *config.Config) { c.Provider = "gcp" }
 			first := newHarness(t, cfg, testNode())
 			p1 := providertest.NewWithSources("gcp", tc.source)
 			p1.SetAnswered(tc.source, true)
@@ -195,7 +196,7 @@ func TestRestartKeepsAFirstSeenDeadline(t *testing.T) {
 				t.Fatalf("deadline after the restart %v, want %v (the first sight plus %v)", v.Window.Deadline, t0.Add(tc.lead), tc.lead)
 			}
 			after := h.node()
-			if taintOf(after, "cloud") == nil || after.Annotations[AnnotationReclaimDeadline] != before.Annotations[AnnotationReclaimDeadline] {
+			if taintOf(after, "cloud") == nil || after.Annotations[record.AnnotationReclaimDeadline] != before.Annotations[record.AnnotationReclaimDeadline] {
 				t.Fatalf("taints %+v annotations %v after the restart: want the interruption kept", after.Spec.Taints, after.Annotations)
 			}
 		})
@@ -297,7 +298,7 @@ func TestStopWaitsForTheVolumeCount(t *testing.T) {
 			node.Status.VolumesInUse = []v1.UniqueVolumeName{vol}
 			db := testPod("db", 5, spotToleration(secs(600)))
 			db.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "data-db"}}}}
-			h := newHarness(t, func(c *Config) { c.VolumeRelease = "16s" }, node, db)
+			h := newHarness(t, func(c *config.Config) { c.VolumeRelease = "16s" }, node, db)
 			h.notice(t0.Add(40 * time.Second)) // window end t0+35s
 			h.a.exec.SyncPod(h.ctx, "ns/db")   // planned with the volume rule: its volumes are read
 			h.drainEvents()
@@ -342,7 +343,7 @@ func TestStopWaitsForTheVolumeCount(t *testing.T) {
 // TestStopThenTheDeadlineMovesLater (case 7): after SIGTERM, a deadline that moves later, past
 // --stop-grace, stops the agent at once instead of keeping it past its pod's grace.
 func TestStopThenTheDeadlineMovesLater(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.StopGrace = 60 * time.Second }, testNode())
+	h := newHarness(t, func(c *config.Config) { c.StopGrace = 60 * time.Second }, testNode())
 	h.notice(t0.Add(40 * time.Second))
 	parent, cancel := context.WithCancel(h.ctx)
 	cancel()
@@ -479,7 +480,7 @@ func TestRestartPlansFromTheRecordBeforeAskingTheCloud(t *testing.T) {
 		default:
 		}
 	}}
-	fresh = newHarness(t, func(c *Config) { c.Provider = "azure" }, testNode())
+	fresh = newHarness(t, func(c *config.Config) { c.Provider = "azure" }, testNode())
 	fresh.build(fp)
 	ctx, cancel = context.WithCancel(context.Background())
 	go func() { done <- fresh.a.Run(ctx) }()

@@ -15,9 +15,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reprieve-dev/reprieve/agent/serve"
-
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/reprieve-dev/reprieve/agent/config"
+	"github.com/reprieve-dev/reprieve/agent/podnotice"
+	"github.com/reprieve-dev/reprieve/agent/serve"
 )
 
 // The tests below open real loopback connections from distinct 127.0.0.x source addresses
@@ -79,7 +81,7 @@ func request(t *testing.T, c net.Conn, path string) int {
 // metrics server had only ReadHeaderTimeout, so an idle kept-alive connection stayed open for
 // ever, and a header could grow to 1 MiB.
 func TestMetricsServerBoundsEveryConnection(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.MetricsBindAddress = "127.0.0.1:0" }, testNode())
+	h := newHarness(t, func(c *config.Config) { c.MetricsBindAddress = "127.0.0.1:0" }, testNode())
 	srv := h.a.metricsServer()
 	if srv.ReadHeaderTimeout <= 0 || srv.ReadTimeout <= 0 || srv.WriteTimeout <= 0 || srv.IdleTimeout <= 0 {
 		t.Errorf("timeouts: header %v, read %v, write %v, idle %v; want each set", srv.ReadHeaderTimeout, srv.ReadTimeout, srv.WriteTimeout, srv.IdleTimeout)
@@ -103,7 +105,7 @@ func serveMetrics(t *testing.T, h *harness) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { _ = srv.Serve(metricsListener(inner)) }()
+	go func() { _ = srv.Serve(serve.MetricsListener(inner)) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return inner.Addr().String()
 }
@@ -112,33 +114,33 @@ func serveMetrics(t *testing.T, h *harness) string {
 // address is answered. Strangers from many addresses fill only their pool: the kubelet's probe
 // of a host-network agent, which comes from the agent's own address, is still answered.
 func TestMetricsListenerKeepsProbesAnswered(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.MetricsBindAddress = "127.0.0.1:0" }, testNode())
+	h := newHarness(t, func(c *config.Config) { c.MetricsBindAddress = "127.0.0.1:0" }, testNode())
 	h.a.ready.Store(true)
 	h.a.intr.PollOnce(context.Background()) // every source has answered
 	addr := serveMetrics(t, h)
 
 	kept := 0
-	for range metricsOthersPool.PerSource + 4 {
+	for range serve.MetricsOthersPool.PerSource + 4 {
 		if request(t, dialFrom(t, "127.0.0.2", addr), "/healthz") == http.StatusOK {
 			kept++
 		}
 	}
-	if kept != metricsOthersPool.PerSource {
-		t.Errorf("one address kept %d idle connections, want %d", kept, metricsOthersPool.PerSource)
+	if kept != serve.MetricsOthersPool.PerSource {
+		t.Errorf("one address kept %d idle connections, want %d", kept, serve.MetricsOthersPool.PerSource)
 	}
 	if code := request(t, dialFrom(t, "127.0.0.3", addr), "/readyz"); code != http.StatusOK {
 		t.Errorf("/readyz from another address during one address's flood: %d, want 200", code)
 	}
 
 	// Fill the others' pool from many addresses.
-	for i := 0; kept < metricsOthersPool.Total; i++ {
-		src := fmt.Sprintf("127.0.1.%d", i/metricsOthersPool.PerSource+1)
+	for i := 0; kept < serve.MetricsOthersPool.Total; i++ {
+		src := fmt.Sprintf("127.0.1.%d", i/serve.MetricsOthersPool.PerSource+1)
 		if request(t, dialFrom(t, src, addr), "/healthz") == http.StatusOK {
 			kept++
 		}
 	}
 	if code := request(t, dialFrom(t, "127.0.2.1", addr), "/healthz"); code != 0 {
-		t.Errorf("a stranger past the pool's %d: %d, want the connection closed", metricsOthersPool.Total, code)
+		t.Errorf("a stranger past the pool's %d: %d, want the connection closed", serve.MetricsOthersPool.Total, code)
 	}
 	for _, path := range []string{"/readyz", "/healthz", "/metrics"} {
 		if code := request(t, dialFrom(t, "127.0.0.1", addr), path); code != http.StatusOK {
@@ -151,19 +153,19 @@ func TestMetricsListenerKeepsProbesAnswered(t *testing.T) {
 // connections of the node's pods (issue 22, item 4): a pod is answered while they hold theirs.
 func TestNoticeListenerStrangersCannotLockOutPods(t *testing.T) {
 	h := newHarness(t, nil, testNode(), podWithIP("job", "127.0.0.5", 30))
-	s := &noticeAPI{notices: h.a.podNotice, pods: h.a.podLister, clock: clocktesting.NewFakeClock(t0), waiters: make(chan struct{}, noticeWaitersMax)}
+	s := podnotice.NewEndpoint(h.a.podNotice, h.a.podLister, clocktesting.NewFakeClock(t0), podnotice.WaitersMax)
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: s.handler(), ReadHeaderTimeout: serve.ReadHeaderTimeout}
-	ln := serve.NewListener(inner, s.pool)
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: serve.ReadHeaderTimeout}
+	ln := serve.NewListener(inner, s.Pool)
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	addr := inner.Addr().String()
 
 	// Strangers that open connections and send nothing, two from each address and then some.
-	for i := range noticeStrangerPool.Total + 8 {
+	for i := range podnotice.StrangerPool.Total + 8 {
 		dialFrom(t, fmt.Sprintf("127.0.3.%d", i/2+1), addr)
 	}
 	dialFrom(t, "127.0.3.1", addr)
@@ -176,9 +178,9 @@ func TestNoticeListenerStrangersCannotLockOutPods(t *testing.T) {
 	}
 	// The listener accepts in order: once the job's connection is in, every stranger's before
 	// it has been kept or closed.
-	strangers, pods := ln.Open(noticeStrangerPool), ln.Open(noticePodPool)
-	if strangers != noticeStrangerPool.Total || pods != 1 {
-		t.Errorf("open: %d strangers' and %d pods' connections; want %d and 1", strangers, pods, noticeStrangerPool.Total)
+	strangers, pods := ln.Open(podnotice.StrangerPool), ln.Open(podnotice.PodPool)
+	if strangers != podnotice.StrangerPool.Total || pods != 1 {
+		t.Errorf("open: %d strangers' and %d pods' connections; want %d and 1", strangers, pods, podnotice.StrangerPool.Total)
 	}
 	// Past the full pool, a stranger's connection is closed at once.
 	s2 := dialFrom(t, "127.0.4.1", addr)
@@ -219,8 +221,8 @@ func (c *deadlineConn) SetWriteDeadline(t time.Time) error {
 func TestNoticeServerHangingGETOutlivesTheWriteTimeout(t *testing.T) {
 	h := newHarness(t, nil, testNode(), podWithIP("job", "127.0.0.5", 30))
 	clk := clocktesting.NewFakeClock(t0)
-	s := &noticeAPI{notices: h.a.podNotice, pods: h.a.podLister, clock: clk}
-	srv := newNoticeServer(s.handler())
+	s := podnotice.NewEndpoint(h.a.podNotice, h.a.podLister, clk, 0)
+	srv := podnotice.NewServer(s.Handler())
 	if srv.ReadHeaderTimeout <= 0 || srv.ReadTimeout <= 0 || srv.WriteTimeout <= 0 || srv.IdleTimeout <= 0 ||
 		srv.MaxHeaderBytes <= 0 || srv.MaxHeaderBytes > 64<<10 {
 		t.Errorf("timeouts: header %v, read %v, write %v, idle %v, MaxHeaderBytes %d; want each set, a few KiB of header",
@@ -259,7 +261,7 @@ func TestReadyzSaysTheEvictionMode(t *testing.T) {
 		"kube-controller-manager": "interruption eviction: kube-controller-manager: under the interruption taint cloud=spot:NoExecute",
 		"reprieve":                "interruption eviction: reprieve: the interruption taint cloud=spot:NoSchedule",
 	} {
-		h := newHarness(t, func(c *Config) { c.MetricsBindAddress = "127.0.0.1:0"; c.InterruptionEviction = mode }, testNode())
+		h := newHarness(t, func(c *config.Config) { c.MetricsBindAddress = "127.0.0.1:0"; c.InterruptionEviction = mode }, testNode())
 		h.a.ready.Store(true)
 		h.a.intr.PollOnce(context.Background())
 		addr := serveMetrics(t, h)

@@ -10,9 +10,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/reprieve-dev/reprieve/agent/kube/kubetest"
-	"github.com/reprieve-dev/reprieve/agent/plan"
-	"github.com/reprieve-dev/reprieve/agent/record"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,6 +17,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/reprieve-dev/reprieve/agent/config"
+	"github.com/reprieve-dev/reprieve/agent/kube/kubetest"
+	"github.com/reprieve-dev/reprieve/agent/plan"
+	"github.com/reprieve-dev/reprieve/agent/record"
 )
 
 // refuseNodePatches makes the fake API server refuse node patches with the admission policy's
@@ -38,7 +40,7 @@ func refuseNodePatches(h *harness, refuse *atomic.Bool) {
 // agent is not ready and says why; a write that passes resets the count; a timeout or an
 // outage does not count either way.
 func TestNodeWriteRefusals(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.NodeWriteRefusals = 2 }, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}})
+	h := newHarness(t, func(c *config.Config) { c.NodeWriteRefusals = 2 }, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}})
 	h.a.ready.Store(true)
 	h.a.intr.PollOnce(context.Background()) // every source has answered
 	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, nodeName, errors.New("no node claim"))
@@ -87,7 +89,7 @@ func TestNodeWriteRefusals(t *testing.T) {
 // TestNodeWriteRefusalsFromTaintWrites: the taint writes of an interruption count too, so an
 // agent whose token lost its claim after start turns not ready at its next interruption.
 func TestNodeWriteRefusalsFromTaintWrites(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.NodeWriteRefusals = 1 }, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}})
+	h := newHarness(t, func(c *config.Config) { c.NodeWriteRefusals = 1 }, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}})
 	h.a.ready.Store(true)
 	h.a.intr.PollOnce(context.Background()) // every source has answered
 	var refuse atomic.Bool
@@ -114,7 +116,7 @@ func TestNodeWriteRefusalsFromTaintWrites(t *testing.T) {
 func TestNodeWriteCheck(t *testing.T) {
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, ResourceVersion: "7"}}
 	// The NoExecute mode, explicitly (the default is --interruption-eviction=reprieve).
-	h := newHarness(t, func(c *Config) {
+	h := newHarness(t, func(c *config.Config) {
 		c.NodeWriteRefusals = 3
 		c.InterruptionEviction = string(plan.EvictionKubeControllerManager)
 	}, node)

@@ -7,12 +7,12 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/nodefacts"
 )
 
 // TestSpotLabelsOneList: the chart's one list of spot labels (reprieve.spotLabels, which the
 // DaemonSet's selection, the eviction guard's anti-affinity and the warning policy read) is the
-// list `reprieve audit` uses (agent.SpotPoolSelectors), label for label and in order.
+// list `reprieve audit` uses (nodefacts.SpotPoolSelectors), label for label and in order.
 func TestSpotLabelsOneList(t *testing.T) {
 	tpl, err := os.ReadFile("chart/reprieve/templates/_helpers.tpl")
 	if err != nil {
@@ -30,7 +30,7 @@ func TestSpotLabelsOneList(t *testing.T) {
 	for _, l := range labels {
 		got = append(got, l.Key+"="+l.Value)
 	}
-	if !slices.Equal(got, agent.SpotPoolSelectors) {
-		t.Errorf("the chart's reprieve.spotLabels are %q; agent.SpotPoolSelectors (reprieve audit) are %q: keep one list", got, agent.SpotPoolSelectors)
+	if !slices.Equal(got, nodefacts.SpotPoolSelectors) {
+		t.Errorf("the chart's reprieve.spotLabels are %q; nodefacts.SpotPoolSelectors (reprieve audit) are %q: keep one list", got, nodefacts.SpotPoolSelectors)
 	}
 }

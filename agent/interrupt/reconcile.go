@@ -2,11 +2,9 @@ package interrupt
 
 import (
 	"context"
-	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/reprieve-dev/reprieve/agent/events"
@@ -57,7 +55,7 @@ func (l *Loop) Reconcile(ctx context.Context) {
 	}
 	// The plan reads the interruption taint as NoExecute in both modes (--interruption-eviction):
 	// only who carries the schedule out differs.
-	view := evict.View{Taints: l.noExecuteTaints(l.evictingTaints(node, planned, desire, intent.Interrupting()), now),
+	view := evict.View{Taints: l.countdownTaints(node, planned, desire, intent.Interrupting(), now),
 		Window: plan.Window{SafetyMargin: l.o.SafetyMargin, Taint: l.o.Taints.Evicting()}, Notice: intent.Interruption}
 	if intent.Interrupting() {
 		view.Window.Deadline = intent.Deadline
@@ -144,24 +142,6 @@ func (l *Loop) ownedInterruption(node *v1.Node) (v1.Taint, bool) {
 	return it, found
 }
 
-// evictingTaints is plan.EvictingTaints of the node as it is about to be (planned). With
-// --interruption-eviction=reprieve, a NoSchedule taint of the interruption's key and value that
-// someone else put on the node before (a spot pool's own taint) is not reprieve's countdown:
-// its timeAdded, maybe days old, would make every pod due at once. The countdown then starts
-// when this agent wanted its own taint (the writer's stamp).
-func (l *Loop) evictingTaints(node *v1.Node, planned []v1.Taint, d record.NodeDesire, interrupting bool) []v1.Taint {
-	ts := l.o.Taints
-	if interrupting && ts.Eviction() == plan.EvictionReprieve && record.HasTaint(node.Spec.Taints, ts.Interruption) && !record.Owns(node, ts.Interruption) {
-		planned = slices.Clone(planned)
-		for i, t := range planned {
-			if t.Key == ts.Interruption.Key && t.Effect == ts.Interruption.Effect {
-				planned[i].TimeAdded = &metav1.Time{Time: d.AddedAt(record.TaintID(ts.Interruption))}
-			}
-		}
-	}
-	return plan.EvictingTaints(planned, ts, interrupting)
-}
-
 // restoredID is the ID of a notice read back from a node that carries no record.
 const restoredID = "restored-from-node"
 
@@ -175,18 +155,20 @@ func (l *Loop) drained(intent plan.Intent) bool {
 	return ok
 }
 
-// noExecuteTaints returns the NoExecute taints with TimeAdded set to the countdown's anchor:
-// the earlier of the taint's timeAdded and when this agent first saw it. A taint written without
-// one (kubectl never sets it) is anchored on when it was first seen, as upstream anchors every
-// taint; a timeAdded in the future (a writer with a fast clock) must not delay a pod that
-// upstream would evict at once.
-func (l *Loop) noExecuteTaints(taints []v1.Taint, now time.Time) []v1.Taint {
-	var out []v1.Taint
+// countdownTaints is plan.CountdownTaints of the node as it is about to be (planned): each
+// NoExecute taint anchored on the earlier of its timeAdded and when this agent first saw it
+// (seenAt, which forgets a taint once it is gone). A NoSchedule taint of the interruption's key
+// and value that someone else put on the node before counts from when this agent wanted its own
+// taint (the writer's stamp).
+func (l *Loop) countdownTaints(node *v1.Node, planned []v1.Taint, d record.NodeDesire, interrupting bool, now time.Time) []v1.Taint {
+	ts := l.o.Taints
+	foreign := record.HasTaint(node.Spec.Taints, ts.Interruption) && !record.Owns(node, ts.Interruption)
+	var stamp time.Time
+	if foreign && interrupting {
+		stamp = d.AddedAt(record.TaintID(ts.Interruption))
+	}
 	seen := map[string]bool{}
-	for _, t := range taints {
-		if t.Effect != v1.TaintEffectNoExecute {
-			continue
-		}
+	out := plan.CountdownTaints(planned, ts, interrupting, foreign, stamp, now, func(t v1.Taint) time.Time {
 		id := record.TaintID(t) + "=" + t.Value
 		seen[id] = true
 		at, ok := l.seenAt[id]
@@ -194,11 +176,8 @@ func (l *Loop) noExecuteTaints(taints []v1.Taint, now time.Time) []v1.Taint {
 			at = now.Truncate(time.Second)
 			l.seenAt[id] = at
 		}
-		if t.TimeAdded == nil || at.Before(t.TimeAdded.Time) {
-			t.TimeAdded = &metav1.Time{Time: at}
-		}
-		out = append(out, t)
-	}
+		return at
+	})
 	for id := range l.seenAt {
 		if !seen[id] {
 			delete(l.seenAt, id)

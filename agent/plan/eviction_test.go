@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -143,5 +144,59 @@ func TestReprieveModePlansAsNoExecute(t *testing.T) {
 	// evicts nothing.
 	if p := PlanPod(withGrace(pod(), 5), EvictingTaints(onNode(rp), rp, false), Window{}, PodFilter{}, false); p.Skip != SkipNoNoExecuteTaint {
 		t.Errorf("reprieve mode, no interruption: %+v; want skipped: %s", p, SkipNoNoExecuteTaint)
+	}
+}
+
+// TestCountdownTaints: the anchoring the reconcile loop and the what-if plan share. A NoExecute
+// taint counts from the earlier of its timeAdded and when it was first seen; one without
+// timeAdded from when it was first seen (now when the caller trusts the taint as it is); a
+// timeAdded in the future from when it was seen; someone else's NoSchedule interruption taint,
+// with reprieve evicting, from reprieve's own stamp and never from its old timeAdded; NoSchedule
+// taints of other keys count for nothing.
+func TestCountdownTaints(t *testing.T) {
+	kcm, rp := taintSets()
+	now := t0.Add(time.Minute)
+	seenAt := func(at time.Time) func(v1.Taint) time.Time { return func(v1.Taint) time.Time { return at } }
+	noTime := func(key string) v1.Taint { return v1.Taint{Key: key, Value: "x", Effect: v1.TaintEffectNoExecute} }
+	day := t0.Add(-24 * time.Hour)
+	for _, c := range []struct {
+		name         string
+		planned      []v1.Taint
+		ts           TaintSet
+		interrupting bool
+		foreign      bool
+		seen         func(v1.Taint) time.Time
+		want         []string // key@anchor (seconds after t0)
+	}{
+		{name: "no timeAdded: first seen", planned: []v1.Taint{noTime("a")}, ts: kcm, seen: seenAt(t0.Add(10 * time.Second)), want: []string{"a@10"}},
+		{name: "no timeAdded, trusted: now", planned: []v1.Taint{noTime("a")}, ts: kcm, seen: seenAt(time.Time{}), want: []string{"a@60"}},
+		{name: "earlier timeAdded stands", planned: []v1.Taint{taint("a", "x", v1.TaintEffectNoExecute, t0)}, ts: kcm, seen: seenAt(t0.Add(5 * time.Second)), want: []string{"a@0"}},
+		{name: "future timeAdded: first seen", planned: []v1.Taint{taint("a", "x", v1.TaintEffectNoExecute, t0.Add(time.Hour))}, ts: kcm, seen: seenAt(t0), want: []string{"a@0"}},
+		{name: "future timeAdded, trusted: kept", planned: []v1.Taint{taint("a", "x", v1.TaintEffectNoExecute, t0.Add(time.Hour))}, ts: kcm, seen: seenAt(time.Time{}), want: []string{"a@3600"}},
+		{name: "NoSchedule of another key: nothing", planned: []v1.Taint{taint("a", "x", v1.TaintEffectNoSchedule, t0)}, ts: rp, interrupting: true, seen: seenAt(t0), want: nil},
+		{name: "foreign interruption taint: reprieve's stamp", planned: []v1.Taint{taint("cloud", "spot", v1.TaintEffectNoSchedule, day)}, ts: rp, interrupting: true, foreign: true, seen: seenAt(time.Time{}), want: []string{"cloud@30"}},
+		{name: "own interruption taint: its timeAdded", planned: []v1.Taint{taint("cloud", "spot", v1.TaintEffectNoSchedule, day)}, ts: rp, interrupting: true, seen: seenAt(time.Time{}), want: []string{"cloud@-86400"}},
+		{name: "foreign, kube-controller-manager evicting: its timeAdded", planned: []v1.Taint{taint("cloud", "spot", v1.TaintEffectNoExecute, day)}, ts: kcm, interrupting: true, foreign: true, seen: seenAt(time.Time{}), want: []string{"cloud@-86400"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			before := make([]v1.Taint, len(c.planned))
+			copy(before, c.planned)
+			got := CountdownTaints(c.planned, c.ts, c.interrupting, c.foreign, t0.Add(30*time.Second), now, c.seen)
+			var s []string
+			for _, g := range got {
+				if g.Effect != v1.TaintEffectNoExecute {
+					t.Errorf("%s: effect %s, want NoExecute", g.Key, g.Effect)
+				}
+				s = append(s, fmt.Sprintf("%s@%d", g.Key, int(g.TimeAdded.Sub(t0).Seconds())))
+			}
+			if fmt.Sprint(s) != fmt.Sprint(c.want) {
+				t.Errorf("CountdownTaints = %v, want %v", s, c.want)
+			}
+			for i := range before {
+				if !before[i].MatchTaint(&c.planned[i]) || !before[i].TimeAdded.Equal(c.planned[i].TimeAdded) {
+					t.Errorf("the planned taints were changed: %+v, was %+v", c.planned[i], before[i])
+				}
+			}
+		})
 	}
 }

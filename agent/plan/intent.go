@@ -1,9 +1,11 @@
 package plan
 
 import (
+	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/reprieve-dev/reprieve/providers"
 )
@@ -150,4 +152,41 @@ func Intend(notices []providers.Notice, now time.Time, lead time.Duration, ts Ta
 		in.SoftTaints = append(in.SoftTaints, ts.Maintenance)
 	}
 	return in
+}
+
+// CountdownTaints is the taints the plan counts from, each with its countdown's anchor in
+// TimeAdded: EvictingTaints of the node's taints as they are about to be (planned), then each
+// anchored on the earlier of its timeAdded and when the caller first saw it (seen). A taint
+// written without timeAdded (kubectl never sets it) counts from when it was first seen, as
+// upstream anchors every taint; a timeAdded in the future (a writer with a fast clock) does not
+// delay a pod upstream would evict at once. seen returns zero for a taint whose timeAdded is
+// trusted as it is (what-if's imagined notice); such a taint without one counts from now.
+//
+// With EvictionReprieve, a NoSchedule taint of the interruption's key and value that someone
+// else put on the node before (foreign: a spot pool's own taint) is not reprieve's countdown:
+// its timeAdded, maybe days old, would make every pod due at once. It then counts from stamp,
+// when reprieve wanted its own taint.
+//
+// The reconcile loop and the what-if plan both call it. It is pure.
+func CountdownTaints(planned []v1.Taint, ts TaintSet, interrupting, foreign bool, stamp, now time.Time, seen func(v1.Taint) time.Time) []v1.Taint {
+	if interrupting && foreign && ts.Eviction() == EvictionReprieve {
+		planned = slices.Clone(planned)
+		for i, t := range planned {
+			if t.Key == ts.Interruption.Key && t.Effect == ts.Interruption.Effect {
+				planned[i].TimeAdded = &metav1.Time{Time: stamp}
+			}
+		}
+	}
+	var out []v1.Taint
+	for _, t := range EvictingTaints(planned, ts, interrupting) {
+		at := seen(t)
+		if at.IsZero() && t.TimeAdded == nil {
+			at = now
+		}
+		if t.TimeAdded == nil || (!at.IsZero() && at.Before(t.TimeAdded.Time)) {
+			t.TimeAdded = &metav1.Time{Time: at}
+		}
+		out = append(out, t)
+	}
+	return out
 }

@@ -335,7 +335,8 @@ func evictsFor(s kubelet.Signal, dedicatedImageFs bool) bool {
 
 // evictForPressure applies the predictive rule to every resource under pressure, and the
 // kubelet's soft-threshold rule to every signal whose soft threshold has held for its grace
-// period (softMet).
+// period (softMet). It is the actuator: it keeps the loop's books (the pods in flight, blocked,
+// retried and held), sets the metrics, and carries out what decideResource says for each resource.
 func (lp *Loop) evictForPressure(ctx context.Context, now time.Time, levels []Level, sample kubelet.Sample, softMet []kubelet.Signal) {
 	pods, err := lp.o.Pods.List(labels.Everything())
 	if err != nil {
@@ -383,94 +384,19 @@ func (lp *Loop) evictForPressure(ctx context.Context, now time.Time, levels []Le
 				continue
 			}
 		}
-		// The signal of r nearest its hard threshold decides, among those reprieve evicts for.
-		var lvl Level
-		ttl, shown := Never, Never
-		for _, l := range levels {
-			if ResourceOf(l.Signal) != r {
-				continue
-			}
-			t := lp.timeToHard(now, l)
-			shown = min(shown, t)
-			if evictsFor(l.Signal, sample.DedicatedImageFs) && t <= ttl {
-				lvl, ttl = l, t
-			}
-		}
+		lvl, ttl, shown := lp.nearest(now, r, levels, sample.DedicatedImageFs)
 		if lp.tracker.Active(r) {
 			lp.o.Metrics.PressureTimeToHard.WithLabelValues(string(r)).Set(shown.Seconds())
 		}
 		if lvl.Signal == "" && len(soft) == 0 {
 			continue // nothing read this time, or only signals the kubelet's image GC answers
 		}
-		var evictable []*v1.Pod
-		for _, pod := range pods {
-			if Keep(pod, lp.o.PodNamespace, lp.o.PodName) != "" {
-				continue
-			}
-			if b, ok := lp.blocked[pod.UID]; ok && now.Before(b.until) {
-				continue
-			}
-			if _, ok := lp.inFlight[pod.UID]; ok {
-				continue
-			}
-			if pod.DeletionTimestamp != nil && !pod.DeletionTimestamp.After(now) {
-				continue // at its end already: the kubelet is killing it
-			}
-			evictable = append(evictable, pod)
-		}
-		// A terminating pod (a rollout's, or an interruption's) is ranked with the others, as the
-		// kubelet ranks its active pods; its grace is what it has left, which a DELETE can only
-		// shorten.
-		podGrace := func(p *v1.Pod) time.Duration {
-			g := plan.PodGrace(p)
-			if p.DeletionTimestamp != nil {
-				g = min(g, p.DeletionTimestamp.Sub(now))
-			}
-			return g
-		}
-		usageFor := func(sig kubelet.Signal) map[types.UID]kubelet.PodUsage {
-			if sample.PodsMemoryAndPIDsOnly && ResourceOf(sig) == Disk {
-				return nil // the host source's per-pod figures have no disk usage
-			}
-			return sample.Pods
-		}
-		inFlightOf := func(sig kubelet.Signal) (n int, reclaiming int64) {
-			for _, f := range lp.inFlight {
-				if f.resource == r {
-					n++
-					if f.signal == sig {
-						reclaiming += f.usage
-					}
-				}
-			}
-			return n, reclaiming
-		}
-		decided := false
-		if lvl.Signal != "" && lp.tracker.Active(r) {
-			in := Input{
-				Level: lvl, Active: true, TimeToHard: ttl,
-				Ranked:       lp.retrying(lvl.Signal, lp.project(lvl.Signal, Candidates(lvl.Signal, evictable, usageFor(lvl.Signal), podGrace), ttl)),
-				SafetyMargin: lp.o.SafetyMargin, Allowance: plan.RequestAllowance, Interval: lp.o.Interval,
-				Pending: lp.estimates[lvl.Signal].Pending, CutEarly: lp.o.CutEarly, AnyFall: lp.o.AnyFall,
-			}
-			// How long the pace the estimate extrapolates has held: the readings it was fitted
-			// on, or, for the window's fit, as long as the slope has been below zero.
-			if e := lp.estimates[lvl.Signal]; e.OK && e.Slope < 0 && ttl != Never {
-				// The estimate's standard error: the fitted level's (about half the readings'
-				// noise) and the slope's over the time to the threshold, at the slope's pace.
-				in.Uncertain = time.Duration(math.Hypot(e.Noise/2, ttl.Seconds()*e.SE) / -e.Slope * float64(time.Second))
-				in.Falling = e.Span
-				if since, ok := lp.fallSince[lvl.Signal]; ok && e.WholeWindow {
-					in.Falling = max(in.Falling, lvl.At.Sub(since))
-				}
-				in.Unexplained = lp.unexplained(lvl.Signal, e, usageFor(lvl.Signal) != nil)
-			}
-			in.Gap, in.Jump = lp.pace.Of(lvl.Signal, ttl)
-			in.InFlight, in.Reclaiming = inFlightOf(lvl.Signal)
+		// Decided afresh for each resource: what an earlier one evicted is in flight now.
+		dec := lp.decideResource(now, r, lvl, ttl, levels, soft, lp.evictable(pods, now), sample)
+		if in := dec.in; in != nil {
 			if !in.Pending {
 				lp.shortenInFlight(ctx, now, r, ttl, in.Lead(), present)
 			}
-			d := Decide(in)
 			if logger := klog.FromContext(ctx).V(4); logger.Enabled() {
 				// Why a reading under pressure acted or held: the decision's whole input.
 				var first string
@@ -480,43 +406,160 @@ func (lp *Loop) evictForPressure(ctx context.Context, now time.Time, levels []Le
 				logger.Info("Pressure decision", "signal", lvl.Signal, "available", lvl.Available, "timeToHard", ttl,
 					"lead", in.Lead(), "gap", in.Gap, "jump", in.Jump, "uncertain", in.Uncertain, "falling", in.Falling,
 					"pending", in.Pending, "unexplained", in.Unexplained, "inFlight", in.InFlight, "first", first,
-					"evict", len(d.Evict), "held", len(d.Await))
+					"evict", len(dec.d.Evict), "held", len(dec.d.Await))
 			}
 			if !in.Pending {
 				lp.awaiting[lvl.Signal] = map[types.UID]bool{}
-				for _, uid := range d.Await {
+				for _, uid := range dec.d.Await {
 					lp.awaiting[lvl.Signal][uid] = true
 				}
 			}
-			for _, ev := range d.Evict {
+			for _, ev := range dec.d.Evict {
 				lp.pressureEvict(ctx, now, r, lvl, ttl, in.Lead(), ev, view)
-				decided = true
+			}
+			if len(dec.d.Evict) > 0 {
+				continue
 			}
 		}
-		if decided {
-			continue
-		}
-		// The kubelet's soft thresholds: once one has held for its grace period, it evicts the
-		// first ranked pod for that signal with min(evictionMaxPodGracePeriod, the pod's grace),
-		// one a pass (synchronize). reprieve does the same through the Eviction API, with the
-		// grace also cut to what fits before the hard threshold.
-		for _, sig := range soft {
-			var l Level
-			for _, x := range levels {
-				if x.Signal == sig {
-					l = x
-				}
-			}
-			n, _ := inFlightOf(sig)
-			for _, ev := range DecideSoft(Candidates(sig, evictable, usageFor(sig), podGrace), n, lp.o.KubeletConfig.MaxPodGracePeriod) {
-				if ttl != Never {
-					ev.Grace = max(min(ev.Grace, (ttl-lp.o.SafetyMargin-plan.RequestAllowance).Truncate(time.Second)), MinGrace)
-				}
-				lp.pressureEvict(ctx, now, r, l, ttl, 0, ev, view)
-			}
-			break // one pod a pass
+		for _, ev := range dec.soft {
+			lp.pressureEvict(ctx, now, r, dec.softLevel, ttl, 0, ev, view)
 		}
 	}
+}
+
+// nearest is the signal of r nearest its hard threshold among those reprieve evicts for (lvl;
+// none when nothing was read, or only signals the kubelet's image GC answers), its time to the
+// hard threshold (ttl), and the least time to it of every signal of r (shown, the metric's).
+func (lp *Loop) nearest(now time.Time, r Resource, levels []Level, dedicatedImageFs bool) (lvl Level, ttl, shown time.Duration) {
+	ttl, shown = Never, Never
+	for _, l := range levels {
+		if ResourceOf(l.Signal) != r {
+			continue
+		}
+		t := lp.timeToHard(now, l)
+		shown = min(shown, t)
+		if evictsFor(l.Signal, dedicatedImageFs) && t <= ttl {
+			lvl, ttl = l, t
+		}
+	}
+	return lvl, ttl, shown
+}
+
+// evictable are the pods a pressure eviction may choose among now: not reprieve's own or one
+// Keep spares, not blocked by a budget, not in flight, not at their end already (the kubelet is
+// killing them).
+func (lp *Loop) evictable(pods []*v1.Pod, now time.Time) []*v1.Pod {
+	var out []*v1.Pod
+	for _, pod := range pods {
+		if Keep(pod, lp.o.PodNamespace, lp.o.PodName) != "" {
+			continue
+		}
+		if b, ok := lp.blocked[pod.UID]; ok && now.Before(b.until) {
+			continue
+		}
+		if _, ok := lp.inFlight[pod.UID]; ok {
+			continue
+		}
+		if pod.DeletionTimestamp != nil && !pod.DeletionTimestamp.After(now) {
+			continue
+		}
+		out = append(out, pod)
+	}
+	return out
+}
+
+// pressureDecision is what one reading decides for one resource (decideResource), which
+// evictForPressure carries out.
+type pressureDecision struct {
+	// in and d are the predictive rule's input and decision; in is nil when the rule did not
+	// run (the resource is not under pressure, or none of its signals was read).
+	in *Input
+	d  Decision
+	// soft are the soft threshold's evictions (one pod a pass, for the first signal whose soft
+	// threshold has held), and softLevel that signal's reading; carried out only when the
+	// predictive rule evicts nothing.
+	soft      []Eviction
+	softLevel Level
+}
+
+// decideResource is the decision of one reading for resource r, whose signal nearest its hard
+// threshold is lvl, ttl away (nearest), among the evictable pods: the predictive rule (Decide)
+// while r is under pressure, and the kubelet's soft thresholds (DecideSoft) for the signals soft
+// whose soft threshold has held its grace period. It reads the loop's state (the estimates, the
+// pods in flight, retried and held) and changes none of it: evictForPressure acts on its answer.
+func (lp *Loop) decideResource(now time.Time, r Resource, lvl Level, ttl time.Duration, levels []Level, soft []kubelet.Signal,
+	evictable []*v1.Pod, sample kubelet.Sample) pressureDecision {
+	var out pressureDecision
+	// A terminating pod (a rollout's, or an interruption's) is ranked with the others, as the
+	// kubelet ranks its active pods; its grace is what it has left, which a DELETE can only
+	// shorten.
+	podGrace := func(p *v1.Pod) time.Duration {
+		g := plan.PodGrace(p)
+		if p.DeletionTimestamp != nil {
+			g = min(g, p.DeletionTimestamp.Sub(now))
+		}
+		return g
+	}
+	usageFor := func(sig kubelet.Signal) map[types.UID]kubelet.PodUsage {
+		if sample.PodsMemoryAndPIDsOnly && ResourceOf(sig) == Disk {
+			return nil // the host source's per-pod figures have no disk usage
+		}
+		return sample.Pods
+	}
+	inFlightOf := func(sig kubelet.Signal) (n int, reclaiming int64) {
+		for _, f := range lp.inFlight {
+			if f.resource == r {
+				n++
+				if f.signal == sig {
+					reclaiming += f.usage
+				}
+			}
+		}
+		return n, reclaiming
+	}
+	if lvl.Signal != "" && lp.tracker.Active(r) {
+		in := Input{
+			Level: lvl, Active: true, TimeToHard: ttl,
+			Ranked:       lp.retrying(lvl.Signal, lp.project(lvl.Signal, Candidates(lvl.Signal, evictable, usageFor(lvl.Signal), podGrace), ttl)),
+			SafetyMargin: lp.o.SafetyMargin, Allowance: plan.RequestAllowance, Interval: lp.o.Interval,
+			Pending: lp.estimates[lvl.Signal].Pending, CutEarly: lp.o.CutEarly, AnyFall: lp.o.AnyFall,
+		}
+		// How long the pace the estimate extrapolates has held: the readings it was fitted
+		// on, or, for the window's fit, as long as the slope has been below zero.
+		if e := lp.estimates[lvl.Signal]; e.OK && e.Slope < 0 && ttl != Never {
+			// The estimate's standard error: the fitted level's (about half the readings'
+			// noise) and the slope's over the time to the threshold, at the slope's pace.
+			in.Uncertain = time.Duration(math.Hypot(e.Noise/2, ttl.Seconds()*e.SE) / -e.Slope * float64(time.Second))
+			in.Falling = e.Span
+			if since, ok := lp.fallSince[lvl.Signal]; ok && e.WholeWindow {
+				in.Falling = max(in.Falling, lvl.At.Sub(since))
+			}
+			in.Unexplained = lp.unexplained(lvl.Signal, e, usageFor(lvl.Signal) != nil)
+		}
+		in.Gap, in.Jump = lp.pace.Of(lvl.Signal, ttl)
+		in.InFlight, in.Reclaiming = inFlightOf(lvl.Signal)
+		out.in, out.d = &in, Decide(in)
+	}
+	// The kubelet's soft thresholds: once one has held for its grace period, it evicts the
+	// first ranked pod for that signal with min(evictionMaxPodGracePeriod, the pod's grace),
+	// one a pass (synchronize). reprieve does the same through the Eviction API, with the
+	// grace also cut to what fits before the hard threshold.
+	for _, sig := range soft {
+		for _, x := range levels {
+			if x.Signal == sig {
+				out.softLevel = x
+			}
+		}
+		n, _ := inFlightOf(sig)
+		for _, ev := range DecideSoft(Candidates(sig, evictable, usageFor(sig), podGrace), n, lp.o.KubeletConfig.MaxPodGracePeriod) {
+			if ttl != Never {
+				ev.Grace = max(min(ev.Grace, (ttl-lp.o.SafetyMargin-plan.RequestAllowance).Truncate(time.Second)), MinGrace)
+			}
+			out.soft = append(out.soft, ev)
+		}
+		break // one pod a pass
+	}
+	return out
 }
 
 // retrying marks the candidates whose eviction failed at an earlier reading, and those that

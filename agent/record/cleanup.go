@@ -6,9 +6,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
-// Prefix is the prefix of reprieve's own taint, annotation and condition keys.
-const Prefix = "reprieve.io/"
-
 // Cleanup is what `reprieve cleanup` removes from a node once reprieve is uninstalled: everything
 // reprieve wrote there, and nothing another writer did.
 type Cleanup struct {

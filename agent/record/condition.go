@@ -13,21 +13,6 @@ import (
 	"github.com/reprieve-dev/reprieve/providers"
 )
 
-// ConditionInterruption is the node condition reprieve sets beside its interruption taint, so
-// that `kubectl describe node`, node-problem-detector-style dashboards and autoscalers see the
-// interruption where they look for a node's state: True with the notice's event reason and a
-// message naming the deadline and the source, False (reason NoInterruption) once withdrawn.
-const ConditionInterruption v1.NodeConditionType = "reprieve.io/Interruption"
-
-// LifecycleConditions are KEP-5683's node lifecycle conditions (k8s.io/api core/v1, alpha in
-// Kubernetes 1.37 behind the NodeLifecycleConditions gate) that reprieve sets with
-// --lifecycle-conditions: MaintenancePlanned at a notice that will stop the node,
-// DrainInProgress while reprieve evicts for an interruption, Drained once every pod it evicts
-// is gone. Upstream leaves their writers to the admin ("Any authorized actor can write"), so
-// reprieve changes one only while it carries one of reprieve's reasons (ownReason), and never
-// turns off another writer's (kubectl drain --report-node-conditions).
-var LifecycleConditions = []v1.NodeConditionType{v1.NodeMaintenancePlanned, v1.NodeDrainInProgress, v1.NodeDrained}
-
 // ReasonNoInterruption is the reason of reprieve's conditions when no interruption is in force.
 const ReasonNoInterruption = "NoInterruption"
 

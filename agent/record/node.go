@@ -18,26 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Annotation and label keys that reprieve writes on its node.
-const (
-	// AnnotationReclaimDeadline holds the reclaim deadline (RFC 3339) while an interruption is
-	// pending. With --provider none it is the input: an operator sets it to start the handling.
-	AnnotationReclaimDeadline = "reprieve.io/reclaim-deadline"
-	// AnnotationEvictAt is when reprieve plans to evict a pod (RFC 3339), written on the pod by
-	// the agent's pod notice with AnnotationReclaimDeadline; absent on a pod that tolerates the
-	// interruption forever. The eviction guard reckons from it (guard.Reckoner).
-	AnnotationEvictAt = "reprieve.io/evict-at"
-	// AnnotationOwned records which taints, labels and annotations reprieve added, so that it
-	// removes only those when a notice goes away.
-	AnnotationOwned = "reprieve.io/owned"
-	// AnnotationInterruption holds the interruption record (Record, JSON): every notice in
-	// force with its source and when it was first seen, so that a new agent process resumes
-	// each deadline and countdown where the last one left them.
-	AnnotationInterruption = "reprieve.io/interruption"
-	// LabelExcludeFromLB takes the node out of external load balancers while it is going away.
-	LabelExcludeFromLB = v1.LabelNodeExcludeBalancers
-)
-
 // owned is the content of AnnotationOwned: what reprieve added and so may remove.
 type owned struct {
 	Taints      []string `json:"taints,omitempty"`

@@ -13,7 +13,7 @@ import (
 	"github.com/reprieve-dev/reprieve/providers"
 )
 
-// testTaintSet is the agent's default taints (agent.DefaultConfig).
+// testTaintSet is the agent's default taints (config.DefaultConfig).
 func testTaintSet(t *testing.T) plan.TaintSet {
 	t.Helper()
 	return plan.TaintSet{

@@ -14,8 +14,12 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/kube"
+	"github.com/reprieve-dev/reprieve/agent/nodefacts"
 	"github.com/reprieve-dev/reprieve/agent/plan"
+	"github.com/reprieve-dev/reprieve/agent/whatif"
+	"github.com/reprieve-dev/reprieve/kubelet"
 
 	"github.com/spf13/pflag"
 	appsv1 "k8s.io/api/apps/v1"
@@ -25,8 +29,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/reprieve-dev/reprieve/agent"
 )
 
 // cloudWindows are the reclaim windows `reprieve audit` imagines without --window: AWS's
@@ -110,12 +112,12 @@ type AuditOutcome struct {
 // every pod on the nodes that match the selectors it runs the agent's own planner for a notice
 // arriving now with each cloud's window, and sums the outcome per workload. It only reads, with
 // the operator's credentials.
-func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer, now time.Time, clientFor func(agent.Config) (kube.Interface, error)) int {
-	cfg := agent.DefaultConfig()
+func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer, now time.Time, clientFor func(config.Config) (kube.Interface, error)) int {
+	cfg := config.DefaultConfig()
 	fs := pflag.NewFlagSet("reprieve audit", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "Path to a kubeconfig file (else $KUBECONFIG, else ~/.kube/config)")
-	selectors := fs.StringArray("node-selector", slices.Clone(agent.SpotPoolSelectors), "a label selector of the nodes to audit; repeat it for nodes that match any of several")
+	selectors := fs.StringArray("node-selector", slices.Clone(nodefacts.SpotPoolSelectors), "a label selector of the nodes to audit; repeat it for nodes that match any of several")
 	namespace := fs.StringP("namespace", "n", "", "audit the workloads of this namespace only (default every namespace)")
 	window := fs.Duration("window", 0, "one reclaim window to imagine (default each cloud's: aws 120s, gcp 30s, azure 30s)")
 	fs.StringVar(&cfg.InterruptionTaint, "interruption-taint", cfg.InterruptionTaint, "the agent's --interruption-taint")
@@ -139,7 +141,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer, now 
 		return 2
 	}
 	// As every other command: $REPRIEVE_<FLAG> for a flag not given.
-	if err := agent.ApplyEnv(fs, "REPRIEVE_", os.LookupEnv); err != nil {
+	if err := config.ApplyEnv(fs, "REPRIEVE_", os.LookupEnv); err != nil {
 		fmt.Fprintf(stderr, "reprieve audit: %v\n", err)
 		return 2
 	}
@@ -150,7 +152,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer, now 
 	if *output != "table" && *output != "json" {
 		return usage("-o %q: want table or json", *output)
 	}
-	if _, err := agent.ParseTaint(cfg.InterruptionTaint); err != nil {
+	if _, err := config.ParseTaint(cfg.InterruptionTaint); err != nil {
 		return usage("--interruption-taint %q: %v", cfg.InterruptionTaint, err)
 	}
 	if cfg.SafetyMargin < 0 {
@@ -330,9 +332,9 @@ func workloadOf(pod *v1.Pod, owners map[types.UID]metav1.OwnerReference) workloa
 }
 
 // buildAudit plans every node for a notice arriving at now with each window, with the agent's
-// planner (agent.PlanWhatIf, what `reprieve plan` runs), and sums the pods' outcomes per
+// planner (whatif.Plan, what `reprieve plan` runs), and sums the pods' outcomes per
 // workload. It is pure.
-func buildAudit(cfg agent.Config, in auditInput, windows []AuditWindow, now time.Time) AuditReport {
+func buildAudit(cfg config.Config, in auditInput, windows []AuditWindow, now time.Time) AuditReport {
 	// Whole seconds, as the agent stamps the taint, so that a report does not depend on when
 	// in the second it ran.
 	now = now.Truncate(time.Second)
@@ -353,10 +355,13 @@ func buildAudit(cfg agent.Config, in auditInput, windows []AuditWindow, now time
 		report.Nodes = append(report.Nodes, name)
 	}
 	slices.Sort(report.Nodes)
+	// The volume release's status period, from the kubelet's configuration under --host-root,
+	// read once as the agent reads it.
+	kr := kubelet.Find(cfg.KubeletLookup())
 	for wi, w := range windows {
 		for _, name := range report.Nodes {
-			np := agent.PlanWhatIf(cfg, agent.WhatIf{Node: in.Nodes[name], Pods: byNode[name], PDBs: in.PDBs,
-				NoticeTime: now, Now: now, Deadline: now.Add(time.Duration(w.Seconds * float64(time.Second)))})
+			np := whatif.Plan(cfg, whatif.Input{Node: in.Nodes[name], Pods: byNode[name], PDBs: in.PDBs,
+				NoticeTime: now, Now: now, Deadline: now.Add(time.Duration(w.Seconds * float64(time.Second))), Kubelet: kr})
 			for _, pp := range np.Pods {
 				// DaemonSet and mirror pods stay by design, as with kubectl drain; finished
 				// pods and the agent itself have nothing to lose.
@@ -404,7 +409,7 @@ func buildAudit(cfg agent.Config, in auditInput, windows []AuditWindow, now time
 	}
 	// With --interruption-eviction=reprieve the taint goes on NoSchedule: nothing deletes the
 	// plugins.
-	if it, err := agent.ParseTaint(cfg.InterruptionTaint); err == nil && plan.Eviction(cfg.InterruptionEviction) != plan.EvictionReprieve {
+	if it, err := config.ParseTaint(cfg.InterruptionTaint); err == nil && plan.Eviction(cfg.InterruptionEviction) != plan.EvictionReprieve {
 		for _, name := range report.Nodes {
 			for _, p := range byNode[name] {
 				if plan.IsVolumePlugin(p) && !plan.ToleratesForever(p.Spec.Tolerations, it, cfg.TolerationComparisonOperators) {

@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/kube"
 	"github.com/reprieve-dev/reprieve/agent/kube/kubetest"
 )
@@ -30,7 +30,7 @@ import (
 // PodDisruptionBudget that allows nothing, a CronJob's pod that tolerates forever, a bare pod,
 // a ReplicaSet without a Deployment, and a DaemonSet pod. Namespace other has pods only off
 // spot. It records every request.
-func auditClient(t *testing.T) (*fake.Clientset, func(agent.Config) (kube.Interface, error)) {
+func auditClient(t *testing.T) (*fake.Clientset, func(config.Config) (kube.Interface, error)) {
 	t.Helper()
 	sec := func(v int64) *int64 { return &v }
 	yes := true
@@ -82,7 +82,7 @@ func auditClient(t *testing.T) (*fake.Clientset, func(agent.Config) (kube.Interf
 	done.Status.Phase = v1.PodSucceeded
 	objs = append(objs, done)
 	c := fake.NewClientset(objs...)
-	return c, func(agent.Config) (kube.Interface, error) { return kubetest.Wrap(c), nil }
+	return c, func(config.Config) (kube.Interface, error) { return kubetest.Wrap(c), nil }
 }
 
 // The windows: AWS's 120 s (margin 5 s: pods must be gone by T+115) and GCP's and Azure's 30 s
@@ -194,7 +194,7 @@ func TestAuditUsage(t *testing.T) {
 		{[]string{"extra"}, `unexpected argument "extra"`},
 	} {
 		var out, errOut bytes.Buffer
-		code := runAudit(context.Background(), tc.args, &out, &errOut, planNow, func(agent.Config) (kube.Interface, error) {
+		code := runAudit(context.Background(), tc.args, &out, &errOut, planNow, func(config.Config) (kube.Interface, error) {
 			t.Fatalf("%v: a client was made for bad usage", tc.args)
 			return nil, nil
 		})

@@ -18,7 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/kube"
 	"github.com/reprieve-dev/reprieve/agent/record"
 )
@@ -41,8 +41,8 @@ type cleanupOptions struct {
 // runCleanup is `reprieve cleanup`: it removes from nodes everything reprieve wrote there
 // (record.ComputeCleanup), for an uninstall (the chart runs it as a post-delete hook). It exits 2
 // on bad flags, 1 when a node could not be cleaned or the agents did not go away in time.
-func runCleanup(ctx context.Context, args []string, stdout, stderr io.Writer, clientFor func(agent.Config) (kube.Interface, error)) int {
-	cfg := agent.DefaultConfig()
+func runCleanup(ctx context.Context, args []string, stdout, stderr io.Writer, clientFor func(config.Config) (kube.Interface, error)) int {
+	cfg := config.DefaultConfig()
 	var o cleanupOptions
 	fs := pflag.NewFlagSet("reprieve cleanup", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -67,7 +67,7 @@ func runCleanup(ctx context.Context, args []string, stdout, stderr io.Writer, cl
 		fmt.Fprintf(stderr, "reprieve cleanup: %v\n", err)
 		return 2
 	}
-	if err := agent.ApplyEnv(fs, "REPRIEVE_", os.LookupEnv); err != nil {
+	if err := config.ApplyEnv(fs, "REPRIEVE_", os.LookupEnv); err != nil {
 		fmt.Fprintf(stderr, "reprieve cleanup: %v\n", err)
 		return 2
 	}

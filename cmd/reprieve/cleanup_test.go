@@ -10,14 +10,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/kube"
 	"github.com/reprieve-dev/reprieve/agent/kube/kubetest"
 	"github.com/reprieve-dev/reprieve/agent/record"
 )
 
 func TestCleanupFlags(t *testing.T) {
-	noClient := func(agent.Config) (kube.Interface, error) {
+	noClient := func(config.Config) (kube.Interface, error) {
 		t.Fatal("a client was made for flags that are wrong")
 		return nil, nil
 	}
@@ -54,7 +54,7 @@ func TestCleanupRemovesReprievesMarks(t *testing.T) {
 		&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "c", Annotations: map[string]string{record.AnnotationOwned: "{}"}}},
 		&v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "reprieve-gpu-x", Namespace: "kube-system", Labels: map[string]string{"app.kubernetes.io/name": "reprieve"}},
 			Spec: v1.PodSpec{NodeName: "c"}})
-	clientFor := func(agent.Config) (kube.Interface, error) { return kubetest.Wrap(c), nil }
+	clientFor := func(config.Config) (kube.Interface, error) { return kubetest.Wrap(c), nil }
 	var out, errOut bytes.Buffer
 	if code := runCleanup(context.Background(), []string{"--all-nodes", "--skip-nodes-with-pods=app.kubernetes.io/name=reprieve"}, &out, &errOut, clientFor); code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())

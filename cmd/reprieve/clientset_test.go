@@ -14,7 +14,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 )
 
 // TestBinaryLinksOnlyItsGroups checks that the binary does not link client-go's clientset or
@@ -73,7 +73,7 @@ current-context: c
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg := agent.DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.Kubeconfig = kubeconfig
 	c, err := newClient(cfg)
 	if err != nil {

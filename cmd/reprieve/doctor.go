@@ -12,14 +12,19 @@ import (
 	"strings"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/kube"
+	"github.com/reprieve-dev/reprieve/agent/nodefacts"
+	"github.com/reprieve-dev/reprieve/agent/preflight"
 	"github.com/reprieve-dev/reprieve/agent/pressure"
+	"github.com/reprieve-dev/reprieve/agent/record"
+	"github.com/reprieve-dev/reprieve/agent/volumes"
+	"github.com/reprieve-dev/reprieve/agent/whatif"
 
 	"github.com/prometheus/client_golang/prometheus"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	v1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -92,7 +97,7 @@ func (r *doctorReport) fail(what, fix string) {
 // runDoctor implements `reprieve doctor`: it checks, with the agent's flags, everything the
 // agent needs on this node and prints a checklist with a fix for each failure. Exit status 1
 // when something keeps reprieve from working, 2 for bad flags.
-func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer, clientFor func(agent.Config) (kube.Interface, error)) int {
+func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer, clientFor func(config.Config) (kube.Interface, error)) int {
 	sc := newSubcommand("doctor", "[--node NAME] [agent flags]", stderr)
 	if code, ok := sc.parse(args); !ok {
 		return code
@@ -101,15 +106,18 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer, cli
 
 	r := &doctorReport{w: stdout}
 	fmt.Fprintf(stdout, "reprieve doctor: node %s, provider %s\n", cfg.NodeName, cfg.Provider)
-	fmt.Fprintf(stdout, "%s\n", agent.EvictionSummary(cfg))
+	fmt.Fprintf(stdout, "%s\n", whatif.EvictionSummary(cfg))
 	client, node := checkKubernetes(ctx, r, cfg, clientFor)
 	checkMetadata(ctx, r, cfg, node)
 	checkOverlaps(ctx, r, cfg, client, node)
 	checkGuardPlacement(ctx, r, client)
 	checkVolumePlugins(ctx, r, cfg, client)
 	checkHostRoot(r, cfg)
-	checkKubeletConfig(r, cfg)
-	checkPressure(ctx, r, cfg, client)
+	// One read of the kubelet's configuration, as the agent makes one, for every check that
+	// uses it.
+	kr := kubelet.Find(cfg.KubeletLookup())
+	checkKubeletConfig(r, cfg, kr)
+	checkPressure(ctx, r, cfg, kr, client)
 	if r.failed > 0 {
 		fmt.Fprintf(stdout, "%d check(s) failed: reprieve cannot do its job on this node until they are fixed.\n", r.failed)
 		return 1
@@ -119,8 +127,8 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer, cli
 }
 
 // checkOverlaps lists the other programs that act on this node's interruptions too
-// (agent.Overlaps), from the node and its pods, as warnings: the operator picks one per node.
-func checkOverlaps(ctx context.Context, r *doctorReport, cfg agent.Config, client kube.Interface, node *v1.Node) {
+// (nodefacts.Overlaps), from the node and its pods, as warnings: the operator picks one per node.
+func checkOverlaps(ctx context.Context, r *doctorReport, cfg config.Config, client kube.Interface, node *v1.Node) {
 	if node == nil || client == nil {
 		r.skip("other interruption handlers: the node could not be read")
 		return
@@ -129,7 +137,7 @@ func checkOverlaps(ctx context.Context, r *doctorReport, cfg agent.Config, clien
 	if pods == nil {
 		r.warn("other interruption handlers: the node's pods could not be read; judged from the node alone")
 	}
-	overlaps := agent.Overlaps(node, pods)
+	overlaps := nodefacts.Overlaps(node, pods)
 	if len(overlaps) == 0 {
 		r.ok("no other interruption handler seen on node %s (Karpenter, an EKS managed node group, AKS node auto-drain, aws-node-termination-handler)", cfg.NodeName)
 		return
@@ -141,7 +149,7 @@ func checkOverlaps(ctx context.Context, r *doctorReport, cfg agent.Config, clien
 
 // checkKubernetes checks the API server, each permission and the node; it returns the client
 // (nil when there is none) and the node (nil when unknown).
-func checkKubernetes(ctx context.Context, r *doctorReport, cfg agent.Config, clientFor func(agent.Config) (kube.Interface, error)) (kube.Interface, *v1.Node) {
+func checkKubernetes(ctx context.Context, r *doctorReport, cfg config.Config, clientFor func(config.Config) (kube.Interface, error)) (kube.Interface, *v1.Node) {
 	client, err := clientFor(cfg)
 	if err != nil {
 		r.fail(fmt.Sprintf("Kubernetes client: %v", err), "pass --kubeconfig, set $KUBECONFIG, or run in a pod with a ServiceAccount")
@@ -164,7 +172,7 @@ func checkKubernetes(ctx context.Context, r *doctorReport, cfg agent.Config, cli
 		r.ok("authenticated as %s", who)
 	}
 	perms := agentPermissions
-	if cfg.PressureSource == agent.PressureSourceSummary {
+	if cfg.PressureSource == config.PressureSourceSummary {
 		perms = append(slices.Clip(perms), permission{"get", "nodes", "stats"})
 	}
 	allowed := func(p permission, group string) (bool, error) {
@@ -222,7 +230,7 @@ const nodeClaim = "authentication.kubernetes.io/node-name"
 // this node (ok), naming another node (fail: every write would be refused), or absent (a token
 // not bound to a pod, or a cluster that turned ServiceAccountTokenPodNodeInfo off; the dry-run
 // write says whether the policy refuses it). It returns the claim ("" when absent or unknown).
-func checkNodeClaim(r *doctorReport, cfg agent.Config, user *authenticationv1.UserInfo) string {
+func checkNodeClaim(r *doctorReport, cfg config.Config, user *authenticationv1.UserInfo) string {
 	if user == nil {
 		r.skip("token's node claim: SelfSubjectReview unavailable")
 		return ""
@@ -252,7 +260,7 @@ const claimFix = "run the agent with the token the kubelet projects into its pod
 
 // checkNodeWrite patches the node with a server-side dry run: the same RBAC and admission as the
 // agent's taint writes, and no change.
-func checkNodeWrite(ctx context.Context, r *doctorReport, cfg agent.Config, client kube.Interface, claim string) {
+func checkNodeWrite(ctx context.Context, r *doctorReport, cfg config.Config, client kube.Interface, claim string) {
 	_, err := client.CoreV1().Nodes().Patch(ctx, cfg.NodeName, types.MergePatchType, []byte("{}"), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
 	switch {
 	case err == nil:
@@ -271,7 +279,7 @@ func checkNodeWrite(ctx context.Context, r *doctorReport, cfg agent.Config, clie
 // checkEviction evicts one pod of the node with a server-side dry run, as the agent would (grace
 // and UID precondition), through RBAC, the admission policies and the eviction guard where it is
 // installed. A PodDisruptionBudget that refuses now is not a failure.
-func checkEviction(ctx context.Context, r *doctorReport, cfg agent.Config, client kube.Interface) {
+func checkEviction(ctx context.Context, r *doctorReport, cfg config.Config, client kube.Interface) {
 	pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{
 		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String(), Limit: 20})
 	if err != nil {
@@ -289,21 +297,18 @@ func checkEviction(ctx context.Context, r *doctorReport, cfg agent.Config, clien
 		r.skip("eviction (dry run): no pod on node %s to try", cfg.NodeName)
 		return
 	}
-	grace, uid := int64(30), pod.UID
-	ev := &policyv1.Eviction{
-		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
-		DeleteOptions: &metav1.DeleteOptions{GracePeriodSeconds: &grace, Preconditions: &metav1.Preconditions{UID: &uid},
-			DryRun: []string{metav1.DryRunAll}},
-	}
-	err = client.PolicyV1().Evictions(pod.Namespace).Evict(ctx, ev)
+	// The agent's own dry run and its reading of the answer (agent/preflight); a pod that went
+	// away meanwhile, or was replaced under its name, is not the path's answer.
+	err = preflight.DryRunEvict(ctx, client, pod.Namespace, pod.Name, pod.UID)
+	status, _ := preflight.Verdict(err)
 	switch {
 	case err == nil:
 		r.ok("pod %s/%s may be evicted (server-side dry run)", pod.Namespace, pod.Name)
-	case (apierrors.IsTooManyRequests(err) || apierrors.IsForbidden(err)) && apierrors.HasStatusCause(err, policyv1.DisruptionBudgetCause):
+	case preflight.BudgetRefuses(err):
 		r.ok("pod %s/%s may be evicted; a PodDisruptionBudget refuses it now (server-side dry run)", pod.Namespace, pod.Name)
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		r.skip("eviction (dry run): pod %s/%s went away meanwhile", pod.Namespace, pod.Name)
-	case guardUnreachable(err):
+	case status == preflight.StatusGuardUnreachable:
 		r.fail(fmt.Sprintf("the eviction guard is unreachable: evicting pod %s/%s (dry run): %v", pod.Namespace, pod.Name, err), guardUnreachableFix)
 	default:
 		r.fail(fmt.Sprintf("evicting pod %s/%s (dry run): %v", pod.Namespace, pod.Name, err),
@@ -313,15 +318,15 @@ func checkEviction(ctx context.Context, r *doctorReport, cfg agent.Config, clien
 
 // checkMetadata asks the cloud's metadata service for its notices once, through the provider
 // the agent would use, so that the token, headers and payloads are checked as the agent uses them.
-func checkMetadata(ctx context.Context, r *doctorReport, cfg agent.Config, node *v1.Node) {
+func checkMetadata(ctx context.Context, r *doctorReport, cfg config.Config, node *v1.Node) {
 	choice := providerChoice{name: cfg.Provider}
 	providerID := ""
 	if node != nil {
 		providerID = node.Spec.ProviderID
 		// As the agent does once it has read the node.
-		accel := &acceleratorHolder{}
-		accel.set(node)
-		choice.nodeAccelerator = accel.get
+		accel := &nodefacts.AcceleratorHolder{}
+		accel.Set(node)
+		choice.nodeAccelerator = accel.Get
 	}
 	if choice.name == "auto" {
 		// As the agent decides (chooseProvider): DMI first, then the node's providerID.
@@ -335,7 +340,7 @@ func checkMetadata(ctx context.Context, r *doctorReport, cfg agent.Config, node 
 	}
 	name := choice.name
 	if name == "none" {
-		r.skip("metadata service: provider none (the deadline comes from the node annotation %s)", agent.AnnotationReclaimDeadline)
+		r.skip("metadata service: provider none (the deadline comes from the node annotation %s)", record.AnnotationReclaimDeadline)
 		return
 	}
 	if name == aws.Name && !checkAWSToken(ctx, r, cfg.AWSIMDSEndpoint) {
@@ -421,7 +426,7 @@ func metadataFix(provider string) string {
 }
 
 // checkHostRoot checks that the host's filesystem is readable where --host-root says.
-func checkHostRoot(r *doctorReport, cfg agent.Config) {
+func checkHostRoot(r *doctorReport, cfg config.Config) {
 	entries, err := os.ReadDir(cfg.HostRoot)
 	if err != nil {
 		r.fail(fmt.Sprintf("--host-root %s: %v", cfg.HostRoot, err), "mount the host's / read-only into the pod and pass its path (the DaemonSet uses /host)")
@@ -434,11 +439,11 @@ func checkHostRoot(r *doctorReport, cfg agent.Config) {
 // thresholds and graceful node shutdown), with pressure handling off too: the interruption plan
 // uses the shutdown grace. Not found fails: the agent then assumes the kubelet's defaults, which
 // on a managed platform are not what its kubelet runs with.
-func checkKubeletConfig(r *doctorReport, cfg agent.Config) {
-	kc, err := agent.KubeletConfig(cfg)
+func checkKubeletConfig(r *doctorReport, cfg config.Config, kr kubelet.ConfigRead) {
+	kc, err := kr.Config, kr.Err
 	if err != nil {
 		what := "reading the kubelet's configuration"
-		if cfg.PressureSource != agent.PressureSourceOff {
+		if cfg.PressureSource != config.PressureSourceOff {
 			what = "reading the kubelet's eviction thresholds" // as the agent's PressureDisabled event says
 		}
 		r.fail(fmt.Sprintf("%s: %v (its eviction thresholds and graceful node shutdown are unknown)", what, err),
@@ -470,7 +475,7 @@ func checkKubeletConfig(r *doctorReport, cfg agent.Config) {
 	r.ok("kubelet config %s: evictionHard %s; graceful node shutdown %s", where, hard, shutdown)
 	// What the volume rule takes from it: how long before the deadline a pod with a volume
 	// that attaches must be gone (the kubelet's status period).
-	release, from := agent.VolumeReleaseOf(cfg)
+	release, from := volumes.ReleaseOf(cfg, kr)
 	r.ok("volume release: a pod with a volume that attaches is gone %s before the deadline (%s)", release, from)
 }
 
@@ -520,12 +525,12 @@ func thresholdList(ts []kubelet.Threshold) string {
 // checkPressure reads the kubelet's thresholds and the pressure signals once, as the agent
 // would, and prints each signal against reprieve's and the kubelet's thresholds. The kubelet's
 // configuration itself is checkKubeletConfig's.
-func checkPressure(ctx context.Context, r *doctorReport, cfg agent.Config, client kube.Interface) {
-	if cfg.PressureSource == agent.PressureSourceOff {
+func checkPressure(ctx context.Context, r *doctorReport, cfg config.Config, kr kubelet.ConfigRead, client kube.Interface) {
+	if cfg.PressureSource == config.PressureSourceOff {
 		r.skip("local pressure: --pressure-source off")
 		return
 	}
-	thresholds, kc, kcErr, err := agent.PressureThresholds(cfg)
+	thresholds, kc, kcErr, err := agent.PressureThresholds(cfg, kr)
 	if err != nil {
 		r.fail(fmt.Sprintf("pressure thresholds: %v", err), "give the thresholds in the kubelet's syntax, e.g. memory.available<500Mi,nodefs.available<15%")
 		return
@@ -539,7 +544,7 @@ func checkPressure(ctx context.Context, r *doctorReport, cfg agent.Config, clien
 		assumed = ", assumed"
 	}
 	var node *v1.Node
-	if cfg.PressureSource == agent.PressureSourceSummary && cfg.KubeletSummaryURL == "" && client != nil {
+	if cfg.PressureSource == config.PressureSourceSummary && cfg.KubeletSummaryURL == "" && client != nil {
 		if node, err = client.CoreV1().Nodes().Get(ctx, cfg.NodeName, metav1.GetOptions{}); err != nil {
 			r.fail(fmt.Sprintf("kubelet Summary API: reading node %s: %v", cfg.NodeName, err), "pass --kubelet-summary-url")
 			return
@@ -555,7 +560,7 @@ func checkPressure(ctx context.Context, r *doctorReport, cfg agent.Config, clien
 	sample, err := src.Read(rctx)
 	if err != nil {
 		fix := "mount the host's / read-only at --host-root (the DaemonSet uses /host), and check --kubelet-root-dir and --imagefs-dir"
-		if cfg.PressureSource == agent.PressureSourceSummary {
+		if cfg.PressureSource == config.PressureSourceSummary {
 			fix = "grant get on nodes/stats, check that the kubelet's port is reachable from the pod and its certificate (--kubelet-ca-file, --kubelet-insecure-tls)"
 		}
 		r.fail(fmt.Sprintf("pressure signals (%s): %v", cfg.PressureSource, err), fix)

@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/kube"
 	"github.com/reprieve-dev/reprieve/agent/kube/kubetest"
 	"github.com/reprieve-dev/reprieve/test/fakes/gcpmeta"
@@ -54,7 +54,7 @@ func TestDoctorShowsGCPWindows(t *testing.T) {
 			var out, errOut bytes.Buffer
 			runDoctor(context.Background(), []string{"--node=n1", "--provider=gcp", "--gcp-metadata-endpoint=" + srv.Addr(),
 				"--gcp-preemption-notice=120s", "--host-root=" + t.TempDir()}, &out, &errOut,
-				func(agent.Config) (kube.Interface, error) { return kubetest.Wrap(c), nil })
+				func(config.Config) (kube.Interface, error) { return kubetest.Wrap(c), nil })
 			for _, w := range tc.want {
 				if !strings.Contains(out.String(), w) {
 					t.Errorf("no %q in\n%s", w, out.String())

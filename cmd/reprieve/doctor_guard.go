@@ -10,9 +10,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/reprieve-dev/reprieve/agent"
 	"github.com/reprieve-dev/reprieve/agent/guard"
 	"github.com/reprieve-dev/reprieve/agent/kube"
+	"github.com/reprieve-dev/reprieve/agent/nodefacts"
 )
 
 // guardUnreachable says whether err is the API server's failure to call the eviction guard
@@ -42,8 +42,8 @@ func checkGuardPlacement(ctx context.Context, r *doctorReport, client kube.Inter
 		r.warn("eviction guard placement: listing its pods (%s): %v", guardPodSelector, err)
 		return
 	}
-	spotSel := make([]labels.Selector, 0, len(agent.SpotPoolSelectors))
-	for _, s := range agent.SpotPoolSelectors {
+	spotSel := make([]labels.Selector, 0, len(nodefacts.SpotPoolSelectors))
+	for _, s := range nodefacts.SpotPoolSelectors {
 		if sel, err := labels.Parse(s); err == nil {
 			spotSel = append(spotSel, sel)
 		}

@@ -20,13 +20,13 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/kube"
 	"github.com/reprieve-dev/reprieve/agent/kube/kubetest"
 )
 
 // doctorClient answers SelfSubjectAccessReviews: everything allowed but deny.
-func doctorClient(deny permission, nodes ...string) func(agent.Config) (kube.Interface, error) {
+func doctorClient(deny permission, nodes ...string) func(config.Config) (kube.Interface, error) {
 	var objs []runtime.Object
 	for _, n := range nodes {
 		objs = append(objs, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}})
@@ -38,7 +38,7 @@ func doctorClient(deny permission, nodes ...string) func(agent.Config) (kube.Int
 		r.Status.Allowed = !(ra.Verb == deny.verb && ra.Resource == deny.resource && ra.Subresource == deny.subresource)
 		return true, r, nil
 	})
-	return func(agent.Config) (kube.Interface, error) { return kubetest.Wrap(c), nil }
+	return func(config.Config) (kube.Interface, error) { return kubetest.Wrap(c), nil }
 }
 
 func TestDoctorNamesTheMissingPermission(t *testing.T) {
@@ -189,7 +189,7 @@ func TestDoctorNodeClaim(t *testing.T) {
 			// (or its absence) does not decide the exit code.
 			host := filepath.Join("..", "..", "kubelet", "testdata", "cgroupv2")
 			code := runDoctor(context.Background(), []string{"--node=n1", "--provider=none", "--pressure-source=off", "--host-root=" + host}, &out, &errOut,
-				func(agent.Config) (kube.Interface, error) { return kubetest.Wrap(c0), nil })
+				func(config.Config) (kube.Interface, error) { return kubetest.Wrap(c0), nil })
 			if code != c.code {
 				t.Errorf("exit %d, want %d:\n%s%s", code, c.code, out.String(), errOut.String())
 			}
@@ -347,7 +347,7 @@ func TestDoctorOverlaps(t *testing.T) {
 		return true, r, nil
 	})
 	out.Reset()
-	code := runDoctor(context.Background(), args, &out, &errOut, func(agent.Config) (kube.Interface, error) { return kubetest.Wrap(c), nil })
+	code := runDoctor(context.Background(), args, &out, &errOut, func(config.Config) (kube.Interface, error) { return kubetest.Wrap(c), nil })
 	if code != 0 {
 		t.Errorf("exit %d, want 0: an overlap is a warning\n%s%s", code, out.String(), errOut.String())
 	}

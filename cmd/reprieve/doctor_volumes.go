@@ -7,7 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/kube"
 	"github.com/reprieve-dev/reprieve/agent/plan"
 )
@@ -17,11 +17,11 @@ import (
 // controller deletes them at the notice, and the volumes of the pods that leave after them are
 // never unmounted, so their replacements wait six minutes for the detach. reprieve itself never
 // evicts them (plan.SkipVolumePlugin). `reprieve audit` says the same for a whole pool.
-func checkVolumePlugins(ctx context.Context, r *doctorReport, cfg agent.Config, client kube.Interface) {
+func checkVolumePlugins(ctx context.Context, r *doctorReport, cfg config.Config, client kube.Interface) {
 	if client == nil {
 		return
 	}
-	taint, err := agent.ParseTaint(cfg.InterruptionTaint)
+	taint, err := config.ParseTaint(cfg.InterruptionTaint)
 	if err != nil || plan.Eviction(cfg.InterruptionEviction) == plan.EvictionReprieve {
 		// With --interruption-eviction=reprieve the taint goes on NoSchedule, which deletes
 		// nothing, and reprieve never evicts a plugin.

@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/kube"
 	"github.com/reprieve-dev/reprieve/agent/kube/kubetest"
 )
@@ -46,7 +46,7 @@ func TestDoctorVolumePlugins(t *testing.T) {
 		r.Status.Allowed = true
 		return true, r, nil
 	})
-	client := func(agent.Config) (kube.Interface, error) { return kubetest.Wrap(c), nil }
+	client := func(config.Config) (kube.Interface, error) { return kubetest.Wrap(c), nil }
 	// The NoExecute mode, explicitly (the default is --interruption-eviction=reprieve).
 	args := []string{"--node=n1", "--provider=none", "--host-root=" + host, "--kubelet-root-dir=/", "--imagefs-dir=/", "--interruption-eviction=kube-controller-manager"}
 	var out, errOut bytes.Buffer

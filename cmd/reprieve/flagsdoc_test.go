@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 )
 
 var update = flag.Bool("update", false, "rewrite docs/flags.md from the binary's flags")
@@ -15,7 +15,7 @@ const flagsDocPath = "../../docs/flags.md"
 
 // flagsDoc is docs/flags.md: the binary's own --help, so that the reference cannot drift.
 func flagsDoc() string {
-	cfg := agent.DefaultConfig()
+	cfg := config.DefaultConfig()
 	fs := agentFlagSet(&cfg)
 	var b strings.Builder
 	b.WriteString("# Flags\n\n")

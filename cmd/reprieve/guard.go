@@ -22,7 +22,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/guard"
 	"github.com/reprieve-dev/reprieve/agent/kube"
 )
@@ -121,7 +121,7 @@ func newGuardCommand() *cobra.Command {
 
 // runGuard checks the flags (exit status 2 when they are wrong), then serves until SIGTERM.
 func runGuard(fs *pflag.FlagSet, cfg *guardConfig) int {
-	if err := agent.ApplyEnv(fs, "REPRIEVE_GUARD_", os.LookupEnv); err != nil {
+	if err := config.ApplyEnv(fs, "REPRIEVE_GUARD_", os.LookupEnv); err != nil {
 		fmt.Fprintf(os.Stderr, "reprieve eviction-guard: %v\n", err)
 		return 2
 	}

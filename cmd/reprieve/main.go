@@ -26,7 +26,9 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/kube"
+	"github.com/reprieve-dev/reprieve/agent/nodefacts"
 	"github.com/reprieve-dev/reprieve/agent/residency"
 	"github.com/reprieve-dev/reprieve/providers"
 	"github.com/reprieve-dev/reprieve/providers/aws"
@@ -68,9 +70,9 @@ func run(args []string) int {
 
 // newRootCommand is the reprieve command and its subcommands (spf13/cobra): per-command help,
 // --version, and shell completion (`reprieve completion bash`). The agent's flags stay a pflag
-// set of agent.Config's, so that `plan` and `doctor` parse the same flags the same way.
+// set of config.Config's, so that `plan` and `doctor` parse the same flags the same way.
 func newRootCommand() *cobra.Command {
-	cfg := agent.DefaultConfig()
+	cfg := config.DefaultConfig()
 	fs := agentFlagSet(&cfg)
 	root := &cobra.Command{
 		Use:           "reprieve",
@@ -158,9 +160,9 @@ func newRootCommand() *cobra.Command {
 }
 
 // runAgent runs the agent with the flags fs has parsed into cfg, and returns the exit status.
-func runAgent(fs *pflag.FlagSet, cfg *agent.Config) int {
+func runAgent(fs *pflag.FlagSet, cfg *config.Config) int {
 	setGCPercent(os.LookupEnv)
-	if err := agent.ApplyEnv(fs, "REPRIEVE_", os.LookupEnv); err != nil {
+	if err := config.ApplyEnv(fs, "REPRIEVE_", os.LookupEnv); err != nil {
 		fmt.Fprintf(os.Stderr, "reprieve: %v\n", err)
 		return 2
 	}
@@ -259,7 +261,7 @@ func hideTestFlags(fs *pflag.FlagSet) {
 }
 
 // agentFlagSet is the agent's flags, bound to cfg, with klog's -v.
-func agentFlagSet(cfg *agent.Config) *pflag.FlagSet {
+func agentFlagSet(cfg *config.Config) *pflag.FlagSet {
 	fs := pflag.NewFlagSet("reprieve", pflag.ContinueOnError)
 	cfg.AddFlags(fs)
 	hideTestFlags(fs)
@@ -293,7 +295,7 @@ func commandUsage(cmd *cobra.Command) error {
 
 // newClient builds the Kubernetes client: --kubeconfig, else $KUBECONFIG (one file or a list),
 // else the in-cluster config.
-func newClient(cfg agent.Config) (kube.Interface, error) {
+func newClient(cfg config.Config) (kube.Interface, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = cfg.Kubeconfig
 	restCfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
@@ -315,7 +317,7 @@ func newClient(cfg agent.Config) (kube.Interface, error) {
 // /readyz says why not) instead of exiting into CrashLoopBackOff: the informers wait for it, the
 // provider comes from the flags or the host's DMI (the node only when DMI names no cloud, read
 // with retries), and the check for other interruption handlers runs in the background.
-func start(ctx context.Context, cfg agent.Config) error {
+func start(ctx context.Context, cfg config.Config) error {
 	client, err := newClient(cfg)
 	if err != nil {
 		return err
@@ -323,11 +325,11 @@ func start(ctx context.Context, cfg agent.Config) error {
 	clk := clock.RealClock{}
 	// What the node shows of accelerators refines GCP's maintenance notice once the node is
 	// read; until then the provider goes by the machine type alone.
-	accel := &acceleratorHolder{}
+	accel := &nodefacts.AcceleratorHolder{}
 	go func() {
 		if node, err := getNode(ctx, client, cfg.NodeName, clk, "check for Karpenter and accelerators", nil); err == nil {
-			accel.set(node)
-			if gpu, why, _ := accel.get(); gpu {
+			accel.Set(node)
+			if gpu, why, _ := accel.Get(); gpu {
 				klog.FromContext(ctx).Info("The node shows an accelerator", "node", klog.KObj(node), "seen", why)
 			} else {
 				klog.FromContext(ctx).Info("The node shows no accelerator", "node", klog.KObj(node))
@@ -348,7 +350,7 @@ func start(ctx context.Context, cfg agent.Config) error {
 	if err != nil {
 		return err
 	}
-	choice.nodeAccelerator = accel.get
+	choice.nodeAccelerator = accel.Get
 	provider, err := newProvider(ctx, cfg, choice, reg)
 	if err != nil {
 		return err
@@ -376,7 +378,7 @@ const (
 // node's deadline annotation). Azure's resource name is --azure-resource-name, else the one the
 // node's providerID gives when chooseProvider read it, else the provider asks IMDS compute.name
 // at its first poll: the same name (providers/azure), with no API server needed.
-func newProvider(ctx context.Context, cfg agent.Config, choice providerChoice, reg prometheus.Registerer) (providers.Provider, error) {
+func newProvider(ctx context.Context, cfg config.Config, choice providerChoice, reg prometheus.Registerer) (providers.Provider, error) {
 	logger := klog.FromContext(ctx)
 	name := choice.name
 	if name == "none" {

@@ -10,9 +10,9 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/reprieve-dev/reprieve/agent"
 	"github.com/reprieve-dev/reprieve/agent/events"
 	"github.com/reprieve-dev/reprieve/agent/kube"
+	"github.com/reprieve-dev/reprieve/agent/nodefacts"
 )
 
 // ReasonKarpenterManaged is the node Event that says reprieve started on a node Karpenter
@@ -23,7 +23,7 @@ const (
 )
 
 // noteOverlaps says, once at start, in the log and as a Warning Event on the node, which other
-// programs also act on this node's interruptions (agent.Overlaps: Karpenter, an EKS managed
+// programs also act on this node's interruptions (nodefacts.Overlaps: Karpenter, an EKS managed
 // node group's rebalancing, AKS node auto-drain, aws-node-termination-handler), each on its
 // own plan: the operator must pick one per node (docs/faq.md). pods are the node's pods, read
 // once (nil when they could not be read). reprieve cannot see the other programs' settings, so
@@ -32,7 +32,7 @@ const (
 // so that a slow API server delays nothing.
 func noteOverlaps(ctx context.Context, client kube.Interface, node *v1.Node, pods []*v1.Pod, clk clock.Clock) {
 	logger := klog.FromContext(ctx)
-	for _, o := range agent.Overlaps(node, pods) {
+	for _, o := range nodefacts.Overlaps(node, pods) {
 		reason := ReasonOverlappingHandler
 		if o.Who == "Karpenter" {
 			reason = ReasonKarpenterManaged
@@ -53,13 +53,13 @@ func noteOverlaps(ctx context.Context, client kube.Interface, node *v1.Node, pod
 	}
 }
 
-// nodePods reads the node's pods that Overlaps looks at (agent.OverlapPodSelectors, with a
+// nodePods reads the node's pods that Overlaps looks at (nodefacts.OverlapPodSelectors, with a
 // field selector on the node's name): never the whole cluster, nor every pod of the node whole,
 // which a tenant's pods can make hundreds of MiB. nil when they cannot be read.
 func nodePods(ctx context.Context, client kube.Interface, nodeName string) []*v1.Pod {
 	out := []*v1.Pod{} // read, none found: not nil
 	seen := map[types.UID]bool{}
-	for _, sel := range agent.OverlapPodSelectors {
+	for _, sel := range nodefacts.OverlapPodSelectors {
 		list, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: sel,
 			FieldSelector: fields.OneTermEqualSelector("spec.nodeName", nodeName).String()})
 		if err != nil {

@@ -16,8 +16,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/kube"
+	"github.com/reprieve-dev/reprieve/agent/volumes"
+	"github.com/reprieve-dev/reprieve/agent/whatif"
 	"github.com/reprieve-dev/reprieve/kubelet"
 )
 
@@ -25,7 +27,7 @@ import (
 // given deadline arrived, computed with the agent's own planner from the node and its pods as
 // the API server has them. It changes nothing. It takes the agent's flags too (taints, margin,
 // lead, ...), so that the plan is the DaemonSet's: pass the same ones.
-func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer, now time.Time, clientFor func(agent.Config) (kube.Interface, error)) int {
+func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer, now time.Time, clientFor func(config.Config) (kube.Interface, error)) int {
 	sc := newSubcommand("plan", "--node NAME [--deadline 120s | --deadline 2026-12-01T10:00:00Z] [--notice-time TIME] [-o table|json] [agent flags]", stderr)
 	fs := sc.fs
 	deadlineFlag := fs.String("deadline", "", "the imagined notice's reclaim deadline: a duration after --notice-time (120s) or an RFC 3339 time; empty plans against the node's taints as they are")
@@ -39,7 +41,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer, now t
 		fmt.Fprintf(stderr, "reprieve plan: -o %q: want table or json\n", *output)
 		return 2
 	}
-	in := agent.WhatIf{Now: now}
+	in := whatif.Input{Now: now}
 	if *noticeFlag != "" {
 		t, err := time.Parse(time.RFC3339, *noticeFlag)
 		if err != nil {
@@ -66,16 +68,17 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer, now t
 		fmt.Fprintf(stderr, "reprieve plan: %v\n", err)
 		return 1
 	}
-	plan := agent.PlanWhatIf(cfg, in)
+	// One read of the kubelet's configuration for the plan's volume release and the rules.
+	in.Kubelet = kubelet.Find(cfg.KubeletLookup())
+	plan := whatif.Plan(cfg, in)
 	readVolumes(ctx, client, in, &plan)
-	kc, kcErr := agent.KubeletConfig(cfg)
-	rules := kubeletRulesOf(kc, kcErr)
+	rules := kubeletRulesOf(in.Kubelet.Config, in.Kubelet.Err)
 	if *output == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		// NodePlan's fields, and beside them what was known of the kubelet's rules.
 		if err := enc.Encode(struct {
-			agent.NodePlan
+			whatif.NodePlan
 			Kubelet kubeletRules `json:"kubelet"`
 		}{plan, rules}); err != nil {
 			fmt.Fprintf(stderr, "reprieve plan: writing the plan: %v\n", err)
@@ -163,7 +166,7 @@ func parseDeadline(s string, notice, now time.Time) (time.Time, error) {
 
 // readWhatIf reads the node, its pods (the agent's own field selector) and the
 // PodDisruptionBudgets of their namespaces.
-func readWhatIf(ctx context.Context, c kube.Interface, node string, in *agent.WhatIf) error {
+func readWhatIf(ctx context.Context, c kube.Interface, node string, in *whatif.Input) error {
 	n, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("reading node %s: %w", node, err)
@@ -195,7 +198,7 @@ func readWhatIf(ctx context.Context, c kube.Interface, node string, in *agent.Wh
 // readVolumes reads, for each pod planned with the volume rule, its volumes as the agent does
 // in a window (a GET of each claim and of its volume), and notes where the node's status has
 // each now: during a window, which are released and which are still in use.
-func readVolumes(ctx context.Context, c kube.Interface, in agent.WhatIf, plan *agent.NodePlan) {
+func readVolumes(ctx context.Context, c kube.Interface, in whatif.Input, plan *whatif.NodePlan) {
 	pods := map[string]*v1.Pod{}
 	for _, p := range in.Pods {
 		pods[p.Namespace+"/"+p.Name] = p
@@ -206,13 +209,13 @@ func readVolumes(ctx context.Context, c kube.Interface, in agent.WhatIf, plan *a
 		if pp.VolumeReleaseBy == nil || pod == nil {
 			continue
 		}
-		vols, err := agent.ReadPodVolumes(ctx, c, pod)
-		agent.NoteVolumes(pp, in.Node, vols, err)
+		vols, err := volumes.ReadPod(ctx, c, pod)
+		whatif.NoteVolumes(pp, in.Node, vols, err)
 	}
 }
 
 // writePlanTable prints plan for people: times relative to the notice, T+12s.
-func writePlanTable(w io.Writer, plan agent.NodePlan) error {
+func writePlanTable(w io.Writer, plan whatif.NodePlan) error {
 	rel := func(t *time.Time) string {
 		if t == nil {
 			return "-"
@@ -302,7 +305,7 @@ func writePlanTable(w io.Writer, plan agent.NodePlan) error {
 // agent would. Their --help lists only their own flags, and names the agent's in one line.
 type subcommand struct {
 	name   string
-	cfg    agent.Config
+	cfg    config.Config
 	fs     *pflag.FlagSet
 	node   *string
 	stderr io.Writer
@@ -311,7 +314,7 @@ type subcommand struct {
 }
 
 func newSubcommand(name, usage string, stderr io.Writer) *subcommand {
-	sc := &subcommand{name: name, cfg: agent.DefaultConfig(), fs: pflag.NewFlagSet("reprieve "+name, pflag.ContinueOnError), stderr: stderr,
+	sc := &subcommand{name: name, cfg: config.DefaultConfig(), fs: pflag.NewFlagSet("reprieve "+name, pflag.ContinueOnError), stderr: stderr,
 		agentFlags: map[string]bool{}}
 	sc.fs.SetOutput(stderr)
 	sc.cfg.AddFlags(sc.fs)
@@ -355,7 +358,7 @@ func (sc *subcommand) parse(args []string) (code int, ok bool) {
 		fmt.Fprintf(sc.stderr, "%sunexpected argument %q\n", prefix, sc.fs.Arg(0))
 		return 2, false
 	}
-	if err := agent.ApplyEnv(sc.fs, "REPRIEVE_", os.LookupEnv); err != nil {
+	if err := config.ApplyEnv(sc.fs, "REPRIEVE_", os.LookupEnv); err != nil {
 		fmt.Fprintf(sc.stderr, "%s%v\n", prefix, err)
 		return 2, false
 	}

@@ -15,14 +15,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/kube"
 	"github.com/reprieve-dev/reprieve/agent/kube/kubetest"
+	"github.com/reprieve-dev/reprieve/agent/whatif"
 )
 
 var planNow = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 
-func planClient(t *testing.T) func(agent.Config) (kube.Interface, error) {
+func planClient(t *testing.T) func(config.Config) (kube.Interface, error) {
 	t.Helper()
 	sec := func(v int64) *int64 { return &v }
 	objs := []*v1.Pod{
@@ -39,7 +40,7 @@ func planClient(t *testing.T) func(agent.Config) (kube.Interface, error) {
 			t.Fatal(err)
 		}
 	}
-	return func(agent.Config) (kube.Interface, error) { return kubetest.Wrap(c), nil }
+	return func(config.Config) (kube.Interface, error) { return kubetest.Wrap(c), nil }
 }
 
 func TestPlanJSON(t *testing.T) {
@@ -48,7 +49,7 @@ func TestPlanJSON(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
-	var plan agent.NodePlan
+	var plan whatif.NodePlan
 	if err := json.Unmarshal(out.Bytes(), &plan); err != nil {
 		t.Fatalf("output is not a plan: %v\n%s", err, out.String())
 	}
@@ -58,7 +59,7 @@ func TestPlanJSON(t *testing.T) {
 	if len(plan.Pods) != 2 {
 		t.Fatalf("%d pods planned, want 2", len(plan.Pods))
 	}
-	got := map[string]agent.PodPlan{}
+	got := map[string]whatif.PodPlan{}
 	for _, p := range plan.Pods {
 		got[p.Namespace+"/"+p.Name] = p
 	}
@@ -101,7 +102,7 @@ func TestPlanTable(t *testing.T) {
 }
 
 func TestPlanBadInput(t *testing.T) {
-	failing := func(agent.Config) (kube.Interface, error) { return nil, errors.New("no cluster here") }
+	failing := func(config.Config) (kube.Interface, error) { return nil, errors.New("no cluster here") }
 	for _, tc := range []struct {
 		args []string
 		want int
@@ -186,7 +187,7 @@ func TestPlanKubeletRules(t *testing.T) {
 				t.Fatalf("exit %d: %s", code, errOut.String())
 			}
 			var got struct {
-				agent.NodePlan
+				whatif.NodePlan
 				Kubelet struct {
 					ConfigFound bool     `json:"configFound"`
 					Searched    []string `json:"searched"`
@@ -241,17 +242,17 @@ func TestPlanVolumes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	clientFor := func(agent.Config) (kube.Interface, error) { return kubetest.Wrap(client), nil }
+	clientFor := func(config.Config) (kube.Interface, error) { return kubetest.Wrap(client), nil }
 
 	var out, errOut bytes.Buffer
 	if code := runPlan(context.Background(), []string{"--node=n1", "--deadline=120s", "-o", "json"}, &out, &errOut, planNow, clientFor); code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
-	var plan agent.NodePlan
+	var plan whatif.NodePlan
 	if err := json.Unmarshal(out.Bytes(), &plan); err != nil {
 		t.Fatalf("output is not a plan: %v\n%s", err, out.String())
 	}
-	want := map[string]string{"db/db-0": a + " " + agent.VolumeInUse, "db/db-1": b + " " + agent.VolumeReleased, "db/db-2": c + " " + agent.VolumeNotAttached}
+	want := map[string]string{"db/db-0": a + " " + whatif.VolumeInUse, "db/db-1": b + " " + whatif.VolumeReleased, "db/db-2": c + " " + whatif.VolumeNotAttached}
 	for _, p := range plan.Pods {
 		key := p.Namespace + "/" + p.Name
 		if p.VolumeReleaseBy == nil {

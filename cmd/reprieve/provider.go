@@ -17,8 +17,9 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/kube"
+	"github.com/reprieve-dev/reprieve/agent/serve"
 	"github.com/reprieve-dev/reprieve/providers/detect"
 )
 
@@ -41,7 +42,7 @@ type providerChoice struct {
 // with detect.Detect. While it waits, serveWait keeps /healthz answering (a liveness probe must
 // not restart the process into CrashLoopBackOff for an API server that is down); the function
 // it returns stops that, before the agent listens on the same address.
-func chooseProvider(ctx context.Context, cfg agent.Config, client kube.Interface, clk clock.WithTicker, serveWait func(why string) (stop func(), err error)) (providerChoice, error) {
+func chooseProvider(ctx context.Context, cfg config.Config, client kube.Interface, clk clock.WithTicker, serveWait func(why string) (stop func(), err error)) (providerChoice, error) {
 	logger := klog.FromContext(ctx)
 	if cfg.Provider != "auto" {
 		return providerChoice{name: cfg.Provider}, nil
@@ -146,8 +147,8 @@ func serveWaitingOn(ctx context.Context, ln net.Listener, gatherer prometheus.Ga
 	// The agent's own server and listener for this address (issue 39 item 7): the same
 	// timeouts, header limit and connection pools, so that a flood that cannot hold the
 	// agent's metrics port cannot hold it while the agent waits either.
-	srv = agent.NewMetricsServer(ln.Addr().String(), mux)
-	bounded := agent.MetricsListener(ln)
+	srv = serve.NewMetricsServer(ln.Addr().String(), mux)
+	bounded := serve.MetricsListener(ln)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(bounded) }()
 	return srv, func() {

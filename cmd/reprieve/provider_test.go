@@ -25,8 +25,9 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/kube/kubetest"
+	"github.com/reprieve-dev/reprieve/agent/serve"
 	"github.com/reprieve-dev/reprieve/providers"
 	"github.com/reprieve-dev/reprieve/test/fakes/azureevents"
 )
@@ -80,7 +81,7 @@ func TestChooseProviderNeedsNoAPIServer(t *testing.T) {
 		t.Run(tc.provider+" on "+filepath.Base(tc.root), func(t *testing.T) {
 			client := fake.NewClientset()
 			gets := unreachable(client, 1<<30)
-			cfg := agent.DefaultConfig()
+			cfg := config.DefaultConfig()
 			cfg.NodeName, cfg.Provider, cfg.HostRoot = "n1", tc.provider, tc.root
 			got, err := chooseProvider(context.Background(), cfg, kubetest.Wrap(client), clocktesting.NewFakeClock(time.Now()), noWait)
 			if err != nil {
@@ -113,7 +114,7 @@ func TestChooseProviderWaitsForTheNode(t *testing.T) {
 			const failures = 6 // backoff 0.5, 1, 2, 4, 8, 16 s: past any liveness probe's patience
 			gets := unreachable(client, failures)
 			clk := clocktesting.NewFakeClock(time.Now())
-			cfg := agent.DefaultConfig()
+			cfg := config.DefaultConfig()
 			cfg.NodeName, cfg.Provider, cfg.HostRoot = "n1", "auto", hostRoot(tc.root)
 			var served, stopped atomic.Int32
 			type result struct {
@@ -158,7 +159,7 @@ func TestChooseProviderStops(t *testing.T) {
 	client := fake.NewClientset()
 	unreachable(client, 1<<30)
 	clk := clocktesting.NewFakeClock(time.Now())
-	cfg := agent.DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.NodeName, cfg.Provider, cfg.HostRoot = "n1", "auto", hostRoot("no-dmi")
 	ctx, cancel := context.WithCancel(context.Background())
 	var stopped atomic.Int32
@@ -241,7 +242,7 @@ func TestNewProviderAzureResourceName(t *testing.T) {
 			t.Cleanup(fake.Close)
 			id := fake.AddEvent(azureevents.Event{EventType: azureevents.EventTypePreempt, Resources: []string{self},
 				NotBefore: time.Now().Add(30 * time.Second), DurationInSeconds: -1})
-			cfg := agent.DefaultConfig()
+			cfg := config.DefaultConfig()
 			cfg.AzureIMDSEndpoint = url
 			p, err := newProvider(context.Background(), cfg, providerChoice{name: "azure", providerID: tc.providerID}, prometheus.NewRegistry())
 			if err != nil {
@@ -275,7 +276,7 @@ func TestStartStoppedWhileWaiting(t *testing.T) {
 	if err := clientcmd.WriteToFile(*cfg, kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	ac := agent.DefaultConfig()
+	ac := config.DefaultConfig()
 	ac.NodeName, ac.Kubeconfig, ac.Provider, ac.HostRoot, ac.MetricsBindAddress = "n1", kubeconfig, "auto", hostRoot("no-dmi"), ""
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -342,7 +343,7 @@ func TestServeWhileWaitingIsBounded(t *testing.T) {
 	}
 	srv, stop := serveWaitingOn(context.Background(), ln, prometheus.NewRegistry(), "waiting for the API server")
 	t.Cleanup(stop)
-	want := agent.NewMetricsServer("", nil)
+	want := serve.NewMetricsServer("", nil)
 	if srv.ReadHeaderTimeout != want.ReadHeaderTimeout || srv.ReadTimeout != want.ReadTimeout || srv.WriteTimeout != want.WriteTimeout ||
 		srv.IdleTimeout != want.IdleTimeout || srv.MaxHeaderBytes != want.MaxHeaderBytes {
 		t.Errorf("header %v, read %v, write %v, idle %v, MaxHeaderBytes %d; want the agent's metrics server's: %v, %v, %v, %v, %d",
@@ -361,8 +362,8 @@ func TestServeWhileWaitingIsBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref := agent.NewMetricsServer("", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }))
-	go func() { _ = ref.Serve(agent.MetricsListener(inner)) }()
+	ref := serve.NewMetricsServer("", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }))
+	go func() { _ = ref.Serve(serve.MetricsListener(inner)) }()
 	t.Cleanup(func() { _ = ref.Close() })
 	const n = 48
 	agentKept := flood(t, "127.0.0.2", inner.Addr().String(), n)

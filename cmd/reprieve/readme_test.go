@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 )
 
 // readmeFlagRow is a row of a documentation table of flags: the flags of its first cell and the
@@ -22,7 +22,7 @@ var (
 // every default it states in backticks is the flag's own (durations compared as durations). A
 // default in words ("unset", "$NODE_NAME") is for a flag whose default is empty.
 func TestReadmeFlagDefaults(t *testing.T) {
-	cfg := agent.DefaultConfig()
+	cfg := config.DefaultConfig()
 	fs := agentFlagSet(&cfg)
 	files := []string{"../../README.md", "../../docs/install.md", "../../docs/migrating-from-nth.md", "../../docs/operations.md"}
 	rows := 0

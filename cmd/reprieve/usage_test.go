@@ -9,13 +9,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/kube"
 )
 
 // noClient fails the test if a command that should stop at its flags asks for a client.
-func noClient(t *testing.T) func(agent.Config) (kube.Interface, error) {
-	return func(agent.Config) (kube.Interface, error) {
+func noClient(t *testing.T) func(config.Config) (kube.Interface, error) {
+	return func(config.Config) (kube.Interface, error) {
 		t.Error("a client was made")
 		return nil, errors.New("no client")
 	}
@@ -107,7 +107,7 @@ func TestSubcommandNamesItsNodeFlag(t *testing.T) {
 		}
 	}
 	// The agent itself names its own --node-name.
-	cfg := agent.DefaultConfig()
+	cfg := config.DefaultConfig()
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--node-name") {
 		t.Errorf("the agent's Validate: %v; want it naming --node-name", err)
 	}
@@ -149,12 +149,12 @@ func TestTestOnlyFlagsHidden(t *testing.T) {
 			t.Errorf("docs/flags.md lists --%s", name)
 		}
 	}
-	cfg := agent.DefaultConfig()
+	cfg := config.DefaultConfig()
 	fs := agentFlagSet(&cfg)
 	if err := fs.Parse([]string{"--gcp-gpu-maintenance-notice=5m"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := agent.ApplyEnv(fs, "REPRIEVE_", func(k string) (string, bool) {
+	if err := config.ApplyEnv(fs, "REPRIEVE_", func(k string) (string, bool) {
 		return "90s", k == "REPRIEVE_GCP_VM_MAINTENANCE_NOTICE"
 	}); err != nil {
 		t.Fatal(err)

@@ -41,7 +41,10 @@ type fleetResult struct {
 	Baseline                       serverRates
 	Idle, Reclaim                  fleetPhase
 	RSSPerAgent                    uint64 // median VmRSS over the agents, idle
-	LeftOver                       int    // pods still on reclaimed nodes at the deadline
+	// IdleMillicores is the median over the agents of CPU time over the idle window's wall
+	// time, in thousandths of a core (issue 51: at most 2).
+	IdleMillicores float64
+	LeftOver       int // pods still on reclaimed nodes at the deadline
 }
 
 func (b *bench) fleet(ctx context.Context, rep *report) error {
@@ -50,7 +53,8 @@ func (b *bench) fleet(ctx context.Context, rep *report) error {
 		if err != nil {
 			return err
 		}
-		b.o.Logf("fleet: %d agents: %.2f non-watch requests/min per idle agent, %.1f watches", n, r.Idle.PerAgentNonWatchPerMin, r.Idle.PerAgentWatches)
+		b.o.Logf("fleet: %d agents: %.2f non-watch requests/min per idle agent, %.1f watches, %.2f idle millicores per agent (median)",
+			n, r.Idle.PerAgentNonWatchPerMin, r.Idle.PerAgentWatches, r.IdleMillicores)
 		rep.Fleet = append(rep.Fleet, r)
 	}
 	return nil
@@ -122,10 +126,25 @@ func (b *bench) fleetSize(ctx context.Context, n int) (*fleetResult, error) {
 		return nil, err
 	}
 
+	cpu0 := make([]time.Duration, n)
+	for i, p := range agents {
+		if st, err := readProc(p.Pid()); err == nil {
+			cpu0[i] = st.CPU
+		}
+	}
+	idleStart := time.Now()
 	res.Idle, err = b.fleetWindow(ctx, res.Baseline, proxies, nil, time.Now().Add(b.o.FleetIdle))
 	if err != nil {
 		return nil, err
 	}
+	idleWall := time.Since(idleStart)
+	var cpu []float64
+	for i, p := range agents {
+		if st, err := readProc(p.Pid()); err == nil {
+			cpu = append(cpu, float64(st.CPU-cpu0[i])/float64(idleWall)*1000)
+		}
+	}
+	res.IdleMillicores = median(cpu)
 	var rss []float64
 	for _, p := range agents {
 		if st, err := readProc(p.Pid()); err == nil {

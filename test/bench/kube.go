@@ -15,14 +15,15 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
+	"github.com/reprieve-dev/reprieve/agent/record"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 	"github.com/reprieve-dev/reprieve/test/testenv"
 )
 
 // interruptionTaint is the agent's default interruption taint, cloud=spot:NoExecute.
 func interruptionTaint() (v1.Taint, error) {
-	t, err := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	t, err := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	if err != nil {
 		return v1.Taint{}, fmt.Errorf("parsing the default interruption taint: %w", err)
 	}
@@ -103,7 +104,7 @@ func setDeadline(ctx context.Context, c kubernetes.Interface, node string, d tim
 	if !d.IsZero() {
 		v = d.UTC().Format(time.RFC3339)
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{agent.AnnotationReclaimDeadline: v}}})
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{record.AnnotationReclaimDeadline: v}}})
 	if err != nil {
 		return fmt.Errorf("encoding the deadline patch: %w", err)
 	}

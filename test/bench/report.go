@@ -282,14 +282,14 @@ func (r *report) fleetMD(p printer, o options) {
 		"and `apiserver_longrunning_requests{verb=\"WATCH\"}` less a baseline taken with the same nodes and\n"+
 		"pods but no agents, divided by N; during the reclaim it includes what the reclaim makes kwok do\n"+
 		"(pod status updates and removals), not only the agents' requests.\n\n", o.FleetPods, o.FleetIdle, o.Settle, o.FleetWindow)
-	p("| agents | idle: non-watch req/min per agent (max agent) | idle: watches per agent (server) | idle: server non-watch req/s per agent | RSS per agent | reclaim: non-watch req/min per agent (reclaimed agents) | reclaim: server non-watch req/s per agent | pods left on reclaimed nodes |\n")
-	p("|---|---|---|---|---|---|---|---|\n")
+	p("| agents | idle: non-watch req/min per agent (max agent) | idle: watches per agent (server) | idle: server non-watch req/s per agent | RSS per agent | idle CPU per agent (median) | reclaim: non-watch req/min per agent (reclaimed agents) | reclaim: server non-watch req/s per agent | pods left on reclaimed nodes |\n")
+	p("|---|---|---|---|---|---|---|---|---|\n")
 	for _, f := range r.Fleet {
 		n := float64(f.Agents)
-		p("| %d | %.2f (%.2f) | %.1f (%.1f) | %.3f | %s | %.1f (%.1f, %d nodes) | %.3f | %d |\n", f.Agents,
+		p("| %d | %.2f (%.2f) | %.1f (%.1f) | %.3f | %s | %.2f millicores | %.1f (%.1f, %d nodes) | %.3f | %d |\n", f.Agents,
 			f.Idle.PerAgentNonWatchPerMin, f.Idle.MaxAgentNonWatchPerMin,
 			f.Idle.PerAgentWatches, f.Idle.Server.OpenWatches/n,
-			f.Idle.Server.NonWatchPerSec/n, mib(f.RSSPerAgent),
+			f.Idle.Server.NonWatchPerSec/n, mib(f.RSSPerAgent), f.IdleMillicores,
 			f.Reclaim.PerAgentNonWatchPerMin, f.Reclaim.ReclaimedNonWatchPerMin, f.Reclaimed,
 			f.Reclaim.Server.NonWatchPerSec/n, f.LeftOver)
 	}

@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 )
 
@@ -32,7 +32,7 @@ func TestAdmissionPolicyBindsTheAgentToItsNode(t *testing.T) {
 	const ns, sa, nodeA, nodeB = "vap", "reprieve-vap", "vap-a", "vap-b"
 	c := env.Client
 	kubeA := boundAgents(ctx, t, ns, sa, nodeA, nodeB)
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	// The workload the agent evicts at the end: it tolerates the interruption taint 2 s.
 	if err := scenario.Create(ctx, c, ns, nodeA, taint, []scenario.Pod{{Name: "work", Kind: scenario.Plain, Tolerate: ptr64(2), Grace: ptr64(1)}}); err != nil {
 		t.Fatal(err)

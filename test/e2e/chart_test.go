@@ -21,7 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/yaml"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/test/testenv"
 )
 
@@ -506,7 +506,7 @@ func testChartValues(t *testing.T) {
 	// pod's start.
 	t.Run("flags-exist", func(t *testing.T) {
 		fs := pflag.NewFlagSet("reprieve", pflag.ContinueOnError)
-		cfg := agent.DefaultConfig()
+		cfg := config.DefaultConfig()
 		cfg.AddFlags(fs)
 		for _, c := range chartCases {
 			ds, _ := renderDaemonSet(t, c.name, c.args...)

@@ -7,12 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/events"
+	"github.com/reprieve-dev/reprieve/agent/record"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/reprieve-dev/reprieve/agent"
 	"github.com/reprieve-dev/reprieve/test/fakes/azureevents"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 )
@@ -22,9 +23,9 @@ import (
 // eviction storm) and a clear log line.
 func TestDeadlineOddities(t *testing.T) {
 	t.Parallel()
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
-	cfg := agent.DefaultConfig()
-	maint, _ := agent.ParseTaint(cfg.MaintenanceTaint)
+	taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
+	cfg := config.DefaultConfig()
+	maint, _ := config.ParseTaint(cfg.MaintenanceTaint)
 	pods := []scenario.Pod{
 		{Name: "due", Kind: scenario.Plain, Grace: ptr64(30)},
 		{Name: "tolerates", Kind: scenario.Plain, Tolerate: ptr64(20), Grace: ptr64(2)},
@@ -160,7 +161,7 @@ func TestDeadlineOddities(t *testing.T) {
 		srv.AddEvent(azureevents.Event{EventType: azureevents.EventTypeReboot, Resources: []string{"two-node"}, NotBefore: sooner, DurationInSeconds: -1})
 		_, logTail, _ := start(ctx, t, "two", "--provider=azure", "--azure-imds-endpoint="+url, "--azure-resource-name=two-node")
 		n := waitNode(ctx, t, "two-node", "the interruption taint", func(n *v1.Node) bool { return hasTaint(n, taint.Key, taint.Effect) })
-		if got := n.Annotations[agent.AnnotationReclaimDeadline]; got != sooner.UTC().Format(time.RFC3339) {
+		if got := n.Annotations[record.AnnotationReclaimDeadline]; got != sooner.UTC().Format(time.RFC3339) {
 			t.Errorf("deadline annotation %q, want the earlier notice's %s", got, sooner.UTC().Format(time.RFC3339))
 		}
 		if c := strings.Count(taintKeys(n), taint.Key+":"); c != 1 {

@@ -6,12 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/events"
+	"github.com/reprieve-dev/reprieve/agent/record"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/reprieve-dev/reprieve/agent"
 	"github.com/reprieve-dev/reprieve/test/fakes/azureevents"
 	"github.com/reprieve-dev/reprieve/test/fakes/gcpmeta"
 	"github.com/reprieve-dev/reprieve/test/scenario"
@@ -27,8 +28,8 @@ func TestGCPGPUMaintenanceHourAhead(t *testing.T) {
 	defer cancel()
 	const ns, node = "gcp-gpu-hour", "gcp-gpu-hour-node"
 	setupNode(ctx, t, ns, node, nil)
-	interruption, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
-	maintenance, _ := agent.ParseTaint(agent.DefaultConfig().MaintenanceTaint)
+	interruption, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
+	maintenance, _ := config.ParseTaint(config.DefaultConfig().MaintenanceTaint)
 	pods := []scenario.Pod{
 		{Name: "gpu-job", Kind: scenario.Plain, Grace: ptr64(30)},
 		{Name: "short-toleration", Kind: scenario.Plain, Grace: ptr64(2)},
@@ -88,7 +89,7 @@ func TestGCPGPUMaintenanceHourAhead(t *testing.T) {
 		if hasTaint(n, interruption.Key, interruption.Effect) {
 			t.Fatalf("the interruption taint is on an hour before the maintenance: %+v", n.Spec.Taints)
 		}
-		if v, ok := n.Annotations[agent.AnnotationReclaimDeadline]; ok {
+		if v, ok := n.Annotations[record.AnnotationReclaimDeadline]; ok {
 			t.Fatalf("deadline annotation %q an hour ahead, want none until the lead", v)
 		}
 		select {
@@ -165,7 +166,7 @@ func TestGCPStalledWatch(t *testing.T) {
 	defer cancel()
 	const ns, node = "gcp-stall", "gcp-stall-node"
 	setupNode(ctx, t, ns, node, nil)
-	interruption, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	interruption, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	srv := gcpmeta.New()
 	url, err := srv.Start("127.0.0.1:0")
 	if err != nil {
@@ -189,7 +190,7 @@ func TestGCPStalledWatch(t *testing.T) {
 	if seen > 16*time.Second {
 		t.Errorf("preemption seen %v after it was posted behind a stall, want within 15 s", seen)
 	}
-	if _, ok := n.Annotations[agent.AnnotationReclaimDeadline]; !ok {
+	if _, ok := n.Annotations[record.AnnotationReclaimDeadline]; !ok {
 		t.Error("no deadline annotation with the interruption taint")
 	}
 }

@@ -6,14 +6,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/events"
+	"github.com/reprieve-dev/reprieve/agent/record"
 
 	"github.com/reprieve-dev/reprieve/agent/plan"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/reprieve-dev/reprieve/agent"
 	"github.com/reprieve-dev/reprieve/test/fakes/azureevents"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 )
@@ -127,7 +128,7 @@ func TestAzureApprovalAndCancellation(t *testing.T) {
 	defer cancel()
 	const ns, node = "azure-approve", "azure-approve-node"
 	setupNode(ctx, t, ns, node, nil)
-	interruption, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	interruption, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	if err := scenario.Create(ctx, env.Client, ns, node, interruption, []scenario.Pod{{Name: "evictee", Kind: scenario.Plain, Grace: ptr64(2)}}); err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +165,7 @@ func TestAzureApprovalAndCancellation(t *testing.T) {
 	if _, ok := n.Labels[v1.LabelNodeExcludeBalancers]; ok {
 		t.Errorf("load-balancer label left: %v", n.Labels)
 	}
-	if _, ok := n.Annotations[agent.AnnotationReclaimDeadline]; ok {
+	if _, ok := n.Annotations[record.AnnotationReclaimDeadline]; ok {
 		t.Errorf("deadline annotation left: %v", n.Annotations)
 	}
 	evs, err := env.Client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + node})

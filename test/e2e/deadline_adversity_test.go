@@ -27,7 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/test/fakes/faultproxy"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 	"github.com/reprieve-dev/reprieve/test/testenv"
@@ -115,7 +115,7 @@ func TestAdversityAlreadyTerminating(t *testing.T) {
 	if err := env.Client.CoreV1().Pods(ns).Delete(ctx, "leaving", metav1.DeleteOptions{GracePeriodSeconds: ptr64(600)}); err != nil {
 		t.Fatal(err)
 	}
-	end := deadline.Add(-agent.DefaultConfig().SafetyMargin)
+	end := deadline.Add(-config.DefaultConfig().SafetyMargin)
 	waitLong(ctx, t, time.Until(end)+10*time.Second, "the terminating pod gone", func() bool { return allGone(obs, "leaving") })
 	recs := figures(t, obs, T, "leaving", "staying")
 	goneBy(t, recs, end, T, "leaving")
@@ -152,7 +152,7 @@ func TestAdversitySIGTERMMidWindow(t *testing.T) {
 	setDeadline(ctx, t, node, deadline.Format(time.RFC3339))
 	n := waitNode(ctx, t, node, "the interruption taint", func(n *v1.Node) bool { return hasTaint(n, taint.Key, taint.Effect) })
 	T := taintOf(n, taint).TimeAdded.Time
-	end := deadline.Add(-agent.DefaultConfig().SafetyMargin)
+	end := deadline.Add(-config.DefaultConfig().SafetyMargin)
 	time.Sleep(time.Until(T.Add(3 * time.Second))) // the signal comes at T+3, wall clock
 	if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -186,7 +186,7 @@ func TestAdversityRestartDuringMetadataOutage(t *testing.T) {
 	defer cancel()
 	const ns, node = "adv-outage", "adv-outage-node"
 	setupNode(ctx, t, ns, node, nil)
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	names := []string{"now", "tol-10", "tol-600"}
 	obs := createObserved(ctx, t, ns, node, taint, []scenario.Pod{
 		{Name: "now", Kind: scenario.Plain, Grace: ptr64(1)},
@@ -236,7 +236,7 @@ func TestAdversityRestartDuringMetadataOutage(t *testing.T) {
 	proxy.Set(faultproxy.Pass)
 	back := time.Now()
 
-	end := deadline.Add(-agent.DefaultConfig().SafetyMargin)
+	end := deadline.Add(-config.DefaultConfig().SafetyMargin)
 	waitLong(ctx, t, time.Until(end)+10*time.Second, "every pod gone", func() bool { return allGone(obs, names...) })
 	t.Logf("restart at T%+.2fs during the outage, metadata back at T%+.2fs", restarted.Sub(T).Seconds(), back.Sub(T).Seconds())
 	recs := figures(t, obs, T, names...)
@@ -260,7 +260,7 @@ func TestAdversityTwoNotices(t *testing.T) {
 	defer cancel()
 	const ns, node = "adv-twice", "adv-twice-node"
 	setupNode(ctx, t, ns, node, nil)
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	// No disruption controller runs here: the budget's status is what the test writes, and
 	// until then (observedGeneration 0) the Eviction API refuses with 429.
 	obs := createObserved(ctx, t, ns, node, taint, []scenario.Pod{{Name: "guarded", Kind: scenario.Plain, Grace: ptr64(5), PDB: true}})
@@ -293,7 +293,7 @@ func TestAdversityTwoNotices(t *testing.T) {
 	setDeadline(ctx, t, node, second.Format(time.RFC3339))
 	n = waitNode(ctx, t, node, "the second taint", func(n *v1.Node) bool { return hasTaint(n, taint.Key, taint.Effect) })
 	T2 := taintOf(n, taint).TimeAdded.Time
-	end := second.Add(-agent.DefaultConfig().SafetyMargin)
+	end := second.Add(-config.DefaultConfig().SafetyMargin)
 	waitLong(ctx, t, time.Until(end)+10*time.Second, "guarded gone", func() bool { return allGone(obs, "guarded") })
 	recs := figures(t, obs, T2, "guarded")
 	goneBy(t, recs, end, T2, "guarded")
@@ -394,7 +394,7 @@ func TestAdversitySlowFailingEvictions(t *testing.T) {
 	if cond == nil || cond.Status != v1.ConditionTrue {
 		t.Errorf("the deleted pod has no DisruptionTarget=True condition: %+v\n%s", cond, p.LogTail(20))
 	}
-	end := deadline.Add(-agent.DefaultConfig().SafetyMargin)
+	end := deadline.Add(-config.DefaultConfig().SafetyMargin)
 	waitLong(ctx, t, time.Until(end)+10*time.Second, "grace-33 gone", func() bool { return allGone(obs, "grace-33") })
 	recs := figures(t, obs, T, "grace-33")
 	t.Logf("%d eviction requests, each held 4 s and answered 500", evictions.Load())

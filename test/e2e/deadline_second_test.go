@@ -22,7 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/providers/aws"
 	"github.com/reprieve-dev/reprieve/test/fakes/azureevents"
 	"github.com/reprieve-dev/reprieve/test/fakes/faultproxy"
@@ -140,7 +140,7 @@ func noticeAt(ctx context.Context, t *testing.T, node string, taint v1.Taint, wi
 	deadline = time.Now().Add(window).UTC().Truncate(time.Second)
 	setDeadline(ctx, t, node, deadline.Format(time.RFC3339))
 	n := waitNode(ctx, t, node, "the interruption taint", func(n *v1.Node) bool { return hasTaint(n, taint.Key, taint.Effect) })
-	return deadline, deadline.Add(-agent.DefaultConfig().SafetyMargin), taintOf(n, taint).TimeAdded.Time
+	return deadline, deadline.Add(-config.DefaultConfig().SafetyMargin), taintOf(n, taint).TimeAdded.Time
 }
 
 // TestSecondForcedDeleteOnASlowServer (issue 50, case 1): a pod held by its budget (no
@@ -495,7 +495,7 @@ func TestSecondRestartOnASlowServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = second.Stop() }()
-	end := deadline.Add(-agent.DefaultConfig().SafetyMargin)
+	end := deadline.Add(-config.DefaultConfig().SafetyMargin)
 	waitLong(ctx, t, time.Until(end)+10*time.Second, "the clamped pods gone", func() bool { return allGone(obs, pods...) })
 	recs := figures(t, obs, T, pods...)
 	goneBy(t, recs, end, T, pods...)

@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/events"
 	"github.com/reprieve-dev/reprieve/agent/plan"
 	"github.com/reprieve-dev/reprieve/test/scenario"
@@ -34,7 +34,7 @@ import (
 func defaultModeKeepsDaemonSetsAndBudgets(ctx context.Context, t *testing.T) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
-	if mode := agent.DefaultConfig().InterruptionEviction; mode != string(plan.EvictionReprieve) {
+	if mode := config.DefaultConfig().InterruptionEviction; mode != string(plan.EvictionReprieve) {
 		t.Fatalf("the binary's default --interruption-eviction is %q, want reprieve", mode)
 	}
 	const ns, node = "default-mode", "default-mode-node"

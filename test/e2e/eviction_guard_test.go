@@ -35,7 +35,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/guard"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 	"github.com/reprieve-dev/reprieve/test/testenv"
@@ -232,7 +232,7 @@ func TestEvictionGuardBindsEvictionsToTheNode(t *testing.T) {
 	const ns, sa, nodeA, nodeB = "evguard", "reprieve-evguard", "evguard-a", "evguard-b"
 	c := env.Client
 	kubeA := boundAgents(ctx, t, ns, sa, nodeA, nodeB)
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	if err := scenario.Create(ctx, c, ns, nodeA, taint, []scenario.Pod{
 		{Name: "evicted", Kind: scenario.Plain, Tolerate: ptr64(3600), Grace: ptr64(5)},
 		{Name: "work", Kind: scenario.Plain, Tolerate: ptr64(2), Grace: ptr64(1)},

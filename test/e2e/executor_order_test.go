@@ -8,7 +8,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 )
 
@@ -26,7 +26,7 @@ func TestCongestedServerMorePodsThanWorkers(t *testing.T) {
 	defer cancel()
 	const ns, node = "order", "order-node"
 	setupNode(ctx, t, ns, node, nil)
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	var pods []scenario.Pod
 	for i := range 20 {
 		pods = append(pods, scenario.Pod{Name: fmt.Sprintf("p%02d", i), Kind: scenario.Plain, Grace: ptr64(10)})
@@ -45,7 +45,7 @@ func TestCongestedServerMorePodsThanWorkers(t *testing.T) {
 	setDeadline(ctx, t, node, deadline.Format(time.RFC3339))
 	nd := waitNode(ctx, t, node, "the interruption taint", func(n *v1.Node) bool { return hasTaint(n, taint.Key, taint.Effect) })
 	timeAdded := taintOf(nd, taint).TimeAdded.Time
-	end := deadline.Add(-agent.DefaultConfig().SafetyMargin)
+	end := deadline.Add(-config.DefaultConfig().SafetyMargin)
 	last := end.Add(-60 * time.Second)
 	waitFor(ctx, t, "the late pod's eviction", func() bool { return !obs.Records()["late"].DeletedAt.IsZero() })
 	r := obs.Records()["late"]

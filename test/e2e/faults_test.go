@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/events"
+	"github.com/reprieve-dev/reprieve/agent/record"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,7 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/reprieve-dev/reprieve/agent"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 )
 
@@ -33,7 +34,7 @@ func TestRestartMidInterruption(t *testing.T) {
 	defer cancel()
 	const ns, node = "restart", "restart-node"
 	setupNode(ctx, t, ns, node, nil)
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	var pods []scenario.Pod
 	for i := range 3 {
 		pods = append(pods, scenario.Pod{Name: fmt.Sprintf("now-%d", i), Kind: scenario.Plain, Grace: ptr64(1)})
@@ -112,7 +113,7 @@ func TestRestartMidInterruption(t *testing.T) {
 	}
 	t.Logf("stopped %v after SIGTERM", time.Since(stopped).Round(time.Millisecond))
 	n = getNode(ctx, t, node)
-	if !hasTaint(n, taint.Key, taint.Effect) || n.Annotations[agent.AnnotationReclaimDeadline] == "" || !strings.Contains(n.Annotations[agent.AnnotationOwned], `"cloud:NoExecute"`) {
+	if !hasTaint(n, taint.Key, taint.Effect) || n.Annotations[record.AnnotationReclaimDeadline] == "" || !strings.Contains(n.Annotations[record.AnnotationOwned], `"cloud:NoExecute"`) {
 		t.Errorf("node state after SIGTERM: taints %+v annotations %v", n.Spec.Taints, n.Annotations)
 	}
 }
@@ -129,7 +130,7 @@ func TestConcurrentWriters(t *testing.T) {
 	if _, err := env.CreateNode(ctx, node, nil); err != nil {
 		t.Fatal(err)
 	}
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	rp, _, err := scenario.StartReprieve(ctx, reprieveBin, logDir, node, "--kubeconfig="+agentKubeconfig, "--provider=none")
 	if err != nil {
 		t.Fatal(err)
@@ -272,7 +273,7 @@ func TestAPIServerOutage(t *testing.T) {
 	}
 	defer func() { _ = server.Stop() }()
 	kubeconfig := repoint(t, agentKubeconfig, server.Host)
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	pods := []scenario.Pod{
 		{Name: "due-at-once", Kind: scenario.Plain, Grace: ptr64(2)},
 		{Name: "latest-passed", Kind: scenario.Plain, Tolerate: ptr64(10), Grace: ptr64(25)},
@@ -321,7 +322,7 @@ func TestAPIServerOutage(t *testing.T) {
 	if d := noticeSeen.Sub(timeAdded); d < -time.Second || d > 3*time.Second {
 		t.Errorf("timeAdded %v, notice seen at %v: the taint must carry the time of the notice, not of the write", timeAdded, noticeSeen)
 	}
-	deadline, err := time.Parse(time.RFC3339, n.Annotations[agent.AnnotationReclaimDeadline])
+	deadline, err := time.Parse(time.RFC3339, n.Annotations[record.AnnotationReclaimDeadline])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,7 +400,7 @@ func TestStuckDeletedAndReplacedPods(t *testing.T) {
 	const ns, node = "stuck", "stuck-node"
 	c := env.Client
 	setupNode(ctx, t, ns, node, nil)
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	if err := scenario.Create(ctx, c, ns, node, taint, []scenario.Pod{
 		{Name: "finalizer", Kind: scenario.Plain, Grace: ptr64(1)},
 		{Name: "deleted-by-other", Kind: scenario.Plain, Tolerate: ptr64(15), Grace: ptr64(1)},

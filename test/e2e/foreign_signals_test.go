@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/interrupt"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 )
@@ -33,7 +33,7 @@ func TestForeignPlatformSignals(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel) // after the parallel subtests, which run once this function returns
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	writer := nodeStatusWriter(ctx, t, "foreign-signals", "node-monitor")
 	hourAgo := metav1.NewTime(time.Now().Add(-time.Hour).Truncate(time.Second))
 

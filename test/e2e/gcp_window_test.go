@@ -15,7 +15,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
+	"github.com/reprieve-dev/reprieve/agent/record"
 	"github.com/reprieve-dev/reprieve/test/fakes/gcpmeta"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 )
@@ -62,7 +63,7 @@ func TestGCPMaintenanceOrdinaryAndGPU(t *testing.T) {
 		{name: "gcpw-gpu-label", machineType: "n1-standard-8", attached: true, window: scaledGPUNotice,
 			labels: map[string]string{"cloud.google.com/gke-accelerator": "nvidia-tesla-t4"}},
 	}
-	interruption, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	interruption, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	var wg sync.WaitGroup
 	results := make([]string, len(vms))
 	for i, m := range vms {
@@ -96,12 +97,12 @@ func TestGCPMaintenanceOrdinaryAndGPU(t *testing.T) {
 				t.Errorf("%s: the fake stops %v after the notice, want %v", m.name, d, m.window)
 			}
 			// The deadline reprieve knows is the VM's own stop.
-			n := waitNodeNoFatal(ctx, t, node, func(n *v1.Node) bool { return n.Annotations[agent.AnnotationReclaimDeadline] != "" })
+			n := waitNodeNoFatal(ctx, t, node, func(n *v1.Node) bool { return n.Annotations[record.AnnotationReclaimDeadline] != "" })
 			if n == nil {
 				t.Errorf("%s: no deadline annotation: the notice was not acted on", m.name)
 				return
 			}
-			deadline, _ := time.Parse(time.RFC3339, n.Annotations[agent.AnnotationReclaimDeadline])
+			deadline, _ := time.Parse(time.RFC3339, n.Annotations[record.AnnotationReclaimDeadline])
 			if d := deadline.Sub(stop); d < -2*time.Second || d > time.Second {
 				t.Errorf("%s: deadline %v, want the VM's stop %v", m.name, deadline, stop)
 			}
@@ -136,7 +137,7 @@ func TestGCPExtendedPreemptionNotice(t *testing.T) {
 	defer cancel()
 	const ns, node = "gcpw-notice", "gcpw-notice-node"
 	setupNode(ctx, t, ns, node, nil)
-	interruption, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	interruption, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	obs := createObserved(ctx, t, ns, node, interruption, []scenario.Pod{{Name: "grace-60", Kind: scenario.Plain, Tolerate: ptr64(3600), Grace: ptr64(60)}})
 	srv := gcpmeta.New()
 	url, err := srv.Start("127.0.0.1:0")
@@ -154,8 +155,8 @@ func TestGCPExtendedPreemptionNotice(t *testing.T) {
 	waitReady(ctx, t, srv, node)
 	softOff, powerOff := srv.Preempt(120*time.Second, nil, nil)
 	notice := time.Now()
-	n := waitNode(ctx, t, node, "the deadline annotation", func(n *v1.Node) bool { return n.Annotations[agent.AnnotationReclaimDeadline] != "" })
-	deadline, err := time.Parse(time.RFC3339, n.Annotations[agent.AnnotationReclaimDeadline])
+	n := waitNode(ctx, t, node, "the deadline annotation", func(n *v1.Node) bool { return n.Annotations[record.AnnotationReclaimDeadline] != "" })
+	deadline, err := time.Parse(time.RFC3339, n.Annotations[record.AnnotationReclaimDeadline])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +277,7 @@ func gracefulShutdownBeside(t *testing.T, ns string, margin time.Duration, wantC
 	node := ns + "-node"
 	const notice, kubeletSlice = 20 * time.Second, 15 * time.Second
 	setupNode(ctx, t, ns, node, nil)
-	interruption, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	interruption, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	pods := []scenario.Pod{
 		{Name: "grace-40", Kind: scenario.Plain, Tolerate: ptr64(3600), Grace: ptr64(40)},
 		{Name: "grace-25", Kind: scenario.Plain, Tolerate: ptr64(3600), Grace: ptr64(25)},

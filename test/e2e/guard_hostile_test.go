@@ -45,7 +45,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/guard"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 	"github.com/reprieve-dev/reprieve/test/testenv"
@@ -526,7 +526,7 @@ func testEvictionGuardClientCertificate(t *testing.T) {
 		t.Fatal(err)
 	}
 	agentIdentity(ctx, t, ns, sa)
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	for _, node := range []string{nodeA, nodeB} {
 		if err := scenario.Create(ctx, c, ns, node, taint, []scenario.Pod{{Name: "victim-" + node, Kind: scenario.Plain, Grace: ptr64(1)}}); err != nil {
 			t.Fatal(err)

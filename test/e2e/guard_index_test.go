@@ -22,7 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/guard"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 )
@@ -148,7 +148,7 @@ func TestEvictionGuardIndex(t *testing.T) {
 		}
 		return p
 	}
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	create := func(node string, names ...string) {
 		t.Helper()
 		var pods []scenario.Pod

@@ -9,8 +9,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/guard"
+	"github.com/reprieve-dev/reprieve/agent/record"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 )
 
@@ -46,7 +47,7 @@ func TestEvictionGuardReckonsPodsThatOutliveTheReclaim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	if err := scenario.Create(ctx, c, ns, nodeA, taint, []scenario.Pod{
 		{Name: "held", Kind: scenario.Plain, Grace: ptr64(1)},
 		{Name: "forever", Kind: scenario.Plain, Tolerate: ptr64(scenario.Forever), Grace: ptr64(1)},
@@ -84,13 +85,13 @@ func TestEvictionGuardReckonsPodsThatOutliveTheReclaim(t *testing.T) {
 	waitFor(ctx, t, "the agents' marks on the planned pods", func() bool {
 		for _, name := range []string{"held", "victim-" + nodeA, "victim-" + nodeB} {
 			p, err := c.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-			if err != nil || p.Annotations[agent.AnnotationEvictAt] == "" {
+			if err != nil || p.Annotations[record.AnnotationEvictAt] == "" {
 				return false
 			}
 		}
 		return true
 	})
-	if p, err := c.CoreV1().Pods(ns).Get(ctx, "forever", metav1.GetOptions{}); err != nil || p.Annotations[agent.AnnotationEvictAt] != "" {
+	if p, err := c.CoreV1().Pods(ns).Get(ctx, "forever", metav1.GetOptions{}); err != nil || p.Annotations[record.AnnotationEvictAt] != "" {
 		t.Errorf("the pod that tolerates the interruption forever carries evict-at (%v); the guard would count it", err)
 	}
 

@@ -7,12 +7,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/events"
+	"github.com/reprieve-dev/reprieve/agent/record"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/reprieve-dev/reprieve/agent"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 	"github.com/reprieve-dev/reprieve/test/testenv"
 )
@@ -35,7 +36,7 @@ func setDeadline(ctx context.Context, t *testing.T, node, value string) {
 	if value == "" {
 		v = nil
 	}
-	patchNode(ctx, t, map[string]any{"metadata": map[string]any{"annotations": map[string]any{agent.AnnotationReclaimDeadline: v}}}, node)
+	patchNode(ctx, t, map[string]any{"metadata": map[string]any{"annotations": map[string]any{record.AnnotationReclaimDeadline: v}}}, node)
 }
 
 // waitHandled waits for the agent's InterruptionHandled event on node and returns it.
@@ -95,7 +96,7 @@ func createObserved(ctx context.Context, t testing.TB, ns, node string, taint v1
 func observedNode(ctx context.Context, t testing.TB, ns, node string, pods []scenario.Pod) (v1.Taint, *scenario.Observer) {
 	t.Helper()
 	setupNode(ctx, t, ns, node, nil)
-	taint, err := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, err := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	if err != nil {
 		t.Fatal(err)
 	}

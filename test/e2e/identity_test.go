@@ -8,7 +8,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 )
 
@@ -45,7 +45,7 @@ func boundAgents(ctx context.Context, t *testing.T, ns, sa, nodeA, nodeB string)
 	}
 	agentIdentity(ctx, t, ns, sa)
 	installShippedPolicies(ctx, t, sa, ns)
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	for _, node := range []string{nodeA, nodeB} {
 		if err := scenario.Create(ctx, c, ns, node, taint, []scenario.Pod{
 			{Name: "agent-" + node, Kind: scenario.DaemonSet, ServiceAccount: sa},

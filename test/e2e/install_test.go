@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 )
 
@@ -157,7 +157,7 @@ func installDaemonSet(ctx context.Context, t *testing.T, cloud, file string, spo
 
 	// A workload pod that tolerates nothing: the taint-eviction controller deletes it once the
 	// interruption taint is on, which shows the controller at work on this node.
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	if err := scenario.Create(ctx, env.Client, ns, nodes[0], taint, []scenario.Pod{{Name: "workload", Kind: scenario.Plain, Grace: ptr64(1)}}); err != nil {
 		t.Fatal(err)
 	}
@@ -167,10 +167,10 @@ func installDaemonSet(ctx context.Context, t *testing.T, cloud, file string, spo
 		t.Fatal(err)
 	}
 	now := metav1.NewTime(time.Now().Truncate(time.Second))
-	cfg := agent.DefaultConfig()
+	cfg := config.DefaultConfig()
 	added := []v1.Taint{{Key: taint.Key, Value: taint.Value, Effect: taint.Effect, TimeAdded: &now}}
 	for _, spec := range []string{cfg.RebalanceTaint, cfg.MaintenanceTaint} {
-		t2, _ := agent.ParseTaint(spec)
+		t2, _ := config.ParseTaint(spec)
 		added = append(added, t2)
 	}
 	// The pressure taints of the pressure issue use these keys; the DaemonSet must tolerate them

@@ -18,7 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/record"
 )
 
@@ -72,8 +72,8 @@ func TestLifecycleUninstallLeavesTheNodeClean(t *testing.T) {
 	if _, err := c.CoreV1().Nodes().Patch(ctx, node, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	interruption, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
-	maintenance, _ := agent.ParseTaint(agent.DefaultConfig().MaintenanceTaint)
+	interruption, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
+	maintenance, _ := config.ParseTaint(config.DefaultConfig().MaintenanceTaint)
 	mock := startEventsMock(ctx, t, "active", time.Now().Add(2*time.Hour).UTC().Truncate(time.Second))
 	rp := startAgent(ctx, t, node, mock, "--maintenance-lead=10m", "--lifecycle-conditions",
 		"--pressure-source=host", "--host-root=/", "--kubelet-root-dir=/", "--imagefs-dir=/", "--kubelet-config=/nonexistent/config.yaml",

@@ -12,7 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/test/fakes/slowproxy"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 )
@@ -30,7 +30,7 @@ func TestLoadSlowAPIServer(t *testing.T) {
 	defer cancel()
 	const ns, node, n = "load", "load-node", 250
 	setupNode(ctx, t, ns, node, nil)
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	pods := make([]scenario.Pod, n)
 	for i := range pods {
 		p := scenario.Pod{Name: fmt.Sprintf("p%03d", i), Kind: scenario.Plain}
@@ -60,7 +60,7 @@ func TestLoadSlowAPIServer(t *testing.T) {
 	nd := waitNode(ctx, t, node, "the interruption taint", func(n *v1.Node) bool { return hasTaint(n, taint.Key, taint.Effect) })
 	seen := time.Now()
 	timeAdded := taintOf(nd, taint).TimeAdded.Time
-	end := deadline.Add(-agent.DefaultConfig().SafetyMargin)
+	end := deadline.Add(-config.DefaultConfig().SafetyMargin)
 
 	select {
 	case <-time.After(time.Until(end)):

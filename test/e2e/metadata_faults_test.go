@@ -8,12 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/events"
+	"github.com/reprieve-dev/reprieve/agent/record"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/reprieve-dev/reprieve/agent"
 	"github.com/reprieve-dev/reprieve/providers"
 	"github.com/reprieve-dev/reprieve/test/fakes/azureevents"
 	"github.com/reprieve-dev/reprieve/test/fakes/faultproxy"
@@ -62,7 +63,7 @@ func runMetadataFaults(t *testing.T, c metadataCloud) {
 	defer cancel()
 	ns, node := "mdfaults-"+c.provider, "mdfaults-"+c.provider+"-node"
 	setupNode(ctx, t, ns, node, nil)
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	// A pod that tolerates the taint for 20 s: a withdrawn notice must leave it running.
 	if err := scenario.Create(ctx, env.Client, ns, node, taint, []scenario.Pod{{Name: "stay", Kind: scenario.Plain, Tolerate: ptr64(20), Grace: ptr64(1)}}); err != nil {
 		t.Fatal(err)
@@ -122,7 +123,7 @@ func runMetadataFaults(t *testing.T, c metadataCloud) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if hasTaint(n, taint.Key, taint.Effect) || n.Annotations[agent.AnnotationReclaimDeadline] != "" {
+	if hasTaint(n, taint.Key, taint.Effect) || n.Annotations[record.AnnotationReclaimDeadline] != "" {
 		t.Errorf("the faults made a notice: taints %v, annotations %v", n.Spec.Taints, n.Annotations)
 	}
 	text, err = scenario.Scrape(metricsAddr)
@@ -171,7 +172,7 @@ func runMetadataFaults(t *testing.T, c metadataCloud) {
 	// Withdrawn mid-flight: the taint goes, the deadline gauge returns to 0, nothing is evicted.
 	withdraw()
 	waitNode(ctx, t, node, "the taint removed", func(n *v1.Node) bool {
-		return !hasTaint(n, taint.Key, taint.Effect) && n.Annotations[agent.AnnotationReclaimDeadline] == ""
+		return !hasTaint(n, taint.Key, taint.Effect) && n.Annotations[record.AnnotationReclaimDeadline] == ""
 	})
 	// The agent sets the gauge right after its node write, so the scrape may come first by a
 	// hair: wait for it briefly rather than race it.
@@ -302,7 +303,7 @@ func nodeEvents(ctx context.Context, t *testing.T, node, reason string) []string
 }
 
 // noticeEvents returns the reason and message of every event about node that reports a notice,
-// whatever its kind (agent.NoticeReason).
+// whatever its kind (events.NoticeReason).
 func noticeEvents(ctx context.Context, t *testing.T, node string) []string {
 	t.Helper()
 	reasons := map[string]bool{events.ReasonNoticeReceived: true}

@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/record"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 )
@@ -40,7 +40,7 @@ func TestNodeConditionFollowsTheTaint(t *testing.T) {
 	defer cancel()
 	const ns, node = "nodecond", "nodecond-node"
 	setupNode(ctx, t, ns, node, nil)
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	rp, _, err := scenario.StartReprieve(ctx, reprieveBin, logDir, node, "--kubeconfig="+agentKubeconfig, "--provider=none")
 	if err != nil {
 		t.Fatal(err)
@@ -105,7 +105,7 @@ func testNodeLifecycleConditions(t *testing.T) {
 	defer func() { _ = peer.Stop() }()
 	peerKubeconfig := repoint(t, agentKubeconfig, peer.Host)
 
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	// Tolerating the taint 3 s keeps the drain in progress that long.
 	if err := scenario.Create(ctx, c, ns, node, taint, []scenario.Pod{{Name: "evictee", Kind: scenario.Plain, Tolerate: ptr64(3), Grace: ptr64(1)}}); err != nil {
 		t.Fatal(err)

@@ -12,7 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
+	"github.com/reprieve-dev/reprieve/agent/record"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 )
 
@@ -29,7 +30,7 @@ func TestProviderNoneAnnotationRoundTrip(t *testing.T) {
 	other := v1.Taint{Key: "dedicated", Value: "gpu", Effect: v1.TaintEffectNoSchedule}
 	patchNode(ctx, t, map[string]any{"spec": map[string]any{"taints": []v1.Taint{other}}}, node)
 
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	pods := []scenario.Pod{
 		{Name: "evictee", Kind: scenario.Plain, Grace: ptr64(2)},
 		{Name: "stays", Kind: scenario.Plain, Tolerate: ptr64(scenario.Forever), Grace: ptr64(2)},
@@ -63,7 +64,7 @@ func TestProviderNoneAnnotationRoundTrip(t *testing.T) {
 	if _, ok := n.Labels[v1.LabelNodeExcludeBalancers]; ok || n.Labels["team"] != "a" {
 		t.Errorf("labels after undo = %v", n.Labels)
 	}
-	if _, ok := n.Annotations[agent.AnnotationOwned]; ok {
+	if _, ok := n.Annotations[record.AnnotationOwned]; ok {
 		t.Errorf("ownership record left: %v", n.Annotations)
 	}
 	if p, err := c.CoreV1().Pods(ns).Get(ctx, "stays", metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {

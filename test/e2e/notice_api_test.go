@@ -15,7 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/events"
+	"github.com/reprieve-dev/reprieve/agent/podnotice"
 
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
@@ -23,7 +25,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/reprieve-dev/reprieve/agent"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 	"github.com/reprieve-dev/reprieve/test/testenv"
 )
@@ -42,7 +43,7 @@ func TestNoticeEndpointAnswersPodsAboutThemselves(t *testing.T) {
 	if _, err := env.CreateNode(ctx, other, nil); err != nil {
 		t.Fatal(err)
 	}
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	if err := scenario.Create(ctx, env.Client, ns, node, taint, []scenario.Pod{
 		{Name: "job", Kind: scenario.Plain, Tolerate: ptr64(3600), Grace: ptr64(30)},
 		{Name: "neighbour", Kind: scenario.Plain, Tolerate: ptr64(3600), Grace: ptr64(30)},
@@ -80,7 +81,7 @@ func TestNoticeEndpointAnswersPodsAboutThemselves(t *testing.T) {
 	type answer struct {
 		code int
 		etag string
-		a    agent.NoticeAnswer
+		a    podnotice.NoticeAnswer
 	}
 	// get asks from src as its pod would.
 	get := func(src, pod string, q url.Values) answer {

@@ -9,7 +9,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
+	"github.com/reprieve-dev/reprieve/agent/whatif"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 )
 
@@ -23,7 +24,7 @@ func TestPlanMatchesTheAgent(t *testing.T) {
 	defer cancel()
 	const ns, node = "plan", "plan-node"
 	setupNode(ctx, t, ns, node, nil)
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	if err := scenario.Create(ctx, env.Client, ns, node, taint, []scenario.Pod{
 		{Name: "no-toleration", Kind: scenario.Plain, Grace: ptr64(2)},
 		{Name: "tolerate-5", Kind: scenario.Plain, Tolerate: ptr64(5), Grace: ptr64(2)},
@@ -45,7 +46,7 @@ func TestPlanMatchesTheAgent(t *testing.T) {
 	if err != nil {
 		t.Fatalf("reprieve plan: %v", err)
 	}
-	var plan agent.NodePlan
+	var plan whatif.NodePlan
 	if err := json.Unmarshal(out, &plan); err != nil {
 		t.Fatalf("reprieve plan printed no plan: %v\n%s", err, out)
 	}

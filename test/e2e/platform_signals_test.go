@@ -13,8 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/interrupt"
+	"github.com/reprieve-dev/reprieve/agent/record"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 )
 
@@ -24,7 +25,7 @@ import (
 // Karpenter's disruption taint is reported and never acted on.
 func TestPlatformSignals(t *testing.T) {
 	t.Parallel()
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	type signal struct {
 		name       string
 		set, unset func(ctx context.Context, t *testing.T, node string)
@@ -104,8 +105,8 @@ func TestPlatformSignals(t *testing.T) {
 				return
 			}
 			n := waitNode(ctx, t, node, "the interruption taint", func(n *v1.Node) bool { return hasTaint(n, taint.Key, taint.Effect) })
-			if n.Annotations[agent.AnnotationReclaimDeadline] != "" {
-				t.Errorf("with --provider none the deadline annotation is the operator's: reprieve wrote %q", n.Annotations[agent.AnnotationReclaimDeadline])
+			if n.Annotations[record.AnnotationReclaimDeadline] != "" {
+				t.Errorf("with --provider none the deadline annotation is the operator's: reprieve wrote %q", n.Annotations[record.AnnotationReclaimDeadline])
 			}
 			waitFor(ctx, t, "the pod evicted", func() bool {
 				p, err := env.Client.CoreV1().Pods(ns).Get(ctx, "evictee", metav1.GetOptions{})

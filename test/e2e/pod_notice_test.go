@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/events"
+	"github.com/reprieve-dev/reprieve/agent/record"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,7 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/reprieve-dev/reprieve/agent"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 )
 
@@ -37,7 +38,7 @@ func TestPodNoticeWarnsPodsUnderThePolicy(t *testing.T) {
 	const ns, sa, nodeA, nodeB = "pod-notice", "reprieve-pod-notice", "pod-notice-a", "pod-notice-b"
 	c := env.Client
 	kubeA := boundAgents(ctx, t, ns, sa, nodeA, nodeB)
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	// A job that checkpoints for 30 s and tolerates the taint an hour: the deadline decides its
 	// eviction. A pod that tolerates it forever stays and dies with the machine.
 	if err := scenario.Create(ctx, c, ns, nodeA, taint, []scenario.Pod{
@@ -58,8 +59,8 @@ func TestPodNoticeWarnsPodsUnderThePolicy(t *testing.T) {
 	}
 	warning := func(evictAt string) map[string]any {
 		return map[string]any{
-			"metadata": map[string]any{"annotations": map[string]any{agent.AnnotationEvictAt: evictAt}},
-			"status": map[string]any{"conditions": []map[string]any{{"type": string(agent.PodConditionInterruption),
+			"metadata": map[string]any{"annotations": map[string]any{record.AnnotationEvictAt: evictAt}},
+			"status": map[string]any{"conditions": []map[string]any{{"type": string(record.PodConditionInterruption),
 				"status": "True", "reason": "Test", "message": "test", "lastTransitionTime": time.Now().UTC().Format(time.RFC3339)}}},
 		}
 	}
@@ -86,7 +87,7 @@ func TestPodNoticeWarnsPodsUnderThePolicy(t *testing.T) {
 	denied("another annotation through pods/status", statusPatch(clientA, victim, map[string]any{"metadata": map[string]any{"annotations": map[string]any{"example.com/x": "y"}}}), "only reprieve.io/ annotations")
 	denied("the Ready condition", statusPatch(clientA, victim, map[string]any{"status": map[string]any{"conditions": []map[string]any{{"type": "Ready", "status": "False"}}}}), "conditions")
 	denied("the pod's phase", statusPatch(clientA, victim, map[string]any{"status": map[string]any{"phase": "Failed"}}), "phase")
-	b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{agent.AnnotationEvictAt: "x"}}})
+	b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{record.AnnotationEvictAt: "x"}}})
 	if _, err := clientA.CoreV1().Pods(ns).Patch(ctx, victim, types.MergePatchType, b, metav1.PatchOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("node A's agent patching a pod itself: %v; want it forbidden (RBAC grants only pods/status)", err)
 	}
@@ -107,7 +108,7 @@ func TestPodNoticeWarnsPodsUnderThePolicy(t *testing.T) {
 	}
 	condition := func(p *v1.Pod) *v1.PodCondition {
 		for i := range p.Status.Conditions {
-			if p.Status.Conditions[i].Type == agent.PodConditionInterruption {
+			if p.Status.Conditions[i].Type == record.PodConditionInterruption {
 				return &p.Status.Conditions[i]
 			}
 		}
@@ -120,15 +121,15 @@ func TestPodNoticeWarnsPodsUnderThePolicy(t *testing.T) {
 		waitFor(ctx, t, "the job warned for the deadline "+d, func() bool {
 			p := pod("job")
 			c := condition(p)
-			return p.Annotations[agent.AnnotationEvictAt] == evictAt && p.Annotations[agent.AnnotationReclaimDeadline] == d &&
+			return p.Annotations[record.AnnotationEvictAt] == evictAt && p.Annotations[record.AnnotationReclaimDeadline] == d &&
 				c != nil && c.Status == v1.ConditionTrue && c.Reason == events.ReasonSpotInterruption &&
 				strings.Contains(c.Message, evictAt) && strings.Contains(c.Message, d)
 		})
 		waitFor(ctx, t, "the forever pod warned for the deadline "+d, func() bool {
 			p := pod("forever")
 			c := condition(p)
-			_, evict := p.Annotations[agent.AnnotationEvictAt]
-			return !evict && p.Annotations[agent.AnnotationReclaimDeadline] == d &&
+			_, evict := p.Annotations[record.AnnotationEvictAt]
+			return !evict && p.Annotations[record.AnnotationReclaimDeadline] == d &&
 				c != nil && c.Status == v1.ConditionTrue && strings.Contains(c.Message, "tolerates the interruption taint forever")
 		})
 	}
@@ -150,8 +151,8 @@ func TestPodNoticeWarnsPodsUnderThePolicy(t *testing.T) {
 		waitFor(ctx, t, name+"'s warning withdrawn", func() bool {
 			p := pod(name)
 			c := condition(p)
-			_, evict := p.Annotations[agent.AnnotationEvictAt]
-			_, dl := p.Annotations[agent.AnnotationReclaimDeadline]
+			_, evict := p.Annotations[record.AnnotationEvictAt]
+			_, dl := p.Annotations[record.AnnotationReclaimDeadline]
 			return !evict && !dl && c != nil && c.Status == v1.ConditionFalse && c.Reason == events.ReasonNoticeWithdrawn
 		})
 	}
@@ -160,7 +161,7 @@ func TestPodNoticeWarnsPodsUnderThePolicy(t *testing.T) {
 			t.Errorf("%s was deleted; the notice planned its eviction later", name)
 		}
 	}
-	if p := pod("agent-" + nodeA); condition(p) != nil || p.Annotations[agent.AnnotationReclaimDeadline] != "" {
+	if p := pod("agent-" + nodeA); condition(p) != nil || p.Annotations[record.AnnotationReclaimDeadline] != "" {
 		t.Errorf("the DaemonSet pod was warned: %v %v", p.Annotations, p.Status.Conditions)
 	}
 	if p := pod("victim-" + nodeB); condition(p) != nil {
@@ -188,7 +189,7 @@ func BenchmarkPodNotice110(b *testing.B) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		name := fmt.Sprintf("notice-bench-%d-%d", time.Now().Unix(), i)
 		setupNode(ctx, b, name, name, nil)
-		taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+		taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 		specs := make([]scenario.Pod, pods)
 		for j := range specs {
 			// Evicted by the deadline's latest start, 2 min away: none leaves during the measure.
@@ -247,7 +248,7 @@ func BenchmarkPodNotice110(b *testing.B) {
 		notice := time.Now()
 		b.StartTimer()
 		deadline := notice.Add(2 * time.Minute).Truncate(time.Second)
-		patchNodeB(ctx, b, name, map[string]any{"metadata": map[string]any{"annotations": map[string]any{agent.AnnotationReclaimDeadline: deadline.UTC().Format(time.RFC3339)}}})
+		patchNodeB(ctx, b, name, map[string]any{"metadata": map[string]any{"annotations": map[string]any{record.AnnotationReclaimDeadline: deadline.UTC().Format(time.RFC3339)}}})
 		seen := map[string]time.Duration{}
 		for len(seen) < pods {
 			select {
@@ -263,7 +264,7 @@ func BenchmarkPodNotice110(b *testing.B) {
 					continue
 				}
 				for _, c := range p.Status.Conditions {
-					if c.Type == agent.PodConditionInterruption && c.Status == v1.ConditionTrue {
+					if c.Type == record.PodConditionInterruption && c.Status == v1.ConditionTrue {
 						seen[p.Name] = time.Since(notice)
 					}
 				}

@@ -24,7 +24,8 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
+	"github.com/reprieve-dev/reprieve/agent/record"
 )
 
 // refusedWith403 fails the test unless err is the API server's 403 Forbidden naming want: not a
@@ -138,7 +139,7 @@ func legacyTokenRefusedWith403(ctx context.Context, t *testing.T, ns, sa, nodeA 
 	if err != nil {
 		t.Fatal(err)
 	}
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	spot, err := json.Marshal(map[string]any{"spec": map[string]any{"taints": []v1.Taint{{Key: taint.Key, Value: taint.Value, Effect: taint.Effect}}}})
 	if err != nil {
 		t.Fatal(err)
@@ -362,9 +363,9 @@ func podStatusAndNodeSpecPinned(ctx context.Context, t *testing.T, ns, nodeA str
 	// DisruptionTarget.
 	now := time.Now().UTC().Format(time.RFC3339)
 	b, err := json.Marshal(map[string]any{
-		"metadata": map[string]any{"annotations": map[string]any{agent.AnnotationEvictAt: "2030-01-01T00:00:00Z", agent.AnnotationReclaimDeadline: "2030-01-01T00:01:00Z"}},
+		"metadata": map[string]any{"annotations": map[string]any{record.AnnotationEvictAt: "2030-01-01T00:00:00Z", record.AnnotationReclaimDeadline: "2030-01-01T00:01:00Z"}},
 		"status": map[string]any{"conditions": []map[string]any{
-			{"type": string(agent.PodConditionInterruption), "status": "True", "reason": "Test", "message": "test", "lastTransitionTime": now},
+			{"type": string(record.PodConditionInterruption), "status": "True", "reason": "Test", "message": "test", "lastTransitionTime": now},
 			{"type": string(v1.DisruptionTarget), "status": "True", "reason": "DeletionByReprieve", "message": "test", "lastTransitionTime": now},
 		}},
 	})

@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 	"github.com/reprieve-dev/reprieve/test/testenv"
 )
@@ -56,7 +56,7 @@ func TestPoolReclaimedAtOnce(t *testing.T) {
 	// safe moment (D - margin - grace).
 	graces := []int64{18, 12, 6, 2}
 	ns := "pool"
-	interruption, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	interruption, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	names := make([]string, nodes)
 	var wg sync.WaitGroup
 	errs := make([]error, nodes)

@@ -19,7 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 	"github.com/reprieve-dev/reprieve/test/testenv"
 )
@@ -37,7 +37,7 @@ func TestPortsHoldUnderFlood(t *testing.T) {
 	defer cancel()
 	const ns, node = "ports-hostile", "ports-hostile-a"
 	setupNode(ctx, t, ns, node, nil)
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	ips := map[string]string{"job": "127.0.0.61", "hog": "127.0.0.62", "twin-a": "127.0.0.63", "twin-b": "127.0.0.63"}
 	var pods []scenario.Pod
 	for name := range ips {

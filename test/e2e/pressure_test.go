@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/events"
 
 	v1 "k8s.io/api/core/v1"
@@ -23,7 +24,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
-	"github.com/reprieve-dev/reprieve/agent"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 )
 
@@ -116,7 +116,7 @@ func TestPressure(t *testing.T) {
 	const ns, node = "pressure", "pressure-node"
 	c := env.Client
 	setupNode(ctx, t, ns, node, nil)
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	// mirror uses a lot of memory but must never be evicted; ds is ranked like any pod (the
 	// kubelet's rule) and uses little; quiet stays within its request.
 	if err := scenario.Create(ctx, c, ns, node, taint, []scenario.Pod{

@@ -24,8 +24,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/reprieve-dev/reprieve/agent"
 	"github.com/reprieve-dev/reprieve/agent/events"
+	"github.com/reprieve-dev/reprieve/agent/record"
 	"github.com/reprieve-dev/reprieve/providers/aws"
 	"github.com/reprieve-dev/reprieve/providers/azure"
 	"github.com/reprieve-dev/reprieve/test/fakes/azureevents"
@@ -59,7 +59,7 @@ type recordState struct {
 }
 
 func recordOf(n *v1.Node, taint v1.Taint) recordState {
-	s := recordState{Deadline: n.Annotations[agent.AnnotationReclaimDeadline], Record: n.Annotations[agent.AnnotationInterruption]}
+	s := recordState{Deadline: n.Annotations[record.AnnotationReclaimDeadline], Record: n.Annotations[record.AnnotationInterruption]}
 	for _, t := range n.Spec.Taints {
 		if t.Key == taint.Key && t.Effect == taint.Effect && t.TimeAdded != nil {
 			s.TimeAdded = t.TimeAdded.Time

@@ -10,7 +10,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
+	"github.com/reprieve-dev/reprieve/agent/record"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 	"github.com/reprieve-dev/reprieve/test/testenv"
 )
@@ -25,8 +26,8 @@ func TestScheduledMaintenance(t *testing.T) {
 	defer cancel()
 	const ns, node = "maint", "maint-node"
 	setupNode(ctx, t, ns, node, nil)
-	interruption, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
-	maintenance, _ := agent.ParseTaint(agent.DefaultConfig().MaintenanceTaint)
+	interruption, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
+	maintenance, _ := config.ParseTaint(config.DefaultConfig().MaintenanceTaint)
 	if err := scenario.Create(ctx, env.Client, ns, node, interruption, []scenario.Pod{{Name: "evictee", Kind: scenario.Plain, Grace: ptr64(2)}}); err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +52,7 @@ func TestScheduledMaintenance(t *testing.T) {
 	n = waitNode(ctx, t, node, "the interruption taint", func(n *v1.Node) bool {
 		return hasTaint(n, interruption.Key, interruption.Effect) && !hasTaint(n, maintenance.Key, maintenance.Effect)
 	})
-	if got := n.Annotations[agent.AnnotationReclaimDeadline]; got != notBefore.Format(time.RFC3339) {
+	if got := n.Annotations[record.AnnotationReclaimDeadline]; got != notBefore.Format(time.RFC3339) {
 		t.Errorf("deadline annotation %q, want NotBefore %s", got, notBefore.Format(time.RFC3339))
 	}
 	waitFor(ctx, t, "evictee evicted", func() bool {
@@ -65,7 +66,7 @@ func TestScheduledMaintenance(t *testing.T) {
 	cancelled := startEventsMock(ctx, t, "canceled", notBefore)
 	rp = startAgent(ctx, t, node, cancelled, "--maintenance-lead=3h")
 	n = waitNode(ctx, t, node, "the undo", func(n *v1.Node) bool { return !hasTaint(n, interruption.Key, interruption.Effect) })
-	if _, ok := n.Annotations[agent.AnnotationReclaimDeadline]; ok {
+	if _, ok := n.Annotations[record.AnnotationReclaimDeadline]; ok {
 		t.Errorf("deadline annotation left after the event was cancelled: %v", n.Annotations)
 	}
 	if _, ok := n.Labels[v1.LabelNodeExcludeBalancers]; ok {

@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 	"github.com/reprieve-dev/reprieve/test/testenv"
 )
@@ -83,7 +83,7 @@ func TestSecurityStolenTokenFloodsAPF(t *testing.T) {
 	}
 	agentIdentity(ctx, t, ns, sa)
 	installShippedPolicies(ctx, t, sa, ns)
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	for _, node := range []string{nodeA, nodeB, nodeC} {
 		if err := scenario.Create(ctx, c, ns, node, taint, []scenario.Pod{
 			{Name: "agent-" + node, Kind: scenario.DaemonSet, ServiceAccount: sa},

@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/guard"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 )
@@ -154,7 +154,7 @@ func TestSecurityGuardUnderSlowBodiesAndForgedReviews(t *testing.T) {
 	const ns, sa, nodeA, nodeB = "secguard", "reprieve-secguard", "secguard-a", "secguard-b"
 	c := env.Client
 	kubeA := boundAgents(ctx, t, ns, sa, nodeA, nodeB)
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	var work []scenario.Pod
 	for i := range 12 {
 		work = append(work, scenario.Pod{Name: fmt.Sprintf("work-%d", i), Kind: scenario.Plain, Grace: ptr64(1)})

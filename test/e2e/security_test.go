@@ -20,8 +20,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/kube/kubetest"
+	"github.com/reprieve-dev/reprieve/agent/volumes"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 )
 
@@ -38,7 +39,7 @@ func TestAgentTokenAttacks(t *testing.T) {
 	const ns, sa, nodeA, nodeB = "attack", "reprieve-attack", "attack-a", "attack-b"
 	c := env.Client
 	kubeA := boundAgents(ctx, t, ns, sa, nodeA, nodeB)
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	if err := scenario.Create(ctx, c, ns, nodeA, taint, []scenario.Pod{
 		{Name: "evictee-" + nodeA, Kind: scenario.Plain, Tolerate: ptr64(3600), Grace: ptr64(1)},
 	}); err != nil {
@@ -182,10 +183,10 @@ func TestAgentTokenAttacks(t *testing.T) {
 	allowed("a reprieve.io/ annotation on node A", patch(nodeA, map[string]any{"metadata": map[string]any{"annotations": map[string]any{"reprieve.io/test": "y"}}}))
 	allowed("an event about node A", event(nodeRef(nodeA), nodeA, "reprieve"))
 	allowed("an event about a pod", event(podRef(victimA), nodeA, "reprieve"))
-	// What the agent reads of a pod's volumes, through its own reader (agent.ReadPodVolumes).
+	// What the agent reads of a pod's volumes, through its own reader (volumes.ReadPod).
 	withClaim := victimA.DeepCopy()
 	withClaim.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: claim.Name}}}}
-	vols, err := agent.ReadPodVolumes(ctx, kubetest.Wrap(clientA), withClaim)
+	vols, err := volumes.ReadPod(ctx, kubetest.Wrap(clientA), withClaim)
 	allowed("get a pod's claim and its volume", err)
 	_, err = clientA.StorageV1().CSIDrivers().Get(ctx, "ebs.csi.aws.com", metav1.GetOptions{})
 	allowed("get the volume's CSIDriver", err)

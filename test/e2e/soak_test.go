@@ -12,7 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 )
 
@@ -35,7 +35,7 @@ func TestSoak(t *testing.T) {
 	defer cancel()
 	const ns, node, perRound = "soak", "soak-node", 5
 	setupNode(ctx, t, ns, node, nil)
-	taint, _ := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	rp, addr, err := scenario.StartReprieve(ctx, reprieveBin, logDir, node, "--kubeconfig="+agentKubeconfig, "--provider=none", "-v=1")
 	if err != nil {
 		t.Fatal(err)
@@ -73,7 +73,7 @@ func TestSoak(t *testing.T) {
 		})
 		// Let the window end, so the summary runs, then withdraw the notice.
 		select {
-		case <-time.After(time.Until(deadline.Add(-agent.DefaultConfig().SafetyMargin).Add(500 * time.Millisecond))):
+		case <-time.After(time.Until(deadline.Add(-config.DefaultConfig().SafetyMargin).Add(500 * time.Millisecond))):
 		case <-ctx.Done():
 			t.Fatal(ctx.Err())
 		}

@@ -9,7 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/record"
 	"github.com/reprieve-dev/reprieve/providers/aws"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 	"github.com/reprieve-dev/reprieve/test/testenv"
@@ -71,8 +71,8 @@ func TestSpotSwitchOfEvictionModeMidWindow(t *testing.T) {
 	if len(ofKey) != 1 || ofKey[0].TimeAdded == nil || !ofKey[0].TimeAdded.Time.Equal(T) {
 		t.Errorf("taints of %s after the switch: %+v; want one, NoSchedule, with timeAdded %v", taint.Key, ofKey, T)
 	}
-	if own := n.Annotations[agent.AnnotationOwned]; !strings.Contains(own, taint.Key+":NoSchedule") || strings.Contains(own, taint.Key+":NoExecute") {
-		t.Errorf("%s = %q; want the NoSchedule taint owned, the NoExecute one no more", agent.AnnotationOwned, own)
+	if own := n.Annotations[record.AnnotationOwned]; !strings.Contains(own, taint.Key+":NoSchedule") || strings.Contains(own, taint.Key+":NoExecute") {
+		t.Errorf("%s = %q; want the NoSchedule taint owned, the NoExecute one no more", record.AnnotationOwned, own)
 	}
 	eventually(ctx, time.Until(T.Add(tolerate*time.Second))+10*time.Second, func() bool {
 		return !obs.Records()["tol-12"].DeletedAt.IsZero()

@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/reprieve-dev/reprieve/agent/events"
+	"github.com/reprieve-dev/reprieve/agent/record"
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/reprieve-dev/reprieve/agent"
 	"github.com/reprieve-dev/reprieve/agent/plan"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 )
@@ -101,8 +101,8 @@ func TestSpotInterruption(t *testing.T) {
 	if d := res.TaintSeenAt.Sub(res.TimeAdded); d < 0 || d > 3*time.Second {
 		t.Errorf("timeAdded %v is %v before the taint was seen; want within 3s", res.TimeAdded, d)
 	}
-	if got := res.Node.Annotations[agent.AnnotationReclaimDeadline]; got != res.Deadline.UTC().Format(time.RFC3339) {
-		t.Errorf("annotation %s = %q, want %s", agent.AnnotationReclaimDeadline, got, res.Deadline.UTC().Format(time.RFC3339))
+	if got := res.Node.Annotations[record.AnnotationReclaimDeadline]; got != res.Deadline.UTC().Format(time.RFC3339) {
+		t.Errorf("annotation %s = %q, want %s", record.AnnotationReclaimDeadline, got, res.Deadline.UTC().Format(time.RFC3339))
 	}
 	if res.Node.Labels[v1.LabelNodeExcludeBalancers] != "true" {
 		t.Errorf("label %s missing: %v", v1.LabelNodeExcludeBalancers, res.Node.Labels)

@@ -21,9 +21,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/events"
 	"github.com/reprieve-dev/reprieve/agent/kube/kubetest"
+	"github.com/reprieve-dev/reprieve/agent/volumes"
 	"github.com/reprieve-dev/reprieve/test/nodeenv"
 	"github.com/reprieve-dev/reprieve/test/testenv"
 )
@@ -378,7 +379,7 @@ func volumeWindow(ctx context.Context, t *testing.T, rule bool) volumeRun {
 	}
 	createNamespace(ctx, t, ns)
 	out := filepath.Join(outDir, ns)
-	taint, err := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, err := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -435,7 +436,7 @@ func volumeWindow(ctx context.Context, t *testing.T, rule bool) volumeRun {
 	// db-0's volumes, read as the agent reads them (issue 40, item 2: its claim and the claim's
 	// volume): the unique name must be the one the real kubelet lists in volumesInUse.
 	wantName := v1.UniqueVolumeName("kubernetes.io/csi/" + csiDriver + "^" + rec.handle)
-	if vols, err := agent.ReadPodVolumes(ctx, kubetest.Wrap(env.Client), db0); err != nil || !slices.Equal(vols.Attach, []v1.UniqueVolumeName{wantName}) {
+	if vols, err := volumes.ReadPod(ctx, kubetest.Wrap(env.Client), db0); err != nil || !slices.Equal(vols.Attach, []v1.UniqueVolumeName{wantName}) {
 		t.Errorf("db-0's volumes read from its claim: %v (%v), want [%s], the name in the node's volumesInUse", vols.Attach, err, wantName)
 	}
 

@@ -15,7 +15,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/reprieve-dev/reprieve/agent"
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 	"github.com/reprieve-dev/reprieve/test/testenv"
 )
@@ -101,7 +101,7 @@ func TestSpotSIGTERMOnRealNode(t *testing.T) {
 	const ns = "spot"
 	createNamespace(ctx, t, ns)
 	out := filepath.Join(outDir, ns)
-	taint, err := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, err := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func TestSpotSIGTERMOnRealNode(t *testing.T) {
 	switchIMDS(ctx, t, "--mock-trigger-time="+trigger.UTC().Format(time.RFC3339), "--rebalance-delay-sec=86400",
 		"spot", "-a", "terminate", "-t", deadline.UTC().Format(time.RFC3339))
 	defer quietIMDS(context.Background(), t)
-	margin := agent.DefaultConfig().SafetyMargin
+	margin := config.DefaultConfig().SafetyMargin
 	end := deadline.Add(-margin) // E: every pod gone by then
 
 	var taintAt time.Time

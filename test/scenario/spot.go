@@ -12,7 +12,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/events"
+	"github.com/reprieve-dev/reprieve/agent/record"
 
 	"github.com/reprieve-dev/reprieve/agent/plan"
 
@@ -20,7 +22,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/reprieve-dev/reprieve/agent"
 	"github.com/reprieve-dev/reprieve/test/testenv"
 )
 
@@ -217,7 +218,7 @@ func (r *SpotResult) Row(name string) (Row, bool) {
 // deadline passed), then stops reprieve with SIGTERM and reports.
 func RunSpot(ctx context.Context, o SpotOptions) (*SpotResult, error) {
 	c := o.Env.Client
-	taint, err := agent.ParseTaint(agent.DefaultConfig().InterruptionTaint)
+	taint, err := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	if err != nil {
 		return nil, err
 	}
@@ -226,7 +227,7 @@ func RunSpot(ctx context.Context, o SpotOptions) (*SpotResult, error) {
 	start := StartReprieve
 	mode := o.Eviction
 	if o.BinaryDefault {
-		start, mode = StartReprieveDefault, plan.Eviction(agent.DefaultConfig().InterruptionEviction)
+		start, mode = StartReprieveDefault, plan.Eviction(config.DefaultConfig().InterruptionEviction)
 	} else if o.Eviction == plan.EvictionReprieve {
 		modeArgs = []string{"--interruption-eviction=" + string(o.Eviction)}
 	}
@@ -295,7 +296,7 @@ func RunSpot(ctx context.Context, o SpotOptions) (*SpotResult, error) {
 	}
 	res.NoticePostedAt = posted.At()
 	// The deadline as the agent wrote it (whole seconds, as every cloud's deadline is planned).
-	deadline, err := time.Parse(time.RFC3339, res.Node.Annotations[agent.AnnotationReclaimDeadline])
+	deadline, err := time.Parse(time.RFC3339, res.Node.Annotations[record.AnnotationReclaimDeadline])
 	if err != nil {
 		return fail(fmt.Errorf("reading the deadline annotation: %w", err))
 	}

@@ -37,7 +37,7 @@ const NodeName = "replay-node"
 var t0 = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 
 // Options are reprieve's settings for a replay. DefaultOptions are the agent's defaults, as the
-// chart runs it (agent.DefaultConfig; TestReplayOptionsAreTheAgentDefaults holds them equal).
+// chart runs it (config.DefaultConfig; TestReplayOptionsAreTheAgentDefaults holds them equal).
 type Options struct {
 	Interval, TransitionPeriod, TrendWindow, SafetyMargin time.Duration
 	// Headroom is --pressure-headroom, for a series whose thresholds are derived.

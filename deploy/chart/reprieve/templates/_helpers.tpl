@@ -129,7 +129,7 @@ true
 {{/*
 The spot and preemptible capacity of every platform, one label each, as a JSON list of
 {"key", "value"}: the one list that the DaemonSet's default selection, the eviction guard's
-anti-affinity and the warning policy read (agent.SpotPoolSelectors, which `reprieve audit`
+anti-affinity and the warning policy read (nodefacts.SpotPoolSelectors, which `reprieve audit`
 uses, holds the same: TestSpotLabelsOneList compares them). Every platform's, whatever the
 cloud: a label of another platform is on no node of this one, and Karpenter runs on more than
 one cloud (AKS node autoprovisioning labels its nodes karpenter.sh/capacity-type too).

@@ -1,4 +1,4 @@
-package main
+package nodefacts
 
 import (
 	"strings"
@@ -37,16 +37,16 @@ func TestNodeAccelerator(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			gpu, why := nodeAccelerator(tc.node)
+			gpu, why := Accelerator(tc.node)
 			if gpu != tc.gpu || !strings.Contains(why, tc.why) {
-				t.Errorf("nodeAccelerator = %v %q, want %v %q", gpu, why, tc.gpu, tc.why)
+				t.Errorf("Accelerator = %v %q, want %v %q", gpu, why, tc.gpu, tc.why)
 			}
-			var h acceleratorHolder
-			if _, _, known := h.get(); known {
+			var h AcceleratorHolder
+			if _, _, known := h.Get(); known {
 				t.Error("known before the node was read")
 			}
-			h.set(tc.node)
-			if g, _, known := h.get(); !known || g != tc.gpu {
+			h.Set(tc.node)
+			if g, _, known := h.Get(); !known || g != tc.gpu {
 				t.Errorf("holder = %v known %v, want %v known", g, known, tc.gpu)
 			}
 		})

@@ -1,12 +1,10 @@
-package agent
+package serve
 
 import (
 	"net"
 	"net/http"
 	"net/netip"
 	"time"
-
-	"github.com/reprieve-dev/reprieve/agent/serve"
 )
 
 // metricsWriteTimeout bounds a response from handler start to its last byte: the agent's
@@ -22,40 +20,33 @@ const metricsWriteTimeout = 30 * time.Second
 // (an address per CNI); there they share the others' pool, where the per-source cap keeps one
 // flooding address from starving them.
 var (
-	metricsHostPool   = &serve.Pool{Name: "host", Total: 32, PerSource: 32}
-	metricsOthersPool = &serve.Pool{Name: "others", Total: 256, PerSource: 8}
+	MetricsHostPool   = &Pool{Name: "host", Total: 32, PerSource: 32}
+	MetricsOthersPool = &Pool{Name: "others", Total: 256, PerSource: 8}
 )
 
-// newMetricsServer returns the server of --metrics-bind-address, serving h with every
-// timeout; serve it on metricsListener's listener.
-func newMetricsServer(addr string, h http.Handler) *http.Server {
+// NewMetricsServer returns the server of --metrics-bind-address, serving h with every timeout and
+// the header limit, for the agent and for a server that stands in for it on the same address
+// (cmd/reprieve's health server while the agent waits at start). Serve it on MetricsListener's
+// listener.
+func NewMetricsServer(addr string, h http.Handler) *http.Server {
 	return &http.Server{
 		Addr: addr, Handler: h,
-		ReadHeaderTimeout: serve.ReadHeaderTimeout, ReadTimeout: serve.ReadTimeout,
-		WriteTimeout: metricsWriteTimeout, IdleTimeout: serve.IdleTimeout,
-		MaxHeaderBytes: serve.MaxHeaderBytes,
+		ReadHeaderTimeout: ReadHeaderTimeout, ReadTimeout: ReadTimeout,
+		WriteTimeout: metricsWriteTimeout, IdleTimeout: IdleTimeout,
+		MaxHeaderBytes: MaxHeaderBytes,
 	}
 }
-
-// metricsListener bounds the metrics server's connections by its pools.
-func metricsListener(ln net.Listener) net.Listener { return serve.NewListener(ln, metricsPool) }
-
-// NewMetricsServer returns the server of --metrics-bind-address, with every timeout and the
-// header limit of the agent's own, for a server that stands in for it on the same address
-// (cmd/reprieve's health server while the agent waits at start). Serve it on
-// MetricsListener's listener.
-func NewMetricsServer(addr string, h http.Handler) *http.Server { return newMetricsServer(addr, h) }
 
 // MetricsListener bounds ln's connections by the metrics server's pools: the host's own
 // connections (the kubelet's probes of a host-network agent) apart from any other's, each
 // with a total and a per-source cap. Each listener counts its own connections.
-func MetricsListener(ln net.Listener) net.Listener { return metricsListener(ln) }
+func MetricsListener(ln net.Listener) net.Listener { return NewListener(ln, metricsPool) }
 
 // metricsPool puts a connection from the host itself in the host pool, any other in the
 // others' pool.
-func metricsPool(local, remote netip.Addr) *serve.Pool {
+func metricsPool(local, remote netip.Addr) *Pool {
 	if local == remote {
-		return metricsHostPool
+		return MetricsHostPool
 	}
-	return metricsOthersPool
+	return MetricsOthersPool
 }

@@ -1,4 +1,8 @@
-package agent
+// Package preflight checks the eviction path before an interruption needs it: a server-side
+// dry-run eviction, as the agent's evictions go, through RBAC, the admission policies and the
+// eviction guard. The agent runs it as a loop (Check); `reprieve doctor` posts the same dry run
+// (DryRunEvict) and reads its answer the same way (Verdict).
+package preflight
 
 import (
 	"context"
@@ -37,16 +41,16 @@ const (
 
 // The check's statuses (the metric's status label).
 const (
-	evictionCheckUnknown          = "unknown"
-	evictionCheckOK               = "ok"
-	evictionCheckGuardUnreachable = "guard_unreachable"
-	evictionCheckRefused          = "refused"
+	StatusUnknown          = "unknown"
+	StatusOK               = "ok"
+	StatusGuardUnreachable = "guard_unreachable"
+	StatusRefused          = "refused"
 )
 
-var evictionCheckStatuses = []string{evictionCheckUnknown, evictionCheckOK, evictionCheckGuardUnreachable, evictionCheckRefused}
+var statuses = []string{StatusUnknown, StatusOK, StatusGuardUnreachable, StatusRefused}
 
-// evictionCheck keeps the last verdict on the eviction path.
-type evictionCheck struct {
+// Check keeps the last verdict on the eviction path.
+type Check struct {
 	client kube.Interface
 	// uid gives the agent's own pod's UID (the node's pod cache); the shipped policy admits
 	// only evictions with a UID precondition, as the agent's are.
@@ -61,14 +65,16 @@ type evictionCheck struct {
 	last   error
 }
 
-func newEvictionCheck(client kube.Interface, clk clock.Clock, pod, namespace string, uid func() (types.UID, error), gauge *prometheus.GaugeVec) *evictionCheck {
-	c := &evictionCheck{client: client, clock: clk, pod: pod, namespace: namespace, uid: uid, gauge: gauge, status: evictionCheckUnknown, since: clk.Now()}
+// New is the check of the eviction path with the agent's own pod (namespace/pod, its UID from
+// uid), exported in gauge by status.
+func New(client kube.Interface, clk clock.Clock, pod, namespace string, uid func() (types.UID, error), gauge *prometheus.GaugeVec) *Check {
+	c := &Check{client: client, clock: clk, pod: pod, namespace: namespace, uid: uid, gauge: gauge, status: StatusUnknown, since: clk.Now()}
 	c.export()
 	return c
 }
 
 // try posts the dry-run eviction as the agent's evictions go: a grace and the UID precondition.
-func (c *evictionCheck) try(ctx context.Context) error {
+func (c *Check) try(ctx context.Context) error {
 	if c.pod == "" || c.namespace == "" {
 		return errNoOwnPod
 	}
@@ -78,44 +84,55 @@ func (c *evictionCheck) try(ctx context.Context) error {
 	}
 	rctx, cancel := context.WithTimeout(ctx, record.WriteTimeout)
 	defer cancel()
-	grace := int64(30)
-	err = c.client.PolicyV1().Evictions(c.namespace).Evict(rctx, &policyv1.Eviction{
-		ObjectMeta: metav1.ObjectMeta{Name: c.pod, Namespace: c.namespace},
-		DeleteOptions: &metav1.DeleteOptions{GracePeriodSeconds: &grace, Preconditions: &metav1.Preconditions{UID: &uid},
-			DryRun: []string{metav1.DryRunAll}},
-	})
-	if err != nil {
+	if err := DryRunEvict(rctx, c.client, c.namespace, c.pod, uid); err != nil {
 		return fmt.Errorf("evicting the agent's own pod %s/%s (server-side dry run): %w", c.namespace, c.pod, err)
 	}
 	return nil
 }
 
+// DryRunEvict posts a server-side dry-run eviction of the pod namespace/name as the agent's
+// evictions go: a grace and the UID precondition, which the shipped admission policy requires.
+func DryRunEvict(ctx context.Context, client kube.Interface, namespace, name string, uid types.UID) error {
+	grace := int64(30)
+	return client.PolicyV1().Evictions(namespace).Evict(ctx, &policyv1.Eviction{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		DeleteOptions: &metav1.DeleteOptions{GracePeriodSeconds: &grace, Preconditions: &metav1.Preconditions{UID: &uid},
+			DryRun: []string{metav1.DryRunAll}},
+	})
+}
+
 var errNoOwnPod = errors.New("no --pod-name and --pod-namespace ($POD_NAME, $POD_NAMESPACE) to try a dry-run eviction of")
 
-// verdict sorts the check's answer: the status it gives, and whether it is one (a time-out or a
+// BudgetRefuses says whether err is a PodDisruptionBudget's refusal of the eviction: the
+// eviction path itself answered.
+func BudgetRefuses(err error) bool {
+	return (apierrors.IsTooManyRequests(err) || apierrors.IsForbidden(err)) && apierrors.HasStatusCause(err, policyv1.DisruptionBudgetCause)
+}
+
+// Verdict sorts the check's answer: the status it gives, and whether it is one (a time-out or a
 // server error other than the guard's says nothing about the path and keeps the last status).
-func verdict(err error) (string, bool) {
+func Verdict(err error) (string, bool) {
 	switch {
 	case err == nil:
-		return evictionCheckOK, true
-	case (apierrors.IsTooManyRequests(err) || apierrors.IsForbidden(err)) && apierrors.HasStatusCause(err, policyv1.DisruptionBudgetCause):
+		return StatusOK, true
+	case BudgetRefuses(err):
 		// A budget refuses the agent's own pod now: the path itself answered.
-		return evictionCheckOK, true
+		return StatusOK, true
 	case guard.Unreachable(err):
-		return evictionCheckGuardUnreachable, true
+		return StatusGuardUnreachable, true
 	case errors.Is(err, errNoOwnPod) || apierrors.IsNotFound(err):
 		// No pod of its own to try (or the name is wrong): the path cannot be told.
-		return evictionCheckUnknown, true
+		return StatusUnknown, true
 	case record.IsRefusal(err):
-		return evictionCheckRefused, true
+		return StatusRefused, true
 	}
 	return "", false
 }
 
 // observe records the answer err and says whether to check again soon: while the path fails,
 // or the check got no answer about it.
-func (c *evictionCheck) observe(ctx context.Context, err error) (again bool) {
-	status, ok := verdict(err)
+func (c *Check) observe(ctx context.Context, err error) (again bool) {
+	status, ok := Verdict(err)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !ok {
@@ -125,9 +142,9 @@ func (c *evictionCheck) observe(ctx context.Context, err error) (again bool) {
 	if status != c.status {
 		c.since = c.clock.Now()
 		switch status {
-		case evictionCheckOK:
+		case StatusOK:
 			klog.FromContext(ctx).Info("The eviction path passes a dry-run eviction", "was", c.status)
-		case evictionCheckUnknown:
+		case StatusUnknown:
 			klog.FromContext(ctx).Info("The eviction path cannot be checked", "err", err.Error())
 		default:
 			klog.FromContext(ctx).Error(err, "The agent's evictions would fail: at an interruption each pod is deleted at its last safe moment, past its PodDisruptionBudget. Check with `reprieve doctor`", "status", status)
@@ -135,11 +152,11 @@ func (c *evictionCheck) observe(ctx context.Context, err error) (again bool) {
 	}
 	c.status, c.last = status, err
 	c.export()
-	return status == evictionCheckGuardUnreachable || status == evictionCheckRefused
+	return status == StatusGuardUnreachable || status == StatusRefused
 }
 
-func (c *evictionCheck) export() {
-	for _, s := range evictionCheckStatuses {
+func (c *Check) export() {
+	for _, s := range statuses {
 		v := 0.0
 		if s == c.status {
 			v = 1
@@ -149,16 +166,16 @@ func (c *evictionCheck) export() {
 }
 
 // Detail is the check's line in /readyz ("" while the path passes).
-func (c *evictionCheck) Detail() string {
+func (c *Check) Detail() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	since := c.since.UTC().Format(time.RFC3339)
 	switch c.status {
-	case evictionCheckOK:
+	case StatusOK:
 		return ""
-	case evictionCheckGuardUnreachable:
+	case StatusGuardUnreachable:
 		return fmt.Sprintf("the eviction guard is unreachable since %s (evictions fall back to a DELETE at each pod's last safe moment, past budgets): %v", since, c.last)
-	case evictionCheckRefused:
+	case StatusRefused:
 		return fmt.Sprintf("evictions are refused since %s (evictions fall back to a DELETE at each pod's last safe moment, past budgets): %v", since, c.last)
 	}
 	if c.last == nil {
@@ -167,9 +184,9 @@ func (c *evictionCheck) Detail() string {
 	return fmt.Sprintf("the eviction path is unknown: %v", c.last)
 }
 
-// run checks at once, then every record.WriteCheckInterval, and with backoff while the check
+// Run checks at once, then every record.WriteCheckInterval, and with backoff while the check
 // does not pass, until ctx ends.
-func (c *evictionCheck) run(ctx context.Context) {
+func (c *Check) Run(ctx context.Context) {
 	backoff := evictionCheckBackoff
 	for {
 		wait := record.WriteCheckInterval

@@ -1,4 +1,4 @@
-package agent
+package volumes
 
 import (
 	"context"
@@ -69,16 +69,16 @@ func newReader(client kube.Interface) *apiPodVolumes {
 	return &apiPodVolumes{client: client, tr: csitrans.New(), limit: flowcontrol.NewTokenBucketRateLimiter(readQPS, readBurst)}
 }
 
-// ReadPodVolumes is what the agent reads of pod's volumes through client: the unique names the
+// ReadPod is what the agent reads of pod's volumes through client: the unique names the
 // node lists in status.volumesInUse of the volumes that attach, and the claimed ones that attach
 // to no node. For tests that check the names against a real node's.
-func ReadPodVolumes(ctx context.Context, client kube.Interface, pod *v1.Pod) (evict.VolumesOf, error) {
+func ReadPod(ctx context.Context, client kube.Interface, pod *v1.Pod) (evict.VolumesOf, error) {
 	return newReader(client).read(ctx, pod)
 }
 
-// newAPIPodVolumes is the executor's reader of the pods' volumes: one for the agent's life, so
+// NewReader is the executor's reader of the pods' volumes: one for the agent's life, so
 // that its pace and its drivers' cache hold across windows.
-func newAPIPodVolumes(client kube.Interface) func(context.Context, *v1.Pod) (evict.VolumesOf, error) {
+func NewReader(client kube.Interface) func(context.Context, *v1.Pod) (evict.VolumesOf, error) {
 	return newReader(client).read
 }
 

@@ -1,4 +1,4 @@
-package agent
+package informer
 
 import (
 	v1 "k8s.io/api/core/v1"

@@ -1,4 +1,4 @@
-package main
+package nodefacts
 
 import (
 	"fmt"
@@ -21,9 +21,9 @@ const LabelGKEAccelerator = "cloud.google.com/gke-accelerator"
 // these domains counts when its name says gpu or tpu.
 var acceleratorDomains = []string{"nvidia.com", "amd.com", "gpu.intel.com", "google.com", "habana.ai", "aws.amazon.com", "xilinx.com"}
 
-// nodeAccelerator says whether node shows an accelerator, and what it saw: the GKE accelerator
+// Accelerator says whether node shows an accelerator, and what it saw: the GKE accelerator
 // label, or an accelerator's device-plugin resource with a non-zero capacity.
-func nodeAccelerator(node *v1.Node) (bool, string) {
+func Accelerator(node *v1.Node) (bool, string) {
 	if v := node.Labels[LabelGKEAccelerator]; v != "" {
 		return true, fmt.Sprintf("label %s=%s", LabelGKEAccelerator, v)
 	}
@@ -44,25 +44,25 @@ func nodeAccelerator(node *v1.Node) (bool, string) {
 	return true, strings.Join(found, ", ") + " in status.capacity"
 }
 
-// acceleratorHolder keeps what the node showed when it was last read, for the GCP provider's
+// AcceleratorHolder keeps what the node showed when it was last read, for the GCP provider's
 // maintenance notice. The provider must not wait for the API server at start (issue 20): it
 // asks get whenever it computes a deadline, and gets "not known" until the node was read.
-type acceleratorHolder struct {
+type AcceleratorHolder struct {
 	mu         sync.Mutex
 	known, gpu bool
 	why        string
 }
 
-// set records what node shows.
-func (h *acceleratorHolder) set(node *v1.Node) {
-	gpu, why := nodeAccelerator(node)
+// Set records what node shows.
+func (h *AcceleratorHolder) Set(node *v1.Node) {
+	gpu, why := Accelerator(node)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.known, h.gpu, h.why = true, gpu, why
 }
 
-// get is gcp.Options.NodeAccelerator.
-func (h *acceleratorHolder) get() (gpu bool, why string, known bool) {
+// Get is gcp.Options.NodeAccelerator.
+func (h *AcceleratorHolder) Get() (gpu bool, why string, known bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.gpu, h.why, h.known

@@ -1,7 +1,7 @@
-// Package agent is reprieve's node agent: it turns a cloud's notices into taints on its own node
-// and evicts the node's pods at the time upstream Kubernetes semantics give them, clamped so that
-// every evicted pod has finished terminating before the machine is reclaimed.
-package agent
+// Package config is the agent's configuration: the flags and their environment variables,
+// their defaults, and the validation that names each problem by its flag. It reads no file but
+// the webhook's Secret files (NotifyConfig) and keeps no state.
+package config
 
 import (
 	"errors"
@@ -14,30 +14,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/reprieve-dev/reprieve/agent/record"
-
 	"github.com/spf13/pflag"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/reprieve-dev/reprieve/agent/notify"
 	"github.com/reprieve-dev/reprieve/agent/plan"
+	"github.com/reprieve-dev/reprieve/agent/record"
 	"github.com/reprieve-dev/reprieve/kubelet"
-)
-
-// Annotation, label and taint keys that reprieve writes.
-const (
-	// AnnotationReclaimDeadline holds the reclaim deadline (RFC 3339) while an interruption is
-	// pending. With --provider none it is the input: an operator sets it to start the handling.
-	AnnotationReclaimDeadline = record.AnnotationReclaimDeadline
-	// AnnotationOwned records which taints, labels and annotations reprieve added, so that it
-	// removes only those when a notice goes away.
-	AnnotationOwned = record.AnnotationOwned
-	// AnnotationInterruption holds the interruption record: every notice in force with its
-	// source and when it was first seen, which a new agent process resumes.
-	AnnotationInterruption = record.AnnotationInterruption
-	// LabelExcludeFromLB takes the node out of external load balancers while it is going away.
-	LabelExcludeFromLB = record.LabelExcludeFromLB
 )
 
 // Config is everything the agent is told on its command line.
@@ -67,7 +51,7 @@ type Config struct {
 	SafetyMargin         time.Duration
 	// VolumeRelease is how long before the deadline a pod with a volume that needs attaching
 	// must be gone (plan.Window.VolumeRelease): "auto" (from the kubelet's
-	// nodeStatusUpdateFrequency, VolumeReleaseOf), "off", or a duration.
+	// nodeStatusUpdateFrequency, volumes.ReleaseOf), "off", or a duration.
 	VolumeRelease string
 
 	// ApproveEvents lets a cloud that supports it (Azure) start its event early once the node
@@ -155,10 +139,6 @@ type Config struct {
 	WebhookHeadersFile string
 	WebhookTimeout     time.Duration
 	WebhookMaxAttempts int
-
-	// kubelet is the one read of the kubelet's configuration that the copies of a validated
-	// Config share (KubeletConfig in pressure_source.go); nil before Validate.
-	kubelet *kubeletRead
 }
 
 // Pressure sources accepted by --pressure-source.
@@ -233,7 +213,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.NodeName, "node-name", c.NodeName, "Name of the node this agent runs on (else $NODE_NAME). Required.")
 	fs.StringVar(&c.PodName, "pod-name", c.PodName, "Name of reprieve's own pod, never evicted (else $POD_NAME).")
 	fs.StringVar(&c.PodNamespace, "pod-namespace", c.PodNamespace, "Namespace of reprieve's own pod (else $POD_NAMESPACE).")
-	fs.StringVar(&c.Provider, "provider", c.Provider, "Cloud to watch: "+strings.Join(providerNames, "|")+". 'none' takes the deadline from the node annotation "+AnnotationReclaimDeadline+".")
+	fs.StringVar(&c.Provider, "provider", c.Provider, "Cloud to watch: "+strings.Join(providerNames, "|")+". 'none' takes the deadline from the node annotation "+record.AnnotationReclaimDeadline+".")
 	fs.StringVar(&c.AWSIMDSEndpoint, "aws-imds-endpoint", c.AWSIMDSEndpoint, "Base URL of the EC2 instance metadata service.")
 	fs.StringVar(&c.GCPMetadataEndpoint, "gcp-metadata-endpoint", c.GCPMetadataEndpoint, "GCP metadata server, host:port (else $GCE_METADATA_HOST, else metadata.google.internal).")
 	fs.DurationVar(&c.GCPMaintenanceNotice, "gcp-maintenance-notice", c.GCPMaintenanceNotice, "GCP: how long after maintenance-event turns TERMINATE_ON_HOST_MAINTENANCE the VM stops, when instance/upcoming-maintenance gives no window. 0: decide from the VM, an hour for a GPU VM (machine family, node accelerators, gke-accelerator label), else 60 s (GCE, Handling GPU host maintenance events).")
@@ -253,9 +233,9 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.RebalanceTaint, "rebalance-taint", c.RebalanceTaint, "Soft taint for a rebalance recommendation, key=value:Effect; its key must be in reprieve.io/.")
 	fs.StringVar(&c.MaintenanceTaint, "maintenance-taint", c.MaintenanceTaint, "Taint for scheduled maintenance further away than --maintenance-lead, key=value:Effect; its key must be in reprieve.io/.")
 	fs.DurationVar(&c.SafetyMargin, "safety-margin", c.SafetyMargin, "Every evicted pod must have finished terminating this long before the reclaim deadline.")
-	fs.StringVar(&c.VolumeRelease, "volume-release", c.VolumeRelease, "How long before the reclaim deadline a pod with a volume that needs attaching (a claim, a generic ephemeral volume, an in-tree disk) must be gone, so that the kubelet unmounts it and publishes volumesInUse without it before the machine goes and its detach does not wait six minutes: auto (an unmount allowance of "+volumeUnmountAllowance.String()+" plus the kubelet's nodeStatusUpdateFrequency with its 4% jitter, from --kubelet-config; 10s when unknown), off, or a duration.")
+	fs.StringVar(&c.VolumeRelease, "volume-release", c.VolumeRelease, "How long before the reclaim deadline a pod with a volume that needs attaching (a claim, a generic ephemeral volume, an in-tree disk) must be gone, so that the kubelet unmounts it and publishes volumesInUse without it before the machine goes and its detach does not wait six minutes: auto (an unmount allowance of "+VolumeUnmountAllowance.String()+" plus the kubelet's nodeStatusUpdateFrequency with its 4% jitter, from --kubelet-config; 10s when unknown), off, or a duration.")
 	fs.StringVar(&c.PressureSource, "pressure-source", c.PressureSource, "Where to read memory, disk and PID pressure: host (files under --host-root, as the kubelet computes them), summary (the kubelet's Summary API, RBAC nodes/stats; adds per-pod usage for ranking) or off.")
-	fs.StringVar(&c.KubeletConfig, "kubelet-config", c.KubeletConfig, "The kubelet's config file, under --host-root, for its eviction thresholds and graceful node shutdown. Empty: the first found of "+kubeletLocations()+". When no file is found (or the one given is missing) they are unknown: reprieve assumes the kubelet's defaults and says so (doctor, the KubeletConfigUnknown event, reprieve_kubelet_config_known 0).")
+	fs.StringVar(&c.KubeletConfig, "kubelet-config", c.KubeletConfig, "The kubelet's config file, under --host-root, for its eviction thresholds and graceful node shutdown. Empty: the first found of "+KubeletLocations()+". When no file is found (or the one given is missing) they are unknown: reprieve assumes the kubelet's defaults and says so (doctor, the KubeletConfigUnknown event, reprieve_kubelet_config_known 0).")
 	fs.StringVar(&c.KubeletConfigDir, "kubelet-config-dir", c.KubeletConfigDir, "The kubelet's drop-in directory (its --config-dir), under --host-root: the *.conf files in it are merged over the config file in lexical order, as the kubelet does. Empty: the known one of the file found (EKS AL2023's config.json.d, if present), else none.")
 	fs.StringVar(&c.KubeletRootDir, "kubelet-root-dir", c.KubeletRootDir, "The kubelet's root directory, under --host-root: its filesystem is nodefs.")
 	fs.StringVar(&c.ImageFsDir, "imagefs-dir", c.ImageFsDir, "The container runtime's image store, under --host-root: its filesystem is imagefs (nodefs when absent).")
@@ -374,12 +354,9 @@ func (c *Config) ApplyFallbacks(lookup func(string) (string, bool)) {
 	fill(&c.PodNamespace, "POD_NAMESPACE")
 }
 
-// Validate reports every problem with the configuration at once.
-//
-// It also gives the configuration a new read of the kubelet's configuration, which every copy of
-// it shares: the agent built from it reads the kubelet's file once (KubeletConfig).
+// Validate reports every problem with the configuration at once. It changes nothing and reads
+// no file but the webhook's (NotifyConfig).
 func (c *Config) Validate() error {
-	c.kubelet = &kubeletRead{}
 	var errs []error
 	if c.NodeName == "" {
 		errs = append(errs, errors.New("--node-name (or $NODE_NAME) is required"))
@@ -425,7 +402,7 @@ func (c *Config) Validate() error {
 	if c.SafetyMargin < 0 {
 		errs = append(errs, fmt.Errorf("--safety-margin %s: must not be negative", c.SafetyMargin))
 	}
-	if _, _, err := parseVolumeRelease(c.VolumeRelease); err != nil {
+	if _, _, err := ParseVolumeRelease(c.VolumeRelease); err != nil {
 		errs = append(errs, err)
 	}
 	if t, err := ParseTaint(c.InterruptionTaint); err != nil {
@@ -563,4 +540,67 @@ func (c *Config) validatePressure() []error {
 		}
 	}
 	return errs
+}
+
+// VolumeReleaseAuto is --volume-release's default: the bound computed from the kubelet's
+// configuration (volumes.ReleaseOf).
+const VolumeReleaseAuto = "auto"
+
+// ParseVolumeRelease reads --volume-release: auto (ok false: computed from the kubelet), off
+// (0), or a positive duration.
+func ParseVolumeRelease(s string) (d time.Duration, fixed bool, err error) {
+	switch s {
+	case VolumeReleaseAuto, "":
+		return 0, false, nil
+	case "off":
+		return 0, true, nil
+	}
+	d, err = time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, false, fmt.Errorf("--volume-release %q: want auto, off or a positive duration such as 20s", s)
+	}
+	return d, true, nil
+}
+
+// KubeletLocations lists the known locations of the kubelet's configuration, for the flag's help.
+func KubeletLocations() string {
+	var s []string
+	for _, l := range kubelet.Locations {
+		s = append(s, l.Path+" ("+l.Platform+")")
+	}
+	return strings.Join(s, ", ")
+}
+
+// TaintSet parses c's taints; Validate has checked that they parse.
+func (c *Config) TaintSet() plan.TaintSet {
+	var ts plan.TaintSet
+	ts.Interruption, _ = ParseTaint(c.InterruptionTaint)
+	if plan.Eviction(c.InterruptionEviction) == plan.EvictionReprieve {
+		// Written NoSchedule, so that kube-controller-manager's taint eviction leaves the
+		// pods to reprieve; the plan reads it as NoExecute (plan.EvictingTaints).
+		ts.Interruption.Effect = v1.TaintEffectNoSchedule
+	}
+	ts.Rebalance, _ = ParseTaint(c.RebalanceTaint)
+	ts.Maintenance, _ = ParseTaint(c.MaintenanceTaint)
+	return ts
+}
+
+// PodFilter is the pods c leaves alone whatever the taints.
+func (c *Config) PodFilter() plan.PodFilter {
+	return plan.PodFilter{EvictDaemonSetPods: c.EvictDaemonSetPods, SelfNamespace: c.PodNamespace, SelfName: c.PodName}
+}
+
+// VolumeUnmountAllowance is what --volume-release=auto allows the kubelet to unmount and
+// unstage a volume once its pod's containers have exited, before the status update that
+// publishes it: the volume manager's reconciler runs every 100 ms and a CSI NodeUnstage of a
+// block device takes well under a second. Measured on the real node with an attaching CSI
+// driver (test/realnode TestVolumeReleasedBeforeReclaimOnRealNode, docs/benchmarks.md): 0.3 to
+// 0.5 s from the container's end to the volume unstaged, with csi-test's mock driver, which
+// has no device to flush; 5 s keeps room for a real disk's unmount and sync.
+const VolumeUnmountAllowance = 5 * time.Second
+
+// KubeletLookup is where the flags say the kubelet's configuration is: --kubelet-config and
+// --kubelet-config-dir under --host-root, or the known locations (kubelet.FindConfig).
+func (c *Config) KubeletLookup() kubelet.Lookup {
+	return kubelet.Lookup{HostRoot: c.HostRoot, Path: c.KubeletConfig, DropInDir: c.KubeletConfigDir}
 }

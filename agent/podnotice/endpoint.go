@@ -1,4 +1,4 @@
-package agent
+package podnotice
 
 import (
 	"context"
@@ -13,14 +13,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/reprieve-dev/reprieve/agent/serve"
-
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/reprieve-dev/reprieve/agent/serve"
 )
 
 // The node-local notice endpoint (--notice-bind-address): GET /v1/pods/{namespace}/{name}/notice
@@ -30,15 +30,15 @@ import (
 // answer at the time of the request), or after timeout_sec with the answer as it is then.
 const (
 	noticeWaitDefault = 60 * time.Second
-	noticeWaitMax     = 300 * time.Second
-	// noticeWaitersMax bounds the hanging GETs held at once (a goroutine and a timer each), so
+	WaitMax           = 300 * time.Second
+	// WaitersMax bounds the hanging GETs held at once (a goroutine and a timer each), so
 	// that the node's pods together cannot exhaust the agent; past it a wait is answered at
 	// once, which a client following the ETags takes as a changed answer and asks again.
-	noticeWaitersMax = 1024
+	WaitersMax = 1024
 	// noticeWaitsPerPod is how many of them one pod may hold (its containers share its IP): a
 	// pod looping on wait=true about itself takes its own slots, not its neighbours'.
 	noticeWaitsPerPod = 4
-	// noticeConnsSpare is how many connections beyond noticeWaitersMax the pods' pool holds, so
+	// noticeConnsSpare is how many connections beyond WaitersMax the pods' pool holds, so
 	// that quick answers go on while every wait slot is taken.
 	noticeConnsSpare = 64
 	// noticeWriteTimeout bounds an answer that does not wait; a hanging GET gets its wait on top.
@@ -51,8 +51,8 @@ const (
 // pool of its own, two connections per address and 16 in all, so that strangers cannot take
 // the pods' connections however many addresses they send from.
 var (
-	noticePodPool      = &serve.Pool{Name: "pods", Total: noticeWaitersMax + noticeConnsSpare, PerSource: 8}
-	noticeStrangerPool = &serve.Pool{Name: "strangers", Total: 16, PerSource: 2}
+	PodPool      = &serve.Pool{Name: "pods", Total: WaitersMax + noticeConnsSpare, PerSource: 8}
+	StrangerPool = &serve.Pool{Name: "strangers", Total: 16, PerSource: 2}
 )
 
 // NoticeAnswer is the endpoint's JSON answer.
@@ -70,23 +70,23 @@ type NoticeAnswer struct {
 	Message string `json:"message,omitempty"`
 }
 
-func answerOf(pw podWarning) NoticeAnswer {
-	if !pw.active {
+func answerOf(pw Warning) NoticeAnswer {
+	if !pw.Active {
 		return NoticeAnswer{}
 	}
-	a := NoticeAnswer{Notice: true, Reason: pw.reason, Message: pw.message}
-	d := pw.deadline.UTC()
+	a := NoticeAnswer{Notice: true, Reason: pw.Reason, Message: pw.Message}
+	d := pw.Deadline.UTC()
 	a.ReclaimDeadline = &d
-	if !pw.evictAt.IsZero() {
-		e := pw.evictAt.UTC()
+	if !pw.EvictAt.IsZero() {
+		e := pw.EvictAt.UTC()
 		a.EvictAt = &e
 	}
 	return a
 }
 
-// noticeAPI serves the endpoint from the notifier's wanted warnings.
-type noticeAPI struct {
-	notices *podNotifier
+// Endpoint serves the endpoint from the notifier's wanted warnings.
+type Endpoint struct {
+	notices *Notifier
 	pods    corelisters.PodLister
 	clock   clock.WithTicker
 	// waiters holds a token per hanging GET; nil: unbounded (tests).
@@ -99,17 +99,17 @@ type noticeAPI struct {
 
 // warningOf returns what pod should carry now, and a channel closed at the next change of any
 // pod's warning.
-func (n *podNotifier) warningOf(pod *v1.Pod) (podWarning, <-chan struct{}) {
+func (n *Notifier) warningOf(pod *v1.Pod) (Warning, <-chan struct{}) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	w, ok := n.want[pod.Namespace+"/"+pod.Name]
 	if !ok || w.uid != pod.UID {
-		return podWarning{}, n.changed
+		return Warning{}, n.changed
 	}
 	return w.warn, n.changed
 }
 
-func (s *noticeAPI) handler() http.Handler {
+func (s *Endpoint) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/pods/{namespace}/{name}/notice", s.serveNotice)
 	mux.HandleFunc("/", notFound)
@@ -130,7 +130,7 @@ func notFound(w http.ResponseWriter, r *http.Request) {
 // need. A host-network pod's IP is the node's, so host-network pods can ask about one another.
 // Anything else is 404, as for a pod that does not exist, so that the endpoint tells a stranger
 // nothing.
-func (s *noticeAPI) serveNotice(w http.ResponseWriter, r *http.Request) {
+func (s *Endpoint) serveNotice(w http.ResponseWriter, r *http.Request) {
 	pod, ok := s.requester(r)
 	if !ok {
 		notFound(w, r)
@@ -148,7 +148,7 @@ func (s *noticeAPI) serveNotice(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			// Bounded before the multiplication, which would overflow for a huge value.
-			timeout = time.Duration(min(secs, int(noticeWaitMax/time.Second))) * time.Second
+			timeout = time.Duration(min(secs, int(WaitMax/time.Second))) * time.Second
 		}
 		last := q.Get("last_etag")
 		if last == "" {
@@ -188,7 +188,7 @@ func (s *noticeAPI) serveNotice(w http.ResponseWriter, r *http.Request) {
 }
 
 // takeWait takes one of the node's wait slots and one of pod's; false when either is full.
-func (s *noticeAPI) takeWait(pod types.UID) bool {
+func (s *Endpoint) takeWait(pod types.UID) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.waiting[pod] >= noticeWaitsPerPod {
@@ -208,7 +208,7 @@ func (s *noticeAPI) takeWait(pod types.UID) bool {
 	return true
 }
 
-func (s *noticeAPI) endWait(pod types.UID) {
+func (s *Endpoint) endWait(pod types.UID) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.waiters != nil {
@@ -219,7 +219,7 @@ func (s *noticeAPI) endWait(pod types.UID) {
 	}
 }
 
-func (s *noticeAPI) write(w http.ResponseWriter, body []byte, etag string) {
+func (s *Endpoint) write(w http.ResponseWriter, body []byte, etag string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("ETag", etag)
 	_, _ = w.Write(body)
@@ -227,12 +227,12 @@ func (s *noticeAPI) write(w http.ResponseWriter, body []byte, etag string) {
 
 // requester returns the pod the request names, when it is on this node and the request comes
 // from one of its IPs, which no other pod of the node claims.
-func (s *noticeAPI) requester(r *http.Request) (*v1.Pod, bool) {
+func (s *Endpoint) requester(r *http.Request) (*v1.Pod, bool) {
 	ap, err := netip.ParseAddrPort(r.RemoteAddr)
 	if err != nil {
 		return nil, false
 	}
-	pods := s.claimants(ap.Addr().Unmap())
+	pods := s.Claimants(ap.Addr().Unmap())
 	// Two unfinished pods with one IP (after a node reboot, or a sandbox re-created while the
 	// cache still shows the old one): the request may come from either, and answering the one
 	// it names could tell the other its neighbour's plan.
@@ -245,7 +245,7 @@ func (s *noticeAPI) requester(r *http.Request) (*v1.Pod, bool) {
 // claimants returns the pods of the node that list src as one of their IPs. A host-network
 // pod's IP is the node's, shared by every process and host-network pod on it: no request
 // proves it comes from that pod. A finished pod's IP may already be a new pod's.
-func (s *noticeAPI) claimants(src netip.Addr) []*v1.Pod {
+func (s *Endpoint) Claimants(src netip.Addr) []*v1.Pod {
 	pods, err := s.pods.List(labels.Everything())
 	if err != nil {
 		return nil
@@ -255,7 +255,7 @@ func (s *noticeAPI) claimants(src netip.Addr) []*v1.Pod {
 		if pod.Spec.HostNetwork || pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
 			continue
 		}
-		for _, ip := range podIPs(pod) {
+		for _, ip := range PodIPs(pod) {
 			if ip == src {
 				out = append(out, pod)
 				break
@@ -265,16 +265,16 @@ func (s *noticeAPI) claimants(src netip.Addr) []*v1.Pod {
 	return out
 }
 
-// pool is the endpoint's poolListener rule: a source that some pod of the node claims is in
+// Pool is the endpoint's serve.NewListener rule: a source that some pod of the node claims is in
 // the pods' pool, any other in the strangers'.
-func (s *noticeAPI) pool(_, remote netip.Addr) *serve.Pool {
-	if len(s.claimants(remote)) > 0 {
-		return noticePodPool
+func (s *Endpoint) Pool(_, remote netip.Addr) *serve.Pool {
+	if len(s.Claimants(remote)) > 0 {
+		return PodPool
 	}
-	return noticeStrangerPool
+	return StrangerPool
 }
 
-func podIPs(pod *v1.Pod) []netip.Addr {
+func PodIPs(pod *v1.Pod) []netip.Addr {
 	var out []netip.Addr
 	for _, p := range pod.Status.PodIPs {
 		if ip, err := netip.ParseAddr(p.IP); err == nil {
@@ -302,10 +302,10 @@ func encodeAnswer(a NoticeAnswer) ([]byte, string) {
 	return b, strconv.FormatUint(h.Sum64(), 16)
 }
 
-// newNoticeServer returns the endpoint's server, serving h with every timeout. A connection
+// NewServer returns the endpoint's server, serving h with every timeout. A connection
 // idle between requests is closed after serve.IdleTimeout (a hanging GET is a request, not
 // idle); a hanging GET extends its own write deadline past noticeWriteTimeout.
-func newNoticeServer(h http.Handler) *http.Server {
+func NewServer(h http.Handler) *http.Server {
 	return &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: serve.ReadHeaderTimeout, ReadTimeout: serve.ReadTimeout,
@@ -314,15 +314,15 @@ func newNoticeServer(h http.Handler) *http.Server {
 	}
 }
 
-// serveNoticeAPI serves the endpoint on ln (--notice-bind-address) from notices' warnings
+// Serve serves the endpoint on ln (--notice-bind-address) from notices' warnings
 // until ctx ends.
-func serveNoticeAPI(ctx context.Context, ln net.Listener, notices *podNotifier, pods corelisters.PodLister, clk clock.WithTicker) error {
-	s := &noticeAPI{notices: notices, pods: pods, clock: clk, waiters: make(chan struct{}, noticeWaitersMax)}
+func Serve(ctx context.Context, ln net.Listener, notices *Notifier, pods corelisters.PodLister, clk clock.WithTicker) error {
+	s := &Endpoint{notices: notices, pods: pods, clock: clk, waiters: make(chan struct{}, WaitersMax)}
 	// The port is open to anyone who reaches the node: bound the connections, so that a flood
 	// of them cannot take the agent's memory or file descriptors, and by source, so that
 	// strangers cannot take the pods' share.
-	ln = serve.NewListener(ln, s.pool)
-	srv := newNoticeServer(s.handler())
+	ln = serve.NewListener(ln, s.Pool)
+	srv := NewServer(s.Handler())
 	klog.FromContext(ctx).Info("Serving the node-local notice endpoint", "address", ln.Addr().String())
 	go func() {
 		<-ctx.Done()
@@ -337,4 +337,14 @@ func serveNoticeAPI(ctx context.Context, ln net.Listener, notices *podNotifier, 
 		return fmt.Errorf("serving the notice endpoint: %w", err)
 	}
 	return nil
+}
+
+// NewEndpoint is the endpoint answering from notices' warnings about the pods pods lists, at
+// most waiters hanging GETs at once (0: unbounded). Serve builds the agent's with WaitersMax.
+func NewEndpoint(notices *Notifier, pods corelisters.PodLister, clk clock.WithTicker, waiters int) *Endpoint {
+	s := &Endpoint{notices: notices, pods: pods, clock: clk}
+	if waiters > 0 {
+		s.waiters = make(chan struct{}, waiters)
+	}
+	return s
 }

@@ -1,4 +1,4 @@
-package agent
+package preflight
 
 import (
 	"context"
@@ -41,20 +41,20 @@ func TestEvictionCheckVerdict(t *testing.T) {
 		status string
 		known  bool
 	}{
-		{"passed", nil, evictionCheckOK, true},
-		{"a budget refuses the agent's own pod: the path answered", pdb, evictionCheckOK, true},
-		{"the guard's webhook cannot be called", guardDown(), evictionCheckGuardUnreachable, true},
-		{"RBAC refuses pods/eviction", apierrors.NewForbidden(gr, "agent", errors.New("cannot create resource pods/eviction")), evictionCheckRefused, true},
-		{"the guard denies", apierrors.NewForbidden(gr, "agent", errors.New(`admission webhook "eviction-guard.reprieve.io" denied the request`)), evictionCheckRefused, true},
-		{"no pod of its own", errNoOwnPod, evictionCheckUnknown, true},
-		{"its pod name is wrong", apierrors.NewNotFound(gr, "agent"), evictionCheckUnknown, true},
+		{"passed", nil, StatusOK, true},
+		{"a budget refuses the agent's own pod: the path answered", pdb, StatusOK, true},
+		{"the guard's webhook cannot be called", guardDown(), StatusGuardUnreachable, true},
+		{"RBAC refuses pods/eviction", apierrors.NewForbidden(gr, "agent", errors.New("cannot create resource pods/eviction")), StatusRefused, true},
+		{"the guard denies", apierrors.NewForbidden(gr, "agent", errors.New(`admission webhook "eviction-guard.reprieve.io" denied the request`)), StatusRefused, true},
+		{"no pod of its own", errNoOwnPod, StatusUnknown, true},
+		{"its pod name is wrong", apierrors.NewNotFound(gr, "agent"), StatusUnknown, true},
 		{"another webhook's failure", apierrors.NewInternalError(errors.New(`failed calling webhook "other.example.com": timeout`)), "", false},
 		{"a time-out says nothing", context.DeadlineExceeded, "", false},
 		{"APF's 429 says nothing", apierrors.NewTooManyRequests("throttled", 1), "", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if s, ok := verdict(c.err); s != c.status || ok != c.known {
-				t.Errorf("verdict(%v) = %q, %v; want %q, %v", c.err, s, ok, c.status, c.known)
+			if s, ok := Verdict(c.err); s != c.status || ok != c.known {
+				t.Errorf("Verdict(%v) = %q, %v; want %q, %v", c.err, s, ok, c.status, c.known)
 			}
 		})
 	}
@@ -84,16 +84,16 @@ func TestEvictionCheckRun(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	gauge := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "check_status"}, []string{"status"})
 	reg.MustRegister(gauge)
-	c := newEvictionCheck(kubetest.Wrap(client), clk, "agent-x", "kube-system", func() (types.UID, error) { return "uid-x", nil }, gauge)
+	c := New(kubetest.Wrap(client), clk, "agent-x", "kube-system", func() (types.UID, error) { return "uid-x", nil }, gauge)
 	if d := c.Detail(); !strings.Contains(d, "unknown") {
 		t.Errorf("before the first check: detail %q, want unknown", d)
 	}
-	if v := testutil.ToFloat64(gauge.WithLabelValues(evictionCheckUnknown)); v != 1 {
+	if v := testutil.ToFloat64(gauge.WithLabelValues(StatusUnknown)); v != 1 {
 		t.Errorf("before the first check: unknown = %v, want 1", v)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { c.run(ctx); close(done) }()
+	go func() { c.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 
 	ev := <-calls
@@ -105,10 +105,10 @@ func TestEvictionCheckRun(t *testing.T) {
 	if d := c.Detail(); !strings.Contains(d, "the eviction guard is unreachable since") || !strings.Contains(d, "eviction-guard.reprieve.io") {
 		t.Errorf("guard down: detail %q", d)
 	}
-	if v := testutil.ToFloat64(gauge.WithLabelValues(evictionCheckGuardUnreachable)); v != 1 {
+	if v := testutil.ToFloat64(gauge.WithLabelValues(StatusGuardUnreachable)); v != 1 {
 		t.Errorf("guard down: guard_unreachable = %v, want 1", v)
 	}
-	if v := testutil.ToFloat64(gauge.WithLabelValues(evictionCheckOK)); v != 0 {
+	if v := testutil.ToFloat64(gauge.WithLabelValues(StatusOK)); v != 0 {
 		t.Errorf("guard down: ok = %v, want 0", v)
 	}
 	// Backoff: 1 s, then 2 s.
@@ -128,7 +128,7 @@ func TestEvictionCheckRun(t *testing.T) {
 	if d := c.Detail(); d != "" {
 		t.Errorf("guard back: detail %q, want none", d)
 	}
-	if v := testutil.ToFloat64(gauge.WithLabelValues(evictionCheckOK)); v != 1 {
+	if v := testutil.ToFloat64(gauge.WithLabelValues(StatusOK)); v != 1 {
 		t.Errorf("guard back: ok = %v, want 1", v)
 	}
 	clk.Step(10*time.Minute - time.Millisecond)
@@ -147,7 +147,7 @@ func TestEvictionCheckNoOwnPod(t *testing.T) {
 	client := fake.NewClientset()
 	clk := clocktesting.NewFakeClock(t0)
 	gauge := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "check_status"}, []string{"status"})
-	c := newEvictionCheck(kubetest.Wrap(client), clk, "", "", func() (types.UID, error) {
+	c := New(kubetest.Wrap(client), clk, "", "", func() (types.UID, error) {
 		t.Fatal("looked for a pod without a name")
 		return "", nil
 	}, gauge)
@@ -173,3 +173,6 @@ func waitTimer(t *testing.T, clk *clocktesting.FakeClock) {
 		runtime.Gosched()
 	}
 }
+
+// t0 is the tests' start, as the agent's tests have it.
+var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)

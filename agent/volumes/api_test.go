@@ -1,4 +1,4 @@
-package agent
+package volumes
 
 import (
 	"context"
@@ -85,7 +85,7 @@ func TestAPIPodVolumes(t *testing.T) {
 	ephemeralVol := func(name string) v1.Volume {
 		return v1.Volume{Name: name, VolumeSource: v1.VolumeSource{Ephemeral: &v1.EphemeralVolumeSource{}}}
 	}
-	reader := newAPIPodVolumes(kubetest.Wrap(client))
+	reader := NewReader(kubetest.Wrap(client))
 	read := func(vols ...v1.Volume) ([]v1.UniqueVolumeName, []string, error) {
 		p := pod.DeepCopy()
 		p.Spec.Volumes = vols
@@ -147,3 +147,6 @@ func TestAPIPodVolumes(t *testing.T) {
 		})
 	}
 }
+
+// ptr is a pointer to v.
+func ptr[T any](v T) *T { return &v }

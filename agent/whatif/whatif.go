@@ -1,4 +1,8 @@
-package agent
+// Package whatif says what the agent would do with a node and its pods if a notice arrived now,
+// with the agent's own code (plan.Intend, record.ComputeNodeChange, plan.CountdownTaints,
+// plan.PlanPod): `reprieve plan`, `reprieve audit` and /readyz's eviction summary. It changes
+// nothing.
+package whatif
 
 import (
 	"cmp"
@@ -7,23 +11,24 @@ import (
 	"strings"
 	"time"
 
-	"github.com/reprieve-dev/reprieve/agent/evict"
-	"github.com/reprieve-dev/reprieve/agent/record"
-
-	"github.com/reprieve-dev/reprieve/agent/plan"
-
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
 
+	"github.com/reprieve-dev/reprieve/agent/config"
+	"github.com/reprieve-dev/reprieve/agent/evict"
+	"github.com/reprieve-dev/reprieve/agent/plan"
+	"github.com/reprieve-dev/reprieve/agent/record"
+	"github.com/reprieve-dev/reprieve/agent/volumes"
+	"github.com/reprieve-dev/reprieve/kubelet"
 	"github.com/reprieve-dev/reprieve/providers"
 )
 
-// WhatIf is the input of PlanWhatIf: a node, its pods, the PodDisruptionBudgets of their
+// Input is the input of Plan: a node, its pods, the PodDisruptionBudgets of their
 // namespaces, and the interruption notice to imagine.
-type WhatIf struct {
+type Input struct {
 	Node *v1.Node
 	Pods []*v1.Pod
 	PDBs []policyv1.PodDisruptionBudget
@@ -33,6 +38,9 @@ type WhatIf struct {
 	// NoticeTime is when the notice arrives, the interruption taint's timeAdded; zero means Now.
 	NoticeTime time.Time
 	Now        time.Time
+	// Kubelet is what was read of the node's kubelet configuration (ReadKubeletConfig): the
+	// volume release's status period; the zero value is an unknown one.
+	Kubelet kubelet.ConfigRead
 }
 
 // NodePlan is what `reprieve plan` prints (its JSON is documented in docs/operations.md and
@@ -155,11 +163,11 @@ type PDBPlan struct {
 	Covering []string `json:"covering,omitempty"`
 }
 
-// PlanWhatIf says what the agent with cfg would do if a notice with in.Deadline arrived at
+// Plan says what the agent with cfg would do if a notice with in.Deadline arrived at
 // in.NoticeTime, with the agent's own code: the same intent, node change and pod planner as
 // reconcile and the eviction loop. It changes nothing.
-func PlanWhatIf(cfg Config, in WhatIf) NodePlan {
-	ts := taintSetOf(cfg)
+func Plan(cfg config.Config, in Input) NodePlan {
+	ts := cfg.TaintSet()
 	noticeAt := in.NoticeTime
 	if noticeAt.IsZero() {
 		noticeAt = in.Now
@@ -173,8 +181,6 @@ func PlanWhatIf(cfg Config, in WhatIf) NodePlan {
 	intent := plan.Intend(notices, in.Now, cfg.MaintenanceLead, ts)
 	taints := record.ComputeNodeChange(in.Node, record.NodeDesire{Intent: intent, Taints: ts,
 		AddedAt: func(string) time.Time { return noticeAt }}).Taints
-	// As the agent does, a NoExecute taint without timeAdded counts from when it is first seen.
-	var noExecute []v1.Taint
 	onNode := map[string]bool{}
 	for _, t := range in.Node.Spec.Taints {
 		onNode[record.TaintID(t)] = true
@@ -182,34 +188,31 @@ func PlanWhatIf(cfg Config, in WhatIf) NodePlan {
 	out := NodePlan{Node: in.Node.Name, NoticeTime: noticeAt, SafetyMarginSeconds: cfg.SafetyMargin.Seconds(),
 		FarAhead: len(intent.FarAhead) > 0, NoExecuteTaints: []string{}, Pods: []PodPlan{},
 		InterruptionEviction: string(ts.Eviction()), InterruptionTaint: evict.TaintString(ts.Interruption)}
-	if intent.Interrupting() && ts.Eviction() == plan.EvictionReprieve && record.HasTaint(in.Node.Spec.Taints, ts.Interruption) && !record.Owns(in.Node, ts.Interruption) {
-		// Someone else's NoSchedule taint of the interruption's key and value: the agent's
-		// countdown starts at its own stamp, the notice (interrupt's evictingTaints).
-		for i, t := range taints {
-			if t.Key == ts.Interruption.Key && t.Effect == ts.Interruption.Effect {
-				taints[i].TimeAdded = &metav1.Time{Time: noticeAt}
-			}
+	// As the agent anchors the taints (plan.CountdownTaints, which its reconcile loop calls): a
+	// taint already on the node counts from min(timeAdded, first seen: now), one without
+	// timeAdded from now; the imagined notice's own taint keeps its notice time, future or not;
+	// someone else's NoSchedule taint of the interruption's key and value counts from the notice.
+	foreign := record.HasTaint(in.Node.Spec.Taints, ts.Interruption) && !record.Owns(in.Node, ts.Interruption)
+	now := in.Now.Truncate(time.Second)
+	noExecute := plan.CountdownTaints(taints, ts, intent.Interrupting(), foreign, noticeAt, now, func(t v1.Taint) time.Time {
+		if onNode[record.TaintID(t)] {
+			return now
 		}
-	}
-	for _, t := range plan.EvictingTaints(taints, ts, intent.Interrupting()) {
-		// As the agent anchors a taint already on the node: min(timeAdded, first seen). The
-		// imagined notice's own taint keeps its notice time, future or not.
-		if now := in.Now.Truncate(time.Second); t.TimeAdded == nil || (onNode[record.TaintID(t)] && now.Before(t.TimeAdded.Time)) {
-			t.TimeAdded = &metav1.Time{Time: now}
-		}
-		noExecute = append(noExecute, t)
+		return time.Time{}
+	})
+	for _, t := range noExecute {
 		out.NoExecuteTaints = append(out.NoExecuteTaints, evict.TaintString(t)+"@"+t.TimeAdded.UTC().Format(time.RFC3339))
 	}
 	w := plan.Window{SafetyMargin: cfg.SafetyMargin}
 	if intent.Interrupting() {
-		w.VolumeRelease, _ = VolumeReleaseOf(cfg)
+		w.VolumeRelease, _ = volumes.ReleaseOf(cfg, in.Kubelet)
 	}
 	if intent.Interrupting() {
 		w.Deadline = intent.Deadline
 		d, end := w.Deadline, w.End()
 		out.Deadline, out.WindowEnd = &d, &end
 	}
-	filter := filterOf(cfg)
+	filter := cfg.PodFilter()
 	pods := slices.Clone(in.Pods)
 	slices.SortFunc(pods, func(a, b *v1.Pod) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
@@ -330,30 +333,11 @@ func coveringPDBs(pod *v1.Pod, pdbs []policyv1.PodDisruptionBudget) []*policyv1.
 	return out
 }
 
-// taintSetOf parses cfg's taints; Validate has checked that they parse.
-func taintSetOf(cfg Config) plan.TaintSet {
-	var ts plan.TaintSet
-	ts.Interruption, _ = ParseTaint(cfg.InterruptionTaint)
-	if plan.Eviction(cfg.InterruptionEviction) == plan.EvictionReprieve {
-		// Written NoSchedule, so that kube-controller-manager's taint eviction leaves the
-		// pods to reprieve; the plan reads it as NoExecute (plan.EvictingTaints).
-		ts.Interruption.Effect = v1.TaintEffectNoSchedule
-	}
-	ts.Rebalance, _ = ParseTaint(cfg.RebalanceTaint)
-	ts.Maintenance, _ = ParseTaint(cfg.MaintenanceTaint)
-	return ts
-}
-
-// filterOf is the pods cfg leaves alone whatever the taints.
-func filterOf(cfg Config) plan.PodFilter {
-	return plan.PodFilter{EvictDaemonSetPods: cfg.EvictDaemonSetPods, SelfNamespace: cfg.PodNamespace, SelfName: cfg.PodName}
-}
-
 // EvictionSummary says in one line who deletes the pods of an interruption with cfg
 // (--interruption-eviction) and what that does to their PodDisruptionBudgets, for /readyz,
 // `reprieve doctor` and `reprieve plan`.
-func EvictionSummary(cfg Config) string {
-	ts := taintSetOf(cfg)
+func EvictionSummary(cfg config.Config) string {
+	ts := cfg.TaintSet()
 	if ts.Eviction() == plan.EvictionReprieve {
 		return fmt.Sprintf("interruption eviction: reprieve: the interruption taint %s keeps kube-controller-manager's taint eviction out; "+
 			"reprieve evicts each pod when %s would make it due, through the Eviction API, its budget kept until its last safe moment",

@@ -1,4 +1,8 @@
-package agent
+// Package podnotice is the pods' early warning (--pod-notice): the reprieve.io/Interruption
+// condition and the evict-at and reclaim-deadline annotations on each pod a notice concerns,
+// written by its own workers (Notifier), and the node-local notice endpoint that answers a pod
+// about itself without API credentials (--notice-bind-address, Endpoint).
+package podnotice
 
 import (
 	"context"
@@ -6,14 +10,6 @@ import (
 	"fmt"
 	"sync"
 	"time"
-
-	"github.com/reprieve-dev/reprieve/agent/evict"
-	"github.com/reprieve-dev/reprieve/agent/kube"
-
-	"github.com/reprieve-dev/reprieve/agent/events"
-
-	"github.com/reprieve-dev/reprieve/agent/plan"
-	"github.com/reprieve-dev/reprieve/agent/record"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -25,19 +21,13 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/reprieve-dev/reprieve/agent/config"
+	"github.com/reprieve-dev/reprieve/agent/events"
+	"github.com/reprieve-dev/reprieve/agent/evict"
+	"github.com/reprieve-dev/reprieve/agent/kube"
+	"github.com/reprieve-dev/reprieve/agent/plan"
+	"github.com/reprieve-dev/reprieve/agent/record"
 	"github.com/reprieve-dev/reprieve/providers"
-)
-
-// The early warning on each pod that a notice concerns (--pod-notice): a condition a job can
-// watch, and annotations it can read through the downward API, so that it can checkpoint at the
-// notice rather than at SIGTERM. The pod carries AnnotationReclaimDeadline too.
-const (
-	// PodConditionInterruption is True while a notice plans the pod's eviction (or, for a pod
-	// that tolerates the interruption forever, its end with the machine), False once withdrawn.
-	PodConditionInterruption v1.PodConditionType = "reprieve.io/Interruption"
-	// AnnotationEvictAt is when reprieve plans to evict the pod (RFC 3339); absent on a pod
-	// that tolerates the interruption forever.
-	AnnotationEvictAt = record.AnnotationEvictAt
 )
 
 // Bounds of the warning writer. Each warning is one request; 16 in flight write 110 pods in
@@ -50,28 +40,28 @@ const (
 	podNoticeBackoffMax  = 10 * time.Second
 )
 
-// podWarning is what one pod should carry. Its fields are all comparable, so that an unchanged
+// Warning is what one pod should carry. Its fields are all comparable, so that an unchanged
 // re-plan is recognised and not written again; it holds no relative times for that reason.
-type podWarning struct {
-	active   bool
-	reason   string
-	message  string
-	evictAt  time.Time // zero when the pod is not evicted (it tolerates the interruption forever)
-	deadline time.Time
+type Warning struct {
+	Active   bool
+	Reason   string
+	Message  string
+	EvictAt  time.Time // zero when the pod is not evicted (it tolerates the interruption forever)
+	Deadline time.Time
 }
 
 // wanted is a warning for one pod, identified by its UID: a pod recreated under the same name
 // is warned only by its own plan.
 type wanted struct {
 	uid  types.UID
-	warn podWarning
+	warn Warning
 }
 
-// podNotifier writes the warnings. The eviction loop only records what each pod should carry
+// Notifier writes the warnings. The eviction loop only records what each pod should carry
 // (set, which never waits on the API server); its own workers write it. Many producers, one
 // owner of the writes: the workqueue hands a key to one worker at a time and coalesces
 // repeated re-plans of a pod into one write of the latest.
-type podNotifier struct {
+type Notifier struct {
 	client kube.Interface
 	pods   corelisters.PodLister
 	clock  clock.Clock
@@ -79,12 +69,12 @@ type podNotifier struct {
 	// write is false when only the notice endpoint is on (--pod-notice=false): the warnings
 	// are then computed for it and never written.
 	write bool
-	// wrote, when set, is told each patch's result: "written" or "failed".
-	wrote func(result string)
-	// turn, when set, waits until a warning may be written (evict.Executor.Background): the
+	// Wrote, when set, is told each patch's result: "written" or "failed".
+	Wrote func(result string)
+	// Turn, when set, waits until a warning may be written (evict.Executor.Background): the
 	// warnings go only when no eviction waits for the API server, and pause with the
 	// evictions when the server throttles the agent. done takes the write's result.
-	turn  func(ctx context.Context) (done func(error), err error)
+	Turn  func(ctx context.Context) (done func(error), err error)
 	queue workqueue.TypedRateLimitingInterface[string]
 
 	mu sync.Mutex
@@ -98,13 +88,13 @@ type podNotifier struct {
 	changed chan struct{}
 }
 
-// newPodNotifier returns the warning writer the configuration asks for: nil when neither
+// New returns the warning writer the configuration asks for: nil when neither
 // --pod-notice nor --notice-bind-address is on.
-func newPodNotifier(cfg Config, client kube.Interface, pods corelisters.PodLister, clk clock.WithTicker) *podNotifier {
+func New(cfg config.Config, client kube.Interface, pods corelisters.PodLister, clk clock.WithTicker) *Notifier {
 	if !cfg.PodNotice && cfg.NoticeBindAddress == "" {
 		return nil
 	}
-	return &podNotifier{
+	return &Notifier{
 		client: client, pods: pods, clock: clk, dryRun: cfg.DryRun, write: cfg.PodNotice, changed: make(chan struct{}),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](podNoticeBackoffBase, podNoticeBackoffMax),
@@ -116,47 +106,47 @@ func newPodNotifier(cfg Config, client kube.Interface, pods corelisters.PodListe
 
 // Warn records what pod should carry under its plan and the window (evict.Warner); the
 // eviction executor calls it for every pod it plans. It returns at once.
-func (n *podNotifier) Warn(pod *v1.Pod, pl plan.Plan, w plan.Window, notice *providers.Notice) {
-	n.set(pod, warningFor(pl, w, notice))
+func (n *Notifier) Warn(pod *v1.Pod, pl plan.Plan, w plan.Window, notice *providers.Notice) {
+	n.set(pod, WarningFor(pl, w, notice))
 }
 
-// warningFor is the warning a pod planned as plan should carry: pods reprieve will evict, and
+// WarningFor is the warning a pod planned as plan should carry: pods reprieve will evict, and
 // pods that tolerate the interruption forever (they stay and die with the machine, which is
 // what their owner most needs to know). Pods reprieve leaves alone for other reasons (DaemonSet
 // and mirror pods, finished pods, its own) carry none: they are the node's, not a workload's.
-func warningFor(pl plan.Plan, w plan.Window, n *providers.Notice) podWarning {
+func WarningFor(pl plan.Plan, w plan.Window, n *providers.Notice) Warning {
 	if !w.HasDeadline() || (pl.Skip != plan.SkipNone && pl.Skip != plan.SkipTolerateForever) {
-		return podWarning{}
+		return Warning{}
 	}
 	reason, what := events.ReasonSpotInterruption, "an interruption notice"
 	if n != nil {
 		reason, what = events.NoticeReason(n.Kind), fmt.Sprintf("a %s %s notice", n.Provider, n.Kind)
 	}
 	deadline := w.Deadline.UTC().Format(time.RFC3339)
-	pw := podWarning{active: true, reason: reason, deadline: w.Deadline}
+	pw := Warning{Active: true, Reason: reason, Deadline: w.Deadline}
 	if pl.Skip == plan.SkipTolerateForever {
-		pw.message = fmt.Sprintf("Not evicted: the pod tolerates the interruption taint forever and stops when the machine is reclaimed at %s (%s)",
+		pw.Message = fmt.Sprintf("Not evicted: the pod tolerates the interruption taint forever and stops when the machine is reclaimed at %s (%s)",
 			deadline, what)
 		return pw
 	}
-	pw.evictAt = pl.EvictAt
-	pw.message = fmt.Sprintf("Eviction planned at %s with grace %s; the machine is reclaimed at %s (%s)",
+	pw.EvictAt = pl.EvictAt
+	pw.Message = fmt.Sprintf("Eviction planned at %s with grace %s; the machine is reclaimed at %s (%s)",
 		pl.EvictAt.UTC().Format(time.RFC3339), pl.Grace, deadline, what)
 	return pw
 }
 
-// set records what pod should carry and queues a write unless the pod carries it already or
+// set records what pod should carry and queues a write unless the pod Carries it already or
 // the last write put it there.
-func (n *podNotifier) set(pod *v1.Pod, pw podWarning) {
+func (n *Notifier) set(pod *v1.Pod, pw Warning) {
 	key := pod.Namespace + "/" + pod.Name
 	n.mu.Lock()
 	old, had := n.want[key]
-	if pw.active {
+	if pw.Active {
 		n.want[key] = wanted{uid: pod.UID, warn: pw}
 	} else {
 		delete(n.want, key)
 	}
-	if had != pw.active || (had && (old.uid != pod.UID || old.warn != pw)) {
+	if had != pw.Active || (had && (old.uid != pod.UID || old.warn != pw)) {
 		close(n.changed)
 		n.changed = make(chan struct{})
 	}
@@ -168,7 +158,7 @@ func (n *podNotifier) set(pod *v1.Pod, pw podWarning) {
 	if wrote && last.uid == pod.UID && last.warn == pw {
 		return
 	}
-	if !wrote && carries(pod, pw) {
+	if !wrote && Carries(pod, pw) {
 		// Already there: written by this agent before a restart, or nothing to withdraw.
 		return
 	}
@@ -176,11 +166,11 @@ func (n *podNotifier) set(pod *v1.Pod, pw podWarning) {
 }
 
 // run writes the queued warnings with podNoticeWorkers workers until ctx ends.
-func (n *podNotifier) run(ctx context.Context) {
+func (n *Notifier) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	for range podNoticeWorkers {
 		wg.Go(func() {
-			for n.next(ctx) {
+			for n.Next(ctx) {
 			}
 		})
 	}
@@ -190,13 +180,13 @@ func (n *podNotifier) run(ctx context.Context) {
 }
 
 // next writes one queued pod's warning; false once the queue is shut down.
-func (n *podNotifier) next(ctx context.Context) bool {
+func (n *Notifier) Next(ctx context.Context) bool {
 	key, shutdown := n.queue.Get()
 	if shutdown {
 		return false
 	}
 	defer n.queue.Done(key)
-	if err := n.sync(ctx, key); err != nil {
+	if err := n.Sync(ctx, key); err != nil {
 		// Never dropped: a warning that could not be written is retried with backoff until it
 		// is written, superseded or the pod is gone.
 		klog.FromContext(ctx).Error(err, "Writing the pod's interruption warning failed; retrying", "pod", key)
@@ -208,7 +198,7 @@ func (n *podNotifier) next(ctx context.Context) bool {
 }
 
 // sync brings one pod to its wanted warning with one patch of its status subresource.
-func (n *podNotifier) sync(ctx context.Context, key string) error {
+func (n *Notifier) Sync(ctx context.Context, key string) error {
 	ns, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
 		return nil
@@ -222,7 +212,7 @@ func (n *podNotifier) sync(ctx context.Context, key string) error {
 	w, ok := n.want[key]
 	last, wrote := n.written[key]
 	n.mu.Unlock()
-	var pw podWarning
+	var pw Warning
 	if ok {
 		if w.uid != pod.UID {
 			// Wanted for a predecessor of the same name; this pod is planned on its own.
@@ -230,20 +220,20 @@ func (n *podNotifier) sync(ctx context.Context, key string) error {
 		}
 		pw = w.warn
 	}
-	if (wrote && last.uid == pod.UID && last.warn == pw) || (!wrote && carries(pod, pw)) {
+	if (wrote && last.uid == pod.UID && last.warn == pw) || (!wrote && Carries(pod, pw)) {
 		return nil
 	}
 	if n.dryRun {
-		klog.FromContext(ctx).Info("Dry run: would write the pod's interruption warning", "pod", klog.KObj(pod), "active", pw.active, "message", pw.message)
+		klog.FromContext(ctx).Info("Dry run: would write the pod's interruption warning", "pod", klog.KObj(pod), "active", pw.Active, "message", pw.Message)
 		n.record(key, pod.UID, pw)
 		return nil
 	}
-	patch, err := warningPatch(pod, pw, n.clock.Now())
+	patch, err := WarningPatch(pod, pw, n.clock.Now())
 	if err != nil {
 		return err
 	}
-	if n.turn != nil {
-		done, terr := n.turn(ctx)
+	if n.Turn != nil {
+		done, terr := n.Turn(ctx)
 		if terr != nil {
 			return fmt.Errorf("waiting to write the interruption warning of pod %s: %w", key, terr)
 		}
@@ -268,21 +258,21 @@ func (n *podNotifier) sync(ctx context.Context, key string) error {
 	return fmt.Errorf("patching the interruption warning of pod %s: %w", key, err)
 }
 
-func (n *podNotifier) count(result string) {
-	if n.wrote != nil {
-		n.wrote(result)
+func (n *Notifier) count(result string) {
+	if n.Wrote != nil {
+		n.Wrote(result)
 	}
 }
 
 // record remembers a successful write, a withdrawal too: until the informer shows it, the
-// cached pod still carries the warning and would look as if it needed a second one.
-func (n *podNotifier) record(key string, uid types.UID, pw podWarning) {
+// cached pod still Carries the warning and would look as if it needed a second one.
+func (n *Notifier) record(key string, uid types.UID, pw Warning) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.written[key] = wanted{uid: uid, warn: pw}
 }
 
-func (n *podNotifier) forget(key string) {
+func (n *Notifier) forget(key string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	// Wake the hanging GETs: one about this pod answers its end now, not its last warning at
@@ -294,37 +284,37 @@ func (n *podNotifier) forget(key string) {
 }
 
 // podDeleted lets the notifier forget a pod that is gone (an informer delete handler).
-func (n *podNotifier) podDeleted(obj any) {
+func (n *Notifier) PodDeleted(obj any) {
 	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
 		n.forget(key)
 	}
 }
 
-// carries reports whether pod already shows pw: for an active warning, the annotations and a
+// Carries reports whether pod already shows pw: for an active warning, the annotations and a
 // True condition with the same reason and message; for none, no annotation and no True
 // condition.
-func carries(pod *v1.Pod, pw podWarning) bool {
-	cond := interruptionCondition(pod)
-	if !pw.active {
-		_, a := pod.Annotations[AnnotationEvictAt]
-		_, d := pod.Annotations[AnnotationReclaimDeadline]
+func Carries(pod *v1.Pod, pw Warning) bool {
+	cond := InterruptionCondition(pod)
+	if !pw.Active {
+		_, a := pod.Annotations[record.AnnotationEvictAt]
+		_, d := pod.Annotations[record.AnnotationReclaimDeadline]
 		return !a && !d && (cond == nil || cond.Status != v1.ConditionTrue)
 	}
-	evictAt, ok := pod.Annotations[AnnotationEvictAt]
-	if pw.evictAt.IsZero() {
+	evictAt, ok := pod.Annotations[record.AnnotationEvictAt]
+	if pw.EvictAt.IsZero() {
 		if ok {
 			return false
 		}
-	} else if evictAt != rfc3339(pw.evictAt) {
+	} else if evictAt != rfc3339(pw.EvictAt) {
 		return false
 	}
-	return pod.Annotations[AnnotationReclaimDeadline] == rfc3339(pw.deadline) &&
-		cond != nil && cond.Status == v1.ConditionTrue && cond.Reason == pw.reason && cond.Message == pw.message
+	return pod.Annotations[record.AnnotationReclaimDeadline] == rfc3339(pw.Deadline) &&
+		cond != nil && cond.Status == v1.ConditionTrue && cond.Reason == pw.Reason && cond.Message == pw.Message
 }
 
-func interruptionCondition(pod *v1.Pod) *v1.PodCondition {
+func InterruptionCondition(pod *v1.Pod) *v1.PodCondition {
 	for i := range pod.Status.Conditions {
-		if pod.Status.Conditions[i].Type == PodConditionInterruption {
+		if pod.Status.Conditions[i].Type == record.PodConditionInterruption {
 			return &pod.Status.Conditions[i]
 		}
 	}
@@ -333,27 +323,27 @@ func interruptionCondition(pod *v1.Pod) *v1.PodCondition {
 
 func rfc3339(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 
-// warningPatch is the strategic merge patch of pod's status subresource that makes it carry pw.
+// WarningPatch is the strategic merge patch of pod's status subresource that makes it carry pw.
 // One request writes the condition and the annotations together: the pods/status subresource
 // keeps every metadata change but owner references (podStatusStrategy.PrepareForUpdate in
 // pkg/registry/core/pod/strategy.go), so the agent needs no permission to update pods
 // themselves, and a job never sees the condition without the annotations. The UID makes the
 // patch fail on a pod recreated under the same name, as markDisruptionTarget's does.
-func warningPatch(pod *v1.Pod, pw podWarning, now time.Time) ([]byte, error) {
-	cond := v1.PodCondition{Type: PodConditionInterruption, Status: v1.ConditionFalse, Reason: events.ReasonNoticeWithdrawn,
+func WarningPatch(pod *v1.Pod, pw Warning, now time.Time) ([]byte, error) {
+	cond := v1.PodCondition{Type: record.PodConditionInterruption, Status: v1.ConditionFalse, Reason: events.ReasonNoticeWithdrawn,
 		Message: "The interruption notice was withdrawn: no eviction is planned"}
-	annotations := map[string]any{AnnotationEvictAt: nil, AnnotationReclaimDeadline: nil}
-	if pw.active {
-		cond.Status, cond.Reason, cond.Message = v1.ConditionTrue, pw.reason, pw.message
-		annotations[AnnotationReclaimDeadline] = rfc3339(pw.deadline)
-		if !pw.evictAt.IsZero() {
-			annotations[AnnotationEvictAt] = rfc3339(pw.evictAt)
+	annotations := map[string]any{record.AnnotationEvictAt: nil, record.AnnotationReclaimDeadline: nil}
+	if pw.Active {
+		cond.Status, cond.Reason, cond.Message = v1.ConditionTrue, pw.Reason, pw.Message
+		annotations[record.AnnotationReclaimDeadline] = rfc3339(pw.Deadline)
+		if !pw.EvictAt.IsZero() {
+			annotations[record.AnnotationEvictAt] = rfc3339(pw.EvictAt)
 		}
 	}
 	// The transition time moves only when the status does: a re-plan keeps the time the
 	// warning first appeared.
 	cond.LastTransitionTime = metav1.NewTime(now)
-	if old := interruptionCondition(pod); old != nil && old.Status == cond.Status {
+	if old := InterruptionCondition(pod); old != nil && old.Status == cond.Status {
 		cond.LastTransitionTime = old.LastTransitionTime
 	}
 	b, err := json.Marshal(map[string]any{
@@ -365,3 +355,18 @@ func warningPatch(pod *v1.Pod, pw podWarning, now time.Time) ([]byte, error) {
 	}
 	return b, nil
 }
+
+// Writes says whether the notifier writes the warnings on the pods (--pod-notice); without it
+// only the notice endpoint answers from them.
+func (n *Notifier) Writes() bool { return n.write }
+
+// Pending is how many pods' writes are queued; Requeues how often the write of the pod at key
+// (namespace/name) was put back after a failure; ShuttingDown whether the queue was shut down
+// (Run returned). For the agent's tests, which drive the writes one at a time (Next, Sync).
+func (n *Notifier) Pending() int { return n.queue.Len() }
+
+// Requeues: see Pending.
+func (n *Notifier) Requeues(key string) int { return n.queue.NumRequeues(key) }
+
+// ShuttingDown: see Pending.
+func (n *Notifier) ShuttingDown() bool { return n.queue.ShuttingDown() }

@@ -1,19 +1,22 @@
-package agent
+package whatif
 
 import (
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/reprieve-dev/reprieve/agent/plan"
-
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/reprieve-dev/reprieve/agent/config"
+	"github.com/reprieve-dev/reprieve/agent/plan"
+	"github.com/reprieve-dev/reprieve/kubelet"
 )
 
 func TestPlanWhatIf(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.NodeName = nodeName
 	// The NoExecute mode, explicitly (the default is --interruption-eviction=reprieve).
 	cfg.InterruptionEviction = string(plan.EvictionKubeControllerManager)
@@ -27,7 +30,7 @@ func TestPlanWhatIf(t *testing.T) {
 	ds.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "ds", Controller: ptr(true)}}
 	done := testPod("done", 5)
 	done.Status.Phase = v1.PodSucceeded
-	in := WhatIf{
+	in := Input{
 		Node: testNode(v1.Taint{Key: "example.com/other", Effect: v1.TaintEffectNoSchedule}),
 		Pods: []*v1.Pod{
 			testPod("no-toleration", 30),
@@ -45,7 +48,7 @@ func TestPlanWhatIf(t *testing.T) {
 		Deadline: deadline,
 		Now:      t0,
 	}
-	got := PlanWhatIf(cfg, in)
+	got := Plan(cfg, in)
 	if got.Deadline == nil || !got.Deadline.Equal(deadline) || !got.WindowEnd.Equal(end) || got.FarAhead {
 		t.Fatalf("deadline %v, window end %v, far ahead %v", got.Deadline, got.WindowEnd, got.FarAhead)
 	}
@@ -104,7 +107,7 @@ func TestPlanWhatIf(t *testing.T) {
 	// planned as before, from it read as NoExecute; the budget holds until the pod's latest.
 	rcfg := cfg
 	rcfg.InterruptionEviction = "reprieve"
-	rp := PlanWhatIf(rcfg, in)
+	rp := Plan(rcfg, in)
 	if rp.InterruptionEviction != "reprieve" || rp.InterruptionTaint != "cloud=spot:NoSchedule" {
 		t.Errorf("reprieve mode: eviction %q, taint %q; want reprieve, cloud=spot:NoSchedule", rp.InterruptionEviction, rp.InterruptionTaint)
 	}
@@ -127,7 +130,7 @@ func TestPlanWhatIf(t *testing.T) {
 
 	// A deadline further away than --maintenance-lead: only the maintenance taint, no eviction.
 	in.Deadline = t0.Add(24 * time.Hour)
-	far := PlanWhatIf(cfg, in)
+	far := Plan(cfg, in)
 	if !far.FarAhead || far.Deadline != nil || len(far.NoExecuteTaints) != 0 {
 		t.Errorf("a day away: far ahead %v, deadline %v, taints %v", far.FarAhead, far.Deadline, far.NoExecuteTaints)
 	}
@@ -143,7 +146,7 @@ func TestPlanWhatIf(t *testing.T) {
 // defaults), cuts its grace to that, and marks the volume at risk when even the least grace
 // cannot end by then.
 func TestPlanWhatIfVolumeRelease(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := config.DefaultConfig()
 	cfg.NodeName, cfg.HostRoot = nodeName, t.TempDir() // no kubelet configuration: its defaults
 	claimed := func(name string) *v1.Pod {
 		p := testPod(name, 30)
@@ -159,7 +162,8 @@ func TestPlanWhatIfVolumeRelease(t *testing.T) {
 		{window: 30 * time.Second, grace: 14},            // released by T+14.6
 		{window: 15 * time.Second, grace: 2, risk: true}, // released by T-0.4
 	} {
-		np := PlanWhatIf(cfg, WhatIf{Node: testNode(), Pods: []*v1.Pod{claimed("db-0")}, Now: t0, NoticeTime: t0, Deadline: t0.Add(c.window)})
+		np := Plan(cfg, Input{Node: testNode(), Pods: []*v1.Pod{claimed("db-0")}, Now: t0, NoticeTime: t0, Deadline: t0.Add(c.window),
+			Kubelet: kubelet.Find(cfg.KubeletLookup())})
 		pp := np.Pods[0]
 		if pp.VolumeReleaseBy == nil || !pp.VolumeReleaseBy.Equal(t0.Add(c.window-15400*time.Millisecond)) {
 			t.Fatalf("window %s: volume release by %v, want T+%s", c.window, pp.VolumeReleaseBy, c.window-15400*time.Millisecond)
@@ -168,4 +172,28 @@ func TestPlanWhatIfVolumeRelease(t *testing.T) {
 			t.Errorf("window %s: grace %gs, at risk %v; want %gs, %v", c.window, pp.GraceSeconds, pp.VolumeAtRisk, c.grace, c.risk)
 		}
 	}
+}
+
+// The agent's test fixtures (agent/agent_test.go): one node and its pods.
+const nodeName = "n1"
+
+var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+func ptr[T any](v T) *T { return &v }
+
+func testNode(taints ...v1.Taint) *v1.Node {
+	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, Labels: map[string]string{"keep": "label"}},
+		Spec: v1.NodeSpec{Taints: taints}}
+}
+
+func testPod(name string, grace int64, tolerations ...v1.Toleration) *v1.Pod {
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID("uid-" + name)},
+		Spec:       v1.PodSpec{NodeName: nodeName, TerminationGracePeriodSeconds: &grace, Tolerations: tolerations},
+		Status:     v1.PodStatus{Phase: v1.PodRunning},
+	}
+}
+
+func spotToleration(s *int64) v1.Toleration {
+	return v1.Toleration{Key: "cloud", Operator: v1.TolerationOpEqual, Value: "spot", Effect: v1.TaintEffectNoExecute, TolerationSeconds: s}
 }

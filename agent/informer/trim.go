@@ -1,4 +1,4 @@
-package agent
+package informer
 
 import (
 	"reflect"
@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/reprieve-dev/reprieve/agent/pressure"
+	"github.com/reprieve-dev/reprieve/agent/record"
 )
 
 // What the agent's caches keep of its node and of its node's pods (issue 39 item 3). The pods
@@ -92,7 +93,7 @@ const (
 
 // podWarningAnnotations are the pods' warning (podnotice.go: carries, warningPatch), kept on
 // every pod: a finished pod that carries a warning from before a restart is still withdrawn.
-var podWarningAnnotations = []string{AnnotationEvictAt, AnnotationReclaimDeadline}
+var podWarningAnnotations = []string{record.AnnotationEvictAt, record.AnnotationReclaimDeadline}
 
 // keptPodAnnotations are the annotations of a pod that is not finished that the agent reads:
 // the warning, and the kubelet's static and mirror pod markers, which plan.PodFilter.Skip
@@ -109,9 +110,9 @@ var keptPodLabels = []string{"app.kubernetes.io/name", "app"}
 
 // keptConditionTypes are the pod conditions the agent reads: its own warning's condition
 // (carries, warningPatch) and DisruptionTarget (markDisruptionTarget).
-var keptConditionTypes = []v1.PodConditionType{PodConditionInterruption, v1.DisruptionTarget}
+var keptConditionTypes = []v1.PodConditionType{record.PodConditionInterruption, v1.DisruptionTarget}
 
-// trimCuts counts the values and lists trimForCache cut to their bounds since the agent started.
+// trimCuts counts the values and lists Trim cut to their bounds since the agent started.
 var trimCuts atomic.Int64
 
 // cut counts one cut and logs it at the first, second, fourth, eighth... cut, so that a tenant
@@ -122,18 +123,18 @@ func cut(pod *v1.Pod, what string) {
 	}
 }
 
-// trimForCache drops from a node or pod what no part of the agent reads, before it enters the
-// cache. Of a pod it keeps what the comment above lists (trimPod). Of the node it drops
+// Trim drops from a node or pod what no part of the agent reads, before it enters the
+// cache. Of a pod it keeps what the comment above lists (TrimPod). Of the node it drops
 // managedFields (server-side apply's bookkeeping), the image list and the attached volumes'
 // list (the attach/detach controller's, with device paths); the node is the agent's own,
 // written by the kubelet and the cluster's controllers, and every other part of it is read
 // (taints, labels, annotations, conditions, capacity, addresses, the kubelet's endpoint,
 // providerID, and status.volumesInUse: the window's summary of released volumes,
 // Executor.ObserveVolumes). It is idempotent: an object it trimmed comes out the same.
-func trimForCache(obj any) (any, error) {
+func Trim(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *v1.Pod:
-		return trimPod(o), nil
+		return TrimPod(o), nil
 	case *v1.Node:
 		o.ManagedFields = nil
 		o.Status.Images = nil
@@ -142,9 +143,9 @@ func trimForCache(obj any) (any, error) {
 	return obj, nil
 }
 
-// trimPod returns the part of p the agent reads, as a new pod: the rest of p becomes garbage
+// TrimPod returns the part of p the agent reads, as a new pod: the rest of p becomes garbage
 // at once.
-func trimPod(p *v1.Pod) *v1.Pod {
+func TrimPod(p *v1.Pod) *v1.Pod {
 	out := &v1.Pod{
 		TypeMeta: p.TypeMeta,
 		ObjectMeta: metav1.ObjectMeta{

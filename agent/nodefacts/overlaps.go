@@ -1,4 +1,7 @@
-package agent
+// Package nodefacts is what the agent reads from a Node beyond its own record: the other
+// interruption handlers it shows (Overlaps), the clouds' spot-pool labels (SpotPoolSelectors)
+// and its accelerators (Accelerator). It is pure.
+package nodefacts
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package agent
+package volumes
 
 import (
 	"os"
@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/reprieve-dev/reprieve/agent/config"
+	"github.com/reprieve-dev/reprieve/kubelet"
 )
 
 // TestVolumeReleaseOf (issue 40, item 1): the time a pod with a volume that needs attaching must
@@ -32,16 +35,16 @@ func TestVolumeReleaseOf(t *testing.T) {
 		{name: "a duration", flag: "30s", want: 30 * time.Second, from: "--volume-release"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			cfg := DefaultConfig()
+			cfg := config.DefaultConfig()
 			cfg.HostRoot, cfg.KubeletConfig, cfg.VolumeRelease = root, c.config, c.flag
-			d, from := VolumeReleaseOf(cfg)
+			d, from := ReleaseOf(cfg, kubelet.Find(cfg.KubeletLookup()))
 			if d != c.want || !strings.Contains(from, c.from) {
-				t.Fatalf("VolumeReleaseOf = %s (%s), want %s (%s)", d, from, c.want, c.from)
+				t.Fatalf("ReleaseOf = %s (%s), want %s (%s)", d, from, c.want, c.from)
 			}
 		})
 	}
 	for _, bad := range []string{"soon", "-5s", "0s"} {
-		if _, _, err := parseVolumeRelease(bad); err == nil || !strings.Contains(err.Error(), "--volume-release") {
+		if _, _, err := config.ParseVolumeRelease(bad); err == nil || !strings.Contains(err.Error(), "--volume-release") {
 			t.Errorf("--volume-release %q: err %v, want one naming the flag", bad, err)
 		}
 	}

@@ -1,4 +1,4 @@
-package agent
+package config
 
 import (
 	"os"
@@ -7,11 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/spf13/pflag"
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/reprieve-dev/reprieve/agent/pressure"
+	"github.com/reprieve-dev/reprieve/agent/pressure/replay"
 )
 
 func parse(t *testing.T, args []string, env map[string]string) (Config, error) {
@@ -191,126 +190,18 @@ func TestKubeletConfigFlags(t *testing.T) {
 	}
 }
 
-// writeKubeletConfig writes a kubelet configuration file at the host path p under root.
-func writeKubeletConfig(t *testing.T, root, p, body string) {
-	t.Helper()
-	path := filepath.Join(root, p)
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, []byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"+body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// TestKubeletConfigReadOnce: the copies of a validated Config share one read, so that the
-// interruption plan's shutdown cut and the pressure thresholds come from the same file as it
-// was; a Config never validated, or one whose lookup changed, reads again.
-func TestKubeletConfigReadOnce(t *testing.T) {
-	root := t.TempDir()
-	const gke = "/home/kubernetes/kubelet-config.yaml"
-	writeKubeletConfig(t, root, gke, "shutdownGracePeriod: 30s\nshutdownGracePeriodCriticalPods: 15s\nevictionHard:\n  memory.available: 200Mi\n")
+// The replay (agent/pressure/replay) runs the series as the chart runs reprieve: its defaults
+// are the agent's.
+func TestReplayOptionsAreTheAgentDefaults(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.NodeName, cfg.HostRoot = "n1", root
-	unvalidated := cfg
-	if err := cfg.Validate(); err != nil {
+	o := replay.DefaultOptions()
+	headroom, err := parsePercent(cfg.PressureHeadroom)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if got := shutdownCut(cfg); got != 15*time.Second {
-		t.Fatalf("shutdownCut = %v, want 30s - 15s", got)
-	}
-	// The file changes after the first read: the same run keeps what it read.
-	writeKubeletConfig(t, root, gke, "evictionHard:\n  memory.available: 900Mi\n")
-	copied := cfg
-	_, kc, kcErr, err := PressureThresholds(copied)
-	if err != nil || kcErr != nil || !kc.Found || kc.Platform != "GKE" || kc.ShutdownGracePeriod != 30*time.Second ||
-		len(kc.Hard) != 1 || kc.Hard[0].String() != "memory.available<200Mi" {
-		t.Errorf("second use: %+v %v %v, want the first read (GKE, 30s, 200Mi)", kc, kcErr, err)
-	}
-	if kc, err := KubeletConfig(unvalidated); err != nil || kc.ShutdownGracePeriod != 0 || kc.Hard[0].String() != "memory.available<900Mi" {
-		t.Errorf("unvalidated: %+v %v, want a fresh read of the new file", kc, err)
-	}
-	copied.KubeletConfig = "/elsewhere.yaml"
-	if kc, err := KubeletConfig(copied); err != nil || kc.Found || kc.Path != filepath.Join(root, "/elsewhere.yaml") {
-		t.Errorf("another path: %+v %v, want it read (unknown: missing)", kc, err)
-	}
-	if got := shutdownCut(copied); got != 0 {
-		t.Errorf("shutdownCut with the config unknown = %v, want 0", got)
-	}
-}
-
-// TestKubeletConfigReported: the agent says whether it found the kubelet's configuration, with
-// pressure handling off too (the shutdown grace is still read): reprieve_kubelet_config_known,
-// and with pressure on a KubeletConfigUnknown event on the node at the loop's start.
-func TestKubeletConfigReported(t *testing.T) {
-	const gke = "/home/kubernetes/kubelet-config.yaml"
-	tests := []struct {
-		name      string
-		file      string // under the host root; "" none
-		explicit  string
-		pressure  bool
-		known     float64
-		path      string // the metric's label, under the host root
-		wantEvent bool
-		cut       time.Duration
-	}{
-		{name: "found, pressure off", file: gke, known: 1, path: gke, cut: 15 * time.Second},
-		{name: "not found, pressure off", known: 0, path: ""},
-		{name: "found, pressure on", file: gke, pressure: true, known: 1, path: gke, cut: 15 * time.Second},
-		{name: "not found, pressure on", pressure: true, known: 0, path: "", wantEvent: true},
-		{name: "explicit path missing", file: gke, explicit: "/etc/kubelet.yaml", pressure: true, known: 0, path: "/etc/kubelet.yaml", wantEvent: true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			root := t.TempDir()
-			if tt.file != "" {
-				writeKubeletConfig(t, root, tt.file, "shutdownGracePeriod: 30s\nshutdownGracePeriodCriticalPods: 15s\n")
-			}
-			h := newHarness(t, func(c *Config) {
-				if tt.pressure {
-					pressureConfig(t)(c)
-				}
-				c.HostRoot, c.KubeletConfig = root, tt.explicit
-			}, testNode())
-			label := ""
-			if tt.path != "" {
-				label = filepath.Join(root, tt.path)
-			}
-			if got := testutil.ToFloat64(h.a.metrics.KubeletConfigKnown.WithLabelValues(label)); got != tt.known {
-				t.Errorf("reprieve_kubelet_config_known{path=%q} = %v, want %v", label, got, tt.known)
-			}
-			if n := testutil.CollectAndCount(h.a.metrics.KubeletConfigKnown); n != 1 {
-				t.Errorf("%d series of reprieve_kubelet_config_known, want 1", n)
-			}
-			if got := shutdownCut(h.a.cfg); got != tt.cut {
-				t.Errorf("shutdownCut = %v, want %v", got, tt.cut)
-			}
-			if tt.pressure {
-				h.src.memory(4096)
-				if err := h.a.startPressure(h.ctx); err != nil {
-					t.Fatal(err)
-				}
-			}
-			var unknown []string
-			for _, e := range h.drainEvents() {
-				if strings.Contains(e, pressure.ReasonKubeletConfigUnknown) {
-					unknown = append(unknown, e)
-				}
-			}
-			if !tt.wantEvent {
-				if len(unknown) != 0 {
-					t.Errorf("events %v, want no %s", unknown, pressure.ReasonKubeletConfigUnknown)
-				}
-				return
-			}
-			want := filepath.Join(root, "/var/lib/kubelet/config.yaml")
-			if tt.explicit != "" {
-				want = filepath.Join(root, tt.explicit)
-			}
-			if len(unknown) != 1 || !strings.HasPrefix(unknown[0], "Warning "+pressure.ReasonKubeletConfigUnknown) ||
-				!strings.Contains(unknown[0], want) || !strings.Contains(unknown[0], "memory.available<100Mi") {
-				t.Errorf("events %v, want one Warning %s naming %s and the defaults assumed", unknown, pressure.ReasonKubeletConfigUnknown, want)
-			}
-		})
+	if o.Interval != cfg.PressureInterval || o.TransitionPeriod != cfg.PressureTransitionPeriod || o.TrendWindow != cfg.PressureTrendWindow ||
+		o.SafetyMargin != cfg.SafetyMargin || o.Headroom != headroom {
+		t.Fatalf("replay options %+v, the agent's %v %v %v %v %v", o, cfg.PressureInterval, cfg.PressureTransitionPeriod,
+			cfg.PressureTrendWindow, cfg.SafetyMargin, headroom)
 	}
 }

@@ -1,4 +1,4 @@
-package agent
+package nodefacts
 
 // SpotPoolSelectors are the node label selectors of the clouds' spot and preemptible pools, one
 // per label: Karpenter's capacity type, an EKS managed node group's, GKE Spot and preemptible VMs,
