@@ -92,8 +92,9 @@ type Loop struct {
 	blocked map[types.UID]blockedPod
 	// retry are pods whose pressure eviction failed otherwise (Candidate.Retry).
 	retry map[types.UID]bool
-	// awaiting are, per signal, the pods its last decided reading held for the last reading
-	// that leaves them MinCutGrace (Decision.Await, Candidate.Awaited).
+	// awaiting are, per signal, the pods a decided reading of its current fall held for the
+	// last reading that leaves them MinCutGrace (Decision.Await, Candidate.Awaited), until the
+	// fall or the pressure ends.
 	awaiting map[kubelet.Signal]map[types.UID]bool
 	lastErr  string
 	// warned remembers the signals already warned about (a threshold not above the kubelet's).
@@ -408,10 +409,24 @@ func (lp *Loop) evictForPressure(ctx context.Context, now time.Time, levels []Le
 					"pending", in.Pending, "unexplained", in.Unexplained, "inFlight", in.InFlight, "first", first,
 					"evict", len(dec.d.Evict), "held", len(dec.d.Await))
 			}
-			if !in.Pending {
-				lp.awaiting[lvl.Signal] = map[types.UID]bool{}
+			switch {
+			case ttl == Never:
+				delete(lp.awaiting, lvl.Signal) // the fall stopped: what was held for it is not
+			case !in.Pending:
+				// Held until the pressure or the fall ends, not only to the next reading: on the
+				// real node a reading between the held one and the one past the window found the
+				// fall's span restarted (the persistence rule held it there, holding nothing), and
+				// the pod was left to the kubelet (TestTerminatingHogOnRealNode).
+				if lp.awaiting[lvl.Signal] == nil {
+					lp.awaiting[lvl.Signal] = map[types.UID]bool{}
+				}
 				for _, uid := range dec.d.Await {
 					lp.awaiting[lvl.Signal][uid] = true
+				}
+				for uid := range lp.awaiting[lvl.Signal] {
+					if _, ok := present[uid]; !ok {
+						delete(lp.awaiting[lvl.Signal], uid)
+					}
 				}
 			}
 			for _, ev := range dec.d.Evict {
@@ -563,7 +578,8 @@ func (lp *Loop) decideResource(now time.Time, r Resource, lvl Level, ttl time.Du
 }
 
 // retrying marks the candidates whose eviction failed at an earlier reading, and those that
-// sig's last decided reading held for the last reading that leaves them MinCutGrace.
+// a decided reading of sig's current fall held for the last reading that leaves them
+// MinCutGrace.
 func (lp *Loop) retrying(sig kubelet.Signal, cs []Candidate) []Candidate {
 	for i := range cs {
 		cs[i].Retry = lp.retry[cs[i].Pod.UID]

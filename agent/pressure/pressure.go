@@ -206,9 +206,9 @@ type Candidate struct {
 	// throttling, a timeout): it goes again with what fits, down to MinGrace, where a first
 	// decision to cut its grace waits for MinCutGrace (Decide).
 	Retry bool
-	// Awaited says the last decided reading held it for the last reading that leaves it
-	// MinCutGrace (Decision.Await): if this reading has stepped over that one, it goes now with
-	// what fits (Decide).
+	// Awaited says a decided reading of this fall held it for the last reading that leaves it
+	// MinCutGrace (Decision.Await; the loop keeps the mark until the fall or the pressure
+	// ends): if this reading has stepped over that one, it goes now with what fits (Decide).
 	Awaited bool
 }
 
