@@ -405,6 +405,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	// two poll intervals and 3 s) must not hold the pods the record makes due (issue 52: a pod
 	// due at the new process's start went 3.1 s late). A node without a record waits for the
 	// answer: planning without it could withdraw a taint another process wrote.
+	// The executor's workers start first: a plan without them sends nothing (a pod due at T+5
+	// went at T+6.5 in CI's make test, when the first call gave up and the workers started).
+	g.Go(func() error { a.exec.Run(ctx, a.cfg.EvictionWorkers); return nil })
 	resumed := record.HasNotices(a.cachedNode())
 	if resumed {
 		g.Go(func() error { a.evictions.Run(ctx); return nil })
@@ -468,7 +471,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.pressure != nil {
 		g.Go(func() error { a.pressure.Run(ctx); return nil })
 	}
-	g.Go(func() error { a.exec.Run(ctx, a.cfg.EvictionWorkers); return nil })
 	err = g.Wait()
 	logger.Info("Stopped reprieve")
 	return err

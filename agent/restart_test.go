@@ -492,3 +492,48 @@ func TestRestartPlansFromTheRecordBeforeAskingTheCloud(t *testing.T) {
 		t.Errorf("Run: %v", err)
 	}
 }
+
+// TestRestartEvictsWhileTheFirstCallIsHeld (issue 52): the pods the record makes due go while
+// the new process's first call to the cloud is held open. Planning early is not enough: the
+// executor's workers must run. CI's make test saw the restarted agent plan a pod due at T+5 at
+// T+3.5 and send it at T+6.5, the moment its first Scheduled Events call gave up (3 s): the
+// workers started only after that call.
+func TestRestartEvictsWhileTheFirstCallIsHeld(t *testing.T) {
+	deadline := t0.Add(60 * time.Second)
+	first := azurePreempted(t, deadline)
+
+	evicted := make(chan string, 10)
+	// Outcome of the held call: what was evicted while it was held, or that nothing was within
+	// the bound (a failure bound, not a synchronisation: the eviction needs no clock step).
+	held := make(chan string, 1)
+	p := &pollSeen{SourcesFake: providertest.NewWithSources("azure", "scheduledevents"), seen: func() {
+		select {
+		case name := <-evicted:
+			held <- name
+		case <-time.After(10 * time.Second):
+			held <- ""
+		}
+	}}
+	h := restarted(t, first, t0.Add(10*time.Second), p, testPod("due", 5))
+	// Read at each eviction: set after the build.
+	h.evictFn = func(_ context.Context, ev *policyv1.Eviction) error {
+		evicted <- ev.Name
+		return nil
+	}
+	h.a.cfg.StopGrace = 0
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.a.Run(ctx) }()
+	select {
+	case name := <-held:
+		if name != "due" {
+			t.Errorf("while the first call was held, evicted %q; want the pod the record makes due (due) evicted before the answer", name)
+		}
+	case err := <-done:
+		t.Fatalf("the agent stopped before it asked the cloud: %v", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}
