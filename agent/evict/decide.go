@@ -70,6 +70,8 @@ type action struct {
 	pl      plan.Plan
 	w       plan.Window
 	forceAt time.Time
+	// margin is the send margin forceAt was taken at.
+	margin time.Duration
 	// mark says that a force point's DELETE would follow the DisruptionTarget patch, due at
 	// markAt, a margin before the force point.
 	mark   bool
@@ -79,7 +81,7 @@ type action struct {
 
 // atMargin is a with its force point and the patch's moment for the send margin margin.
 func (a action) atMargin(margin time.Duration) action {
-	a.forceAt = forcePoint(a.pl, margin)
+	a.forceAt, a.margin = forcePoint(a.pl, margin), margin
 	if a.mark {
 		a.markAt = a.forceAt.Add(-margin)
 	}
@@ -179,7 +181,7 @@ func decidePlanned(d decision) action {
 	if mark && fireAt.After(markAt) {
 		fireAt = markAt
 	}
-	a := action{pl: pl, w: w, forceAt: forceAt, mark: patch}
+	a := action{pl: pl, w: w, forceAt: forceAt, margin: d.margin, mark: patch}
 	if patch {
 		a.markAt = markAt
 	}
@@ -362,8 +364,17 @@ func outcome(k actionKind, a action, err error, f podFacts, now time.Time, pause
 		if w.HasDeadline() && !now.Before(a.forceAt) {
 			// Past its force point (and at its last chance past the gate's pause too), the
 			// pod spaces its own requests by the server's pause at least, or the retries of
-			// pods the server cannot reach take every seat the others need.
-			return result{kind: resNoSeat, retry: max(deleteRetryAfter(f.throttled+1), pauseLeft)}
+			// pods the server cannot reach take every seat the others need. But never past
+			// its last chance while that is ahead: the gate lets the pod go then, past the
+			// pause, only if it is waiting in the gate. Looked at again at the pause's end, a
+			// pod throttled at T+1.4 with Retry-After 30 s went at T+37.7, past the window's
+			// end at T+34, while the pods beside it went at their last chance (make test,
+			// TestSecondMarginGrowsWhileWaiting; issue 52).
+			retry := max(deleteRetryAfter(f.throttled+1), pauseLeft)
+			if lc := lessMargin(a.gate.lastChance, a.margin); lc.After(now) {
+				retry = min(retry, lc.Sub(now))
+			}
+			return result{kind: resNoSeat, retry: retry}
 		}
 		return result{kind: resNoSeat, retry: time.Nanosecond}
 	}

@@ -222,6 +222,13 @@ func TestOutcome(t *testing.T) {
 		{name: "throttled: again at once (the gate paces)", kind: actEvict, err: throttled(2), sent: t0, now: t0, want: result{kind: resNoSeat, retry: time.Nanosecond}},
 		{name: "throttled past the force point: spaced by the pause", kind: actEvict, err: throttled(2), facts: podFacts{throttled: 1},
 			sent: t0.Add(25 * time.Second), now: t0.Add(25 * time.Second), pause: 2 * time.Second, want: result{kind: resNoSeat, retry: 2 * time.Second}},
+		// Issue 52: a pause that outlasts the pod's last chance. Looked at again only at its
+		// end, the pod was never in the gate at its last chance, which the gate lets go past the
+		// pause: it went past the window's end.
+		{name: "throttled past the force point, the pause past its last chance: again at the last chance", kind: actEvict, err: throttled(30), facts: podFacts{throttled: 1},
+			sent: t0.Add(25 * time.Second), now: t0.Add(25 * time.Second), pause: 36 * time.Second, want: result{kind: resNoSeat, retry: a.gate.lastChance.Sub(t0.Add(25 * time.Second))}},
+		{name: "throttled past its last chance: spaced by the pause", kind: actEvict, err: throttled(30), facts: podFacts{throttled: 1},
+			sent: a.gate.lastChance, now: a.gate.lastChance.Add(time.Millisecond), pause: 30 * time.Second, want: result{kind: resNoSeat, retry: 30 * time.Second}},
 		{name: "refused by a budget: backoff", kind: actEvict, err: pdb, facts: podFacts{attempts: 2}, sent: t0, now: t0,
 			want: result{kind: resRefused, retry: 400 * time.Millisecond, nextTry: t0.Add(400 * time.Millisecond)}},
 		{name: "refused by a budget: backoff up to 10 s", kind: actEvict, err: pdb, facts: podFacts{attempts: 9}, sent: t0, now: t0,

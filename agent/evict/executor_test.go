@@ -346,6 +346,39 @@ func TestThrottledPastForcePointWaitsRetryAfter(t *testing.T) {
 	}
 }
 
+// TestThrottledPastForcePointGoesAtItsLastChance (issue 52): a pause after a 429 (Retry-After
+// 30 s) that outlasts the pod's last chance does not keep the pod out of the gate until it ends:
+// the pod is looked at again by its last chance and goes then, past the pause, with a grace
+// that ends by the window's end. In make test such a pod went at the pause's end, 3.7 s past the
+// window's, while the pods beside it went at their last chance.
+func TestThrottledPastForcePointGoesAtItsLastChance(t *testing.T) {
+	f := newFixture(t, testPod("a", 30))
+	f.e.gate = newGate(f.clock, 8, func() float64 { return 0 })
+	got := f.recordEvictions(func(_ context.Context, n int) error {
+		if n == 1 {
+			return apierrors.NewTooManyRequests("Too many requests, please try again later.", 30)
+		}
+		return nil
+	})
+	v := view(t0.Add(40 * time.Second)) // window end t0+35 s; latest t0+5 s
+	f.e.SetView(v)
+	f.clock.SetTime(t0.Add(5 * time.Second)) // past the force point
+	after := f.e.SyncPod(context.Background(), "ns/a")
+	if left := f.e.gate.pauseLeft(); left < 30*time.Second {
+		t.Fatalf("pause %v after Retry-After 30 s, want 30 s at least", left)
+	}
+	f.clock.Step(after)
+	f.e.SyncPod(context.Background(), "ns/a")
+	sent := f.sentSoFar(got)
+	if len(sent) != 2 {
+		t.Fatalf("requests %v; want the throttled one and one more, at the last chance (looked at again after %v)", sent, after)
+	}
+	if end := sent[1].at.Add(time.Duration(sent[1].grace) * time.Second); end.After(v.Window.End()) || sent[1].grace < 2 {
+		t.Errorf("sent again at T%+.1fs with %d s: ends at T%+.1fs, want at least 2 s ending by the window's end T%+.1fs",
+			sent[1].at.Sub(t0).Seconds(), sent[1].grace, end.Sub(t0).Seconds(), v.Window.End().Sub(t0).Seconds())
+	}
+}
+
 // TestLastChanceRequestNotCut: a pod sent at its last chance asks for the least grace (2 s, the
 // kubelet's floor: issue 38, case 2),
 // and a resend could ask for no less: the request may take the request timeout, not the 250 ms
