@@ -364,15 +364,17 @@ func outcome(k actionKind, a action, err error, f podFacts, now time.Time, pause
 		if w.HasDeadline() && !now.Before(a.forceAt) {
 			// Past its force point (and at its last chance past the gate's pause too), the
 			// pod spaces its own requests by the server's pause at least, or the retries of
-			// pods the server cannot reach take every seat the others need. But never past
-			// its last chance while that is ahead: the gate lets the pod go then, past the
-			// pause, only if it is waiting in the gate. Looked at again at the pause's end, a
-			// pod throttled at T+1.4 with Retry-After 30 s went at T+37.7, past the window's
-			// end at T+34, while the pods beside it went at their last chance (make test,
-			// TestSecondMarginGrowsWhileWaiting; issue 52).
+			// pods the server cannot reach take every seat the others need. But not past its
+			// last chance while that is ahead: the gate lets the pod go then, past the pause,
+			// only if it is waiting in the gate. Looked at again at the pause's end, a pod
+			// throttled at T+1.4 with Retry-After 30 s went at T+37.7, past the window's end
+			// at T+34, while the pods beside it went at their last chance (make test,
+			// TestSecondMarginGrowsWhileWaiting; issue 52). When the pause outlasts it, the
+			// pod is back in the gate the largest margin before it (the margin may grow
+			// meanwhile) and waits there: only its last chance takes it past the pause.
 			retry := max(deleteRetryAfter(f.throttled+1), pauseLeft)
-			if lc := lessMargin(a.gate.lastChance, a.margin); lc.After(now) {
-				retry = min(retry, lc.Sub(now))
+			if lc := lessMargin(a.gate.lastChance, a.margin); lc.After(now) && now.Add(retry).After(lc) {
+				retry = max(a.gate.lastChance.Add(-queueMarginMax).Sub(now), time.Nanosecond)
 			}
 			return result{kind: resNoSeat, retry: retry}
 		}

@@ -225,8 +225,8 @@ func TestOutcome(t *testing.T) {
 		// Issue 52: a pause that outlasts the pod's last chance. Looked at again only at its
 		// end, the pod was never in the gate at its last chance, which the gate lets go past the
 		// pause: it went past the window's end.
-		{name: "throttled past the force point, the pause past its last chance: again at the last chance", kind: actEvict, err: throttled(30), facts: podFacts{throttled: 1},
-			sent: t0.Add(25 * time.Second), now: t0.Add(25 * time.Second), pause: 36 * time.Second, want: result{kind: resNoSeat, retry: a.gate.lastChance.Sub(t0.Add(25 * time.Second))}},
+		{name: "throttled past the force point, the pause past its last chance: back in the gate at once (within the largest margin of it)", kind: actEvict, err: throttled(30), facts: podFacts{throttled: 1},
+			sent: t0.Add(25 * time.Second), now: t0.Add(25 * time.Second), pause: 36 * time.Second, want: result{kind: resNoSeat, retry: time.Nanosecond}},
 		{name: "throttled past its last chance: spaced by the pause", kind: actEvict, err: throttled(30), facts: podFacts{throttled: 1},
 			sent: a.gate.lastChance, now: a.gate.lastChance.Add(time.Millisecond), pause: 30 * time.Second, want: result{kind: resNoSeat, retry: 30 * time.Second}},
 		{name: "refused by a budget: backoff", kind: actEvict, err: pdb, facts: podFacts{attempts: 2}, sent: t0, now: t0,
@@ -268,6 +268,16 @@ func TestOutcome(t *testing.T) {
 				t.Fatalf("outcome %+v, want %+v", got, c.want)
 			}
 		})
+	}
+	// Issue 52: a pod of 30 s in a window to T+55 is past its force point at T+30, and a pause
+	// of 36 s outlasts its last chance (T+52 less the lead): it is back in the gate
+	// queueMarginMax before that, not at once (the gate would hold it 12 s for nothing) nor
+	// at the pause's end.
+	long := decide(decision{pod: testPod("p", 30), view: view(t0.Add(60 * time.Second)), now: t0, minKill: minKill})
+	at := t0.Add(30 * time.Second)
+	if got, want := outcome(actEvict, long, throttled(30), podFacts{throttled: 1}, at, 36*time.Second),
+		(result{kind: resNoSeat, retry: long.gate.lastChance.Add(-queueMarginMax).Sub(at)}); got != want || want.retry <= 0 {
+		t.Errorf("throttled at T+30, a 36 s pause past its last chance %v: outcome %+v, want %+v", long.gate.lastChance.Sub(t0), got, want)
 	}
 	// Issue 50, case 1: with a 1 s margin the force point is T+23.5 and the DisruptionTarget
 	// patch is due a margin before it: a refusal whose backoff reaches past T+22.5 looks at the

@@ -367,8 +367,22 @@ func TestThrottledPastForcePointGoesAtItsLastChance(t *testing.T) {
 	if left := f.e.gate.pauseLeft(); left < 30*time.Second {
 		t.Fatalf("pause %v after Retry-After 30 s, want 30 s at least", left)
 	}
+	if pause := f.e.gate.pauseLeft(); after >= pause {
+		t.Fatalf("looked at again in %v, at the pause's end (%v): the pod is not in the gate at its last chance", after, pause)
+	}
 	f.clock.Step(after)
-	f.e.SyncPod(context.Background(), "ns/a")
+	done := make(chan struct{})
+	go func() { defer close(done); f.e.SyncPod(context.Background(), "ns/a") }()
+	// Back in the gate, it waits out the pause to its last chance.
+	until(t, "the pod's wait in the gate", func() bool { _, _, w, _ := f.e.gate.state(); return w == 1 && f.clock.HasWaiters() })
+	if sent := f.sentSoFar(got); len(sent) != 1 {
+		t.Fatalf("requests %v before its last chance, during the pause; want only the throttled one", sent)
+	}
+	f.e.gate.mu.Lock()
+	next := f.e.gate.timerAt
+	f.e.gate.mu.Unlock()
+	f.clock.SetTime(next) // the gate's next moment: the pod's last chance
+	<-done
 	sent := f.sentSoFar(got)
 	if len(sent) != 2 {
 		t.Fatalf("requests %v; want the throttled one and one more, at the last chance (looked at again after %v)", sent, after)
