@@ -9,15 +9,19 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
 // writePair writes a self-signed certificate for 127.0.0.1 named cn, and its key, and sets both
@@ -135,5 +139,79 @@ func TestServe(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Serve after cancel: %v; want nil", err)
+	}
+}
+
+// TestServeDrainsBeforeClosing (issue 52): on SIGTERM the guard drains for ShutdownDelay before
+// it closes its connections. The API server sends a review again on another connection only
+// when nothing of it was written, so closing a kept-alive connection as the API server reused it
+// refused an eviction during a rollout (TestLifecycleGuardCertificateSurvivesReapply). While it
+// drains, the idle connection is still there and answers, with "Connection: close"; /readyz
+// fails; the guard stops only when the delay has passed.
+func TestServeDrainsBeforeClosing(t *testing.T) {
+	certFile, keyFile, cert := writePair(t, t.TempDir(), "guard", time.Now())
+	certs, err := NewCertReloader(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clocktesting.NewFakeClock(time.Now())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addr := make(chan net.Addr, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- Serve(ctx, ServerOptions{BindAddress: "127.0.0.1:0", Certs: certs, Handler: &Handler{},
+			Gatherer: prometheus.NewRegistry(), Listening: func(a net.Addr) { addr <- a },
+			ShutdownDelay: 10 * time.Second, Clock: clk})
+	}()
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	defer client.CloseIdleConnections()
+	base := "https://" + (<-addr).String()
+	get := func(path string) (*http.Response, bool) {
+		t.Helper()
+		var reused bool
+		trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused }}
+		req, err := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodGet, base+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp, reused
+	}
+	if resp, _ := get(PathReadyz); resp.StatusCode != http.StatusOK || resp.Close {
+		t.Fatalf("before SIGTERM: readyz %d, Connection: close %v; want 200 on a kept-alive connection", resp.StatusCode, resp.Close)
+	}
+	cancel()
+	// The drain has begun once Serve waits on the clock.
+	for !clk.HasWaiters() {
+		select {
+		case err := <-done:
+			t.Fatalf("Serve returned %v before its drain", err)
+		default:
+			runtime.Gosched()
+		}
+	}
+	resp, reused := get(PathHealthz)
+	if resp.StatusCode != http.StatusOK || !reused || !resp.Close {
+		t.Errorf("draining: healthz %d on the kept-alive connection %v, Connection: close %v; want 200 on it, closed after the answer", resp.StatusCode, reused, resp.Close)
+	}
+	if resp, _ := get(PathReadyz); resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("draining: readyz %d; want 503, so that the Service stops routing to the replica", resp.StatusCode)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("Serve returned %v during its drain", err)
+	default:
+	}
+	clk.Step(10 * time.Second)
+	if err := <-done; err != nil {
+		t.Errorf("Serve after its drain: %v; want nil", err)
 	}
 }

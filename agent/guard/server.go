@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,6 +26,9 @@ const (
 	PathReadyz   = "/readyz"
 	PathMetrics  = "/metrics"
 )
+
+// errShuttingDown is /readyz's answer while the guard drains.
+var errShuttingDown = errors.New("shutting down")
 
 // shutdownTimeout bounds the wait for reviews in flight on SIGTERM: the API server gives a
 // review at most timeoutSeconds (3 s in the chart).
@@ -51,6 +55,10 @@ type ServerOptions struct {
 	MaxConns, MaxConnsPerSource int
 	// Listening, if set, is called with the listener's address once it accepts connections.
 	Listening func(net.Addr)
+	// ShutdownDelay is how long the guard drains once ctx ends, before it closes its
+	// connections (zero: none; see Serve). Clock times it (nil: the real clock).
+	ShutdownDelay time.Duration
+	Clock         clock.Clock
 }
 
 // Mux routes the guard's paths: the review, the probes and the metrics. ready (nil: always
@@ -77,9 +85,32 @@ func Mux(h *Handler, g prometheus.Gatherer, ready func() error) *http.ServeMux {
 	return mux
 }
 
-// Serve serves HTTPS until ctx ends, then lets the reviews in flight finish.
+// Serve serves HTTPS until ctx ends, drains for opts.ShutdownDelay, then lets the reviews in
+// flight finish.
+//
+// The drain is for the API server's kept-alive connections. A review is a POST, which Go's
+// HTTP client (and so kube-apiserver's webhook client) sends again on another connection only
+// when nothing of it was written: a server that closes an idle connection just as the API
+// server reuses it fails that review ("write: broken pipe"), and with failurePolicy Fail the
+// eviction is refused. An HTTP/1.1 server's Shutdown closes every idle connection at once, so
+// a rollout of the guard refused an eviction (make test, TestLifecycleGuardCertificateSurvivesReapply,
+// issue 52). While it drains, the guard still accepts connections and answers every request
+// with "Connection: close", so the API server closes each connection itself after its answer,
+// and /readyz fails, so the Service stops routing to it; only then does Shutdown close what is
+// left idle.
 func Serve(ctx context.Context, opts ServerOptions) error {
 	logger := klog.FromContext(ctx)
+	var draining atomic.Bool
+	ready := func() error {
+		if draining.Load() {
+			return errShuttingDown
+		}
+		if opts.Ready != nil {
+			return opts.Ready()
+		}
+		return nil
+	}
+	mux := Mux(opts.Handler, opts.Gatherer, ready)
 	// HTTP/1.1 only. kube-apiserver calls a webhook behind a Service with HTTP/1.1 alone
 	// (ClientManager.hookClientConfig, for kubernetes/kubernetes#75791), so HTTP/2 would serve
 	// only callers that are not the API server, each connection carrying up to 250 reviews at
@@ -90,7 +121,13 @@ func Serve(ctx context.Context, opts ServerOptions) error {
 		tlsConfig = opts.Handler.ClientAuth.tlsConfig(tlsConfig)
 	}
 	srv := &http.Server{
-		Handler:           Mux(opts.Handler, opts.Gatherer, opts.Ready),
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if draining.Load() {
+				// net/http closes the connection after this answer.
+				w.Header().Set("Connection", "close")
+			}
+			mux.ServeHTTP(w, r)
+		}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      10 * time.Second,
@@ -124,6 +161,19 @@ func Serve(ctx context.Context, opts ServerOptions) error {
 	case err := <-errc:
 		return fmt.Errorf("serving HTTPS on %s: %w", opts.BindAddress, err)
 	case <-ctx.Done():
+	}
+	if opts.ShutdownDelay > 0 {
+		logger.Info("Draining the eviction guard: every answer closes its connection, and /readyz fails", "for", opts.ShutdownDelay)
+		draining.Store(true)
+		clk := opts.Clock
+		if clk == nil {
+			clk = clock.RealClock{}
+		}
+		select {
+		case err := <-errc:
+			return fmt.Errorf("serving HTTPS on %s: %w", opts.BindAddress, err)
+		case <-clk.After(opts.ShutdownDelay):
+		}
 	}
 	logger.Info("Shutting down the eviction guard")
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)

@@ -48,6 +48,8 @@ type guardConfig struct {
 	TLSWebhookConfiguration string
 	TLSHosts                []string
 	TLSSyncInterval         time.Duration
+	// ShutdownDelay is how long the guard drains on SIGTERM (guard.ServerOptions).
+	ShutdownDelay time.Duration
 }
 
 func (c *guardConfig) addFlags(fs *pflag.FlagSet) {
@@ -58,6 +60,7 @@ func (c *guardConfig) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.TLSWebhookConfiguration, "tls-webhook-configuration", "", "with --tls-secret, the ValidatingWebhookConfiguration whose caBundle the guard keeps equal to its CA")
 	fs.StringSliceVar(&c.TLSHosts, "tls-hosts", nil, "with --tls-secret, the DNS names and IP addresses of the serving certificate (comma-separated)")
 	fs.DurationVar(&c.TLSSyncInterval, "tls-sync-interval", time.Minute, "with --tls-secret, how often the guard checks its Secret and caBundle (a re-applied chart, another replica's rotation)")
+	fs.DurationVar(&c.ShutdownDelay, "shutdown-delay", 3*time.Second, "on SIGTERM, how long the guard keeps answering, each answer closing its connection and /readyz failing, before it closes the connections left idle: the API server sends a review again on another connection only when nothing of it was written, so closing an idle connection it is reusing refuses that eviction; keep it below the pod's terminationGracePeriodSeconds less 5 s")
 	fs.StringVar(&c.ServiceAccount, "agent-service-account", "kube-system:reprieve", "NAMESPACE:NAME of the agent's ServiceAccount, whose evictions the guard binds to their token's node")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, else in-cluster)")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
@@ -128,6 +131,9 @@ func runGuard(fs *pflag.FlagSet, cfg *guardConfig) int {
 	user, err := cfg.username()
 	if err == nil {
 		err = cfg.checkTLS()
+	}
+	if err == nil && cfg.ShutdownDelay < 0 {
+		err = fmt.Errorf("--shutdown-delay %v: want 0 or more", cfg.ShutdownDelay)
 	}
 	if err == nil && cfg.ClientCAFile == "" && len(cfg.ClientAllowedNames) > 0 {
 		err = fmt.Errorf("--client-allowed-names needs --client-ca-file")
@@ -233,7 +239,7 @@ func serveGuard(ctx context.Context, cfg guardConfig, user string, certs *guard.
 		klog.FromContext(ctx).Info("Serving reviews from any caller: without --client-ca-file the guard cannot tell the API server's from forged ones, and bounds each source address instead")
 	}
 	return guard.Serve(ctx, guard.ServerOptions{BindAddress: cfg.BindAddress, Certs: certs, Handler: h, Gatherer: reg,
-		MaxConns: limits.Conns, MaxConnsPerSource: limits.ConnsPerSource, Ready: index.IndexReady})
+		MaxConns: limits.Conns, MaxConnsPerSource: limits.ConnsPerSource, Ready: index.IndexReady, ShutdownDelay: cfg.ShutdownDelay})
 }
 
 // checkTLS: the guard serves either from files or from the Secret it keeps itself.
