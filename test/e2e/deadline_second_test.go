@@ -500,6 +500,8 @@ func TestSecondRestartOnASlowServer(t *testing.T) {
 	recs := figures(t, obs, T, pods...)
 	goneBy(t, recs, end, T, pods...)
 	log := second.LogTail(400)
+	tm := auditTiming(ctx, t, env, ns, agentUser, []string{second.LogPath()}, pods...)
+	serverSlow := false
 	for _, name := range pods {
 		r := recs[name]
 		if r.DeletedAt.Before(T.Add(3 * time.Second)) {
@@ -510,15 +512,26 @@ func TestSecondRestartOnASlowServer(t *testing.T) {
 		if fits := int64(end.Sub(r.DeletedAt) / time.Second); r.Grace < fits-1 {
 			t.Errorf("%s evicted at T%+.2fs with %d s where %d s fitted from then", name, r.DeletedAt.Sub(T).Seconds(), r.Grace, fits)
 		}
-		if cut := grepLines(grepLines(log, ns+"/"+name), "context deadline exceeded"); cut != "" {
-			t.Errorf("%s's first eviction was cut at its bound:\n%s", name, cut)
+		cut := grepLines(grepLines(log, ns+"/"+name), "context deadline exceeded")
+		if cut == "" {
+			continue
 		}
+		// The claim is the margin's: the request reaches the server within it. A loaded
+		// run's server then held the eviction 0.73 s itself (its first answers had taken
+		// 0.07 s of the 1.37 s the margin measured), and the request was cut after it had
+		// arrived in time: the server's, not the margin's (issue 52).
+		if why, ok := tm.heldByServer(t, name); ok {
+			serverSlow = true
+			t.Logf("%s's first eviction was cut at its bound, by the server's own time: %s", name, why)
+			continue
+		}
+		t.Errorf("%s's first eviction was cut at its bound:\n%s", name, cut)
 	}
 	text, err := scenario.Scrape(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(text, `reprieve_evictions_requests_total{result="forced_delete"} 0`) {
+	if !serverSlow && !strings.Contains(text, `reprieve_evictions_requests_total{result="forced_delete"} 0`) {
 		t.Errorf("the restarted agent forced a DELETE: %s\n%s", grep(text, "reprieve_evictions_requests_total"), grepLines(log, "Caches synced"))
 	}
 	t.Logf("the restarted agent: %s", grepLines(log, "Caches synced"))

@@ -205,6 +205,8 @@ func TestSecurityGuardUnderSlowBodiesAndForgedReviews(t *testing.T) {
 		mu     sync.Mutex
 		took   []time.Duration
 		failed []string
+		// held is the slow bodies' connections at each probe.
+		held []int64
 	)
 	probeDone := make(chan struct{})
 	var probes sync.WaitGroup
@@ -217,11 +219,12 @@ func TestSecurityGuardUnderSlowBodiesAndForgedReviews(t *testing.T) {
 				return
 			case <-tick.C:
 			}
+			h := holding()
 			start := time.Now()
 			err := evict(ctx, clientA, ns, onA.Name, ptr64(1), &onA.UID, true)
 			d := time.Since(start)
 			mu.Lock()
-			took = append(took, d)
+			took, held = append(took, d), append(held, h)
 			if err != nil {
 				failed = append(failed, fmt.Sprintf("after %v: %v", d.Round(time.Millisecond), err))
 			}
@@ -263,7 +266,17 @@ func TestSecurityGuardUnderSlowBodiesAndForgedReviews(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	floodFor := time.Since(floodStart)
-	peakHeld := holding()
+	// The slow bodies' hold through the floods, not at one instant: each connection is closed
+	// after the guard's 2 s body timeout and dialled again, and on a loaded machine the
+	// handshakes of a wave of them left 193 of 256 open at the end of one run (issue 52).
+	mu.Lock()
+	heldSorted := slices.Clone(held)
+	mu.Unlock()
+	slices.Sort(heldSorted)
+	if len(heldSorted) == 0 {
+		t.Fatal("no probe counted the slow bodies' connections")
+	}
+	medianHeld, leastHeld := heldSorted[len(heldSorted)/2], heldSorted[0]
 	rss := guardMetric(t, host, "process_resident_memory_bytes")
 	errorsAfter := guardCounter(t, host, guard.ResultError)
 	stopProbes()
@@ -305,10 +318,10 @@ func TestSecurityGuardUnderSlowBodiesAndForgedReviews(t *testing.T) {
 	for _, s := range slow {
 		opened, closedAtOnce = opened+s.opened.Load(), closedAtOnce+s.closedAtOnce.Load()
 	}
-	t.Logf("guard under both floods for %.1f s: slow bodies held %d connections at the end (%d opened, %d closed at accept); "+
+	t.Logf("guard under both floods for %.1f s: slow bodies held a median of %d connections (least %d; %d opened, %d closed at accept); "+
 		"forged reviews %d sent (%.0f/s; %d answered, %d refused, %d failed); the agent's %d reviews: p50 %v, p99 %v, max %v, %d failed; "+
 		"node A drained at deadline%+v; the guard's RSS %.0f MiB",
-		floodFor.Seconds(), peakHeld, opened, closedAtOnce, sent, float64(sent)/floodFor.Seconds(), answered, refused, failedForged,
+		floodFor.Seconds(), medianHeld, leastHeld, opened, closedAtOnce, sent, float64(sent)/floodFor.Seconds(), answered, refused, failedForged,
 		len(sorted), p50.Round(100*time.Microsecond), p99.Round(100*time.Microsecond), worst.Round(100*time.Microsecond), len(failed),
 		drained.Sub(deadline).Round(100*time.Millisecond), rss/(1<<20))
 	if len(failed) > 0 {
@@ -322,8 +335,8 @@ func TestSecurityGuardUnderSlowBodiesAndForgedReviews(t *testing.T) {
 		t.Errorf("the API server called the guard %d times during the floods (the probes alone made %d reviews), %d of them took more than 1 s; want every one within 1 s",
 			calls.count, len(sorted), calls.count-calls.within1s)
 	}
-	if peakHeld < 200 {
-		t.Errorf("the slow bodies held %d connections at the end; want at least 200 for the test to mean something", peakHeld)
+	if medianHeld < 200 {
+		t.Errorf("the slow bodies held a median of %d connections through the floods; want at least 200 for the test to mean something", medianHeld)
 	}
 	if float64(sent)/floodFor.Seconds() < 120 {
 		t.Errorf("the forged reviews came at %.0f a second; want about 150 for the test to mean something", float64(sent)/floodFor.Seconds())

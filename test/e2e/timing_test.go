@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -76,13 +77,25 @@ func (tm timing) mine(a testenv.AuditEvent) bool {
 }
 
 // first is the agent's first accepted eviction or delete of pod, by when the server received it.
+// Without one, its last request that the server answered with its own timeout (504) took
+// effect, if any did: the pod was ended (the caller saw it), by the agent's request or by no
+// one's, and the agent stops sending once it sees the pod terminating.
 func (tm timing) first(pod string) (testenv.AuditEvent, bool) {
-	var first testenv.AuditEvent
-	found := false
+	var first, timedOut testenv.AuditEvent
+	found, late := false, false
 	for _, a := range tm.events {
-		if tm.mine(a) && a.Accepted() && a.PodEnded(tm.ns, pod) && (!found || a.Received.Before(first.Received)) {
-			first, found = a, true
+		if !tm.mine(a) || !a.PodEnded(tm.ns, pod) {
+			continue
 		}
+		switch {
+		case a.Accepted() && (!found || a.Received.Before(first.Received)):
+			first, found = a, true
+		case a.TimedOut() && (!late || a.Received.After(timedOut.Received)):
+			timedOut, late = a, true
+		}
+	}
+	if !found && late {
+		return timedOut, true
 	}
 	return first, found
 }
@@ -90,8 +103,9 @@ func (tm timing) first(pod string) (testenv.AuditEvent, bool) {
 // end is the earliest end that the agent's accepted requests for pod set: each took effect
 // after the server received it, with the grace it asked for.
 func (tm timing) end(pod string) (end time.Time, grace time.Duration) {
+	first, _ := tm.first(pod)
 	for _, a := range tm.events {
-		if !tm.mine(a) || !a.Accepted() || !a.PodEnded(tm.ns, pod) {
+		if !tm.mine(a) || !a.PodEnded(tm.ns, pod) || !a.Accepted() && !a.Received.Equal(first.Received) {
 			continue
 		}
 		g, ok := a.Grace()
@@ -152,6 +166,20 @@ func (tm timing) nodeWritten(node string, at time.Time) time.Time {
 		}
 	}
 	return last
+}
+
+// firstAnswer is when the server answered the first request of user that it received at or
+// after from, whatever the answer (a server just restarted refuses what its authorizer has
+// not loaded yet), and whether there is one: from then the agent could reach the server. The
+// requests ending pod do not count: the figure bounds that pod's, and must not come from them.
+func (tm timing) firstAnswer(user string, from time.Time, pod string) (time.Time, bool) {
+	var first time.Time
+	for _, a := range tm.events {
+		if a.User.Username == user && !a.Received.Before(from) && !a.PodEnded(tm.ns, pod) && (first.IsZero() || a.Answered.Before(first)) {
+			first = a.Answered
+		}
+	}
+	return first, !first.IsZero()
 }
 
 // nodeWrite is the first accepted write of user to node's object that the server received at
@@ -237,6 +265,33 @@ func (tm timing) sendOf(t *testing.T, pod string, at time.Time) (agentSend, bool
 		}
 	}
 	return last, found
+}
+
+// heldByServer reports whether the agent's first eviction of pod reached the server within
+// the margin the agent left for the way there (its logged queueing margin and
+// plan.RequestAllowance) and the server then held it longer than plan.RequestAllowance
+// itself, saying how: a request cut at its bound so is the server's slowness, not a margin
+// that fell short. A request the server never received, or received late, is not.
+func (tm timing) heldByServer(t *testing.T, pod string) (string, bool) {
+	t.Helper()
+	var ev testenv.AuditEvent
+	found := false
+	for _, a := range tm.events {
+		if tm.mine(a) && a.PodEnded(tm.ns, pod) && a.Verb == "create" && (!found || a.Received.Before(ev.Received)) {
+			ev, found = a, true
+		}
+	}
+	if !found {
+		return "", false
+	}
+	s, ok := tm.sendOf(t, pod, ev.Received)
+	if !ok {
+		return "", false
+	}
+	way, held := ev.Received.Sub(s.At), ev.Answered.Sub(ev.Received)
+	why := fmt.Sprintf("sent at %s with a margin of %v, received %v later, held by the server %v (answered %d)",
+		s.At.Format(stamp), s.Margin.Round(time.Millisecond), way.Round(time.Millisecond), held.Round(time.Millisecond), ev.ResponseStatus.Code)
+	return why, way <= s.Margin+plan.RequestAllowance && held > plan.RequestAllowance
 }
 
 // graceFitted is the grace, in whole seconds, that fitted a pod of grace own (at most) before

@@ -102,6 +102,12 @@ func (a AuditEvent) Accepted() bool {
 	return a.ResponseStatus.Code >= 200 && a.ResponseStatus.Code < 300
 }
 
+// TimedOut reports whether the server answered the request with its own timeout (504). The
+// request's write may still have taken effect: kube-apiserver's timeout answers for the
+// handler, which goes on (a loaded run's eviction answered 504 after 0.68 s set the pod's
+// deletionTimestamp all the same, issue 52).
+func (a AuditEvent) TimedOut() bool { return a.ResponseStatus.Code == 504 }
+
 // PodEnded reports whether a is an eviction or a delete of pod ns/name.
 func (a AuditEvent) PodEnded(ns, name string) bool {
 	o := a.ObjectRef
