@@ -440,9 +440,19 @@ func TestStuckDeletedAndReplacedPods(t *testing.T) {
 	if err := c.CoreV1().Pods(ns).Delete(ctx, "deleted-by-other", metav1.DeleteOptions{GracePeriodSeconds: ptr64(0)}); err != nil {
 		t.Fatal(err)
 	}
+	// The old pod goes through a finalizer of the test's, which kwok's pod-delete stage leaves
+	// alone (testenv.PodDeleteStage): deleted straight, kwok's own delete of it, by name and
+	// late under load, once removed the new pod of the same name, which never ran (issue 52).
+	// Removing the finalizer from a pod deleted with grace 0 removes the pod in the same write.
+	patchPod(ctx, t, ns, "replaced", map[string]any{"metadata": map[string]any{"finalizers": []string{"example.com/replace"}}})
 	if err := c.CoreV1().Pods(ns).Delete(ctx, "replaced", metav1.DeleteOptions{GracePeriodSeconds: ptr64(0)}); err != nil {
 		t.Fatal(err)
 	}
+	waitFor(ctx, t, "the old pod terminating", func() bool {
+		p, err := c.CoreV1().Pods(ns).Get(ctx, "replaced", metav1.GetOptions{})
+		return err == nil && p.DeletionTimestamp != nil
+	})
+	patchPod(ctx, t, ns, "replaced", map[string]any{"metadata": map[string]any{"finalizers": nil}})
 	waitFor(ctx, t, "the old pod gone", func() bool {
 		_, err := c.CoreV1().Pods(ns).Get(ctx, "replaced", metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
