@@ -399,15 +399,15 @@ func (a *Agent) Run(ctx context.Context) error {
 				strings.Join(kc.Searched, ", "))
 		}
 	}
+	// The executor's workers start first: a plan without them sends nothing (a pod due at T+5
+	// went at T+6.5 in CI's make test, when the first call gave up and the workers started).
+	g.Go(func() error { a.exec.Run(ctx, a.cfg.EvictionWorkers); return nil })
 	// A node that carries an interruption record already (a restart during a notice) is planned
 	// from it at once: the record keeps every source that has not answered, and a first call the
 	// cloud holds open (Azure's first Scheduled Events call; PollOnce waits up to the larger of
 	// two poll intervals and 3 s) must not hold the pods the record makes due (issue 52: a pod
 	// due at the new process's start went 3.1 s late). A node without a record waits for the
 	// answer: planning without it could withdraw a taint another process wrote.
-	// The executor's workers start first: a plan without them sends nothing (a pod due at T+5
-	// went at T+6.5 in CI's make test, when the first call gave up and the workers started).
-	g.Go(func() error { a.exec.Run(ctx, a.cfg.EvictionWorkers); return nil })
 	resumed := record.HasNotices(a.cachedNode())
 	if resumed {
 		g.Go(func() error { a.evictions.Run(ctx); return nil })
