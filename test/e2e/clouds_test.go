@@ -10,8 +10,6 @@ import (
 	"github.com/reprieve-dev/reprieve/agent/events"
 	"github.com/reprieve-dev/reprieve/agent/record"
 
-	"github.com/reprieve-dev/reprieve/agent/plan"
-
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -61,9 +59,16 @@ func assertFollowsPlan(t *testing.T, res *scenario.SpotResult) {
 			continue
 		}
 		sent := tm.checkSent(t, row.Pod, row.Planned, res.TimeAdded, knowable, row.ByDeadline)
-		want := int64(plan.GraceAt(time.Duration(row.Grace)*time.Second, res.Window, sent.Received) / time.Second)
-		if absDiff(rec.Grace, want) > 1 {
-			t.Errorf("pod %s: grace %ds, want %ds (±1)", row.Pod, rec.Grace, want)
+		// What fitted as the request left, with the agent's queueing margin, as
+		// TestSpotInterruption checks it: from the server's receipt, a forced DELETE after an
+		// eviction cut at its bound (a loaded run) wanted 9 s where 7 s fitted (issue 52).
+		want := tm.graceFitted(t, row.Pod, row.Grace, sent.Received, end)
+		tolerance := int64(1)
+		if want == row.Grace {
+			tolerance = 0
+		}
+		if absDiff(rec.Grace, want) > tolerance {
+			t.Errorf("pod %s: grace %ds, want %ds (±%d): what fitted as the request left, with the agent's queueing margin", row.Pod, rec.Grace, want, tolerance)
 		}
 		tm.checkInTime(t, row.Pod, rec.DeletionTimestamp, end)
 	}

@@ -222,11 +222,23 @@ func TestSecondMarginGrowsWhileWaiting(t *testing.T) {
 		{Name: "throttled", Kind: scenario.Plain, Grace: ptr64(32)},
 		{Name: "slow", Kind: scenario.Plain, Grace: ptr64(5)},
 	})
+	// The 429 comes once slow's first request is in the queue, so that its 3 s answer is
+	// measured during the pause: in a loaded run probe's answer, which lets slow go, came after
+	// the 429, the pause held slow to its last chance with nothing measured, and both went with
+	// the 1 s margin of the moment into the 3 s queue (issue 52).
+	slowQueued := make(chan struct{})
+	var slowOnce sync.Once
 	kubeconfig := queuedEvictions(t, func(pod string, n int) (time.Duration, int) {
 		switch {
 		case pod == "probe":
 			return 0, 0
+		case pod == "slow" && n == 1:
+			slowOnce.Do(func() { close(slowQueued) })
 		case pod == "throttled" && n == 1:
+			select {
+			case <-slowQueued:
+			case <-time.After(20 * time.Second):
+			}
 			return time.Second, 30
 		}
 		return queued, 0

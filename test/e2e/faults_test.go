@@ -13,6 +13,7 @@ import (
 
 	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/events"
+	"github.com/reprieve-dev/reprieve/agent/plan"
 	"github.com/reprieve-dev/reprieve/agent/record"
 
 	v1 "k8s.io/api/core/v1"
@@ -338,6 +339,19 @@ func TestAPIServerOutage(t *testing.T) {
 	})
 	// When the agent's own server received each request (its audit log: timing_test.go).
 	tm := auditTiming(ctx, t, server, ns, agentUser, []string{rp.LogPath()}, "due-at-once", "latest-passed", "after-outage")
+	// Planned from timeAdded, and sent then, or once the server first answers the agent after
+	// its restart, if that came later: a loaded run's server answered the agent from 0.3 s past
+	// the plan (403s while its authorizer loaded, 4 s before its readiness; issue 52).
+	back, ok := tm.firstAnswer(agentUser, down, "after-outage")
+	if !ok {
+		t.Fatal("the restarted API server's audit log has no request of the agent")
+	}
+	if least := end.Add(-plan.MinGrace - plan.RequestAllowance); back.After(least) {
+		// The test bed's restart, not the agent: under a build beside make test the peer
+		// server took 39 s to come back from a 20 s outage, after the window's end.
+		t.Skipf("the API server first answered the agent at T%+.1fs, after T%+.1fs, when the least grace could still end by the window's end (T%+.1fs): its restart took %v, and nothing is left to test",
+			back.Sub(timeAdded).Seconds(), least.Sub(timeAdded).Seconds(), end.Sub(timeAdded).Seconds(), up.Sub(down).Round(time.Second))
+	}
 	if a, _ := tm.first("due-at-once"); a.Received.After(up.Add(3 * time.Second)) {
 		t.Errorf("due-at-once: its eviction reached the API server %v after the server came back, want within 3s", a.Received.Sub(up))
 	}
@@ -350,13 +364,6 @@ func TestAPIServerOutage(t *testing.T) {
 			r.DeletedAt.Sub(timeAdded).Seconds(), r.Grace, end.Sub(timeAdded).Seconds())
 	}
 	tm.checkInTime(t, "latest-passed", recs["latest-passed"].DeletionTimestamp, end)
-	// Planned from timeAdded, and sent then, or once the server first answers the agent after
-	// its restart, if that came later: a loaded run's server answered the agent from 0.3 s past
-	// the plan (403s while its authorizer loaded, 4 s before its readiness; issue 52).
-	back, ok := tm.firstAnswer(agentUser, down, "after-outage")
-	if !ok {
-		t.Fatal("the restarted API server's audit log has no request of the agent")
-	}
 	tm.checkSent(t, "after-outage", timeAdded.Add(30*time.Second), time.Time{}, back, false)
 	// The log says what was late, and the summary and the missed-deadline metric agree.
 	summary := waitHandled(ctx, t, node)
