@@ -62,7 +62,7 @@ func assertFollowsPlan(t *testing.T, res *scenario.SpotResult) {
 		// What fitted as the request left, with the agent's queueing margin, as
 		// TestSpotInterruption checks it: from the server's receipt, a forced DELETE after an
 		// eviction cut at its bound (a loaded run) wanted 9 s where 7 s fitted (issue 52).
-		want := tm.graceFitted(t, row.Pod, row.Grace, sent.Received, end)
+		want := tm.graceFitted(t, row.Pod, row.Grace, tm.carriedAt(row.Pod, rec.Grace, sent), end)
 		tolerance := int64(1)
 		if want == row.Grace {
 			tolerance = 0

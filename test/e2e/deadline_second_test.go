@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -38,7 +39,7 @@ import (
 // for delay, as APF's queue holds a request (a request whose client gives up meanwhile never
 // reaches the server), then pass it on, or answer APF's 429 with Retry-After retryAfter
 // seconds (retryAfter > 0).
-type evictionQueue func(pod string, n int) (delay time.Duration, retryAfter int)
+type evictionQueue func(ctx context.Context, pod string, n int) (delay time.Duration, retryAfter int)
 
 // queuedEvictions is an HTTPS proxy in front of the API server that passes each eviction of the
 // agent's through queue, and every other request straight on. It returns a kubeconfig that sends
@@ -63,7 +64,7 @@ func heldPodWrites(t *testing.T) string {
 	return proxiedAgent(t, func(r *http.Request) (string, bool) {
 		write := r.Method == http.MethodPost || r.Method == http.MethodDelete || r.Method == http.MethodPatch
 		return "", write && strings.Contains(r.URL.Path, "/pods/")
-	}, func(string, int) (time.Duration, int) { return time.Hour, 0 })
+	}, func(context.Context, string, int) (time.Duration, int) { return time.Hour, 0 })
 }
 
 // proxiedAgent is the proxy of queuedEvictions for the requests match picks (with the pod it
@@ -98,7 +99,7 @@ func proxiedAgent(t *testing.T, match func(*http.Request) (string, bool), queue 
 				return
 			}
 			r.Body = io.NopCloser(bytes.NewReader(body))
-			delay, retryAfter := queue(pod, n)
+			delay, retryAfter := queue(r.Context(), pod, n)
 			select {
 			case <-time.After(delay):
 			case <-r.Context().Done():
@@ -226,9 +227,14 @@ func TestSecondMarginGrowsWhileWaiting(t *testing.T) {
 	// measured during the pause: in a loaded run probe's answer, which lets slow go, came after
 	// the 429, the pause held slow to its last chance with nothing measured, and both went with
 	// the 1 s margin of the moment into the 3 s queue (issue 52).
+	// The agent sends slow once probe is answered, and cuts throttled's first request at its
+	// bound (about a second): where the API server takes longer than that to answer probe's
+	// eviction (a loaded run, issue 52), the 429 cannot come after slow's first request, and
+	// cutShort says so.
 	slowQueued := make(chan struct{})
 	var slowOnce sync.Once
-	kubeconfig := queuedEvictions(t, func(pod string, n int) (time.Duration, int) {
+	var cutShort atomic.Bool
+	kubeconfig := queuedEvictions(t, func(rctx context.Context, pod string, n int) (time.Duration, int) {
 		switch {
 		case pod == "probe":
 			return 0, 0
@@ -237,9 +243,16 @@ func TestSecondMarginGrowsWhileWaiting(t *testing.T) {
 		case pod == "throttled" && n == 1:
 			select {
 			case <-slowQueued:
+			case <-rctx.Done():
 			case <-time.After(20 * time.Second):
 			}
-			return time.Second, 30
+			// Answered a second after slow is queued, as APF answers a request it rejects.
+			select {
+			case <-time.After(time.Second):
+			case <-rctx.Done():
+			}
+			cutShort.Store(rctx.Err() != nil)
+			return 0, 30
 		}
 		return queued, 0
 	})
@@ -253,6 +266,11 @@ func TestSecondMarginGrowsWhileWaiting(t *testing.T) {
 	recs := figures(t, obs, T, "probe", "slow", "throttled")
 	goneBy(t, recs, end, T, "probe", "slow", "throttled")
 	log := p.LogTail(400)
+	if cutShort.Load() {
+		// Every pod was still gone in time (goneBy), but what the test measures, a margin
+		// grown during a pause, needs the pause to start with slow's request in the queue.
+		t.Skipf("throttled's first request was cut at the agent's bound before slow's first request reached the test's server (probe's eviction took the API server longer than that bound): no pause began with slow in the queue, so the margin it grows cannot be measured on this run\n%s", grepLines(log, "sec-margin/"))
+	}
 	if r := recs["throttled"]; r.DeletedAt.Before(T.Add(20 * time.Second)) {
 		t.Errorf("throttled evicted at T%+.2fs: want it held by the 30 s pause, then at its last chance\n%s", r.DeletedAt.Sub(T).Seconds(), grepLines(log, "sec-margin/"))
 	}
@@ -326,7 +344,7 @@ func TestSecondQueueBoundLeavesTheTail(t *testing.T) {
 	taint, obs := observedNode(ctx, t, ns, node, []scenario.Pod{{Name: "hooked", Kind: scenario.Plain, Grace: ptr64(60), Edit: hook}})
 	// 2.3 s: more than what the rounded grace leaves with the tail (up to 1.25 s), less than
 	// what it leaves without (2.25 s and up), where the eviction landed and ended the pod late.
-	kubeconfig := queuedEvictions(t, func(string, int) (time.Duration, int) { return 2300 * time.Millisecond, 0 })
+	kubeconfig := queuedEvictions(t, func(context.Context, string, int) (time.Duration, int) { return 2300 * time.Millisecond, 0 })
 	p, _, err := scenario.StartReprieve(ctx, reprieveBin, logDir, node, "--kubeconfig="+kubeconfig, "--provider=none")
 	if err != nil {
 		t.Fatal(err)

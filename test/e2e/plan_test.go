@@ -124,7 +124,7 @@ func TestPlanMatchesTheAgent(t *testing.T) {
 		// checks it: a loaded run's eviction of tolerate-600, sent at its plan with 4 s, waited
 		// in the server's queue past its bound (1.17 s), and the force point's DELETE that
 		// followed had 2 s left before the window's end (issue 52).
-		g := tm.graceFitted(t, p.Name, int64(p.GraceSeconds), sent.Received, deadline.Add(-config.DefaultConfig().SafetyMargin))
+		g := tm.graceFitted(t, p.Name, int64(p.GraceSeconds), tm.carriedAt(p.Name, r.Grace, sent), deadline.Add(-config.DefaultConfig().SafetyMargin))
 		tolerance := int64(1)
 		if float64(g) == p.GraceSeconds {
 			tolerance = 0

@@ -206,7 +206,8 @@ func assertAsPlanned(t *testing.T, res *scenario.SpotResult, expected map[string
 		// measured (a figure of the run: answers of seconds on a loaded machine cut a 5 s
 		// grace to 4, issue 52). A grace cut to the window may differ by a second (the agent
 		// computes it a little before it logs the send).
-		g := tm.graceFitted(t, name, exp.grace(sent.Received, end), sent.Received, end)
+		carried := tm.carriedAt(name, rec.Grace, sent)
+		g := tm.graceFitted(t, name, exp.grace(carried, end), carried, end)
 		tolerance := int64(1)
 		if g == row.Grace {
 			tolerance = 0

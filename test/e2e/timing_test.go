@@ -182,6 +182,20 @@ func (tm timing) firstAnswer(user string, from time.Time, pod string) (time.Time
 	return first, !first.IsZero()
 }
 
+// firstAccepted is when the server answered the first request of user, received at or after
+// from, that it accepted (2xx), and whether there is one: from then its writes took effect. A
+// server just restarted answers 403 while its authorizer loads and may then hold what it
+// received for seconds (a loaded run: 403s from 50.7 s, then 504s and the first 200 at 56.0 s).
+func (tm timing) firstAccepted(user string, from time.Time) (time.Time, bool) {
+	var first time.Time
+	for _, a := range tm.events {
+		if a.User.Username == user && !a.Received.Before(from) && a.Accepted() && (first.IsZero() || a.Answered.Before(first)) {
+			first = a.Answered
+		}
+	}
+	return first, !first.IsZero()
+}
+
 // nodeWrite is the first accepted write of user to node's object that the server received at
 // or after from, and whether there is one.
 func (tm timing) nodeWrite(user, node string, from time.Time) (testenv.AuditEvent, bool) {
@@ -292,6 +306,26 @@ func (tm timing) heldByServer(t *testing.T, pod string) (string, bool) {
 	why := fmt.Sprintf("sent at %s with a margin of %v, received %v later, held by the server %v (answered %d)",
 		s.At.Format(stamp), s.Margin.Round(time.Millisecond), way.Round(time.Millisecond), held.Round(time.Millisecond), ev.ResponseStatus.Code)
 	return why, way <= s.Margin+plan.RequestAllowance && held > plan.RequestAllowance
+}
+
+// carriedAt is when the server received the request that gave pod the grace it was seen with
+// (seen, whole seconds): the agent's earliest eviction or delete of it with that grace that
+// the server accepted or answered with its own timeout (whose write may still take effect).
+// Without one, sent's. The grace is checked against what fitted as that request left: in a
+// loaded run an eviction sent with 4 s, answered 504 after its bound, set the pod's grace,
+// and the forced DELETE that followed it had 2 s left (issue 52).
+func (tm timing) carriedAt(pod string, seen int64, sent testenv.AuditEvent) time.Time {
+	at := sent.Received
+	found := false
+	for _, a := range tm.events {
+		if !tm.mine(a) || !a.PodEnded(tm.ns, pod) || !a.Accepted() && !a.TimedOut() {
+			continue
+		}
+		if g, ok := a.Grace(); ok && int64(g/time.Second) == seen && (!found || a.Received.Before(at)) {
+			at, found = a.Received, true
+		}
+	}
+	return at
 }
 
 // graceFitted is the grace, in whole seconds, that fitted a pod of grace own (at most) before
