@@ -165,6 +165,9 @@ func guardMetric(t *testing.T, host, series string) float64 {
 // floodCounts are a flood's answers by kind.
 type floodCounts struct {
 	sent, answered, refused, failed atomic.Int64
+	// busy counts a paced flood's ticks that found every worker waiting on the guard
+	// (startPacedFlood): the guard, not the machine, held the flood below its pace.
+	busy atomic.Int64
 }
 
 // startFlood posts forged reviews from src with workers concurrent connections, as fast as they

@@ -131,6 +131,7 @@ func startPacedFlood(t *testing.T, host, src, sa, ns, node string, rate int) (co
 			case work <- bodies[i%len(bodies)]:
 				counts.sent.Add(1)
 			default: // every worker busy: the guard is slower than the pace
+				counts.busy.Add(1)
 			}
 		}
 	})
@@ -303,9 +304,10 @@ func TestSecurityGuardUnderSlowBodiesAndForgedReviews(t *testing.T) {
 	// handshakes of a wave of them left 193 of 256 open at the end of one run (issue 52).
 	medianHeld, leastHeld := heldSorted[len(heldSorted)/2], heldSorted[0]
 	p50, p99, worst := quantile(sorted, 0.5), quantile(sorted, 0.99), sorted[len(sorted)-1]
-	var sent, answered, refused, failedForged int64
+	var sent, answered, refused, failedForged, busy int64
 	for _, f := range forged {
 		sent, answered, refused, failedForged = sent+f.sent.Load(), answered+f.answered.Load(), refused+f.refused.Load(), failedForged+f.failed.Load()
+		busy += f.busy.Load()
 	}
 	var opened, closedAtOnce int64
 	for _, s := range slow {
@@ -328,17 +330,31 @@ func TestSecurityGuardUnderSlowBodiesAndForgedReviews(t *testing.T) {
 		t.Errorf("the API server called the guard %d times during the floods (the probes alone made %d reviews), %d of them took more than 1 s; want every one within 1 s",
 			calls.count, len(sorted), calls.count-calls.within1s)
 	}
-	if medianHeld < 200 {
-		t.Errorf("the slow bodies held a median of %d connections through the floods; want at least 200 for the test to mean something", medianHeld)
-	}
-	if float64(sent)/floodFor.Seconds() < 120 {
-		t.Errorf("the forged reviews came at %.0f a second; want about 150 for the test to mean something", float64(sent)/floodFor.Seconds())
-	}
 	if errorsAfter != errorsBefore {
 		t.Errorf("reviews_total{result=error} went from %v to %v during the floods; want forgeries and slow bodies kept out of it", errorsBefore, errorsAfter)
 	}
 	if p, err := c.CoreV1().Pods(ns).Get(ctx, "agent-"+nodeA, metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
 		t.Errorf("the agent's own pod: %v; want it left alone", err)
+	}
+	// The floods come from this process, on the machine the guard shares: with a build beside
+	// make test they came at 119 forged reviews a second (issue 52). Everything above was still
+	// checked, but a weaker flood proves less than the test claims, and the run says so rather
+	// than passing on it.
+	var weak []string
+	if medianHeld < 200 {
+		weak = append(weak, fmt.Sprintf("the slow bodies held a median of %d connections through the floods, want at least 200", medianHeld))
+	}
+	if rate := float64(sent) / floodFor.Seconds(); rate < 120 {
+		// Ticks that found every worker waiting on the guard are the guard's slowness, which
+		// the test is there to catch; ticks that came late are the machine's.
+		if float64(busy)/floodFor.Seconds() >= 10 {
+			t.Errorf("the forged reviews came at %.0f a second, want about 150: %d of the pace's ticks found all the flood's workers waiting on the guard", rate, busy)
+		} else {
+			weak = append(weak, fmt.Sprintf("the forged reviews came at %.0f a second, want about 150 (%d ticks found the workers all waiting on the guard)", rate, busy))
+		}
+	}
+	if len(weak) > 0 && !t.Failed() {
+		t.Skipf("this machine could not raise the floods the test is about (%s): the agent's reviews were answered in time through what it raised", strings.Join(weak, "; "))
 	}
 }
 
