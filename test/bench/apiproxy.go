@@ -87,6 +87,10 @@ func startAPIProxyWith(target string, caPEM []byte, token string, cert *tls.Cert
 		p.codes[fmt.Sprintf("%s %s %d", verb, resource, sw.code)]++
 		p.mu.Unlock()
 	})}
+	if p.tlsCert != nil {
+		// Set before the server's goroutine starts, not in it.
+		p.srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{*p.tlsCert}, MinVersion: tls.VersionTLS12}
+	}
 	go func() {
 		if err := p.serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			fmt.Printf("bench: API proxy: %v\n", err)
@@ -101,7 +105,6 @@ func (p *apiProxy) serve(ln net.Listener) error {
 	if p.tlsCert == nil {
 		return p.srv.Serve(ln)
 	}
-	p.srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{*p.tlsCert}, MinVersion: tls.VersionTLS12}
 	return p.srv.ServeTLS(ln, "", "")
 }
 

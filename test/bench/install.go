@@ -86,7 +86,9 @@ type chartInstall struct {
 	guards  []*testenv.Process
 	addrs   []string
 	proxy   *tcpProxy
-	// agentPods are the agents' own pods in kube-system, to which their tokens are bound.
+	// agentPods are the agents' own pods in kube-system, to which their tokens are bound;
+	// agentMu guards them: the pool makes every node's token at once (agentToken).
+	agentMu   sync.Mutex
 	agentPods []string
 }
 
@@ -311,7 +313,9 @@ func (inst *chartInstall) agentToken(ctx context.Context, node string) (token, k
 	if err := scenario.Create(ctx, inst.b.env.Client, chartNamespace, node, taint, []scenario.Pod{{Name: name, Kind: scenario.DaemonSet, ServiceAccount: agentAccount}}); err != nil {
 		return "", "", err
 	}
+	inst.agentMu.Lock()
 	inst.agentPods = append(inst.agentPods, name)
+	inst.agentMu.Unlock()
 	pod, err := inst.b.env.Client.CoreV1().Pods(chartNamespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return "", "", fmt.Errorf("reading the agent pod %s: %w", name, err)
