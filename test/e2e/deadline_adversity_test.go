@@ -304,6 +304,7 @@ func TestAdversityTwoNotices(t *testing.T) {
 	second := time.Now().Add(12 * time.Second).UTC().Truncate(time.Second)
 	setDeadline(ctx, t, node, second.Format(time.RFC3339))
 	n = waitNode(ctx, t, node, "the second taint", func(n *v1.Node) bool { return hasTaint(n, taint.Key, taint.Effect) })
+	taintSeen := time.Now()
 	T2 := taintOf(n, taint).TimeAdded.Time
 	end := second.Add(-config.DefaultConfig().SafetyMargin)
 	waitLong(ctx, t, time.Until(end)+10*time.Second, "guarded gone", func() bool { return allGone(obs, "guarded") })
@@ -314,11 +315,19 @@ func TestAdversityTwoNotices(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("first notice at T1, withdrawn at T1+15s; second taint T2 = T1%+.2fs", T2.Sub(T1).Seconds())
-	if !strings.Contains(text, `reprieve_evictions_requests_total{result="evicted"} 1`) || !strings.Contains(text, `reprieve_evictions_requests_total{result="forced_delete"} 0`) {
-		t.Errorf("the second notice did not go through the Eviction API: %s", grep(text, "reprieve_evictions_requests_total"))
-	}
-	if r := recs["guarded"]; r.DeletedAt.Sub(T2) > 2*time.Second {
-		t.Errorf("guarded evicted at T2%+.2fs, want at once", r.DeletedAt.Sub(T2).Seconds())
+	// At once, by the server's receipt (timing_test.go), not by when the pod was seen deleted:
+	// the first notice's backoff (10 s) would hold the eviction seconds past the agent's taint.
+	// A loaded run's eviction, received 0.18 s after the agent's taint, took the server 1.3 s
+	// and was answered with its timeout (504) while it took effect: the watch saw the pod
+	// deleted at T2+2.14 s (issue 52).
+	tm := auditTiming(ctx, t, env, ns, agentUser, []string{p.LogPath()}, "guarded")
+	sent := tm.checkSent(t, "guarded", T2, T2, tm.nodeWritten(node, taintSeen), false)
+	// Through the Eviction API, and nothing forced. The agent counts an eviction the server
+	// answered with its timeout as failed, though it took effect: the audit log tells.
+	if what(sent) != "eviction" || !strings.Contains(text, `reprieve_evictions_requests_total{result="forced_delete"} 0`) ||
+		!sent.TimedOut() && !strings.Contains(text, `reprieve_evictions_requests_total{result="evicted"} 1`) {
+		t.Errorf("the second notice did not go through the Eviction API: the server took a %s (answered %d); %s",
+			what(sent), sent.ResponseStatus.Code, grep(text, "reprieve_evictions_requests_total"))
 	}
 }
 
