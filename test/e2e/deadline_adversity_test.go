@@ -317,9 +317,9 @@ func TestAdversityTwoNotices(t *testing.T) {
 	t.Logf("first notice at T1, withdrawn at T1+15s; second taint T2 = T1%+.2fs", T2.Sub(T1).Seconds())
 	// At once, by the server's receipt (timing_test.go), not by when the pod was seen deleted:
 	// the first notice's backoff (10 s) would hold the eviction seconds past the agent's taint.
-	// A loaded run's eviction, received 0.18 s after the agent's taint, took the server 1.3 s
-	// and was answered with its timeout (504) while it took effect: the watch saw the pod
-	// deleted at T2+2.14 s (issue 52).
+	// A loaded run's eviction, received 9 ms after the agent's taint write (0.78 s after the
+	// taint's timeAdded, in whole seconds), took the server 1.3 s and was answered with its
+	// timeout (504) while it took effect: the watch saw the pod deleted at T2+2.14 s (issue 52).
 	tm := auditTiming(ctx, t, env, ns, agentUser, []string{p.LogPath()}, "guarded")
 	sent := tm.checkSent(t, "guarded", T2, T2, tm.nodeWritten(node, taintSeen), false)
 	// Through the Eviction API, and nothing forced. The agent counts an eviction the server
