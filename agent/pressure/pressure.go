@@ -372,7 +372,8 @@ const MinCutGrace = 3 * time.Second
 // MinCutGrace, where the fall has lasted as long as it can and still be worth acting on, and goes
 // with the grace that fits then (3 s to 3 s and a lead); and never with less than MinCutGrace,
 // which gains it nothing over the kubelet's own eviction, unless it was held for that reading and
-// a reading stepped over it (Candidate.Awaited, Decision.Await). In.CutEarly is the timeliness-first
+// a reading stepped over it (Candidate.Awaited, Decision.Await): held by that wait, or by the
+// persistence rule at the last reading that left it MinCutGrace. In.CutEarly is the timeliness-first
 // rule, measured beside it (docs/benchmarks.md, the replay). Nothing goes at a reading that
 // jumped off the trend (In.Pending): a step and the start of a fall look alike there.
 func Decide(in Input) Decision {
