@@ -48,6 +48,43 @@ type Pod struct {
 	Edit func(*v1.Pod)
 }
 
+// kwokStages are the stages of kwok's general pod lifecycle (testenv's default) that wait
+// before a pod runs: each waits 1 s plus a jitter that makes it 1 to 5 s
+// (sigs.k8s.io/kwok v0.8.0, kustomize/stage/pod/general, and Stage.Delay in
+// pkg/utils/lifecycle/lifecycle.go), so a pod runs 2 to 10 s after its creation.
+var kwokStages = []string{"pod-create", "pod-init-container-running", "pod-init-container-completed", "pod-ready"}
+
+// Instant makes kwok run the pod as soon as it sees it: each general stage's delay and jitter
+// set to zero through the per-pod annotations the stages read (a jitter no longer than the
+// delay is the delay itself, lifecycle.go). It is for tests that run alone and only wait for
+// their pods to run before they act: the parallel tests keep kwok's spread, which keeps their
+// starts from reaching the API server at once.
+func Instant(p *v1.Pod) {
+	if p.Annotations == nil {
+		p.Annotations = map[string]string{}
+	}
+	for _, s := range kwokStages {
+		p.Annotations[s+".stage.kwok.x-k8s.io/delay"] = "0s"
+		p.Annotations[s+".stage.kwok.x-k8s.io/jitter-delay"] = "0s"
+	}
+}
+
+// InstantAll returns pods with Instant applied to each before its own Edit.
+func InstantAll(pods []Pod) []Pod {
+	out := make([]Pod, len(pods))
+	for i, p := range pods {
+		edit := p.Edit
+		p.Edit = func(obj *v1.Pod) {
+			Instant(obj)
+			if edit != nil {
+				edit(obj)
+			}
+		}
+		out[i] = p
+	}
+	return out
+}
+
 // Forever is the Tolerate value for a toleration without tolerationSeconds.
 const Forever = -1
 

@@ -1,0 +1,30 @@
+package scenario
+
+import (
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// InstantAll sets every general stage's delay and jitter to zero and still runs the pod's own
+// Edit, after it (an Edit that sets annotations of its own keeps them).
+func TestInstantAllKeepsTheOwnEdit(t *testing.T) {
+	pods := InstantAll([]Pod{
+		{Name: "a", Edit: func(p *v1.Pod) { p.Annotations["own"] = "yes" }},
+		{Name: "b"},
+	})
+	for _, sp := range pods {
+		obj := &v1.Pod{}
+		sp.Edit(obj)
+		for _, s := range []string{"pod-create", "pod-ready"} {
+			for _, k := range []string{".stage.kwok.x-k8s.io/delay", ".stage.kwok.x-k8s.io/jitter-delay"} {
+				if got := obj.Annotations[s+k]; got != "0s" {
+					t.Errorf("%s: %s%s = %q, want 0s", sp.Name, s, k, got)
+				}
+			}
+		}
+		if want := sp.Name == "a"; (obj.Annotations["own"] == "yes") != want {
+			t.Errorf("%s: own annotation %q, want it only where the pod's own Edit sets it", sp.Name, obj.Annotations["own"])
+		}
+	}
+}
