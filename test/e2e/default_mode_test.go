@@ -73,7 +73,9 @@ func defaultModeKeepsDaemonSetsAndBudgets(ctx context.Context, t *testing.T) {
 		{Name: "tolerate-10s", Kind: scenario.Plain, Tolerate: ptr64(10), Grace: ptr64(5)},
 		{Name: "pdb-blocked", Kind: scenario.Plain, Grace: ptr64(5), PDB: true},
 	}
-	res := runSpot(ctx, t, scenario.SpotOptions{Namespace: ns, Node: node, Pods: pods, BinaryDefault: true, BeforeNotice: beforeNotice})
+	// A subtest of TestWithTaintEvictionController, in the serial phase: kwok runs its pods at once.
+	scenario.InstantTemplate(&shipper.Spec.Template)
+	res := runSpot(ctx, t, scenario.SpotOptions{Namespace: ns, Node: node, Pods: scenario.InstantAll(pods), BinaryDefault: true, BeforeNotice: beforeNotice})
 	defer func() {
 		if t.Failed() {
 			t.Logf("reprieve's log, the lines about pods and errors:\n%s", res.AgentLines(80))

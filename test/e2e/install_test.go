@@ -114,7 +114,9 @@ func installDaemonSet(ctx context.Context, t *testing.T, cloud, file string, spo
 	if _, err := env.CreateNode(ctx, onDemand, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := scenario.Apply(ctx, env.Client, readRepoFile(t, "deploy", "manifests", file)); err != nil {
+	// The agent's pods run as soon as kwok sees them: this runs in the serial phase, one cloud
+	// after another (the DaemonSets share a name), and only waits for them to run.
+	if err := scenario.Apply(ctx, env.Client, readRepoFile(t, "deploy", "manifests", file), scenario.InstantDaemonSets); err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
@@ -158,7 +160,7 @@ func installDaemonSet(ctx context.Context, t *testing.T, cloud, file string, spo
 	// A workload pod that tolerates nothing: the taint-eviction controller deletes it once the
 	// interruption taint is on, which shows the controller at work on this node.
 	taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
-	if err := scenario.Create(ctx, env.Client, ns, nodes[0], taint, []scenario.Pod{{Name: "workload", Kind: scenario.Plain, Grace: ptr64(1)}}); err != nil {
+	if err := scenario.Create(ctx, env.Client, ns, nodes[0], taint, scenario.InstantAll([]scenario.Pod{{Name: "workload", Kind: scenario.Plain, Grace: ptr64(1)}})); err != nil {
 		t.Fatal(err)
 	}
 	before := agentPod(nodes[0])

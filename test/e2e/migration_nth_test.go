@@ -24,7 +24,7 @@ import (
 
 const migrationGuide = "docs/migrating-from-nth.md"
 
-// TestMigrationGuideSwitchOver (issue 36 item 4) runs the Helm switch-over of
+// testMigrationGuideSwitchOver (issue 36 item 4; TestCPUBound/MigrationGuideSwitchOver) runs the Helm switch-over of
 // docs/migrating-from-nth.md as it is written there. aws-node-termination-handler's own chart,
 // from the module pinned in test/tools/nth (`make nth`), is installed in IMDS mode with the
 // values of a typical release, on a control plane of the test's own: a real kube-apiserver with
@@ -36,7 +36,7 @@ const migrationGuide = "docs/migrating-from-nth.md"
 // its ```yaml block. Afterwards NTH's DaemonSet and pods are gone, reprieve's DaemonSet is Ready
 // on exactly the spot nodes, and `reprieve doctor`, which warned of NTH on a spot node before,
 // warns no more.
-func TestMigrationGuideSwitchOver(t *testing.T) {
+func testMigrationGuideSwitchOver(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	nthChart := nthChartDir(ctx, t)

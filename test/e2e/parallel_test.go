@@ -120,9 +120,11 @@ func keptApartInREADME(t *testing.T) map[string]bool {
 
 // TestCPUBound runs the tests that take both cores and measure no time side by side with each
 // other, in the serial phase, apart from every test that measures time: the chart's helm runs,
-// and the two tests that start a second kube-apiserver on the shared etcd. One after another
-// they took about a minute of the serial phase; beside the timed tests of the parallel phase
-// they delayed a deadline-bound eviction past the agent's lead (test/README.md, "Kept apart").
+// the two tests that start a second kube-apiserver on the shared etcd, and the migration guide's
+// switch-over on a control plane of its own (helm --wait, most of its minute spent waiting for
+// controllers, beside the helm runs here instead of after them). One after another they took
+// about a minute of the serial phase; beside the timed tests of the parallel phase they delayed
+// a deadline-bound eviction past the agent's lead (test/README.md, "Kept apart").
 func TestCPUBound(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -146,6 +148,7 @@ func TestCPUBound(t *testing.T) {
 		{"ChartNodeConditionValues", testChartNodeConditionValues},
 		{"EvictionGuardClientCertificate", testEvictionGuardClientCertificate},
 		{"NodeLifecycleConditions", testNodeLifecycleConditions},
+		{"MigrationGuideSwitchOver", testMigrationGuideSwitchOver},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

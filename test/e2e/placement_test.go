@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/reprieve-dev/reprieve/test/profiles"
+	"github.com/reprieve-dev/reprieve/test/scenario"
 )
 
 // renderGuard renders the eviction guard's template with args and returns its Deployment and
@@ -322,6 +323,8 @@ func runGuardPods(ctx context.Context, t *testing.T, ns string, d *appsv1.Deploy
 	tmpl := d.Spec.Template.DeepCopy()
 	// The namespace's identity and no priority class: the test is about placement.
 	tmpl.Spec.ServiceAccountName, tmpl.Spec.PriorityClassName = "default", ""
+	// A subtest of TestWithTaintEvictionController, in the serial phase: kwok runs them at once.
+	scenario.InstantTemplate(tmpl)
 	rs, err := env.Client.AppsV1().ReplicaSets(ns).Create(ctx, &appsv1.ReplicaSet{
 		ObjectMeta: metav1.ObjectMeta{Name: "guard"},
 		Spec:       appsv1.ReplicaSetSpec{Replicas: &n, Selector: d.Spec.Selector, Template: *tmpl},
@@ -425,6 +428,7 @@ func runDaemonSet(ctx context.Context, t *testing.T, name string, ds *appsv1.Dae
 		m["app.kubernetes.io/instance"] = name
 	}
 	ds.Spec.Template.Spec.NodeSelector[label] = "yes"
+	scenario.InstantTemplate(&ds.Spec.Template) // the serial phase (TestWithTaintEvictionController)
 	if _, err := env.Client.AppsV1().DaemonSets("kube-system").Create(ctx, ds, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

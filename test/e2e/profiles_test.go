@@ -19,6 +19,7 @@ import (
 
 	"github.com/reprieve-dev/reprieve/kubelet"
 	"github.com/reprieve-dev/reprieve/test/profiles"
+	"github.com/reprieve-dev/reprieve/test/scenario"
 )
 
 // profilesLabel marks the nodes of installOnProfiles, and its DaemonSets select only them, so
@@ -139,6 +140,7 @@ func installOnProfilesCloud(ctx context.Context, t *testing.T, cloud string) {
 		ds.Spec.Template.Spec.NodeSelector = map[string]string{}
 	}
 	ds.Spec.Template.Spec.NodeSelector[profilesLabel] = cloud
+	scenario.InstantTemplate(&ds.Spec.Template) // the serial phase (TestWithTaintEvictionController)
 	if _, err := env.Client.AppsV1().DaemonSets("kube-system").Create(ctx, ds, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -290,7 +290,8 @@ func spotInterruptionWithTaintEvictionController(ctx context.Context, t *testing
 	// pkg/controller/daemon/daemon_controller.go), before the notice. Like the mirror pod, it has
 	// no plan to check here; TestSpotInterruption checks that reprieve leaves it alone.
 	pods := mixedWithoutDaemonSet()
-	res := runPods(ctx, t, "spot-kcm", pods)
+	// Serial phase (see TestWithTaintEvictionController): the pods run as soon as kwok sees them.
+	res := runPods(ctx, t, "spot-kcm", scenario.InstantAll(pods))
 	end := res.Window.End()
 	for name, exp := range expected {
 		row, _ := res.Row(name)
@@ -348,7 +349,7 @@ func spotInterruptionBudgetMode(ctx context.Context, t *testing.T) {
 	forcePoint := func(T, E time.Time) time.Time { return E.Add(-5 * time.Second) }
 	exp["pdb-tolerate-10s"] = expectation{plan: func(T, E time.Time) time.Time { return T.Add(10 * time.Second) }, acted: forcePoint, grace: fixed(5)}
 
-	res := runSpot(ctx, t, scenario.SpotOptions{Namespace: "spot-budget", Node: "spot-budget-node", Pods: pods, Eviction: plan.EvictionReprieve})
+	res := runSpot(ctx, t, scenario.SpotOptions{Namespace: "spot-budget", Node: "spot-budget-node", Pods: scenario.InstantAll(pods), Eviction: plan.EvictionReprieve})
 	defer func() {
 		if t.Failed() {
 			t.Logf("reprieve's log, the lines about pods and errors:\n%s", res.AgentLines(80))

@@ -3,6 +3,7 @@ package scenario
 import (
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -26,5 +27,19 @@ func TestInstantAllKeepsTheOwnEdit(t *testing.T) {
 		if want := sp.Name == "a"; (obj.Annotations["own"] == "yes") != want {
 			t.Errorf("%s: own annotation %q, want it only where the pod's own Edit sets it", sp.Name, obj.Annotations["own"])
 		}
+	}
+}
+
+// InstantDaemonSets marks a DaemonSet's pod template and leaves other objects alone.
+func TestInstantDaemonSetsEditsTheTemplate(t *testing.T) {
+	ds := &appsv1.DaemonSet{}
+	InstantDaemonSets(ds)
+	if got := ds.Spec.Template.Annotations["pod-ready.stage.kwok.x-k8s.io/delay"]; got != "0s" {
+		t.Errorf("the template's pod-ready delay %q, want 0s", got)
+	}
+	sa := &v1.ServiceAccount{}
+	InstantDaemonSets(sa)
+	if len(sa.Annotations) != 0 {
+		t.Errorf("a ServiceAccount got annotations %v", sa.Annotations)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -49,8 +50,8 @@ func InstallRBAC(ctx context.Context, env *testenv.Env) (string, error) {
 
 // Apply creates every object of manifest (a multi-document YAML of ServiceAccounts, cluster
 // roles and bindings, admission policies and bindings, and DaemonSets), replacing any of the
-// same name.
-func Apply(ctx context.Context, c kubernetes.Interface, manifest []byte) error {
+// same name. Each edit, in order, may change an object before it is created.
+func Apply(ctx context.Context, c kubernetes.Interface, manifest []byte, edits ...func(runtime.Object)) error {
 	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(manifest)))
 	for {
 		doc, err := r.Read()
@@ -66,6 +67,9 @@ func Apply(ctx context.Context, c kubernetes.Interface, manifest []byte) error {
 		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(doc, nil, nil)
 		if err != nil {
 			return fmt.Errorf("decoding: %w", err)
+		}
+		for _, edit := range edits {
+			edit(obj)
 		}
 		switch o := obj.(type) {
 		case *v1.ServiceAccount:

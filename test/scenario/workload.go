@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -59,13 +60,25 @@ var kwokStages = []string{"pod-create", "pod-init-container-running", "pod-init-
 // delay is the delay itself, lifecycle.go). It is for tests that run alone and only wait for
 // their pods to run before they act: the parallel tests keep kwok's spread, which keeps their
 // starts from reaching the API server at once.
-func Instant(p *v1.Pod) {
-	if p.Annotations == nil {
-		p.Annotations = map[string]string{}
+func Instant(p *v1.Pod) { instant(&p.ObjectMeta) }
+
+// InstantTemplate is Instant for the pods of a template (a DaemonSet's, for one).
+func InstantTemplate(t *v1.PodTemplateSpec) { instant(&t.ObjectMeta) }
+
+// InstantDaemonSets is an edit for Apply: InstantTemplate on every DaemonSet of the manifest.
+func InstantDaemonSets(obj runtime.Object) {
+	if ds, ok := obj.(*appsv1.DaemonSet); ok {
+		InstantTemplate(&ds.Spec.Template)
+	}
+}
+
+func instant(m *metav1.ObjectMeta) {
+	if m.Annotations == nil {
+		m.Annotations = map[string]string{}
 	}
 	for _, s := range kwokStages {
-		p.Annotations[s+".stage.kwok.x-k8s.io/delay"] = "0s"
-		p.Annotations[s+".stage.kwok.x-k8s.io/jitter-delay"] = "0s"
+		m.Annotations[s+".stage.kwok.x-k8s.io/delay"] = "0s"
+		m.Annotations[s+".stage.kwok.x-k8s.io/jitter-delay"] = "0s"
 	}
 }
 
