@@ -235,7 +235,7 @@ func TestEvictionGuardUnderFlood(t *testing.T) {
 	defer cancel()
 	const ns, sa, nodeA, nodeB = "evflood", "reprieve-evflood", "evflood-a", "evflood-b"
 	c := env.Client
-	kubeA := boundAgents(ctx, t, ns, sa, nodeA, nodeB)
+	kubeA := boundAgentsInstant(ctx, t, ns, sa, nodeA, nodeB)
 	// The agent's client, without client-side rate limiting: the times are the API server's.
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeA)
 	if err != nil {
@@ -309,11 +309,12 @@ func TestEvictionGuardUnderFlood(t *testing.T) {
 	// guard keeps the shared budget's reserve for a source below its fair share (half of 100
 	// reads a second here, with the flood the other source), not for one that reads back to
 	// back. Unpaced, this loop itself outran the fair share whenever the machine answered in
-	// under 20 ms, and its own reads were refused (a flake, not the flood's doing).
+	// under 20 ms, and its own reads were refused (a flake, not the flood's doing). For 3 s
+	// (about 75 at that pace) and at least 50.
 	var took []time.Duration
 	pace := time.NewTicker(40 * time.Millisecond)
 	defer pace.Stop()
-	for time.Since(floodStart) < 5*time.Second || len(took) < 50 {
+	for time.Since(floodStart) < 3*time.Second || len(took) < 50 {
 		<-pace.C
 		start := time.Now()
 		err := evict(ctx, clientA, ns, onA.Name, ptr64(1), &onA.UID, true)

@@ -38,6 +38,18 @@ func agentIdentity(ctx context.Context, t *testing.T, ns, sa string) {
 // bound to agent-<nodeA>, as the kubelet projects it: with nodeA as its node claim.
 func boundAgents(ctx context.Context, t *testing.T, ns, sa, nodeA, nodeB string) (kubeA string) {
 	t.Helper()
+	return setUpBoundAgents(ctx, t, ns, sa, nodeA, nodeB, false)
+}
+
+// boundAgentsInstant is boundAgents for the tests that run alone (no t.Parallel): kwok runs
+// their pods as soon as it sees them (scenario.Instant), not 2 to 10 s later.
+func boundAgentsInstant(ctx context.Context, t *testing.T, ns, sa, nodeA, nodeB string) (kubeA string) {
+	t.Helper()
+	return setUpBoundAgents(ctx, t, ns, sa, nodeA, nodeB, true)
+}
+
+func setUpBoundAgents(ctx context.Context, t *testing.T, ns, sa, nodeA, nodeB string, instant bool) (kubeA string) {
+	t.Helper()
 	c := env.Client
 	setupNode(ctx, t, ns, nodeA, nil)
 	if _, err := env.CreateNode(ctx, nodeB, nil); err != nil {
@@ -47,10 +59,14 @@ func boundAgents(ctx context.Context, t *testing.T, ns, sa, nodeA, nodeB string)
 	installShippedPolicies(ctx, t, sa, ns)
 	taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	for _, node := range []string{nodeA, nodeB} {
-		if err := scenario.Create(ctx, c, ns, node, taint, []scenario.Pod{
+		pods := []scenario.Pod{
 			{Name: "agent-" + node, Kind: scenario.DaemonSet, ServiceAccount: sa},
 			{Name: "victim-" + node, Kind: scenario.Plain, Tolerate: ptr64(3600), Grace: ptr64(1)},
-		}); err != nil {
+		}
+		if instant {
+			pods = scenario.InstantAll(pods)
+		}
+		if err := scenario.Create(ctx, c, ns, node, taint, pods); err != nil {
 			t.Fatal(err)
 		}
 	}

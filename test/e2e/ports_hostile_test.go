@@ -43,7 +43,7 @@ func TestPortsHoldUnderFlood(t *testing.T) {
 	for name := range ips {
 		pods = append(pods, scenario.Pod{Name: name, Kind: scenario.Plain, Tolerate: ptr64(3600), Grace: ptr64(30)})
 	}
-	if err := scenario.Create(ctx, env.Client, ns, node, taint, pods); err != nil {
+	if err := scenario.Create(ctx, env.Client, ns, node, taint, scenario.InstantAll(pods)); err != nil {
 		t.Fatal(err)
 	}
 	for name, ip := range ips {
