@@ -46,7 +46,8 @@ func TestLoadSlowAPIServer(t *testing.T) {
 		}
 		pods[i] = p
 	}
-	obs := createObserved(ctx, t, ns, node, taint, pods)
+	// Instant: it runs alone and only waits for its pods to run before the agent starts.
+	obs := createObserved(ctx, t, ns, node, taint, scenario.InstantAll(pods))
 
 	slowKubeconfig := slowAgentKubeconfig(t, apiLatency)
 	rp, addr, err := scenario.StartReprieve(ctx, reprieveBin, logDir, node, "--kubeconfig="+slowKubeconfig, "--provider=none")
@@ -55,7 +56,7 @@ func TestLoadSlowAPIServer(t *testing.T) {
 	}
 	defer func() { _ = rp.Stop() }()
 
-	deadline := time.Now().Add(45 * time.Second).UTC().Truncate(time.Second)
+	deadline := time.Now().Add(35 * time.Second).UTC().Truncate(time.Second)
 	setDeadline(ctx, t, node, deadline.Format(time.RFC3339))
 	nd := waitNode(ctx, t, node, "the interruption taint", func(n *v1.Node) bool { return hasTaint(n, taint.Key, taint.Effect) })
 	seen := time.Now()

@@ -119,9 +119,11 @@ func TestPressure(t *testing.T) {
 	taint, _ := config.ParseTaint(config.DefaultConfig().InterruptionTaint)
 	// mirror uses a lot of memory but must never be evicted; ds is ranked like any pod (the
 	// kubelet's rule) and uses little; quiet stays within its request.
-	if err := scenario.Create(ctx, c, ns, node, taint, []scenario.Pod{
+	// Instant (here and in mkPod): it runs alone and only waits for its pods to run before the
+	// agent starts.
+	if err := scenario.Create(ctx, c, ns, node, taint, scenario.InstantAll([]scenario.Pod{
 		{Name: "ds", Kind: scenario.DaemonSet}, {Name: "mirror", Kind: scenario.Mirror},
-	}); err != nil {
+	})); err != nil {
 		t.Fatal(err)
 	}
 	mkPod := func(namespace, name string, request string, grace int64, mutate func(*v1.Pod)) *v1.Pod {
@@ -131,6 +133,7 @@ func TestPressure(t *testing.T) {
 				Containers: []v1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10",
 					Resources: v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceMemory: resource.MustParse(request)}}}}},
 		}
+		scenario.Instant(p)
 		if mutate != nil {
 			mutate(p)
 		}
@@ -203,7 +206,7 @@ func TestPressure(t *testing.T) {
 	if err := os.WriteFile(cfgPath, []byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nevictionHard:\n  memory.available: 1Gi\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	const interval, transition, margin = 500 * time.Millisecond, 5 * time.Second, 2 * time.Second
+	const interval, transition, margin = 500 * time.Millisecond, 3 * time.Second, 2 * time.Second
 	rp, addr, err := scenario.StartReprieve(ctx, reprieveBin, logDir, node, "--kubeconfig="+agentKubeconfig, "--provider=none",
 		"--pressure-source=summary", "--kubelet-summary-url="+srv.URL+"/stats/summary", "--kubelet-token-file="+filepath.Join(dir, "none"),
 		"--host-root="+dir, "--kubelet-config=kubelet-config.yaml",
