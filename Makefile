@@ -98,7 +98,9 @@ fuzz-run:
 
 # test/realnode changes the host and measures memory and disk pressure against the kubelet, so it
 # runs after the other packages, alone (about 8 minutes once compiled: test/README.md; issue 37's
-# DaemonSet and soft-threshold tests add 2.5 to 4 more: docs/benchmarks.md).
+# DaemonSet and soft-threshold tests add 2.5 to 4 more: docs/benchmarks.md). Its timeout is 30
+# minutes for 11 of them: a memory run waits for a quiet machine first and runs again once if the
+# machine's other work moved its memory (test/realnode/quiet_test.go), up to 3.5 minutes each.
 REALNODE := ./test/realnode
 NOT_REALNODE = $$(go list ./... | grep -v '/test/realnode$$')
 # The end-to-end tests that share no state run side by side on the one control plane
@@ -111,12 +113,12 @@ E2E_PARALLEL ?= 32
 ## e2e: end-to-end tests on the real control plane, then on the real node
 e2e: tools promtool node-packages e2e-bin
 	REPRIEVE_BIN=$(E2E_BIN) REPRIEVE_E2E_REQUIRED=1 go test -race -count=1 -timeout 45m -parallel $(E2E_PARALLEL) $$(go list ./test/... | grep -v '/test/realnode$$')
-	REPRIEVE_BIN=$(E2E_BIN) REPRIEVE_E2E_REQUIRED=1 go test -race -count=1 -timeout 15m $(REALNODE)
+	REPRIEVE_BIN=$(E2E_BIN) REPRIEVE_E2E_REQUIRED=1 go test -race -count=1 -timeout 30m $(REALNODE)
 
 ## test: everything CI runs: lint, unit and end-to-end tests (the real node's last)
 test: tools promtool node-packages lint fuzz-outside e2e-bin
 	REPRIEVE_BIN=$(E2E_BIN) REPRIEVE_E2E_REQUIRED=1 go test -race -count=1 -timeout 45m -parallel $(E2E_PARALLEL) $(NOT_REALNODE)
-	REPRIEVE_BIN=$(E2E_BIN) REPRIEVE_E2E_REQUIRED=1 go test -race -count=1 -timeout 15m $(REALNODE)
+	REPRIEVE_BIN=$(E2E_BIN) REPRIEVE_E2E_REQUIRED=1 go test -race -count=1 -timeout 30m $(REALNODE)
 
 ## test-versions: the version matrix: the version-sensitive end-to-end tests (VERSION_TESTS)
 ## against kube-apiserver, kube-controller-manager and kube-scheduler of each older Kubernetes
@@ -134,7 +136,7 @@ test-versions: tools e2e-bin
 
 ## realnode: only the real node's tests (root; make tools node-packages first)
 realnode: e2e-bin
-	REPRIEVE_BIN=$(E2E_BIN) REPRIEVE_E2E_REQUIRED=1 go test -race -count=1 -v -timeout 15m $(REALNODE)
+	REPRIEVE_BIN=$(E2E_BIN) REPRIEVE_E2E_REQUIRED=1 go test -race -count=1 -v -timeout 30m $(REALNODE)
 
 ## demo: a spot interruption on a local control plane with a simulated cloud, with a table
 ## (PROVIDER=aws|gcp|azure), kube-controller-manager beside it. More: make demo PROVIDER=gcp

@@ -188,5 +188,8 @@ func setUpAndRun(m *testing.M) (code int) {
 		return fail(err)
 	}
 	logf("realnode: the real node and its images ready in %s", time.Since(begin).Round(time.Millisecond))
+	// The memory tests' record of the memory outside the pods (quiet_test.go), from now, so
+	// that the first of them has its last seconds to tell whether the machine is quiet.
+	machineMemory()
 	return m.Run()
 }

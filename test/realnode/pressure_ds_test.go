@@ -105,7 +105,7 @@ func mustGetDaemonSet(ctx context.Context, t *testing.T, ns, name string) *appsv
 // machine's other work moves its memory too), and with reprieve's NoSchedule taint on the node
 // the DaemonSet's controller put no new pod there (the kubelet's own memory-pressure taint is one DaemonSet pods tolerate; without
 // reprieve, and with no node lifecycle controller here to write even that, it puts one back).
-func checkDaemonSet(ctx context.Context, t *testing.T, c pressureCase, ns, name string, withReprieve bool, hogName string, evictGrace int64, evs []pressureEvent) {
+func checkDaemonSet(ctx context.Context, t *verdict, c pressureCase, ns, name string, withReprieve bool, hogName string, evictGrace int64, evs []pressureEvent) {
 	t.Helper()
 	at := map[string]time.Duration{}
 	for _, e := range evs {
