@@ -102,6 +102,8 @@ fuzz-run:
 # minutes for 11 of them: a memory run waits for a quiet machine first and runs again once if the
 # machine's other work moved its memory (test/realnode/quiet_test.go), up to 3.5 minutes each.
 REALNODE := ./test/realnode
+# The memory runs that ran a second time (test/realnode/quiet_test.go), printed after the package.
+RERUNS := $(CURDIR)/.cache/realnode-reruns.txt
 NOT_REALNODE = $$(go list ./... | grep -v '/test/realnode$$')
 # The end-to-end tests that share no state run side by side on the one control plane
 # (t.Parallel; test/README.md lists which and why). They mostly wait for real windows of
@@ -118,7 +120,9 @@ e2e: tools promtool node-packages e2e-bin
 ## test: everything CI runs: lint, unit and end-to-end tests (the real node's last)
 test: tools promtool node-packages lint fuzz-outside e2e-bin
 	REPRIEVE_BIN=$(E2E_BIN) REPRIEVE_E2E_REQUIRED=1 go test -race -count=1 -timeout 45m -parallel $(E2E_PARALLEL) $(NOT_REALNODE)
-	REPRIEVE_BIN=$(E2E_BIN) REPRIEVE_E2E_REQUIRED=1 go test -race -count=1 -timeout 30m $(REALNODE)
+	@rm -f $(RERUNS)
+	REPRIEVE_BIN=$(E2E_BIN) REPRIEVE_E2E_REQUIRED=1 REPRIEVE_REALNODE_RERUNS=$(RERUNS) go test -race -count=1 -timeout 30m $(REALNODE)
+	@if [ -s $(RERUNS) ]; then echo "realnode: memory runs that ran again (the machine's other work moved its memory):"; cat $(RERUNS); fi
 
 ## test-versions: the version matrix: the version-sensitive end-to-end tests (VERSION_TESTS)
 ## against kube-apiserver, kube-controller-manager and kube-scheduler of each older Kubernetes
