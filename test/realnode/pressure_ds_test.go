@@ -44,7 +44,9 @@ func TestDaemonSetLeakOnRealNode(t *testing.T) {
 // as a user's log agent would run, and returns the name of the pod its controller creates there.
 // The pod records under /out/<its name>, so that a pod the controller puts back does not write
 // over the first one's moments.
-func runDaemonSet(ctx context.Context, t *testing.T, pod *v1.Pod) string {
+// It returns "" when no pod is there within a minute, which the verdict records with the node's
+// taints then.
+func runDaemonSet(ctx context.Context, t *verdict, pod *v1.Pod) string {
 	t.Helper()
 	spec := *pod.Spec.DeepCopy()
 	spec.NodeName = "" // the DaemonSet's controller places it (node affinity), the scheduler binds it
@@ -68,12 +70,12 @@ func runDaemonSet(ctx context.Context, t *testing.T, pod *v1.Pod) string {
 	// neither created by its controller nor bound by the scheduler: take it off as that
 	// controller would. (The test pods name their node and skip both; the chart's DaemonSet
 	// tolerates every taint.)
-	clearPressureTaint(ctx, t, v1.TaintNodeNotReady)
+	clearPressureTaint(ctx, t.T, v1.TaintNodeNotReady)
 	if _, err := env.Client.AppsV1().DaemonSets(pod.Namespace).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var name string
-	waitFor(ctx, t, 60*time.Second, "the DaemonSet's pod on the real node", func() bool {
+	t.waitFor(ctx, 60*time.Second, "the DaemonSet's pod on the real node", func() bool {
 		list, err := env.Client.CoreV1().Pods(pod.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app=" + pod.Name})
 		if err != nil || len(list.Items) == 0 {
 			return false
@@ -82,7 +84,7 @@ func runDaemonSet(ctx context.Context, t *testing.T, pod *v1.Pod) string {
 		if p.Spec.NodeName != nodeName {
 			return false
 		}
-		if !metav1.IsControlledBy(&p, mustGetDaemonSet(ctx, t, pod.Namespace, pod.Name)) {
+		if !metav1.IsControlledBy(&p, mustGetDaemonSet(ctx, t.T, pod.Namespace, pod.Name)) {
 			t.Fatalf("the pod %s is not the DaemonSet's: owners %v", p.Name, p.OwnerReferences)
 		}
 		name = p.Name

@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/reprieve-dev/reprieve/test/scenario"
 )
 
@@ -177,6 +180,28 @@ func (v *verdict) Errorf(format string, args ...any) {
 	v.failures = append(v.failures, msg)
 }
 
+// waitFor polls cond every 100 ms until it holds, as the package's waitFor does, but a timeout
+// is one of the run's failures, not the test's end: it returns false, and the failure names the
+// node's taints then (what keeps a DaemonSet's pod off the node, or reprieve's own).
+func (v *verdict) waitFor(ctx context.Context, timeout time.Duration, what string, cond func() bool) bool {
+	v.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			taints := "unknown"
+			if n, err := env.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{}); err != nil {
+				taints += fmt.Sprintf(" (reading the node: %v)", err)
+			} else {
+				taints = fmt.Sprint(n.Spec.Taints)
+			}
+			v.Errorf("timed out after %s waiting for %s; the node's taints then: %s", timeout, what, taints)
+			return false
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return true
+}
+
 // noteRerun appends line to the file $REPRIEVE_REALNODE_RERUNS names, which make test prints
 // after the package: go test shows a passing package's logs only with -v, and a run that passed
 // the second time must not pass unseen.
@@ -261,5 +286,35 @@ func TestNoteRerunAppends(t *testing.T) {
 	}
 	if got := string(b); got != "first\nsecond\n" {
 		t.Errorf("the reruns file holds %q, want both lines in order", got)
+	}
+}
+
+// A wait that times out is a failure of the run, which runQuietly can run again, and it names the
+// node's taints; one whose condition holds records nothing.
+func TestVerdictWaitForNamesTheTaints(t *testing.T) {
+	if skipReason != "" {
+		t.Skip(skipReason)
+	}
+	ctx := context.Background()
+	const key = "reprieve.test/verdict-wait"
+	n, err := env.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Spec.Taints = append(n.Spec.Taints, v1.Taint{Key: key, Effect: v1.TaintEffectPreferNoSchedule})
+	if _, err := env.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { clearPressureTaint(context.Background(), t, key) })
+
+	v := &verdict{T: t}
+	if !v.waitFor(ctx, time.Second, "a condition that holds", func() bool { return true }) || len(v.failures) != 0 {
+		t.Errorf("a condition that holds: failures %q, want none", v.failures)
+	}
+	if v.waitFor(ctx, 0, "a condition that never holds", func() bool { return false }) {
+		t.Fatal("a condition that never holds: waitFor returned true")
+	}
+	if len(v.failures) != 1 || !strings.Contains(v.failures[0], "a condition that never holds") || !strings.Contains(v.failures[0], key) {
+		t.Errorf("the run's failures %q, want one that names the wait and the taint %s", v.failures, key)
 	}
 }

@@ -361,7 +361,10 @@ func recordSeries(t *testing.T, c seriesCase, withReprieve bool) *replay.Series 
 	for _, p := range pods {
 		name := p.pod.Name
 		if p.daemonSet {
-			name = runDaemonSet(ctx, t, p.pod)
+			v := &verdict{T: t}
+			if name = runDaemonSet(ctx, v, p.pod); name == "" {
+				t.Fatal(strings.Join(v.failures, "; "))
+			}
 		} else if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, p.pod, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
