@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -200,5 +201,51 @@ func TestRestoreAcrossASwitchOfMode(t *testing.T) {
 	v := f.exec.View()
 	if len(v.Taints) != 1 || v.Taints[0].Effect != v1.TaintEffectNoExecute || !v.Taints[0].TimeAdded.Time.Equal(started) {
 		t.Errorf("the plan's taints %+v; want cloud=spot as NoExecute from %v", v.Taints, started)
+	}
+}
+
+// slowRecorder is an event recorder whose Eventf takes step of the fake clock: the notice's
+// announcement, between the reconcile's reading of the clock and its wish to the writer.
+type slowRecorder struct {
+	k8srecord.EventRecorder
+	clk  *clocktesting.FakeClock
+	step time.Duration
+}
+
+func (r slowRecorder) Eventf(obj kruntime.Object, eventtype, reason, messageFmt string, args ...any) {
+	r.clk.Step(r.step)
+	r.EventRecorder.Eventf(obj, eventtype, reason, messageFmt, args...)
+}
+
+// TestOwnTaintCountsFromTheTimeAddedItWrites: the reconcile reads the clock at 12:00:00.7, its
+// announcement of the notice takes it to 12:00:01.1, and the writer stamps the interruption
+// taint 12:00:01, the timeAdded the node will carry. Upstream's taint-eviction controller counts
+// every toleration from that timeAdded, so must the plan, in either mode; counting from
+// 12:00:00 evicted a pod tolerating 10 s a second early (a loaded e2e run, 2026-12-06).
+func TestOwnTaintCountsFromTheTimeAddedItWrites(t *testing.T) {
+	for _, effect := range []v1.TaintEffect{v1.TaintEffectNoExecute, v1.TaintEffectNoSchedule} {
+		t.Run(string(effect), func(t *testing.T) {
+			ts := plan.TaintSet{Interruption: v1.Taint{Key: "cloud", Value: "spot", Effect: effect}}
+			node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+			f := newLoopFixtureOn(t, record.WriterOptions{}, ts, node)
+			f.l.o.Recorder = slowRecorder{EventRecorder: f.l.o.Recorder, clk: f.clk, step: 400 * time.Millisecond}
+			ctx := context.Background()
+			f.clk.Step(700 * time.Millisecond)
+			f.prov.Set(providers.Notice{Provider: "aws", Kind: providers.KindSpotInterruption, ID: "spot-1", Deadline: f.clk.Now().Add(2 * time.Minute)})
+			f.l.PollOnce(ctx)
+			f.l.Reconcile(ctx)
+			written := record.ComputeNodeChange(node, f.w.Desire()).Taints
+			if len(written) != 1 || written[0].TimeAdded == nil {
+				t.Fatalf("taints to write %+v; want cloud=spot alone, with timeAdded", written)
+			}
+			stamp := written[0].TimeAdded.Time
+			if want := time.Date(2026, 11, 29, 12, 0, 1, 0, time.UTC); !stamp.Equal(want) {
+				t.Fatalf("the writer stamped %v; want %v (the test's premise: the announcement crossed a second)", stamp, want)
+			}
+			v := f.exec.View()
+			if len(v.Taints) != 1 || v.Taints[0].TimeAdded == nil || !v.Taints[0].TimeAdded.Time.Equal(stamp) {
+				t.Errorf("the plan counts from %+v; want cloud=spot from %v, the timeAdded written", v.Taints, stamp)
+			}
+		})
 	}
 }

@@ -160,6 +160,13 @@ func (l *Loop) drained(intent plan.Intent) bool {
 // (seenAt, which forgets a taint once it is gone). A NoSchedule taint of the interruption's key
 // and value that someone else put on the node before counts from when this agent wanted its own
 // taint (the writer's stamp).
+//
+// A taint this agent adds is first seen no earlier than the writer's stamp, the timeAdded it
+// writes: the writer stamps when it is handed the wish, after this reconcile read the clock,
+// and that can be the next second. On 2026-12-06 (a loaded e2e run) now read 11:32:00.9, the
+// writer stamped 11:32:01, and the plan counted from 11:32:00: a pod tolerating the taint for
+// 10 s was evicted at 11:32:10, a second before upstream's taint-eviction controller, counting
+// from the timeAdded on the node, would.
 func (l *Loop) countdownTaints(node *v1.Node, planned []v1.Taint, d record.NodeDesire, interrupting bool, now time.Time) []v1.Taint {
 	ts := l.o.Taints
 	foreign := record.HasTaint(node.Spec.Taints, ts.Interruption) && !record.Owns(node, ts.Interruption)
@@ -174,6 +181,9 @@ func (l *Loop) countdownTaints(node *v1.Node, planned []v1.Taint, d record.NodeD
 		at, ok := l.seenAt[id]
 		if !ok {
 			at = now.Truncate(time.Second)
+			if own := ownStamp(d, ts, interrupting, t); own.After(at) {
+				at = own
+			}
 			l.seenAt[id] = at
 		}
 		return at
@@ -184,6 +194,29 @@ func (l *Loop) countdownTaints(node *v1.Node, planned []v1.Taint, d record.NodeD
 		}
 	}
 	return out
+}
+
+// ownStamp is the writer's stamp of t, zero when t is not one the wishes want (the writer
+// stamps exactly those: the interruption taint while interrupting, the soft taints and the
+// pressure taints). The interruption taint, which the plan reads as NoExecute, is stamped under
+// the effect it is written with.
+func ownStamp(d record.NodeDesire, ts plan.TaintSet, interrupting bool, t v1.Taint) time.Time {
+	if d.AddedAt == nil {
+		return time.Time{}
+	}
+	if ts.IsInterruption(t) {
+		if !interrupting {
+			return time.Time{}
+		}
+		t.Effect = ts.Interruption.Effect
+		return d.AddedAt(record.TaintID(t))
+	}
+	for _, w := range d.Intent.SoftTaints {
+		if w.MatchTaint(&t) && w.Value == t.Value {
+			return d.AddedAt(record.TaintID(t))
+		}
+	}
+	return time.Time{}
 }
 
 // maybeApprove runs ApproveOnce off the reconcile loop (an approval call may take its whole
