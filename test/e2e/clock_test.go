@@ -83,7 +83,7 @@ func TestDeadlineOddities(t *testing.T) {
 		if !strings.Contains(logTail(200), "deadline has already passed") {
 			t.Error("no log line saying the deadline has passed")
 		}
-		waitHandled(ctx, t, "past-node")
+		waitHandled(ctx, t, "past-node", time.Now())
 		if got := requests(t, addr); got != 2 {
 			t.Errorf("%v accepted eviction or delete requests for 2 pods", got)
 		}
@@ -132,8 +132,8 @@ func TestDeadlineOddities(t *testing.T) {
 		// way; "tolerates" (20 s) must now leave by the new window's end, 25 s away.
 		deadline := time.Now().Add(30 * time.Second).UTC().Truncate(time.Second)
 		setDeadline(ctx, t, "earlier-node", deadline.Format(time.RFC3339))
-		waitHandled(ctx, t, "earlier-node")
 		end := deadline.Add(-cfg.SafetyMargin)
+		waitHandled(ctx, t, "earlier-node", end)
 		r := obs.Records()
 		for _, name := range []string{"due", "tolerates"} {
 			if r[name].GoneAt.IsZero() || r[name].GoneAt.After(end) {

@@ -459,7 +459,7 @@ func TestSecondVolumeCountedWhenDue(t *testing.T) {
 	figures(t, obs, T, "db")
 	sleepUntil(ctx, t, deadline.Add(-4600*time.Millisecond))
 	setVolumesInUse(ctx, t, node)
-	ev := waitHandled(ctx, t, node)
+	ev := waitHandled(ctx, t, node, end)
 	t.Logf("window end T%+.2fs, volume released at T%+.2fs: %s", end.Sub(T).Seconds(), deadline.Add(-4600*time.Millisecond).Sub(T).Seconds(), ev.Message)
 	if !strings.Contains(ev.Message, "1 released") || strings.Contains(ev.Message, "still in use") {
 		t.Errorf("summary %q: want the volume released, none still in use", ev.Message)

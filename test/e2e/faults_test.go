@@ -378,7 +378,7 @@ func TestAPIServerOutage(t *testing.T) {
 	tm.checkInTime(t, "latest-passed", recs["latest-passed"].DeletionTimestamp, end)
 	tm.checkSent(t, "after-outage", timeAdded.Add(30*time.Second), time.Time{}, back, false)
 	// The log says what was late, and the summary and the missed-deadline metric agree.
-	summary := waitHandled(ctx, t, node)
+	summary := waitHandled(ctx, t, node, end)
 	if log := rp.LogTail(400); !strings.Contains(log, "Eviction is late") {
 		t.Errorf("no 'Eviction is late' log line for the evictions the outage delayed")
 	}
@@ -485,7 +485,7 @@ func TestStuckDeletedAndReplacedPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	end := deadline.Add(-5 * time.Second)
-	if summary := waitHandled(ctx, t, node); !strings.HasSuffix(summary.Message, ", 1 still present") {
+	if summary := waitHandled(ctx, t, node, end); !strings.HasSuffix(summary.Message, ", 1 still present") {
 		t.Errorf("summary %q, want the finalizer pod as the one still present", summary.Message)
 	}
 	// on-time is not held up by the others; the new replaced pod goes at its own plan, T+20

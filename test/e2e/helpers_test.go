@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/events"
@@ -13,6 +14,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/reprieve-dev/reprieve/test/scenario"
 	"github.com/reprieve-dev/reprieve/test/testenv"
@@ -39,19 +41,28 @@ func setDeadline(ctx context.Context, t *testing.T, node, value string) {
 	patchNode(ctx, t, map[string]any{"metadata": map[string]any{"annotations": map[string]any{record.AnnotationReclaimDeadline: v}}}, node)
 }
 
-// waitHandled waits for the agent's InterruptionHandled event on node and returns it.
-func waitHandled(ctx context.Context, t *testing.T, node string) v1.Event {
+// waitHandled waits for the agent's InterruptionHandled event on node and returns it. The agent
+// writes it at the window's end (end; the deadline less the margin) when a pod is still there,
+// so the wait runs to end and then waitFor's bound for the event to arrive. A bound from the
+// wait's own start alone raced the window: a test whose setup before the wait took 4.4 s under a
+// cold build beside it, not the 7 s it takes on a quiet machine, gave up 0.3 s before the event
+// came, written 0.95 s after its window's end (issue 52).
+func waitHandled(ctx context.Context, t *testing.T, node string, end time.Time) v1.Event {
 	t.Helper()
 	var ev v1.Event
-	waitFor(ctx, t, "the "+events.ReasonInterruptionHandled+" event", func() bool {
+	what := "the " + events.ReasonInterruptionHandled + " event"
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, max(time.Until(end), 0)+waitBound, true, func(context.Context) (bool, error) {
 		evs, err := env.Client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{
 			FieldSelector: "involvedObject.name=" + node + ",reason=" + events.ReasonInterruptionHandled})
 		if err != nil || len(evs.Items) == 0 {
-			return false
+			return false, nil
 		}
 		ev = evs.Items[0]
-		return true
+		return true, nil
 	})
+	if err != nil {
+		t.Fatalf("waiting for %s, due at the window's end %s: %v", what, end.Format("15:04:05"), err)
+	}
 	return ev
 }
 

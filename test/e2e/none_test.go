@@ -115,12 +115,15 @@ func waitNode(ctx context.Context, t *testing.T, node, what string, cond func(*v
 
 func waitFor(ctx context.Context, t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, waitBound, true, func(context.Context) (bool, error) {
 		return cond(), nil
 	})
 	if err != nil {
 		t.Fatalf("waiting for %s: %v", what, err)
 	}
 }
+
+// waitBound is how long waitFor waits for a condition.
+const waitBound = 30 * time.Second
 
 func ptr64(v int64) *int64 { return &v }

@@ -79,7 +79,7 @@ func TestPlanMatchesTheAgent(t *testing.T) {
 	if shift != 0 {
 		t.Logf("the agent saw the notice at %v, %v after the planned notice time", taintOf(n, taint).TimeAdded.Time, shift)
 	}
-	waitHandled(ctx, t, node)
+	waitHandled(ctx, t, node, deadline.Add(-config.DefaultConfig().SafetyMargin))
 
 	recs := obs.Records()
 	// A plan of no pods would pass every check below.

@@ -82,7 +82,7 @@ func TestPrometheusAlerts(t *testing.T) {
 	waitQuery(ctx, t, prom, `ALERTS{alertname="ReprieveInterruptionImminent",alertstate="pending",node="`+node+`"}`, "the interruption alert, pending")
 
 	// After the window's end the agent has summarised the interruption: nothing missed.
-	waitHandled(ctx, t, node)
+	waitHandled(ctx, t, node, deadline.Add(-config.DefaultConfig().SafetyMargin))
 	waitQuery(ctx, t, prom, `reprieve_evictions_missed_deadline_total{node="`+node+`"} == 0 and on() (time() - timestamp(reprieve_evictions_missed_deadline_total{node="`+node+`"})) < 5`, "a fresh scrape after the window")
 	if v, err := prom.Query(ctx, `max_over_time(ALERTS{alertname="ReprieveEvictionMissedDeadline"}[5m])`); err != nil || len(v) != 0 {
 		t.Errorf("missed-deadline alert: %v %v, want never pending or firing", v, err)

@@ -752,7 +752,7 @@ func TestRecordSIGTERMSummary(t *testing.T) {
 	if !handledMsg {
 		t.Errorf("no handled webhook message before the exit; received %q", texts)
 	}
-	summary := waitHandled(ctx, t, node)
+	summary := waitHandled(ctx, t, node, end)
 	t.Logf("summary: %s", summary.Message)
 	if !strings.HasSuffix(summary.Message, ", 1 still present") {
 		t.Errorf("summary %q, want the stuck pod as the one still present", summary.Message)

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 )
 
@@ -101,7 +102,8 @@ func TestTenantPodsKeepAgentMemoryBounded(t *testing.T) {
 	// does not tolerate it, leaves the others, and ends with the summary, for which the agent
 	// confirms with a live list of the node's pods which are still there. Its memory stays
 	// bounded through it.
-	setDeadline(ctx, t, node, time.Now().Add(20*time.Second).UTC().Format(time.RFC3339))
+	deadline := time.Now().Add(20 * time.Second).UTC().Truncate(time.Second)
+	setDeadline(ctx, t, node, deadline.Format(time.RFC3339))
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		pods, err := env.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -116,7 +118,7 @@ func TestTenantPodsKeepAgentMemoryBounded(t *testing.T) {
 	}); err != nil {
 		t.Errorf("the agent did not evict every tenant pod that does not tolerate the interruption: %v", err)
 	}
-	handled := waitHandled(ctx, t, node)
+	handled := waitHandled(ctx, t, node, deadline.Add(-config.DefaultConfig().SafetyMargin))
 	if rp.Exited() {
 		t.Fatalf("the agent exited: %s", rp.ExitDescription())
 	}
