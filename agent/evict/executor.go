@@ -257,28 +257,45 @@ func (e *Executor) SyncPod(ctx context.Context, key string) time.Duration { retu
 // go through the same request, and the same gate, as the interruption's. They count as due now
 // and must go now: the pressure loop paces its own evictions (one pod at a time), and memory
 // pressure does not wait for a throttling pause (the kubelet's own eviction would come first).
-func (e *Executor) Evict(ctx context.Context, pod *v1.Pod, grace time.Duration) error {
+// While w has a deadline the grace is cut to end the pod by the window's end (fit), and Evict
+// returns the grace it sent.
+func (e *Executor) Evict(ctx context.Context, pod *v1.Pod, grace time.Duration, w plan.Window) (time.Duration, error) {
 	now := e.o.Clock.Now()
 	t, err := e.gate.acquire(ctx, now, now, now, false)
 	if err != nil {
-		return fmt.Errorf("waiting to evict pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		return grace, fmt.Errorf("waiting to evict pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
+	grace = e.fit(pod, grace, w)
 	err = e.evict(ctx, pod, grace, RequestTimeout)
 	t.done(err)
-	return err
+	return grace, err
 }
 
 // Delete deletes pod with grace and a UID precondition; on a terminating pod it can only
-// shorten the grace.
-func (e *Executor) Delete(ctx context.Context, pod *v1.Pod, grace time.Duration) error {
+// shorten the grace. While w has a deadline the grace is cut as Evict's is, and Delete returns
+// the grace it sent.
+func (e *Executor) Delete(ctx context.Context, pod *v1.Pod, grace time.Duration, w plan.Window) (time.Duration, error) {
 	now := e.o.Clock.Now()
 	t, err := e.gate.acquire(ctx, now, now, now, false)
 	if err != nil {
-		return fmt.Errorf("waiting to delete pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		return grace, fmt.Errorf("waiting to delete pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
+	grace = e.fit(pod, grace, w)
 	err = e.deletePod(ctx, pod, grace, RequestTimeout)
 	t.done(err)
-	return err
+	return grace, err
+}
+
+// fit cuts grace so that pod, its request leaving now (when the gate let it go, not when it was
+// asked for), is gone by w's end as the interruption's own evictions are (sendGrace): from when
+// the request lands, with the allowance and the queueing margin the server takes now, and with
+// the kubelet's tail after the grace (plan.Tail). Without a deadline grace is left as it is.
+func (e *Executor) fit(pod *v1.Pod, grace time.Duration, w plan.Window) time.Duration {
+	if !w.HasDeadline() {
+		return grace
+	}
+	lands := e.o.Clock.Now().Add(plan.RequestAllowance + e.gate.sendMargin())
+	return min(grace, plan.GraceAt(grace, w, lands.Add(plan.Tail(pod))))
 }
 
 // Background waits until a background write (the pods' early warning) may go: when no

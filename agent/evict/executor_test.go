@@ -1290,3 +1290,66 @@ func TestMarginGrowsWhileWaiting(t *testing.T) {
 		t.Errorf("throttled sent again at T+%s, want at its last chance with the margin of the moment, T+%s", again.Sub(t0), want.Sub(t0))
 	}
 }
+
+// TestEvictOutsideThePlanFitsTheWindow: a request asked for outside the interruption's plan
+// (the pressure loop's Evict and Delete) while a window is pending gets the grace the
+// interruption's own would (sendGrace): it lands with the allowance and the server's queueing
+// margin, and the kubelet's tail (plan.Tail) still ends before the window's end. The pressure
+// loop used to cut it from now + RequestAllowance alone: a pod with a preStop hook could end 2 s
+// past the window, and a slow server's queue cost any pod a second more.
+func TestEvictOutsideThePlanFitsTheWindow(t *testing.T) {
+	hooked := testPod("hooked", 60)
+	hooked.Spec.Containers = []v1.Container{{Name: "c", Lifecycle: &v1.Lifecycle{
+		PreStop: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"sleep", "60"}}}}}}
+	plain := testPod("plain", 60)
+	terminating := testPod("terminating", 60)
+	terminating.DeletionTimestamp = &metav1.Time{Time: t0.Add(60 * time.Second)}
+	v := view(t0.Add(40 * time.Second)) // the window ends at T+35
+	ctx := context.Background()
+	for _, c := range []struct {
+		pod    *v1.Pod
+		delete bool
+		w      plan.Window
+		want   int64 // E - (T + 0.25 s + 1.5 s + the tail), whole seconds
+	}{
+		{pod: hooked, w: v.Window, want: 31},
+		{pod: plain, w: v.Window, want: 33},
+		{pod: terminating, delete: true, w: v.Window, want: 33},
+		{pod: plain, w: plan.Window{}, want: 60}, // no deadline: the grace asked for
+	} {
+		// Each on an executor of its own: the first answer would replace the seeded margin.
+		f := newFixture(t, hooked, plain, terminating)
+		sent := map[string]int64{}
+		f.evict = func(_ context.Context, ev *policyv1.Eviction) error {
+			sent[ev.Name] = *ev.DeleteOptions.GracePeriodSeconds
+			return nil
+		}
+		f.client.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+			if g := a.(k8stesting.DeleteAction).GetDeleteOptions().GracePeriodSeconds; g != nil {
+				sent[a.(k8stesting.DeleteAction).GetName()] = *g
+			}
+			return false, nil, nil
+		})
+		f.e.SetView(v)
+		// The server took 1.5 s to answer the agent's first list: the margin until its own answers.
+		f.e.Seed(1500 * time.Millisecond)
+		var got time.Duration
+		var err error
+		if c.delete {
+			got, err = f.e.Delete(ctx, c.pod, time.Minute, c.w)
+		} else {
+			got, err = f.e.Evict(ctx, c.pod, time.Minute, c.w)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", c.pod.Name, err)
+		}
+		if got != time.Duration(c.want)*time.Second || sent[c.pod.Name] != c.want {
+			t.Errorf("%s (deadline %t): returned %s and sent %d s, want %d s", c.pod.Name, c.w.HasDeadline(), got, sent[c.pod.Name], c.want)
+		}
+		if c.w.HasDeadline() {
+			if end := t0.Add(plan.RequestAllowance + 1500*time.Millisecond + got + plan.Tail(c.pod)); end.After(c.w.End()) {
+				t.Errorf("%s ends at T+%s, past the window's end T+%s", c.pod.Name, end.Sub(t0), c.w.End().Sub(t0))
+			}
+		}
+	}
+}

@@ -396,7 +396,7 @@ func (lp *Loop) evictForPressure(ctx context.Context, now time.Time, levels []Le
 		dec := lp.decideResource(now, r, lvl, ttl, levels, soft, lp.evictable(pods, now), sample)
 		if in := dec.in; in != nil {
 			if !in.Pending {
-				lp.shortenInFlight(ctx, now, r, ttl, in.Lead(), present)
+				lp.shortenInFlight(ctx, now, r, ttl, in.Lead(), present, view.Window)
 			}
 			if logger := klog.FromContext(ctx).V(4); logger.Enabled() {
 				// Why a reading under pressure acted or held: the decision's whole input.
@@ -620,7 +620,7 @@ func (lp *Loop) timeToHard(now time.Time, l Level) time.Duration {
 // up: the pod was due a reading early for it), and never to less than MinCutGrace, which gains
 // the pod nothing over the kubelet's own eviction (issue 47: a ±10 MiB reading cut a 3 s pod's
 // grace to 1 s).
-func (lp *Loop) shortenInFlight(ctx context.Context, now time.Time, r Resource, ttl, lead time.Duration, present map[types.UID]*v1.Pod) {
+func (lp *Loop) shortenInFlight(ctx context.Context, now time.Time, r Resource, ttl, lead time.Duration, present map[types.UID]*v1.Pod, w plan.Window) {
 	if ttl == Never {
 		return
 	}
@@ -637,7 +637,8 @@ func (lp *Loop) shortenInFlight(ctx context.Context, now time.Time, r Resource, 
 		if pod.DeletionGracePeriodSeconds != nil && time.Duration(*pod.DeletionGracePeriodSeconds)*time.Second <= grace {
 			continue
 		}
-		if err := lp.o.Executor.Delete(ctx, pod, grace); err != nil {
+		grace, err := lp.o.Executor.Delete(ctx, pod, grace, w)
+		if err != nil {
 			klog.FromContext(ctx).Error(err, "Shortening the grace of a pod evicted for pressure failed", "pod", klog.KObj(pod))
 			continue
 		}
@@ -656,8 +657,9 @@ func (lp *Loop) pressureEvict(ctx context.Context, now time.Time, r Resource, lv
 	pod := ev.Pod
 	grace := ev.Grace
 	if view.Window.HasDeadline() {
-		// As syncPod does: from when the request lands, not from now.
-		grace = min(grace, plan.GraceAt(ev.Candidate.Grace, view.Window, now.Add(plan.RequestAllowance)))
+		// An estimate for the check below; the executor cuts it again when the request leaves
+		// (Executor.fit), as syncPod does.
+		grace = min(grace, plan.GraceAt(grace, view.Window, now.Add(plan.RequestAllowance+plan.Tail(pod))))
 	}
 	eta := "now"
 	if ttl > 0 {
@@ -671,9 +673,9 @@ func (lp *Loop) pressureEvict(ctx context.Context, now time.Time, r Resource, lv
 		if left := pod.DeletionTimestamp.Sub(now); grace >= left {
 			return
 		}
-		err = lp.o.Executor.Delete(ctx, pod, grace)
+		grace, err = lp.o.Executor.Delete(ctx, pod, grace, view.Window)
 	} else {
-		err = lp.o.Executor.Evict(ctx, pod, grace)
+		grace, err = lp.o.Executor.Evict(ctx, pod, grace, view.Window)
 	}
 	switch {
 	case err == nil:
