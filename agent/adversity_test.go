@@ -106,9 +106,10 @@ func TestTerminatingForeverToleratingPodIsShortened(t *testing.T) {
 	if len(dels) != 1 {
 		t.Fatalf("deletes = %d, want 1: a terminating pod tolerating forever must be shortened", len(dels))
 	}
-	// The window ends at t0+35s; sent at t0+2s with the 250 ms allowance: 32 s.
-	if g := *dels[0].DeleteOptions.GracePeriodSeconds; g != 32 {
-		t.Errorf("grace = %d, want 32", g)
+	// The window ends at t0+35s; sent at t0+2s with the 250 ms allowance and the kubelet's 1 s
+	// reaction: 31 s.
+	if g := *dels[0].DeleteOptions.GracePeriodSeconds; g != 31 {
+		t.Errorf("grace = %d, want 31", g)
 	}
 	if uid := *dels[0].DeleteOptions.Preconditions.UID; uid != "uid-leaving" {
 		t.Errorf("UID precondition %q", uid)
@@ -136,7 +137,7 @@ func TestForcedDeleteAfterSlowFailedEvictionUsesTheGraceLeft(t *testing.T) {
 		return true, nil, apierrors.NewInternalError(errors.New("etcd timeout"))
 	})
 	h.notice(deadline)
-	forceAt := deadline.Add(-5*time.Second - 30*time.Second - plan.EvictionLead)
+	forceAt := deadline.Add(-5*time.Second - 30*time.Second - plan.KubeletReaction - plan.EvictionLead)
 	h.clock.SetTime(forceAt)
 	for i := 0; i < 5 && len(h.deletes()) == 0; i++ {
 		h.clock.Step(h.a.exec.SyncPod(h.ctx, "ns/p"))
@@ -145,7 +146,8 @@ func TestForcedDeleteAfterSlowFailedEvictionUsesTheGraceLeft(t *testing.T) {
 	if len(dels) != 1 {
 		t.Fatalf("deletes = %d, want 1", len(dels))
 	}
-	// The delete leaves at forceAt + 4 s = t0+8.5s: 35 - 8.75 = 26.25, so 26 s.
+	// The delete leaves at forceAt + 4 s = t0+7.5s: 35 - 7.75 less the kubelet's 1 s reaction =
+	// 26.25, so 26 s.
 	if g := *dels[0].DeleteOptions.GracePeriodSeconds; g != 26 {
 		t.Errorf("forced delete grace = %d s, want 26 (the pod would end %d s past the window)", g, g-26)
 	}
@@ -226,7 +228,9 @@ func TestBackoffBeforeADeadlineDoesNotOutlastIt(t *testing.T) {
 
 // TestHugeSecondsDoNotOverflow (item 5): tolerationSeconds above ~9.2e9 overflowed
 // time.Duration and evicted at once where upstream never evicts; a huge
-// terminationGracePeriodSeconds wrapped to a zero grace.
+// terminationGracePeriodSeconds wrapped to a zero grace, and its last safe moment, less the
+// kubelet's tail, wrapped to centuries after the deadline (every pod's tail counts the
+// kubelet's reaction; a preStop hook's counts 2 s more).
 func TestHugeSecondsDoNotOverflow(t *testing.T) {
 	spot := []v1.Taint{taint("cloud", "spot", v1.TaintEffectNoExecute, t0)}
 	for _, s := range []int64{9_300_000_000, 1 << 62, math.MaxInt64} {
@@ -244,9 +248,13 @@ func TestHugeSecondsDoNotOverflow(t *testing.T) {
 		if got := plan.GraceAt(g, w, t0); got != 55*time.Second {
 			t.Errorf("terminationGracePeriodSeconds %d: grace in a window %v, want 55s", s, got)
 		}
-		pl := plan.PlanPod(withGrace(pod(), s), spot, w, plan.PodFilter{}, false)
-		if !pl.ByDeadline || pl.EvictAt.After(t0) {
-			t.Errorf("terminationGracePeriodSeconds %d: plan %+v, want evicted at once by the deadline", s, pl)
+		hooked := withGrace(pod(), s)
+		hooked.Spec.Containers = []v1.Container{{Name: "app", Lifecycle: &v1.Lifecycle{PreStop: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"sleep", "5"}}}}}}
+		for _, p := range []*v1.Pod{withGrace(pod(), s), hooked} {
+			pl := plan.PlanPod(p, spot, w, plan.PodFilter{}, false)
+			if !pl.ByDeadline || pl.EvictAt.After(t0) {
+				t.Errorf("terminationGracePeriodSeconds %d, tail %v: plan %+v, want evicted at once by the deadline", s, pl.Tail, pl)
+			}
 		}
 	}
 }

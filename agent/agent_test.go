@@ -324,13 +324,15 @@ func TestEvictionSchedule(t *testing.T) {
 		t.Errorf("tolerating 20s: requeue %v, want 20s", d)
 	}
 	// It waits in two steps: until RemeasureLead before its send, to measure the queueing
-	// margin again, then (the margin still 0) until latest less the lead.
-	if d := h.a.exec.SyncPod(h.ctx, "ns/tol600"); d != 45*time.Second-plan.EvictionLead-evict.RemeasureLead {
-		t.Errorf("tolerating 600s with grace 10: requeue %v, want latest (45s) less the lead and RemeasureLead", d)
+	// margin again, then (the margin still 0) until latest less the lead. Its latest is 44 s:
+	// the window's end less its grace and the kubelet's reaction.
+	latest := 45*time.Second - plan.KubeletReaction
+	if d := h.a.exec.SyncPod(h.ctx, "ns/tol600"); d != latest-plan.EvictionLead-evict.RemeasureLead {
+		t.Errorf("tolerating 600s with grace 10: requeue %v, want latest (%v) less the lead and RemeasureLead", d, latest)
 	}
-	h.clock.SetTime(t0.Add(45*time.Second - plan.EvictionLead - evict.RemeasureLead))
+	h.clock.SetTime(t0.Add(latest - plan.EvictionLead - evict.RemeasureLead))
 	if d := h.a.exec.SyncPod(h.ctx, "ns/tol600"); d != evict.RemeasureLead {
-		t.Errorf("tolerating 600s with grace 10, remeasured: requeue %v, want the rest (%v) to latest (45s) less the lead", d, evict.RemeasureLead)
+		t.Errorf("tolerating 600s with grace 10, remeasured: requeue %v, want the rest (%v) to latest (%v) less the lead", d, evict.RemeasureLead, latest)
 	}
 	h.clock.SetTime(t0)
 	if d := h.a.exec.SyncPod(h.ctx, "ns/forever"); d != 0 {
@@ -340,8 +342,9 @@ func TestEvictionSchedule(t *testing.T) {
 		t.Errorf("slow: requeue %v", d)
 	}
 	evs := h.evictions()
-	// slow: 55 s are left at t0, less the 250 ms allowed for the request, rounded down.
-	want := map[string]int64{"now": 10, "slow": 54}
+	// slow: 55 s are left at t0, less the 250 ms allowed for the request and the kubelet's 1 s
+	// reaction, rounded down.
+	want := map[string]int64{"now": 10, "slow": 53}
 	if len(evs) != len(want) {
 		t.Fatalf("evictions = %d, want %d", len(evs), len(want))
 	}
@@ -356,7 +359,7 @@ func TestEvictionSchedule(t *testing.T) {
 
 	// The deadline-bound pod fires evictionLead before its latest start; even when the queue
 	// wakes 20 ms late it keeps its whole 10 s grace.
-	h.clock.SetTime(t0.Add(45*time.Second - plan.EvictionLead + 20*time.Millisecond))
+	h.clock.SetTime(t0.Add(latest - plan.EvictionLead + 20*time.Millisecond))
 	if d := h.a.exec.SyncPod(h.ctx, "ns/tol600"); d != 0 {
 		t.Fatalf("tol600 not evicted at its time: requeue %v", d)
 	}
@@ -383,7 +386,7 @@ func TestPDBBlockedEvictionFallsBackToDeleteAtLatest(t *testing.T) {
 		return true, nil, pdbRefusal()
 	})
 	h.notice(deadline)
-	forceAt := deadline.Add(-5*time.Second - 5*time.Second - plan.EvictionLead)
+	forceAt := deadline.Add(-5*time.Second - 5*time.Second - plan.KubeletReaction - plan.EvictionLead)
 
 	var delays []time.Duration
 	for i := 0; i < 200 && len(h.deletes()) == 0; i++ {
@@ -428,7 +431,7 @@ func TestFailingForcedDeleteBacksOff(t *testing.T) {
 		return true, nil, errors.New("connection refused")
 	})
 	h.notice(deadline)
-	forceAt := deadline.Add(-5*time.Second - 5*time.Second - plan.EvictionLead)
+	forceAt := deadline.Add(-5*time.Second - 5*time.Second - plan.KubeletReaction - plan.EvictionLead)
 	for i := 0; i < 200 && h.clock.Now().Before(forceAt); i++ {
 		h.clock.Step(h.a.exec.SyncPod(h.ctx, "ns/p"))
 	}
@@ -482,8 +485,8 @@ func TestTerminatingPodIsShortenedOnce(t *testing.T) {
 	if len(dels) != 1 {
 		t.Fatalf("deletes = %d, want exactly 1", len(dels))
 	}
-	if g := *dels[0].DeleteOptions.GracePeriodSeconds; g != 54 {
-		t.Errorf("shortened grace = %d, want 54 (deadline - margin - now - the request's allowance, rounded down)", g)
+	if g := *dels[0].DeleteOptions.GracePeriodSeconds; g != 53 {
+		t.Errorf("shortened grace = %d, want 53 (deadline - margin - now - the request's allowance - the kubelet's reaction, rounded down)", g)
 	}
 	if len(h.evictions()) != 0 {
 		t.Error("a terminating pod must not be evicted")

@@ -32,8 +32,9 @@ func TestGuardDownFallsBackToNodeBoundDelete(t *testing.T) {
 			`Post "https://reprieve-eviction-guard.kube-system.svc:443/validate-eviction?timeout=3s": dial tcp 10.96.0.12:443: connect: connection refused`))
 	})
 	h.notice(deadline)
-	// Latest = deadline - safety margin (5 s) - the pod's grace (5 s); sent evictionLead before.
-	forceAt := deadline.Add(-5*time.Second - 5*time.Second - plan.EvictionLead)
+	// Latest = deadline - safety margin (5 s) - the pod's grace (5 s) - the kubelet's reaction;
+	// sent evictionLead before.
+	forceAt := deadline.Add(-5*time.Second - 5*time.Second - plan.KubeletReaction - plan.EvictionLead)
 
 	var deletedAt time.Time
 	for i := 0; i < 500 && deletedAt.IsZero(); i++ {

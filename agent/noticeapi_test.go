@@ -60,8 +60,8 @@ func TestNoticeAPIAnswersAPodAboutItself(t *testing.T) {
 	if code != http.StatusOK || !a.Notice || a.Reason != events.ReasonSpotInterruption || etag == before {
 		t.Fatalf("after the notice: %d %q %+v; want 200, a new ETag and notice true", code, etag, a)
 	}
-	if a.EvictAt == nil || !a.EvictAt.Equal(t0.Add(85*time.Second)) || a.ReclaimDeadline == nil || !a.ReclaimDeadline.Equal(t0.Add(120*time.Second)) {
-		t.Errorf("times %v %v; want evict at t0+85s (120 - 5 - 30), deadline t0+120s", a.EvictAt, a.ReclaimDeadline)
+	if a.EvictAt == nil || !a.EvictAt.Equal(t0.Add(84*time.Second)) || a.ReclaimDeadline == nil || !a.ReclaimDeadline.Equal(t0.Add(120*time.Second)) {
+		t.Errorf("times %v %v; want evict at t0+84s (120 - 5 - 30 - the kubelet's 1 s reaction), deadline t0+120s", a.EvictAt, a.ReclaimDeadline)
 	}
 	if _, again, _ := ask(t, s, "10.0.0.5", path); again != etag {
 		t.Errorf("the same answer has ETag %q, then %q", etag, again)

@@ -82,9 +82,10 @@ func TestPodWarningFollowsTheNotice(t *testing.T) {
 		t.Fatalf("%d warnings written, want 2 (job and forever; not the DaemonSet pod)", n)
 	}
 	job := h.pod("job")
-	// The 90 s grace must end 5 s before the deadline: evicted at t0+25s.
-	if got := job.Annotations[record.AnnotationEvictAt]; got != "2026-11-29T12:00:25Z" {
-		t.Errorf("job evict-at %q, want 2026-11-29T12:00:25Z", got)
+	// The 90 s grace must end 5 s before the deadline, after the kubelet's 1 s reaction: evicted
+	// at t0+24s.
+	if got := job.Annotations[record.AnnotationEvictAt]; got != "2026-11-29T12:00:24Z" {
+		t.Errorf("job evict-at %q, want 2026-11-29T12:00:24Z", got)
 	}
 	if got := job.Annotations[record.AnnotationReclaimDeadline]; got != "2026-11-29T12:02:00Z" {
 		t.Errorf("job reclaim-deadline %q", got)
@@ -120,8 +121,8 @@ func TestPodWarningFollowsTheNotice(t *testing.T) {
 	h.syncAll(pods...)
 	h.drainPodNotice()
 	job = h.pod("job")
-	if got := job.Annotations[record.AnnotationEvictAt]; got != "2026-11-29T12:00:05Z" {
-		t.Errorf("job evict-at after the re-plan %q, want 2026-11-29T12:00:05Z (100 s less the 5 s margin and the 90 s grace)", got)
+	if got := job.Annotations[record.AnnotationEvictAt]; got != "2026-11-29T12:00:04Z" {
+		t.Errorf("job evict-at after the re-plan %q, want 2026-11-29T12:00:04Z (100 s less the 5 s margin, the 90 s grace and the kubelet's reaction)", got)
 	}
 	if c := podnotice.InterruptionCondition(job); c == nil || !strings.Contains(c.Message, "2026-11-29T12:01:40Z") || !c.LastTransitionTime.Time.Equal(t0) {
 		t.Errorf("job condition after the re-plan %+v, want the new deadline and the first transition time", c)

@@ -15,11 +15,16 @@ import (
 	"github.com/reprieve-dev/reprieve/agent/plan"
 )
 
-// TestDecide: what decide asks for one pod, at moments around its plan (a 40 s deadline and a
-// 5 s margin: the window ends at T+35; a 10 s pod that does not tolerate the taint is due at
-// once, with its last safe moment at T+25).
+// decideView is the window of TestDecide, TestOutcome and TestSendGrace: a 41 s deadline and a
+// 5 s margin end it at T+36. Every moment leaves the kubelet's reaction (plan.KubeletReaction,
+// every pod's tail), so that a 10 s pod's last safe moment is T+25 and a plain pod's moments are
+// counted from T+35.
+func decideView() View { return view(t0.Add(40*time.Second + plan.KubeletReaction)) }
+
+// TestDecide: what decide asks for one pod, at moments around its plan (decideView: a 10 s pod
+// that does not tolerate the taint is due at once, with its last safe moment at T+25).
 func TestDecide(t *testing.T) {
-	v := view(t0.Add(40 * time.Second))
+	v := decideView()
 	tolerating := func(secs int64) *v1.Pod {
 		p := testPod("p", 10)
 		p.Spec.Tolerations = []v1.Toleration{{Key: spot.Key, Operator: v1.TolerationOpExists, Effect: spot.Effect, TolerationSeconds: &secs}}
@@ -201,7 +206,7 @@ func disrupted(p *v1.Pod) *v1.Pod {
 
 // TestOutcome: what an answer means for the pod (the window and plan of TestDecide).
 func TestOutcome(t *testing.T) {
-	v := view(t0.Add(40 * time.Second))
+	v := decideView()
 	a := decide(decision{pod: testPod("p", 10), view: v, now: t0, minKill: minKill})
 	gr := schema.GroupResource{Resource: "pods"}
 	pdb := apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 0)
@@ -269,11 +274,11 @@ func TestOutcome(t *testing.T) {
 			}
 		})
 	}
-	// Issue 52: a pod of 30 s in a window to T+55 is past its force point at T+30, and a pause
+	// Issue 52: a pod of 30 s in a window to T+56 is past its force point at T+30, and a pause
 	// of 36 s outlasts its last chance (T+52 less the lead): it is back in the gate
 	// queueMarginMax before that, not at once (the gate would hold it 12 s for nothing) nor
 	// at the pause's end.
-	long := decide(decision{pod: testPod("p", 30), view: view(t0.Add(60 * time.Second)), now: t0, minKill: minKill})
+	long := decide(decision{pod: testPod("p", 30), view: view(t0.Add(60*time.Second + plan.KubeletReaction)), now: t0, minKill: minKill})
 	at := t0.Add(30 * time.Second)
 	if got, want := outcome(actEvict, long, throttled(30), podFacts{throttled: 1}, at, 36*time.Second),
 		(result{kind: resNoSeat, retry: long.gate.lastChance.Add(-queueMarginMax).Sub(at)}); got != want || want.retry <= 0 {
@@ -303,7 +308,7 @@ func TestOutcome(t *testing.T) {
 // TestSendGrace: the grace a request asks for when it leaves: its own, cut to end by the
 // window's end from when it lands (the allowance and the measured queue), whole seconds.
 func TestSendGrace(t *testing.T) {
-	v := view(t0.Add(40 * time.Second)) // window end T+35
+	v := decideView() // window end T+36
 	a := decide(decision{pod: testPod("p", 10), view: v, now: t0, minKill: minKill})
 	for _, c := range []struct {
 		at    time.Time
@@ -321,27 +326,28 @@ func TestSendGrace(t *testing.T) {
 		}
 	}
 	// Issue 50, case 4: a pod with a preStop hook whose grace is cut to the window waits for its
-	// answer no longer than what its tail leaves: grace 32 s (35 s less the allowance and its
-	// 2 s tail, rounded down) may wait 1 s, not 3 s, which would end it 2 s past the window.
+	// answer no longer than what its tail leaves: grace 32 s (36 s less the allowance and its
+	// 3 s tail, rounded down) may wait 1 s, not 3 s, which would end it 2 s past the window.
 	hooked := testPod("hooked", 40)
 	hooked.Spec.Containers = []v1.Container{{Name: "app", Lifecycle: &v1.Lifecycle{PreStop: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"sleep", "5"}}}}}}
 	a = decide(decision{pod: hooked, view: v, now: t0, minKill: minKill})
 	if s := sendGrace(actEvict, a, time.Time{}, t0, 0); s.grace != 32*time.Second || s.bound != time.Second {
 		t.Errorf("the hooked pod sent at once: grace %s bound %s, want 32s and 1s", s.grace, s.bound)
 	}
-	// Issue 50, case 3: a pod with a preStop hook and an Istio native sidecar in a 33 s window
-	// (deadline T+38): the kubelet caps the sidecar's wait by the same grace, so the tail is 2 s,
-	// not 2 s per stage, and the whole 30 s fits when it is sent at once.
+	// Issue 50, case 3: a pod with a preStop hook and an Istio native sidecar in a 34 s window
+	// (deadline T+39): the kubelet caps the sidecar's wait by the same grace, so the stop's tail
+	// is 2 s, not 2 s per stage (3 s with the kubelet's reaction), and the whole 30 s fits when
+	// it is sent at once.
 	always := v1.ContainerRestartPolicyAlways
 	mesh := testPod("mesh", 30)
 	mesh.Spec.Containers = []v1.Container{{Name: "app", Lifecycle: &v1.Lifecycle{PreStop: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"sleep", "5"}}}}}}
 	mesh.Spec.InitContainers = []v1.Container{{Name: "istio-proxy", RestartPolicy: &always}}
-	a = decide(decision{pod: mesh, view: view(t0.Add(38 * time.Second)), now: t0, minKill: minKill})
+	a = decide(decision{pod: mesh, view: view(t0.Add(38*time.Second + plan.KubeletReaction)), now: t0, minKill: minKill})
 	if a.kind != actEvict {
 		t.Fatalf("the mesh pod: decided %s, want evict at once", a.kind)
 	}
 	if s := sendGrace(actEvict, a, time.Time{}, t0, 0); s.grace != 30*time.Second {
-		t.Errorf("the mesh pod sent at once in a 33 s window: grace %s, want its whole 30s", s.grace)
+		t.Errorf("the mesh pod sent at once in a 34 s window: grace %s, want its whole 30s", s.grace)
 	}
 }
 

@@ -247,7 +247,7 @@ func TestEvictionHonoursRetryAfter(t *testing.T) {
 		}
 		return nil
 	})
-	f.e.SetView(view(t0.Add(40 * time.Second))) // window ends at t0+35s
+	f.e.SetView(decideView()) // window ends at t0+36s
 	if after := f.e.SyncPod(context.Background(), "ns/a"); after <= 0 || after > time.Millisecond {
 		t.Fatalf("after a throttling answer the pod is looked at again in %s, want at once (the gate paces it)", after)
 	}
@@ -271,7 +271,8 @@ func TestEvictionHonoursRetryAfter(t *testing.T) {
 		if s.at.Before(t0.Add(2 * time.Second)) {
 			t.Errorf("%s sent at %s, before Retry-After ended", s.pod, s.at)
 		}
-		// a's grace is recomputed at the send, 2 s later: 35 - 2.25 = 32 s, not the 34 s of t0.
+		// a's grace is recomputed at the send, 2 s later: 36 - 2.25 less the kubelet's 1 s
+		// reaction = 32 s, not the 34 s of t0.
 		if s.pod == "a" && s.grace != 32 {
 			t.Errorf("a sent again with grace %d s, want 32 (recomputed at the send)", s.grace)
 		}
@@ -295,12 +296,13 @@ func TestQueuedRequestResentWithGraceRecomputed(t *testing.T) {
 		}
 		return nil
 	})
-	f.e.SetView(view(t0.Add(40 * time.Second))) // window ends at t0+35s; 34 s grace leaves 1 s
+	// The window ends at t0+36s; a 34 s grace and the kubelet's 1 s reaction leave 1 s.
+	f.e.SetView(decideView())
 	if after := f.e.SyncPod(context.Background(), "ns/a"); after > time.Millisecond {
 		t.Fatalf("after waiting its slack in the queue the pod is looked at again in %s, want at once", after)
 	}
 	if len(bounds) != 1 || bounds[0] > time.Second || bounds[0] < 750*time.Millisecond {
-		t.Fatalf("the request could wait %v, want the 1 s its grace left (35 s to the window's end, 34 s grace)", bounds)
+		t.Fatalf("the request could wait %v, want the 1 s its grace left (36 s to the window's end, 34 s grace, 1 s reaction)", bounds)
 	}
 	f.clock.Step(800 * time.Millisecond)
 	f.e.SyncPod(context.Background(), "ns/a")
@@ -431,9 +433,9 @@ func TestDeadlineBoundSendRemeasuresTheMargin(t *testing.T) {
 	tolerate := int64(600) // due long after the window: the deadline decides
 	pod.Spec.Tolerations = []v1.Toleration{{Key: spot.Key, Operator: v1.TolerationOpExists, Effect: spot.Effect, TolerationSeconds: &tolerate}}
 	f := newFixture(t, pod)
-	deadline := t0.Add(60 * time.Second) // window end t0+55 s; latest start t0+45 s
+	deadline := t0.Add(60 * time.Second) // window end t0+55 s; latest start t0+44 s (its grace and the kubelet's reaction)
 	f.e.SetView(view(deadline))
-	send := t0.Add(45*time.Second - plan.EvictionLead)
+	send := t0.Add(45*time.Second - plan.KubeletReaction - plan.EvictionLead)
 	d := f.e.SyncPod(context.Background(), "ns/p")
 	if want := send.Add(-RemeasureLead).Sub(t0); d != want {
 		t.Fatalf("first wait %v, want %v (RemeasureLead before the send at %v)", d, want, send)
@@ -617,8 +619,8 @@ func TestVolumeAtRisk(t *testing.T) {
 	if a.volumeAtRisk || !a.pl.Volume {
 		t.Fatalf("at the notice: volume rule %v, at risk %v; want the rule, not at risk (its grace is cut to the release)", a.pl.Volume, a.volumeAtRisk)
 	}
-	if s := sendGrace(actEvict, a, time.Time{}, t0, 0); s.grace != 23*time.Second {
-		t.Fatalf("at the notice the grace is %s, want 23s (to end by the release at T+24)", s.grace)
+	if s := sendGrace(actEvict, a, time.Time{}, t0, 0); s.grace != 22*time.Second {
+		t.Fatalf("at the notice the grace is %s, want 22s (to end by the release at T+24, less the allowance and the kubelet's reaction)", s.grace)
 	}
 	f.clock.SetTime(t0.Add(23 * time.Second))
 	f.e.SyncPod(context.Background(), "ns/db-0")
@@ -1128,8 +1130,8 @@ func TestDrainedWaitsForTheVolumesRelease(t *testing.T) {
 }
 
 // TestForcedDeleteOnASlowServer (issue 50, case 1), the executor whole on a fake clock: a pod
-// held by its budget (every eviction refused), due at once, with a 30 s grace in a 60 s window
-// (the window's end T+55, its last safe moment T+25), on a server each of whose answers takes
+// held by its budget (every eviction refused), due at once, with a 30 s grace in a 61 s window
+// (the window's end T+56, its last safe moment T+25 with the kubelet's 1 s reaction), on a server each of whose answers takes
 // 1 s (evictions, the DisruptionTarget patch, the DELETE). Its DELETE leaves at its force point
 // T+23.5 (the last safe moment less the lead and the 1 s margin its answers measured) with its
 // whole 30 s, after the patch. Before, the retry counted from the send was applied from the
@@ -1160,7 +1162,7 @@ func TestForcedDeleteOnASlowServer(t *testing.T) {
 		f.clock.Step(answer)
 		return false, nil, nil
 	})
-	f.e.SetView(view(t0.Add(60 * time.Second)))
+	f.e.SetView(view(t0.Add(60*time.Second + plan.KubeletReaction)))
 	for step := 0; step < 200 && deletedAt.IsZero(); step++ {
 		after := f.e.SyncPod(context.Background(), "ns/p")
 		if deletedAt.IsZero() && after > 0 {
@@ -1187,11 +1189,11 @@ func TestForcedDeleteOnASlowServer(t *testing.T) {
 }
 
 // TestMarginGrowsWhileWaiting (issue 50, case 2), the executor whole on a fake clock: three
-// pods due at the notice in a 40 s window (its end E = T+35). The server answers "probe" at
+// pods due at the notice in a 41 s window (its end E = T+36, less the kubelet's reaction T+35). The server answers "probe" at
 // once, "slow" after 3 s, and "throttled"'s first eviction after 1 s with APF's 429 and
 // Retry-After: 30. So throttled waits out a pause to T+31, submitted with the margin of its
 // answer, while slow's answer grows the margin to 3 s. It goes at its last chance with the
-// margin of the moment, T+29.5 (E less the kubelet's least grace, the lead and 3 s), not at the
+// margin of the moment, T+29.5 (E less the kubelet's reaction and least grace, the lead and 3 s), not at the
 // last chance its submission fixed (T+31.5 and later).
 func TestMarginGrowsWhileWaiting(t *testing.T) {
 	f := newFixture(t, testPod("probe", 33), testPod("throttled", 32), testPod("slow", 5))
@@ -1229,7 +1231,7 @@ func TestMarginGrowsWhileWaiting(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	f.e.SetView(view(t0.Add(40 * time.Second)))
+	f.e.SetView(decideView())
 	// The notice's probe (gate.go) first, answered at once: then throttled and slow go together.
 	f.e.SyncPod(ctx, "ns/probe")
 	go f.e.Run(ctx, 4)
@@ -1312,9 +1314,9 @@ func TestEvictOutsideThePlanFitsTheWindow(t *testing.T) {
 		w      plan.Window
 		want   int64 // E - (T + 0.25 s + 1.5 s + the tail), whole seconds
 	}{
-		{pod: hooked, w: v.Window, want: 31},
-		{pod: plain, w: v.Window, want: 33},
-		{pod: terminating, delete: true, w: v.Window, want: 33},
+		{pod: hooked, w: v.Window, want: 30}, // the tail: the kubelet's reaction and the hook's 2 s
+		{pod: plain, w: v.Window, want: 32},  // the kubelet's reaction
+		{pod: terminating, delete: true, w: v.Window, want: 32},
 		{pod: plain, w: plan.Window{}, want: 60}, // no deadline: the grace asked for
 	} {
 		// Each on an executor of its own: the first answer would replace the seeded margin.

@@ -124,10 +124,10 @@ func TestReprieveModePlansAsNoExecute(t *testing.T) {
 	}{
 		"no toleration":         {pod: withGrace(pod(), 5), evictAt: t0},
 		"tolerates 30s":         {pod: withGrace(pod(spotTol(secs(30))), 5), evictAt: t0.Add(30 * time.Second)},
-		"tolerates 600s":        {pod: withGrace(pod(spotTol(secs(600))), 10), evictAt: t0.Add(105 * time.Second), bound: true},
+		"tolerates 600s":        {pod: withGrace(pod(spotTol(secs(600))), 10), evictAt: t0.Add(105*time.Second - KubeletReaction), bound: true},
 		"tolerates forever":     {pod: withGrace(pod(spotTol(nil)), 5), skip: SkipTolerateForever},
 		"tolerates NoSchedule":  {pod: withGrace(pod(tol("cloud", v1.TolerationOpExists, "", v1.TaintEffectNoSchedule, nil)), 5), evictAt: t0},
-		"grace past the window": {pod: withGrace(pod(), 300), evictAt: t0.Add(-185 * time.Second), bound: true},
+		"grace past the window": {pod: withGrace(pod(), 300), evictAt: t0.Add(-185*time.Second - KubeletReaction), bound: true},
 	}
 	for name, want := range pods {
 		for _, ts := range []TaintSet{kcm, rp} {

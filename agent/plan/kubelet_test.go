@@ -105,8 +105,9 @@ func kubeletStop(pod *v1.Pod, asked time.Duration) time.Duration {
 	return worst
 }
 
-// TestTailMirrorsTheKubelet (issue 50, case 3): Tail is how long past its grace the kubelet may
-// take to stop a pod (kubeletStop): 2 s where a regular container has a preStop hook or the pod
+// TestTailMirrorsTheKubelet (issue 50, case 3): Tail is the kubelet's reaction
+// (KubeletReaction, every pod's) and how long past its grace the kubelet may take to stop a pod
+// once it kills it (kubeletStop): 2 s where a regular container has a preStop hook or the pod
 // has native sidecars, however many (every sidecar's wait is capped by the same grace, counted
 // from the same start), 3 s where a sidecar has a preStop hook of its own (the hook's and the
 // wait's seconds are each rounded down). It is never shorter than what the kubelet may take, and
@@ -148,10 +149,11 @@ func TestTailMirrorsTheKubelet(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			p := pod()
 			p.Spec.Containers, p.Spec.InitContainers = c.main, c.init
-			got := Tail(p)
-			if got != c.want {
-				t.Errorf("Tail = %v, want %v", got, c.want)
+			tail := Tail(p)
+			if tail != KubeletReaction+c.want {
+				t.Errorf("Tail = %v, want %v and the kubelet's reaction %v", tail, c.want, KubeletReaction)
 			}
+			got := tail - KubeletReaction // what the model counts from the kill
 			for _, grace := range []time.Duration{MinGrace, 3 * time.Second, 5 * time.Second, 10 * time.Second} {
 				past := kubeletStop(p, grace) - grace
 				// The runtime's own stop, twice (a sidecar's wait may end with its prerequisite's),

@@ -38,16 +38,24 @@ const (
 	SidecarHookTail = 3 * time.Second
 )
 
-// Tail is how long past its grace the kubelet may take to stop pod: HookTail when a regular
-// container has a preStop hook or the pod has native sidecars (restartable init containers),
-// SidecarHookTail when a native sidecar has a preStop hook of its own, zero otherwise. It is a
-// bound, not a measure: a hook that ends early leaves that time to the containers, within the
-// grace.
+// KubeletReaction is how long after a deletion takes effect the kubelet may take to start the
+// grace: the grace runs from its kill (killContainer), and between the two lie the pod's watch
+// event, the sync loop (SyncLoop DELETE) and the pod's worker. A real node's kubelet log
+// (test/realnode, the run of 2026-12-06 11:48, a burst of evictions at a notice on a loaded
+// two-core node) showed 0.11 s for one pod and 0.93 s for another: a 34 s grace that fitted at
+// the server's receipt ended 0.55 s past the window's end. Every pod's tail counts it.
+const KubeletReaction = time.Second
+
+// Tail is how long past its grace, counted from when its deletion takes effect, the kubelet may
+// take to stop pod: KubeletReaction, and HookTail more when a regular container has a preStop
+// hook or the pod has native sidecars (restartable init containers), SidecarHookTail more when
+// a native sidecar has a preStop hook of its own. It is a bound, not a measure: a hook that
+// ends early leaves that time to the containers, within the grace.
 func Tail(pod *v1.Pod) time.Duration {
-	var tail time.Duration
+	tail := KubeletReaction
 	for _, c := range pod.Spec.Containers {
 		if c.Lifecycle != nil && c.Lifecycle.PreStop != nil {
-			tail = HookTail
+			tail = KubeletReaction + HookTail
 			break
 		}
 	}
@@ -56,9 +64,9 @@ func Tail(pod *v1.Pod) time.Duration {
 			continue
 		}
 		if c.Lifecycle != nil && c.Lifecycle.PreStop != nil {
-			return SidecarHookTail
+			return KubeletReaction + SidecarHookTail
 		}
-		tail = HookTail
+		tail = KubeletReaction + HookTail
 	}
 	return tail
 }
@@ -298,7 +306,8 @@ func PlanPodAt(pod *v1.Pod, taints []v1.Taint, firstSeen time.Time, w Window, fi
 		// Never less than the 2 s the kubelet gives every container (MinGrace): a pod whose
 		// own grace is 0 still takes them, and must start them before the window's end; and
 		// the kubelet's tail after the grace (a preStop hook, native sidecars).
-		p.Latest = w.End().Add(-max(p.Grace, MinGrace) - p.Tail)
+		// Two steps: a grace near math.MaxInt64 less the tail would wrap to a short one.
+		p.Latest = w.End().Add(-max(p.Grace, MinGrace)).Add(-p.Tail)
 		if !w.kubeletCut().IsZero() && p.Latest.After(w.SoftOff) {
 			// From the soft-off the kubelet stops the pod itself, past any budget: the eviction
 			// goes before it.

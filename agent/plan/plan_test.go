@@ -131,6 +131,8 @@ func TestNoExecuteDueComparisonOperators(t *testing.T) {
 	}
 }
 
+// TestPlanPod: every latest leaves the pod's grace, the margin and the kubelet's reaction
+// (KubeletReaction, the tail of a pod without a hook) before the deadline.
 func TestPlanPod(t *testing.T) {
 	spot := []v1.Taint{taint("cloud", "spot", v1.TaintEffectNoExecute, t0)}
 	deadline := t0.Add(120 * time.Second)
@@ -149,15 +151,15 @@ func TestPlanPod(t *testing.T) {
 		wantGrace      time.Duration
 	}{
 		{name: "untolerated: at timeAdded", pod: withGrace(pod(), 10), window: w,
-			wantEvictAt: t0, wantLatest: deadline.Add(-15 * time.Second), wantGrace: 10 * time.Second},
+			wantEvictAt: t0, wantLatest: deadline.Add(-15*time.Second - KubeletReaction), wantGrace: 10 * time.Second},
 		{name: "unset grace defaults to 30s", pod: pod(), window: w,
-			wantEvictAt: t0, wantLatest: deadline.Add(-35 * time.Second), wantGrace: 30 * time.Second},
+			wantEvictAt: t0, wantLatest: deadline.Add(-35*time.Second - KubeletReaction), wantGrace: 30 * time.Second},
 		{name: "short toleration: at timeAdded + s", pod: withGrace(pod(tolSpot(secs(20))), 10), window: w,
-			wantEvictAt: t0.Add(20 * time.Second), wantLatest: deadline.Add(-15 * time.Second), wantGrace: 10 * time.Second},
+			wantEvictAt: t0.Add(20 * time.Second), wantLatest: deadline.Add(-15*time.Second - KubeletReaction), wantGrace: 10 * time.Second},
 		{name: "long toleration: clamped to latest", pod: withGrace(pod(tolSpot(secs(600))), 30), window: w,
-			wantEvictAt: deadline.Add(-35 * time.Second), wantLatest: deadline.Add(-35 * time.Second), wantByDeadline: true, wantGrace: 30 * time.Second},
+			wantEvictAt: deadline.Add(-35*time.Second - KubeletReaction), wantLatest: deadline.Add(-35*time.Second - KubeletReaction), wantByDeadline: true, wantGrace: 30 * time.Second},
 		{name: "grace longer than the window: latest is already past", pod: withGrace(pod(), 300), window: w,
-			wantEvictAt: deadline.Add(-305 * time.Second), wantLatest: deadline.Add(-305 * time.Second), wantByDeadline: true, wantGrace: 300 * time.Second},
+			wantEvictAt: deadline.Add(-305*time.Second - KubeletReaction), wantLatest: deadline.Add(-305*time.Second - KubeletReaction), wantByDeadline: true, wantGrace: 300 * time.Second},
 		{name: "without a deadline: upstream time only", pod: withGrace(pod(tolSpot(secs(600))), 30), window: Window{SafetyMargin: 5 * time.Second},
 			wantEvictAt: t0.Add(600 * time.Second), wantGrace: 30 * time.Second},
 		{name: "tolerates forever: left alone even with a deadline", pod: pod(tolSpot(nil)), window: w, wantSkip: SkipTolerateForever},
@@ -177,7 +179,7 @@ func TestPlanPod(t *testing.T) {
 			p := withGrace(pod(), 1)
 			p.OwnerReferences = []metav1.OwnerReference{{Kind: "DaemonSet", Name: "ds"}}
 			return p
-		}(), window: w, wantEvictAt: t0, wantLatest: deadline.Add(-7 * time.Second), wantGrace: time.Second}, // the kubelet's 2 s floor (issue 38, case 2)
+		}(), window: w, wantEvictAt: t0, wantLatest: deadline.Add(-7*time.Second - KubeletReaction), wantGrace: time.Second}, // the kubelet's 2 s floor (issue 38, case 2)
 		{name: "reprieve's own pod", pod: func() *v1.Pod { p := pod(); p.Name = "reprieve-abc"; p.Namespace = "kube-system"; return p }(),
 			window: w, wantSkip: SkipSelf},
 	}
@@ -254,10 +256,11 @@ func TestNeedsShortening(t *testing.T) {
 	if NeedsShortening(pod(), w) {
 		t.Error("a running pod needs no shortening")
 	}
-	if NeedsShortening(at(55*time.Second), w) {
+	// The window ends at T+55; a pod's end is its deletion's and the kubelet's reaction.
+	if NeedsShortening(at(55*time.Second-KubeletReaction), w) {
 		t.Error("a pod ending exactly at the window's end needs no shortening")
 	}
-	if !NeedsShortening(at(56*time.Second), w) {
+	if !NeedsShortening(at(56*time.Second-KubeletReaction), w) {
 		t.Error("a pod ending after the window's end needs shortening")
 	}
 	if NeedsShortening(at(600*time.Second), Window{}) {
@@ -277,19 +280,20 @@ func TestPodGrace(t *testing.T) {
 func ptr[T any](v T) *T { return &v }
 
 // TestPlanPodZeroGrace: a pod whose terminationGracePeriodSeconds is 0 still gets the 2 s that
-// the kubelet gives every container (MinGrace), so its latest start is two seconds before the
-// window's end, not at it (issue 20, case 8: it ran until 0.75 s past D - margin; issue 38,
+// the kubelet gives every container (MinGrace), so its latest start is two seconds and the
+// kubelet's reaction before the window's end, not at it (issue 20, case 8: it ran until 0.75 s past D - margin; issue 38,
 // case 2: the floor is the kubelet's 2 s, not the 1 s of a request).
 func TestPlanPodZeroGrace(t *testing.T) {
 	spot := []v1.Taint{taint("cloud", "spot", v1.TaintEffectNoExecute, t0)}
 	w := Window{Deadline: t0.Add(120 * time.Second), SafetyMargin: 5 * time.Second}
 	p := PlanPod(withGrace(pod(tol("cloud", v1.TolerationOpExists, "", v1.TaintEffectNoExecute, secs(600))), 0), spot, w, PodFilter{}, false)
-	if want := w.End().Add(-MinGrace); !p.Latest.Equal(want) || !p.EvictAt.Equal(want) || !p.ByDeadline {
-		t.Fatalf("plan %+v: want latest = evictAt = %v (window end less the kubelet's 2 s minimum grace), by deadline", p, want)
+	if want := w.End().Add(-MinGrace - KubeletReaction); !p.Latest.Equal(want) || !p.EvictAt.Equal(want) || !p.ByDeadline {
+		t.Fatalf("plan %+v: want latest = evictAt = %v (window end less the kubelet's 2 s minimum grace and its reaction), by deadline", p, want)
 	}
-	// Sent EvictionLead before Latest, the 1 s grace it carries ends before the window's end.
+	// Sent EvictionLead before Latest, the 2 s grace it carries ends before the window's end.
 	send := SendAt(p)
-	if end := send.Add(RequestAllowance).Add(GraceAt(p.Grace, w, send.Add(RequestAllowance))); end.After(w.End()) {
+	lands := send.Add(RequestAllowance)
+	if end := lands.Add(GraceAt(p.Grace, w, lands.Add(p.Tail)) + p.Tail); end.After(w.End()) {
 		t.Fatalf("a request sent at %v ends at %v, after the window's end %v", send, end, w.End())
 	}
 }
@@ -323,8 +327,8 @@ func TestPlanPodToleratesInterruptionForever(t *testing.T) {
 	// A pod that tolerates the interruption for a while is still bound by the deadline.
 	bounded := withGrace(pod(tol("cloud", v1.TolerationOpExists, "", v1.TaintEffectNoExecute, secs(600)),
 		tol(v1.TaintNodeNotReady, v1.TolerationOpExists, "", v1.TaintEffectNoExecute, secs(300))), 30)
-	if p := PlanPod(bounded, taints, w, PodFilter{}, false); p.Unbound || !p.ByDeadline || !p.EvictAt.Equal(w.End().Add(-30*time.Second)) {
-		t.Fatalf("plan %+v: want bound by the deadline at %v", p, w.End().Add(-30*time.Second))
+	if p := PlanPod(bounded, taints, w, PodFilter{}, false); p.Unbound || !p.ByDeadline || !p.EvictAt.Equal(w.End().Add(-30*time.Second-KubeletReaction)) {
+		t.Fatalf("plan %+v: want bound by the deadline at %v", p, w.End().Add(-30*time.Second-KubeletReaction))
 	}
 	// Without Window.Taint (no interruption taint known) nothing changes.
 	w.Taint = v1.Taint{}
@@ -349,7 +353,7 @@ func TestPlanPodBeforeTheKubeletsShutdown(t *testing.T) {
 		wantLatest  time.Time
 		wantGraceAt time.Duration // the grace a request sent at Latest carries
 	}{
-		{grace: 60, wantLatest: t0.Add(75 * time.Second), wantGraceAt: 60 * time.Second},
+		{grace: 60, wantLatest: t0.Add(75*time.Second - KubeletReaction), wantGraceAt: 60 * time.Second},
 		{grace: 5, wantLatest: t0.Add(120 * time.Second), wantGraceAt: 5 * time.Second}, // not after the soft-off
 	} {
 		p := PlanPod(withGrace(pod(tol("cloud", v1.TolerationOpExists, "", v1.TaintEffectNoExecute, secs(600))), tc.grace), spot, w, PodFilter{}, false)
@@ -410,7 +414,8 @@ func TestPlanPodKubeletMinimum(t *testing.T) {
 			send := SendAt(pl)
 			lands := send.Add(RequestAllowance)
 			asked := GraceAt(pl.Grace, w, lands.Add(pl.Tail))
-			if end := lands.Add(kubeletStop(p, max(asked, MinGrace)) - 2*runtimeStop); end.After(w.End()) {
+			// The kubelet starts the grace up to its reaction after the request lands.
+			if end := lands.Add(KubeletReaction + kubeletStop(p, max(asked, MinGrace)) - 2*runtimeStop); end.After(w.End()) {
 				t.Fatalf("plan %+v: sent at %v with %v, the kubelet stops it by %v, after the window's end %v", pl, send, asked, end, w.End())
 			}
 			if asked < time.Duration(min(max(c.grace, 2), 10))*time.Second {
@@ -419,7 +424,7 @@ func TestPlanPodKubeletMinimum(t *testing.T) {
 			// At its last moment, the least grace it can ask still ends in time.
 			late := w.End().Add(-MinGrace - pl.Tail - RequestAllowance)
 			lateAsked := GraceAt(pl.Grace, w, late.Add(RequestAllowance+pl.Tail))
-			if end := late.Add(RequestAllowance + kubeletStop(p, lateAsked) - 2*runtimeStop); end.After(w.End()) {
+			if end := late.Add(RequestAllowance + KubeletReaction + kubeletStop(p, lateAsked) - 2*runtimeStop); end.After(w.End()) {
 				t.Fatalf("sent at its last moment %v, the kubelet stops it by %v, after the window's end %v", late, end, w.End())
 			}
 		})
@@ -440,11 +445,11 @@ func TestPlanPodVolumeRelease(t *testing.T) {
 	}
 	tolerating := tol("cloud", v1.TolerationOpExists, "", v1.TaintEffectNoExecute, secs(600))
 	plain := PlanPod(withGrace(pod(tolerating), 30), spot, w, PodFilter{}, false)
-	if want := t0.Add(120*time.Second - 5*time.Second - 30*time.Second); !plain.Latest.Equal(want) || plain.Volume {
+	if want := t0.Add(120*time.Second - 5*time.Second - 30*time.Second - KubeletReaction); !plain.Latest.Equal(want) || plain.Volume {
 		t.Fatalf("a pod without a volume: latest %v volume %v, want %v and no volume rule", plain.Latest, plain.Volume, want)
 	}
 	vol := PlanPod(claim(withGrace(pod(tolerating), 30)), spot, w, PodFilter{}, false)
-	if want := t0.Add(120*time.Second - 16*time.Second - 30*time.Second); !vol.Latest.Equal(want) || !vol.Volume {
+	if want := t0.Add(120*time.Second - 16*time.Second - 30*time.Second - KubeletReaction); !vol.Latest.Equal(want) || !vol.Volume {
 		t.Fatalf("a pod with a claim: latest %v volume %v, want %v (released 16 s before the deadline)", vol.Latest, vol.Volume, want)
 	}
 	// Its window ends at the release: a grace cut for it ends there.

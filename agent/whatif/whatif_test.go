@@ -67,9 +67,10 @@ func TestPlanWhatIf(t *testing.T) {
 	}{
 		"no-toleration": {"evict", "", at(0), false, 30},
 		"tolerates-60":  {"evict", "", at(60 * time.Second), false, 10},
-		// Its grace is longer than the window: due at once, with the grace that is left.
-		"long-grace":    {"evict", "", at(-85 * time.Second), true, 114},
-		"tolerates-600": {"evict", "", at(105 * time.Second), true, 10},
+		// Its grace is longer than the window: due at once, with the grace that is left (less
+		// the request's allowance and the kubelet's reaction).
+		"long-grace":    {"evict", "", at(-85*time.Second - plan.KubeletReaction), true, 113},
+		"tolerates-600": {"evict", "", at(105*time.Second - plan.KubeletReaction), true, 10},
 		"forever":       {"skip", "tolerates-forever", nil, false, 0},
 		"pdb":           {"evict", "", at(30 * time.Second), false, 10},
 		"ds":            {"skip", "daemonset-pod", nil, false, 0},
@@ -81,7 +82,7 @@ func TestPlanWhatIf(t *testing.T) {
 			t.Errorf("%s: %+v; want action %s skip %q evictAt %v byDeadline %v grace %v", name, p, want.action, want.skip, want.evictAt, want.byDeadline, want.grace)
 		}
 	}
-	if p := byName["tolerates-60"]; p.Taint != "cloud=spot:NoExecute" || p.Toleration != "cloud=spot:NoExecute for 60s" || !p.Latest.Equal(end.Add(-10*time.Second)) {
+	if p := byName["tolerates-60"]; p.Taint != "cloud=spot:NoExecute" || p.Toleration != "cloud=spot:NoExecute for 60s" || !p.Latest.Equal(end.Add(-10*time.Second-plan.KubeletReaction)) {
 		t.Errorf("tolerates-60: taint %q toleration %q latest %v", p.Taint, p.Toleration, p.Latest)
 	}
 	if p := byName["no-toleration"]; p.Toleration != "none" {
@@ -90,7 +91,7 @@ func TestPlanWhatIf(t *testing.T) {
 	if p := byName["long-grace"]; !p.SendAt.Equal(t0) {
 		t.Errorf("long-grace: sent at %v, want at once (%v)", p.SendAt, t0)
 	}
-	if p := byName["tolerates-600"]; !p.SendAt.Equal(t0.Add(105*time.Second - plan.EvictionLead)) {
+	if p := byName["tolerates-600"]; !p.SendAt.Equal(t0.Add(105*time.Second - plan.KubeletReaction - plan.EvictionLead)) {
 		t.Errorf("tolerates-600: sent at %v, want %v before its latest start", p.SendAt, plan.EvictionLead)
 	}
 	if p := byName["tolerates-60"]; !p.SendAt.Equal(*p.EvictAt) {
@@ -159,7 +160,7 @@ func TestPlanWhatIfVolumeRelease(t *testing.T) {
 		risk   bool
 	}{
 		{window: 120 * time.Second, grace: 30},
-		{window: 30 * time.Second, grace: 14},            // released by T+14.6
+		{window: 30 * time.Second, grace: 13},            // released by T+14.6, less the allowance and the kubelet's reaction
 		{window: 15 * time.Second, grace: 2, risk: true}, // released by T-0.4
 	} {
 		np := Plan(cfg, Input{Node: testNode(), Pods: []*v1.Pod{claimed("db-0")}, Now: t0, NoticeTime: t0, Deadline: t0.Add(c.window),

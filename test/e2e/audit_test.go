@@ -28,11 +28,11 @@ const auditRows = `WORKLOAD               WINDOW         ON SPOT  FULL GRACE  CU
 audit/CronJob/nightly  120s aws       1/1 all  0           0                  0                1
 audit/CronJob/nightly  30s gcp,azure  1/1 all  0           0                  0                1
 audit/Deployment/web   120s aws       2/3      2           0                  0                0
-audit/Deployment/web   30s gcp,azure  2/3      0           2 (by up to 6s)    0                0
+audit/Deployment/web   30s gcp,azure  2/3      0           2 (by up to 7s)    0                0
 audit/Pod/solo         120s aws       1/1 all  1           0                  0                0
 audit/Pod/solo         30s gcp,azure  1/1 all  1           0                  0                0
-audit/ReplicaSet/bare  120s aws       1/1 all  0           1 (by up to 486s)  0                0
-audit/ReplicaSet/bare  30s gcp,azure  1/1 all  0           1 (by up to 576s)  0                0
+audit/ReplicaSet/bare  120s aws       1/1 all  0           1 (by up to 487s)  0                0
+audit/ReplicaSet/bare  30s gcp,azure  1/1 all  0           1 (by up to 577s)  0                0
 audit/StatefulSet/db   120s aws       2/2 all  0           0                  2                0
 audit/StatefulSet/db   30s gcp,azure  2/2 all  0           0                  2                0
 `
@@ -205,11 +205,11 @@ func TestAuditMixedWorkload(t *testing.T) {
 		`{"namespace":"audit","kind":"CronJob","name":"nightly","pods":1,"podsOnSpot":1,"allOnSpot":true,"outcomes":[` +
 			`{"windowSeconds":120,"fullGrace":0,"cutShort":0,"pdbForced":0,"diesWithMachine":1},{"windowSeconds":30,"fullGrace":0,"cutShort":0,"pdbForced":0,"diesWithMachine":1}]}`,
 		`{"namespace":"audit","kind":"Deployment","name":"web","pods":3,"podsOnSpot":2,"allOnSpot":false,"outcomes":[` +
-			`{"windowSeconds":120,"fullGrace":2,"cutShort":0,"pdbForced":0,"diesWithMachine":0},{"windowSeconds":30,"fullGrace":0,"cutShort":2,"maxCutSeconds":6,"pdbForced":0,"diesWithMachine":0}]}`,
+			`{"windowSeconds":120,"fullGrace":2,"cutShort":0,"pdbForced":0,"diesWithMachine":0},{"windowSeconds":30,"fullGrace":0,"cutShort":2,"maxCutSeconds":7,"pdbForced":0,"diesWithMachine":0}]}`,
 		`{"namespace":"audit","kind":"Pod","name":"solo","pods":1,"podsOnSpot":1,"allOnSpot":true,"outcomes":[` +
 			`{"windowSeconds":120,"fullGrace":1,"cutShort":0,"pdbForced":0,"diesWithMachine":0},{"windowSeconds":30,"fullGrace":1,"cutShort":0,"pdbForced":0,"diesWithMachine":0}]}`,
 		`{"namespace":"audit","kind":"ReplicaSet","name":"bare","pods":1,"podsOnSpot":1,"allOnSpot":true,"outcomes":[` +
-			`{"windowSeconds":120,"fullGrace":0,"cutShort":1,"maxCutSeconds":486,"pdbForced":0,"diesWithMachine":0},{"windowSeconds":30,"fullGrace":0,"cutShort":1,"maxCutSeconds":576,"pdbForced":0,"diesWithMachine":0}]}`,
+			`{"windowSeconds":120,"fullGrace":0,"cutShort":1,"maxCutSeconds":487,"pdbForced":0,"diesWithMachine":0},{"windowSeconds":30,"fullGrace":0,"cutShort":1,"maxCutSeconds":577,"pdbForced":0,"diesWithMachine":0}]}`,
 		`{"namespace":"audit","kind":"StatefulSet","name":"db","pods":2,"podsOnSpot":2,"allOnSpot":true,"outcomes":[` +
 			`{"windowSeconds":120,"fullGrace":0,"cutShort":0,"pdbForced":2,"diesWithMachine":0},{"windowSeconds":30,"fullGrace":0,"cutShort":0,"pdbForced":2,"diesWithMachine":0}]}`,
 	}

@@ -180,7 +180,7 @@ func TestAdversitySIGTERMMidWindow(t *testing.T) {
 	recs := figures(t, obs, T, "grace-5", "grace-15")
 	// Each at its latest start (the window set its plan), through the SIGTERM.
 	for name, g := range map[string]time.Duration{"grace-5": 5 * time.Second, "grace-15": 15 * time.Second} {
-		evictedAt(ctx, t, obs, ns, name, end.Add(-g), T, true, p)
+		evictedAt(ctx, t, obs, ns, name, lastStart(end, g), T, true, p)
 	}
 	goneBy(t, recs, end, T, "grace-5", "grace-15")
 	if exited.Before(recs["grace-5"].DeletedAt) {

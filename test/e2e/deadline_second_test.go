@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/reprieve-dev/reprieve/agent/config"
+	"github.com/reprieve-dev/reprieve/agent/plan"
 	"github.com/reprieve-dev/reprieve/providers/aws"
 	"github.com/reprieve-dev/reprieve/test/fakes/azureevents"
 	"github.com/reprieve-dev/reprieve/test/fakes/faultproxy"
@@ -168,7 +169,7 @@ func TestSecondForcedDeleteOnASlowServer(t *testing.T) {
 	}
 	defer func() { _ = p.Stop() }()
 	_, end, T := noticeAt(ctx, t, node, taint, 40*time.Second)
-	latest := end.Add(-grace * time.Second)
+	latest := lastStart(end, grace*time.Second)
 	var cond *v1.PodCondition
 	waitLong(ctx, t, time.Until(latest)+20*time.Second, "guarded deleted", func() bool {
 		pod, err := env.Client.CoreV1().Pods(ns).Get(ctx, "guarded", metav1.GetOptions{})
@@ -282,9 +283,10 @@ func TestSecondMarginGrowsWhileWaiting(t *testing.T) {
 }
 
 // TestSecondTheKubeletsTail (issue 50, case 3): a pod with a preStop hook and an Istio native
-// sidecar (no hook of its own), due at once in a window of 34 s from the notice: the kubelet caps
-// the sidecar's wait by the same grace, so its tail is 2 s and its whole 30 s fits; it was asked
-// 28 s (a tail of 2 s per stage). A pod whose sidecar has a preStop hook of its own leaves 3 s.
+// sidecar (no hook of its own), due at once in a window of 35 s from the notice: the kubelet caps
+// the sidecar's wait by the same grace, so its stop's tail is 2 s (3 s with the kubelet's
+// reaction, plan.KubeletReaction) and its whole 30 s fits; it was asked 28 s (a tail of 2 s per
+// stage). A pod whose sidecar has a preStop hook of its own leaves 3 s and the reaction.
 func TestSecondTheKubeletsTail(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -311,21 +313,22 @@ func TestSecondTheKubeletsTail(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = p.Stop() }()
-	_, end, T := noticeAt(ctx, t, node, taint, 39*time.Second)
+	_, end, T := noticeAt(ctx, t, node, taint, 40*time.Second)
 	waitLong(ctx, t, 20*time.Second, "both pods deleted", func() bool {
 		recs := obs.Records()
 		return !recs["mesh"].DeletedAt.IsZero() && !recs["mesh-hooked"].DeletedAt.IsZero()
 	})
 	recs := figures(t, obs, T, "mesh", "mesh-hooked")
 	if r := recs["mesh"]; r.Grace != 30 {
-		t.Errorf("mesh (preStop hook, Istio sidecar) deleted at T%+.2fs with %d s, want its whole 30 s: the window's end T%+.2fs leaves it and a 2 s tail",
+		t.Errorf("mesh (preStop hook, Istio sidecar) deleted at T%+.2fs with %d s, want its whole 30 s: the window's end T%+.2fs leaves it and a 3 s tail",
 			r.DeletedAt.Sub(T).Seconds(), r.Grace, end.Sub(T).Seconds())
 	}
-	// The grace cut for mesh-hooked leaves the 3 s tail before the window's end, from when
-	// the server saw the request.
-	if r := recs["mesh-hooked"]; r.DeletedAt.Add(time.Duration(r.Grace)*time.Second + 3*time.Second).After(end.Add(300 * time.Millisecond)) {
-		t.Errorf("mesh-hooked (its sidecar has a preStop hook) deleted at T%+.2fs with %d s: with its 3 s tail it may end at T%+.2fs, past the window's end T%+.2fs",
-			r.DeletedAt.Sub(T).Seconds(), r.Grace, r.DeletedAt.Add(time.Duration(r.Grace)*time.Second+3*time.Second).Sub(T).Seconds(), end.Sub(T).Seconds())
+	// The grace cut for mesh-hooked leaves its tail (the kubelet's reaction and the hooks' 3 s)
+	// before the window's end, from when the server saw the request.
+	tail := plan.KubeletReaction + plan.SidecarHookTail
+	if r := recs["mesh-hooked"]; r.DeletedAt.Add(time.Duration(r.Grace)*time.Second + tail).After(end.Add(300 * time.Millisecond)) {
+		t.Errorf("mesh-hooked (its sidecar has a preStop hook) deleted at T%+.2fs with %d s: with its %v tail it may end at T%+.2fs, past the window's end T%+.2fs",
+			r.DeletedAt.Sub(T).Seconds(), r.Grace, tail, r.DeletedAt.Add(time.Duration(r.Grace)*time.Second+tail).Sub(T).Seconds(), end.Sub(T).Seconds())
 	}
 }
 
@@ -356,11 +359,12 @@ func TestSecondQueueBoundLeavesTheTail(t *testing.T) {
 	waitLong(ctx, t, time.Until(end)+10*time.Second, "hooked gone", func() bool { return allGone(obs, "hooked") })
 	recs := figures(t, obs, T, "hooked")
 	r := recs["hooked"]
-	// From when the server saw the request (the watch sees it a few milliseconds later), its
-	// grace and the kubelet's 2 s tail after it.
-	if stops := r.DeletedAt.Add(time.Duration(r.Grace)*time.Second + 2*time.Second); stops.After(end.Add(300 * time.Millisecond)) {
-		t.Errorf("hooked deleted at T%+.2fs with %d s: with its 2 s tail the kubelet may stop it at T%+.2fs, past the window's end T%+.2fs\n%s",
-			r.DeletedAt.Sub(T).Seconds(), r.Grace, stops.Sub(T).Seconds(), end.Sub(T).Seconds(), grepLines(p.LogTail(200), "sec-bound/hooked"))
+	// From when the server saw the request (the watch sees it a few milliseconds later), the
+	// kubelet's reaction, its grace and the hook's 2 s tail after it.
+	tail := plan.KubeletReaction + plan.HookTail
+	if stops := r.DeletedAt.Add(time.Duration(r.Grace)*time.Second + tail); stops.After(end.Add(300 * time.Millisecond)) {
+		t.Errorf("hooked deleted at T%+.2fs with %d s: with its %v tail the kubelet may stop it at T%+.2fs, past the window's end T%+.2fs\n%s",
+			r.DeletedAt.Sub(T).Seconds(), r.Grace, tail, stops.Sub(T).Seconds(), end.Sub(T).Seconds(), grepLines(p.LogTail(200), "sec-bound/hooked"))
 	}
 }
 

@@ -120,7 +120,7 @@ func defaultModeKeepsDaemonSetsAndBudgets(ctx context.Context, t *testing.T) {
 
 	// The budget held until the last safe moment, then reprieve deleted the pod.
 	row, _ := res.Row("pdb-blocked")
-	last := end.Add(-5*time.Second - plan.EvictionLead)
+	last := lastStart(end, 5*time.Second).Add(-plan.EvictionLead)
 	if d := row.Record.DeletedAt; d.IsZero() || d.Before(last.Add(-slack)) {
 		t.Errorf("pdb-blocked: deleted at T%+.2fs; want not before its last safe moment T%+.2fs", d.Sub(res.TimeAdded).Seconds(), last.Sub(res.TimeAdded).Seconds())
 	}

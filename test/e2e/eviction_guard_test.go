@@ -37,6 +37,7 @@ import (
 
 	"github.com/reprieve-dev/reprieve/agent/config"
 	"github.com/reprieve-dev/reprieve/agent/guard"
+	"github.com/reprieve-dev/reprieve/agent/plan"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 	"github.com/reprieve-dev/reprieve/test/testenv"
 )
@@ -309,10 +310,12 @@ func TestEvictionGuardBindsEvictionsToTheNode(t *testing.T) {
 	if err != nil {
 		t.Fatalf("waiting for node A's pods to end with the guard down: %v\n%s", err, rp.LogTail(60))
 	}
-	// Their last safe moment is deadline - 5 s margin - 1 s grace - 0.5 s lead: not at once (the
-	// agent retried the eviction until then), and before the deadline.
-	if now := time.Now(); !now.Before(deadline) || now.Before(deadline.Add(-8*time.Second)) {
-		t.Errorf("node A's pods were deleted at deadline%+v; want at about deadline-6.5s, after retrying the eviction\n%s", now.Sub(deadline), rp.LogTail(80))
+	// Their force point is deadline - 5 s margin - 2 s (the kubelet's least grace; the pods' own
+	// is 1 s) - 1 s (the kubelet's reaction) - 0.5 s lead: not at once (the agent retried the
+	// eviction until then), and before the deadline.
+	last := deadline.Add(-5*time.Second - plan.MinGrace - plan.KubeletReaction - plan.EvictionLead)
+	if now := time.Now(); !now.Before(deadline) || now.Before(last.Add(-500*time.Millisecond)) {
+		t.Errorf("node A's pods were deleted at deadline%+v; want at about deadline%+v, after retrying the eviction\n%s", now.Sub(deadline), last.Sub(deadline), rp.LogTail(80))
 	}
 	log := rp.LogTail(400)
 	for _, want := range []string{"failed calling webhook", "Deleting pod: the reclaim deadline leaves no time"} {

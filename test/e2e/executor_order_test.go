@@ -46,7 +46,7 @@ func TestCongestedServerMorePodsThanWorkers(t *testing.T) {
 	nd := waitNode(ctx, t, node, "the interruption taint", func(n *v1.Node) bool { return hasTaint(n, taint.Key, taint.Effect) })
 	timeAdded := taintOf(nd, taint).TimeAdded.Time
 	end := deadline.Add(-config.DefaultConfig().SafetyMargin)
-	last := end.Add(-60 * time.Second)
+	last := lastStart(end, 60*time.Second)
 	waitFor(ctx, t, "the late pod's eviction", func() bool { return !obs.Records()["late"].DeletedAt.IsZero() })
 	r := obs.Records()["late"]
 	t.Logf("late pod: due T+20, last safe moment T+%.0fs; evicted T+%.2fs with %d s", last.Sub(timeAdded).Seconds(), r.DeletedAt.Sub(timeAdded).Seconds(), r.Grace)

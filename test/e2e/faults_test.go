@@ -356,7 +356,7 @@ func TestAPIServerOutage(t *testing.T) {
 	if a, ok := tm.firstAccepted(agentUser, down); ok && a.Before(usable) {
 		usable = a
 	}
-	if least := end.Add(-plan.MinGrace - plan.RequestAllowance); usable.After(least) {
+	if least := end.Add(-plan.MinGrace - plan.KubeletReaction - plan.RequestAllowance); usable.After(least) {
 		// The test bed's restart, not the agent: under a build beside make test the peer
 		// server took 39 s to come back from a 20 s outage, after the window's end; in
 		// another run it answered the agent 403 from T+33.7 s, held what it then received

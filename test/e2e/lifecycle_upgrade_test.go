@@ -111,7 +111,7 @@ func upgradeMidWindow(t *testing.T, ns string, extra []string) {
 	}
 	defer func() { _ = upgraded.Stop() }()
 	ready := time.Now()
-	latest := D.Add(-margin - 5*time.Second)
+	latest := lastStart(D.Add(-margin), 5*time.Second)
 	eventually(ctx, time.Until(latest)+10*time.Second, func() bool {
 		r := obs.Records()
 		return !r["tol-12"].DeletedAt.IsZero() && !r["latest"].DeletedAt.IsZero()

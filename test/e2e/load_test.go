@@ -93,7 +93,7 @@ func TestLoadSlowAPIServer(t *testing.T) {
 		if p.Tolerate != nil {
 			planned = timeAdded.Add(time.Duration(*p.Tolerate) * time.Second)
 		}
-		if latest := end.Add(-time.Duration(*p.Grace) * time.Second); planned.After(latest) {
+		if latest := lastStart(end, time.Duration(*p.Grace)*time.Second); planned.After(latest) {
 			planned = latest
 		}
 		// Pods due at once are due at the notice, not at the whole second timeAdded records.

@@ -151,9 +151,10 @@ func TestNoticeEndpointAnswersPodsAboutThemselves(t *testing.T) {
 	if got.code != http.StatusOK || !got.a.Notice || got.etag == before.etag || got.a.Reason != events.ReasonSpotInterruption {
 		t.Fatalf("the hanging GET at the notice: %+v; want the notice with a new ETag", got)
 	}
-	// The job's 30 s grace ends 5 s before the deadline.
-	if got.a.EvictAt == nil || !got.a.EvictAt.Equal(deadline.Add(-35*time.Second)) || got.a.ReclaimDeadline == nil || !got.a.ReclaimDeadline.Equal(deadline) {
-		t.Errorf("times %v, %v; want evict at %v, deadline %v", got.a.EvictAt, got.a.ReclaimDeadline, deadline.Add(-35*time.Second), deadline)
+	// The job's 30 s grace ends 5 s before the deadline, after the kubelet's reaction.
+	evictAt := lastStart(deadline.Add(-5*time.Second), 30*time.Second)
+	if got.a.EvictAt == nil || !got.a.EvictAt.Equal(evictAt) || got.a.ReclaimDeadline == nil || !got.a.ReclaimDeadline.Equal(deadline) {
+		t.Errorf("times %v, %v; want evict at %v, deadline %v", got.a.EvictAt, got.a.ReclaimDeadline, evictAt, deadline)
 	}
 
 	clientDone := make(chan error, 1)

@@ -114,10 +114,11 @@ func TestPodNoticeWarnsPodsUnderThePolicy(t *testing.T) {
 		}
 		return nil
 	}
-	// The job's 30 s grace must end 5 s (the default margin) before the deadline.
+	// The job's 30 s grace must end 5 s (the default margin) before the deadline, after the
+	// kubelet's reaction.
 	expect := func(deadline time.Time) {
 		t.Helper()
-		d, evictAt := deadline.UTC().Format(time.RFC3339), deadline.Add(-35*time.Second).UTC().Format(time.RFC3339)
+		d, evictAt := deadline.UTC().Format(time.RFC3339), lastStart(deadline.Add(-5*time.Second), 30*time.Second).UTC().Format(time.RFC3339)
 		waitFor(ctx, t, "the job warned for the deadline "+d, func() bool {
 			p := pod("job")
 			c := condition(p)

@@ -468,7 +468,7 @@ func TestRecordRestartGCPPreemption(t *testing.T) {
 			}
 			defer func() { _ = second.Stop() }()
 			restarted := time.Now()
-			latest := D.Add(-margin - 5*time.Second)
+			latest := lastStart(D.Add(-margin), 5*time.Second)
 			eventually(ctx, time.Until(latest)+10*time.Second, func() bool {
 				r := obs.Records()
 				return !r["tol-15"].DeletedAt.IsZero() && !r["latest"].DeletedAt.IsZero()
@@ -542,7 +542,7 @@ func TestRecordRestartGCPMaintenance(t *testing.T) {
 	}
 	defer func() { _ = second.Stop() }()
 	restarted := time.Now()
-	latest := D.Add(-margin - 5*time.Second)
+	latest := lastStart(D.Add(-margin), 5*time.Second)
 	eventually(ctx, time.Until(latest)+10*time.Second, func() bool { return !obs.Records()["latest"].DeletedAt.IsZero() })
 	watch.check(t, T, before)
 	t.Logf("killed %v after the value changed, the new agent ready %v after it: its own first sight + %v would be after T%+.2fs, %v further than the lead",
@@ -824,7 +824,7 @@ func recordForeverIgnoresOtherTaints(ctx context.Context, t *testing.T) {
 		at = nr.TimeAdded.Time
 	}
 	end := deadline.Add(-margin)
-	latest := end.Add(-5 * time.Second) // the forever pod's grace
+	latest := lastStart(end, 5*time.Second) // the forever pod's grace
 	t.Logf("not-ready:NoExecute added at T%+.2fs (timeAdded); window end T%+.2fs; the forever pod's latest start would be T%+.2fs",
 		at.Sub(T).Seconds(), end.Sub(T).Seconds(), latest.Sub(T).Seconds())
 	if !time.Now().Before(latest.Add(-time.Second)) {

@@ -48,14 +48,15 @@ var expected = map[string]expectation{
 	"no-toleration": {plan: atT, grace: fixed(5)},
 	"tolerate-0s":   {plan: atT, grace: fixed(3)},
 	"tolerate-10s":  {plan: func(T, E time.Time) time.Time { return T.Add(10 * time.Second) }, grace: fixed(5)},
-	"tolerate-600s": {plan: func(T, E time.Time) time.Time { return E.Add(-10 * time.Second) }, grace: fixed(10)},
+	"tolerate-600s": {plan: func(T, E time.Time) time.Time { return lastStart(E, 10*time.Second) }, grace: fixed(10)},
 	"default-grace": {plan: atT, grace: fixed(30)},
-	// Latest (E - 300 s) is long past when the notice comes: evicted at once, grace shortened
-	// to what is left of the window.
-	"grace-longer-than-window": {plan: func(T, E time.Time) time.Time { return E.Add(-300 * time.Second) },
-		grace: func(at, E time.Time) int64 { return int64(E.Sub(at) / time.Second) }},
-	// A PDB that allows nothing: due at T, retried until E - grace, then deleted with its grace.
-	"pdb-blocked":      {plan: atT, acted: func(T, E time.Time) time.Time { return E.Add(-5 * time.Second) }, grace: fixed(5)},
+	// Latest (E - 300 s - the kubelet's reaction) is long past when the notice comes: evicted
+	// at once, grace shortened to what is left of the window less the kubelet's reaction.
+	"grace-longer-than-window": {plan: func(T, E time.Time) time.Time { return lastStart(E, 300*time.Second) },
+		grace: func(at, E time.Time) int64 { return int64(lastStart(E, 0).Sub(at) / time.Second) }},
+	// A PDB that allows nothing: due at T, retried until its last safe moment, then deleted
+	// with its grace.
+	"pdb-blocked":      {plan: atT, acted: func(T, E time.Time) time.Time { return lastStart(E, 5*time.Second) }, grace: fixed(5)},
 	"tolerate-forever": {},
 	"daemonset":        {},
 	"mirror":           {},
@@ -346,7 +347,7 @@ func spotInterruptionBudgetMode(ctx context.Context, t *testing.T) {
 			exp[name] = e
 		}
 	}
-	forcePoint := func(T, E time.Time) time.Time { return E.Add(-5 * time.Second) }
+	forcePoint := func(T, E time.Time) time.Time { return lastStart(E, 5*time.Second) }
 	exp["pdb-tolerate-10s"] = expectation{plan: func(T, E time.Time) time.Time { return T.Add(10 * time.Second) }, acted: forcePoint, grace: fixed(5)}
 
 	res := runSpot(ctx, t, scenario.SpotOptions{Namespace: "spot-budget", Node: "spot-budget-node", Pods: scenario.InstantAll(pods), Eviction: plan.EvictionReprieve})
@@ -373,7 +374,7 @@ func spotInterruptionBudgetMode(ctx context.Context, t *testing.T) {
 	end := res.Window.End()
 	for _, name := range []string{"pdb-blocked", "pdb-tolerate-10s"} {
 		row, _ := res.Row(name)
-		last := end.Add(-5*time.Second - plan.EvictionLead)
+		last := lastStart(end, 5*time.Second).Add(-plan.EvictionLead)
 		if d := row.Record.DeletedAt; d.IsZero() || d.Before(last.Add(-slack)) {
 			t.Errorf("%s: deleted at T%+.2fs; want not before its last safe moment T%+.2fs", name, d.Sub(res.TimeAdded).Seconds(), last.Sub(res.TimeAdded).Seconds())
 		}

@@ -328,20 +328,26 @@ func (tm timing) carriedAt(pod string, seen int64, sent testenv.AuditEvent) time
 	return at
 }
 
-// graceFitted is the grace, in whole seconds, that fitted a pod of grace own (at most) before
-// end when the agent's request for it left (sendOf): the agent allows the request
-// plan.RequestAllowance plus the queueing margin it measured to reach the server
-// (evict.sendGrace), a figure of the run. Without a logged send it is what fitted at the
-// server's receipt.
+// graceFitted is the grace, in whole seconds, that fitted a pod of grace own (at most) and
+// without a hook (every caller's) before end when the agent's request for it left (sendOf):
+// the agent allows the request plan.RequestAllowance plus the queueing margin it measured to
+// reach the server (evict.sendGrace), a figure of the run, and the kubelet its reaction
+// (plan.KubeletReaction) before the grace starts. Without a logged send it is what fitted at
+// the server's receipt.
 func (tm timing) graceFitted(t *testing.T, pod string, own int64, received, end time.Time) int64 {
 	t.Helper()
 	lands := received
 	if s, ok := tm.sendOf(t, pod, received); ok {
 		lands = s.At.Add(plan.RequestAllowance + s.Margin)
 	}
-	fit := int64(end.Sub(lands) / time.Second)
+	fit := int64(end.Add(-plan.KubeletReaction).Sub(lands) / time.Second)
 	return max(min(own, fit), int64(plan.MinGrace/time.Second))
 }
+
+// lastStart is the last safe moment of a pod of grace g without a hook in a window that ends at
+// end: the agent leaves the pod's grace and the kubelet's reaction (plan.KubeletReaction, the
+// time the kubelet may take to start the grace) before the end.
+func lastStart(end time.Time, g time.Duration) time.Time { return end.Add(-g - plan.KubeletReaction) }
 
 // checkInTime checks that the agent's requests for pod reached the server early enough for
 // the grace each asked to end by end, and that the end the server set (deletionTimestamp,

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/reprieve-dev/reprieve/agent/config"
+	"github.com/reprieve-dev/reprieve/agent/plan"
 	"github.com/reprieve-dev/reprieve/test/scenario"
 	"github.com/reprieve-dev/reprieve/test/testenv"
 )
@@ -87,7 +88,7 @@ type spotPod struct {
 //   - now: no toleration, 5 s grace: evicted at once;
 //   - scheduled: tolerates the taint for 8 s, 5 s grace: evicted when its toleration runs out;
 //   - clamped: tolerates it for 600 s, 10 s grace: evicted at the latest moment that still gives
-//     it its whole grace before the deadline less the margin;
+//     it its whole grace before the deadline less the margin, after the kubelet's reaction;
 //   - shortened: no toleration, 60 s grace: evicted at once with its grace cut to what is left.
 //
 // For each, three moments measured inside the container: SIGTERM against the plan, the time the
@@ -159,8 +160,10 @@ func TestSpotSIGTERMOnRealNode(t *testing.T) {
 	})
 	t.Logf("notice at %s, taint timeAdded %s, deadline %s, every pod gone by %s", trigger.Format("15:04:05"), taintAt.Format("15:04:05"), deadline.Format("15:04:05"), end.Format("15:04:05"))
 
-	// The plan, from design.md's rule: evict at min(due, latest), latest = E - grace; one already
-	// past is evicted at once with the grace left, less 250 ms, in whole seconds.
+	// The plan, from design.md's rule: evict at min(due, latest), latest = E - grace - the
+	// kubelet's reaction (the time it may take to start the grace, plan.KubeletReaction); one
+	// already past is evicted at once with the grace left, less 250 ms and the reaction, in
+	// whole seconds.
 	type planned struct {
 		evictAt time.Time
 		grace   time.Duration
@@ -172,14 +175,14 @@ func TestSpotSIGTERMOnRealNode(t *testing.T) {
 		if sp.toleration != nil {
 			due = taintAt.Add(time.Duration(*sp.toleration) * time.Second)
 		}
-		latest := end.Add(-grace)
+		latest := end.Add(-grace - plan.KubeletReaction)
 		at := due
 		if latest.Before(at) {
 			at = latest
 		}
 		if at.Before(taintAt) {
 			at = taintAt
-			grace = end.Sub(at.Add(250 * time.Millisecond)).Truncate(time.Second)
+			grace = end.Sub(at.Add(plan.RequestAllowance + plan.KubeletReaction)).Truncate(time.Second)
 		}
 		plans[sp.name] = planned{at, grace}
 	}
@@ -238,8 +241,11 @@ func TestSpotSIGTERMOnRealNode(t *testing.T) {
 		// its margin, gave 33 s. A grace the window does not clamp must come whole.
 		// Clamped is against the pod's own grace: a 60 s pod planned at 34 s with 34 s left at
 		// its SIGTERM is still clamped, and one CI run gave it 33 s.
+		// The agent reserves the kubelet's reaction from when its request lands, which the
+		// SIGTERM comes after: what is left at the SIGTERM less the reaction is the least the
+		// agent can have given.
 		want, clampSlack := pl.grace, time.Duration(0)
-		if left := end.Sub(pl.evictAt.Add(late)).Truncate(time.Second); left < want {
+		if left := end.Sub(pl.evictAt.Add(late + plan.KubeletReaction)).Truncate(time.Second); left < want {
 			want = left
 		}
 		if want < time.Duration(sp.grace)*time.Second {
