@@ -233,9 +233,8 @@ func noteRerun(line string) {
 
 // runQuietly runs one pressure run after waiting for a quiet machine, and again (up to
 // maxAttempts in all, each after a longer quiet) while it failed with the memory outside the
-// pods moved by more than disturbedRange. Cases whose
-// signal the rest of the machine does not move (a loop-mounted nodefs, the pods cgroup's own
-// limit) run once, without the wait.
+// pods moved by more than disturbedRange. Cases whose signal the rest of the machine does not
+// move (a loop-mounted nodefs, the pods cgroup's own limit) run once, without the wait.
 func runQuietly(ctx context.Context, t *testing.T, c pressureCase, name string, withReprieve bool) ([]pressureEvent, scenario.PressureRun) {
 	t.Helper()
 	if !c.hostMemory {
